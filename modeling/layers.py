@@ -1,0 +1,240 @@
+"""Layers shared by the Transformer encoder families (BERT, RoBERTa, ALBERT, ELECTRA, ...).
+
+Written by hand rather than taken from keras_hub.layers.TransformerEncoder for two measured or
+structural reasons: (1) a fused Q/K/V projection (one (H, 3H) matmul instead of three) is a speed
+lever that bench/ measures against keras-hub, and (2) the weights keep one plain kernel per
+original BERT variable, so checkpoint conversion (TF1, Hugging Face) is a name map, not a reshape
+puzzle. Shapes use B batch, S length, H hidden, N heads, D head depth, I intermediate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import ops
+
+
+def gelu_tanh(x):
+    """GELU as the original TF1 BERT code computes it: the tanh approximation.
+
+    Hendrycks & Gimpel (2016), eq. for the approximation; BERT's `modeling.gelu` uses this form, so
+    original checkpoints reproduce their published outputs only with it.
+    """
+    return 0.5 * x * (1.0 + ops.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * ops.power(x, 3))))
+
+
+def gelu_exact(x):
+    """GELU with the exact Gaussian CDF (erf): what Hugging Face and PyTorch checkpoints use."""
+    return 0.5 * x * (1.0 + ops.erf(x / math.sqrt(2.0)))
+
+
+ACTIVATIONS = {
+    "gelu": gelu_tanh,  # the original TF1 BERT meaning of "gelu"
+    "gelu_new": gelu_tanh,  # Hugging Face's name for the same tanh approximation
+    "gelu_exact": gelu_exact,
+    "relu": ops.relu,
+    "tanh": ops.tanh,
+    "linear": lambda x: x,
+}
+
+
+def get_activation(name: str):
+    """Maps a config's `hidden_act` string to a function; raises ValueError naming the choices."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"hidden_act: expected one of {sorted(ACTIVATIONS)}, found {name!r}")
+    return ACTIVATIONS[name]
+
+
+def truncated_normal(stddev: float):
+    """BERT's initializer: normal truncated at two standard deviations (TF1 truncated_normal)."""
+    return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class Dense(keras.layers.Layer):
+    """`x @ kernel + bias` on the last axis, with BERT's weight names (`kernel`, `bias`).
+
+    Args:
+      units: output width.
+      activation: a name from ACTIVATIONS or None.
+      initializer_range: stddev of the truncated-normal kernel initializer.
+    """
+
+    def __init__(self, units, activation=None, initializer_range=0.02, use_bias=True, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.activation = activation
+        self.initializer_range = initializer_range
+        self.use_bias = use_bias
+        self._act = get_activation(activation) if activation else None
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(input_shape[-1], self.units),
+            initializer=truncated_normal(self.initializer_range),
+        )
+        self.bias = (
+            self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
+            if self.use_bias
+            else None
+        )
+
+    def call(self, x):
+        y = ops.matmul(x, self.kernel)
+        if self.bias is not None:
+            y = y + self.bias
+        return self._act(y) if self._act else y
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:-1], self.units)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "activation": self.activation,
+            "initializer_range": self.initializer_range,
+            "use_bias": self.use_bias,
+        }
+
+
+def layer_norm(name: str) -> keras.layers.LayerNormalization:
+    # epsilon 1e-12 as the original BERT `layer_norm` (tf.contrib.layers.layer_norm default in
+    # modeling.py); published checkpoints were trained with it.
+    return keras.layers.LayerNormalization(epsilon=1e-12, name=name)
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class SelfAttention(keras.layers.Layer):
+    """Multi-head self-attention with a fused Q/K/V projection and an output projection.
+
+    call(x, attention_mask, training):
+      x: float (B, S, H).
+      attention_mask: int or bool (B, S), 1 for real tokens, 0 for padding; or None.
+    Returns float (B, S, H).
+    """
+
+    def __init__(
+        self,
+        hidden_size,
+        num_attention_heads,
+        attention_probs_dropout_prob=0.1,
+        initializer_range=0.02,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if hidden_size % num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({hidden_size}) must be a multiple of num_attention_heads "
+                f"({num_attention_heads})"
+            )
+        self.hidden_size = hidden_size
+        self.num_attention_heads = num_attention_heads
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.initializer_range = initializer_range
+        self.head_size = hidden_size // num_attention_heads
+        self.qkv = Dense(3 * hidden_size, initializer_range=initializer_range, name="qkv")
+        self.output_dense = Dense(hidden_size, initializer_range=initializer_range, name="output")
+        self.dropout = keras.layers.Dropout(attention_probs_dropout_prob)
+
+    def build(self, input_shape):
+        self.qkv.build(input_shape)
+        self.output_dense.build((*input_shape[:-1], self.hidden_size))
+
+    def call(self, x, attention_mask=None, training=False):
+        n, d = self.num_attention_heads, self.head_size
+        qkv = self.qkv(x)  # (B, S, 3H)
+        qkv = ops.reshape(qkv, (ops.shape(x)[0], ops.shape(x)[1], 3, n, d))  # (B, S, 3, N, D)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, S, N, D)
+        scores = ops.einsum("bqnd,bknd->bnqk", q, k) / math.sqrt(d)  # (B, N, S, S)
+        if attention_mask is not None:
+            # Additive mask of -10000 as the original BERT (modeling.py): exp() underflows to 0
+            # in fp32 while staying finite in fp16 / bf16.
+            keep = ops.cast(attention_mask, scores.dtype)[:, None, None, :]  # (B, 1, 1, S)
+            scores = scores + (1.0 - keep) * -10000.0
+        probs = ops.softmax(scores, axis=-1)
+        probs = self.dropout(probs, training=training)
+        context = ops.einsum("bnqk,bknd->bqnd", probs, v)  # (B, S, N, D)
+        context = ops.reshape(context, (ops.shape(x)[0], ops.shape(x)[1], self.hidden_size))
+        return self.output_dense(context)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_size": self.hidden_size,
+            "num_attention_heads": self.num_attention_heads,
+            "attention_probs_dropout_prob": self.attention_probs_dropout_prob,
+            "initializer_range": self.initializer_range,
+        }
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class TransformerBlock(keras.layers.Layer):
+    """One post-LayerNorm Transformer encoder block, as BERT (Vaswani et al. 2017, sec. 3.1).
+
+    x -> attention -> dropout -> LN(x + .) -> FFN(act) -> dropout -> LN(. + .)
+
+    call(x, attention_mask, training): x float (B, S, H), attention_mask (B, S) -> (B, S, H).
+    """
+
+    def __init__(
+        self,
+        hidden_size,
+        num_attention_heads,
+        intermediate_size,
+        hidden_act="gelu",
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+        initializer_range=0.02,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.initializer_range = initializer_range
+        self.attention = SelfAttention(
+            hidden_size,
+            num_attention_heads,
+            attention_probs_dropout_prob,
+            initializer_range,
+            name="attention",
+        )
+        self.attention_dropout = keras.layers.Dropout(hidden_dropout_prob)
+        self.attention_layer_norm = layer_norm("attention_layer_norm")
+        self.intermediate = Dense(
+            intermediate_size, hidden_act, initializer_range, name="intermediate"
+        )
+        self.output_dense = Dense(hidden_size, initializer_range=initializer_range, name="output")
+        self.output_dropout = keras.layers.Dropout(hidden_dropout_prob)
+        self.output_layer_norm = layer_norm("output_layer_norm")
+
+    def build(self, input_shape):
+        self.attention.build(input_shape)
+        self.attention_layer_norm.build(input_shape)
+        self.intermediate.build(input_shape)
+        self.output_dense.build((*input_shape[:-1], self.intermediate_size))
+        self.output_layer_norm.build(input_shape)
+
+    def call(self, x, attention_mask=None, training=False):
+        a = self.attention(x, attention_mask, training=training)
+        x = self.attention_layer_norm(x + self.attention_dropout(a, training=training))
+        h = self.output_dense(self.intermediate(x))  # (B, S, I) -> (B, S, H)
+        return self.output_layer_norm(x + self.output_dropout(h, training=training))
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_size": self.hidden_size,
+            "num_attention_heads": self.num_attention_heads,
+            "intermediate_size": self.intermediate_size,
+            "hidden_act": self.hidden_act,
+            "hidden_dropout_prob": self.hidden_dropout_prob,
+            "attention_probs_dropout_prob": self.attention_probs_dropout_prob,
+            "initializer_range": self.initializer_range,
+        }

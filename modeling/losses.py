@@ -1,0 +1,46 @@
+"""Pre-training losses and their metric counts, returned as sums so replicas can be combined.
+
+The original BERT divides the masked-LM loss by the number of real predictions in the batch.
+Under a distribution strategy each replica sees part of the batch, so these functions return
+sums (numerators) and counts (denominators); the train step divides by the *global* totals, which
+makes N replicas compute exactly the one-device loss. Shapes: B batch, P predictions, V vocab.
+"""
+
+from __future__ import annotations
+
+from keras import ops
+
+
+def masked_lm_sums(logits, label_ids, label_weights):
+    """Sums for the masked-LM loss and accuracy.
+
+    Args:
+      logits: float (B, P, V) at the masked positions.
+      label_ids: int (B, P), the original token ids (0 where padded).
+      label_weights: float (B, P), 1.0 for real predictions, 0.0 for padding.
+    Returns a dict of float32 scalars: loss_sum (sum of weighted cross-entropy), correct
+    (weighted count of argmax hits) and weight (number of real predictions).
+    """
+    logits = ops.cast(logits, "float32")
+    w = ops.cast(label_weights, "float32")
+    ce = ops.sparse_categorical_crossentropy(label_ids, logits, from_logits=True)  # (B, P)
+    hits = ops.cast(ops.equal(ops.argmax(logits, axis=-1), ops.cast(label_ids, "int64")), "float32")
+    return {
+        "loss_sum": ops.sum(ce * w),
+        "correct": ops.sum(hits * w),
+        "weight": ops.sum(w),
+    }
+
+
+def classification_sums(logits, labels):
+    """Sums for a softmax classification loss (NSP, GLUE): logits float (B, C), labels int (B,)
+    or (B, 1). Returns float32 scalars loss_sum, correct and count (= B)."""
+    logits = ops.cast(logits, "float32")
+    labels = ops.reshape(labels, (-1,))
+    ce = ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)  # (B,)
+    hits = ops.cast(ops.equal(ops.argmax(logits, axis=-1), ops.cast(labels, "int64")), "float32")
+    return {
+        "loss_sum": ops.sum(ce),
+        "correct": ops.sum(hits),
+        "count": ops.cast(ops.shape(labels)[0], "float32"),
+    }

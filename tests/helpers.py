@@ -1,0 +1,56 @@
+"""Small builders shared by tests: tiny odd-sized configs and synthetic pretraining TFRecords."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from data_prep import features
+from modeling import bert
+
+# Odd sizes so a swapped axis cannot pass (shared/STYLE.md).
+TINY = dict(
+    vocab_size=53,
+    hidden_size=12,
+    num_hidden_layers=2,
+    num_attention_heads=3,
+    intermediate_size=17,
+    hidden_act="gelu",
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    max_position_embeddings=16,
+    type_vocab_size=2,
+    initializer_range=0.02,
+)
+
+
+def tiny_config(**changes) -> bert.BertConfig:
+    return bert.BertConfig(**{**TINY, **changes})
+
+
+def write_synthetic_pretraining_file(
+    path, num_examples, seq_length, max_predictions, vocab_size, seed=0
+):
+    """Writes random but well-formed pretraining examples; returns the raw arrays written."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for _ in range(num_examples):
+            n = int(rng.integers(max_predictions + 3, seq_length + 1))
+            ids = rng.integers(5, vocab_size, size=n).tolist()
+            ids[0] = 2
+            seg = [0] * (n // 2) + [1] * (n - n // 2)
+            npred = int(rng.integers(1, max_predictions + 1))
+            pos = sorted(rng.choice(np.arange(1, n), size=npred, replace=False).tolist())
+            labels = [ids[i] for i in pos]
+            for i in pos:
+                ids[i] = 4
+            label = int(rng.integers(0, 2))
+            w.write(
+                features.serialize_pretraining_example(
+                    ids, seg, pos, labels, label, seq_length, max_predictions
+                )
+            )
+            rows.append((ids, seg, pos, labels, label))
+    return rows

@@ -1,0 +1,143 @@
+"""The train loop: Mirrored over two CPUs equals one device; resume equals an uninterrupted run."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_prep import features
+from modeling import bert
+from tests import helpers
+from training import optimization, tasks, trainer
+
+S, P, B = 11, 3, 6
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "train.tfrecord"
+    helpers.write_synthetic_pretraining_file(path, 40, S, P, helpers.TINY["vocab_size"])
+    return str(path)
+
+
+def build(strategy, config, seed=7, steps=20):
+    keras.utils.set_random_seed(seed)
+    with strategy.scope():
+        model = bert.BertPretrainer(config)
+        model.build()
+        opt = optimization.create_optimizer(1e-2, steps, 2)
+        opt.build(model.trainable_variables)
+    return trainer.Trainer(strategy, tasks.bert_pretraining_task(model), opt)
+
+
+def dataset(path):
+    return features.pretraining_dataset([path], B, S, P, is_training=True, seed=3)
+
+
+def weights(model):
+    return [np.array(v.numpy()) for v in model.trainable_variables]
+
+
+def test_mirrored_two_cpus_matches_one_device(data_file):
+    config = helpers.tiny_config()
+    one = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config)
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    assert len(cpus) == 2, "conftest must configure two logical CPUs"
+    mirrored_strategy = tf.distribute.MirroredStrategy(cpus)
+    two = build(mirrored_strategy, config)
+    assert two.strategy.num_replicas_in_sync == 2
+    for a, b in zip(one.task.model.trainable_variables, two.task.model.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())  # same seed, same init
+    rows_one = one.train_steps(iter(dataset(data_file)), 5)
+    rows_two = two.train_steps(iter(dataset(data_file)), 5)
+    np.testing.assert_allclose(rows_one, rows_two, rtol=1e-5, atol=1e-6)
+    moved = False
+    for a, b, init in zip(
+        weights(one.task.model),
+        weights(two.task.model),
+        weights(build(tf.distribute.OneDeviceStrategy("/cpu:0"), config).task.model),
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+        moved |= not np.allclose(a, init)
+    assert moved, "training did not change the weights"
+
+
+def test_loss_decreases_on_repeated_batch(data_file):
+    fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.tiny_config(), steps=60)
+    one_batch = features.pretraining_dataset([data_file], B, S, P, is_training=False).take(1)
+    rows = fit.train_steps(iter(one_batch.repeat()), 60)
+    metrics = [fit.metrics_from_sums(r[:-2]) for r in rows]
+    assert metrics[-1]["masked_lm_loss"] < 0.5 * metrics[0]["masked_lm_loss"]
+
+
+def _run(out_dir, data_file, steps, config):
+    fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config, steps=12)
+    trainer.run_training(
+        fit,
+        lambda: dataset(data_file),
+        trainer.TrainSettings(
+            str(out_dir),
+            steps,
+            save_checkpoints_steps=3,
+            iterations_per_loop=2,
+            config_json=config.to_json_string(),
+        ),
+        global_batch_size=B,
+    )
+    return fit
+
+
+def test_resume_equals_uninterrupted_run_bit_for_bit(tmp_path, data_file):
+    # Dropout on: the dropout seed states must be in the checkpoint for this to hold.
+    config = helpers.tiny_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    straight = _run(tmp_path / "a", data_file, 12, config)
+    _run(tmp_path / "b", data_file, 6, config)
+    resumed = _run(tmp_path / "b", data_file, 12, config)
+    for a, b in zip(weights(straight.task.model), weights(resumed.task.model)):
+        np.testing.assert_array_equal(a, b)
+    log_a = trainer.read_jsonl(str(tmp_path / "a" / "train_log.jsonl"))
+    log_b = trainer.read_jsonl(str(tmp_path / "b" / "train_log.jsonl"))
+    assert [r["step"] for r in log_b] == list(range(1, 13))
+    assert log_a == log_b
+
+
+def test_resume_refuses_other_config(tmp_path, data_file):
+    _run(tmp_path, data_file, 3, helpers.tiny_config())
+    with pytest.raises(ValueError, match="different model config"):
+        _run(tmp_path, data_file, 6, helpers.tiny_config(intermediate_size=19))
+
+
+def test_temp_checkpoint_folders_are_cleaned(tmp_path, data_file):
+    (tmp_path / "ckpt-3_temp").mkdir(parents=True)
+    (tmp_path / "ckpt-3_temp" / "junk").write_text("x")
+    _run(tmp_path, data_file, 3, helpers.tiny_config())
+    assert not (tmp_path / "ckpt-3_temp").exists()
+    assert json.loads((tmp_path / "model_config.json").read_text())["intermediate_size"] == 17
+
+
+def test_warmup_linear_decay_schedule():
+    sched = optimization.WarmupLinearDecay(1.0, num_train_steps=10, num_warmup_steps=4)
+    got = [float(sched(s)) for s in range(12)]
+    want = [0, 0.25, 0.5, 0.75, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0, 0.0]
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_clip_handles_inf_without_nan():
+    grads = [tf.constant([3.0, 4.0]), tf.constant([float("inf")])]
+    clipped, norm = optimization.clip_by_global_norm(grads, 1.0)
+    assert not np.isfinite(norm.numpy())
+    assert clipped[0].numpy().tolist() == [3.0, 4.0]  # left for the caller to reject, not NaN
+    clipped, norm = optimization.clip_by_global_norm([tf.constant([3.0, 4.0])], 1.0)
+    np.testing.assert_allclose(clipped[0].numpy(), [0.6, 0.8], rtol=1e-6)
+    assert float(norm) == pytest.approx(5.0)
+
+
+def test_weight_decay_skips_layer_norm_and_bias():
+    fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.tiny_config())
+    opt = fit.optimizer
+    decayed = {v.path for v in fit.task.model.trainable_variables if opt._use_weight_decay(v)}
+    assert any(p.endswith("word_embeddings") for p in decayed)
+    assert any(p.endswith("qkv/kernel") for p in decayed)
+    assert not any(p.endswith(("gamma", "beta", "bias")) for p in decayed)

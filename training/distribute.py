@@ -1,0 +1,38 @@
+"""Choosing a tf.distribute strategy from the `--distribution_strategy` flag's plain value."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
+
+
+def get_strategy(name: str, tpu_address: str = "") -> tf.distribute.Strategy:
+    """Builds the strategy named by `name`.
+
+    Args:
+      name: one of STRATEGIES. `one_device` uses the first GPU if there is one, else the CPU;
+        `mirrored` all local GPUs (or all logical CPUs when there are no GPUs);
+        `multi_worker_mirrored` reads the cluster from the TF_CONFIG environment variable;
+        `tpu` connects to `tpu_address` (a grpc:// address, a TPU name, or "local" on a TPU VM).
+      tpu_address: only for `tpu`.
+    """
+    if name == "one_device":
+        gpus = tf.config.list_logical_devices("GPU")
+        return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices)
+    if name == "multi_worker_mirrored":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "tpu":
+        if not tpu_address:
+            raise ValueError(
+                "--distribution_strategy=tpu needs --tpu (an address, a name or 'local')"
+            )
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    raise ValueError(f"--distribution_strategy: expected one of {STRATEGIES}, found {name!r}")

@@ -1,0 +1,456 @@
+"""The train and eval loops every entrypoint uses: distributed steps, checkpoints, logs, plots.
+
+A *task* says what a step computes: `sums_fn(batch, training) -> dict of float32 scalars` (sums
+and counts over the replica's slice of the batch, see modeling/losses.py), `loss_terms` (pairs of
+a numerator and a denominator key; the loss is the sum of numerator / *global* denominator) and
+`metrics` (name -> (numerator, denominator) key pairs). Dividing by global totals makes N replicas
+compute exactly the one-device gradient.
+
+Input: one plain tf.data iterator per worker feeds the global batch, and each replica takes its
+slice (experimental_distribute_values_from_function). A plain iterator can be saved in a
+checkpoint while a distributed one cannot (tensorflow issue 56372), so a resumed run continues at
+the exact input position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from training import optimization
+
+
+@dataclasses.dataclass
+class Task:
+    """What a train / eval step computes; see the module docstring."""
+
+    model: object
+    sums_fn: Callable
+    loss_terms: list
+    metrics: dict
+
+
+@dataclasses.dataclass
+class TrainSettings:
+    """Plain run settings, read from flags by the entrypoint."""
+
+    output_dir: str
+    num_train_steps: int
+    save_checkpoints_steps: int = 1000
+    iterations_per_loop: int = 100
+    clip_norm: float = 1.0
+    max_checkpoints_to_keep: int = 5
+    config_json: str = ""  # the model config, kept in output_dir to refuse mismatched resumes
+
+
+def seed_states(model) -> list:
+    """The dropout seed-generator states of a Keras 3 model.
+
+    `tf.train.Checkpoint(model=...)` does not hold them (shared/NOTES.md), and without them a
+    resumed run draws different dropout masks than an uninterrupted one.
+    """
+    return [v for v in model.non_trainable_variables if "seed_generator_state" in v.path]
+
+
+def _slice_for_replica(strategy, batch):
+    """Splits a worker's batch dict into equal per-replica slices (a distributed value)."""
+    local = len(strategy.extended.worker_devices)
+
+    def value_fn(ctx):
+        i = ctx.replica_id_in_sync_group % local
+        return {k: tf.split(v, local, axis=0)[i] if local > 1 else v for k, v in batch.items()}
+
+    return strategy.experimental_distribute_values_from_function(value_fn)
+
+
+def _stack_sums(sums: dict, keys: list):
+    return tf.stack([tf.cast(sums[k], tf.float32) for k in keys])
+
+
+class Trainer:
+    """Runs distributed training and evaluation of one Task with one optimizer."""
+
+    def __init__(self, strategy, task: Task, optimizer, clip_norm: float = 1.0):
+        self.strategy = strategy
+        self.task = task
+        self.optimizer = optimizer
+        self.clip_norm = clip_norm
+        self.sum_keys = sorted({k for pair in task.metrics.values() for k in pair})
+        self._train_fn = None
+        self._eval_fn = None
+
+    # -- one step, in replica context ----------------------------------------------------------
+    def _replica_train_step(self, batch):
+        model = self.task.model
+        ctx = tf.distribute.get_replica_context()
+        variables = model.trainable_variables
+        with tf.GradientTape() as tape:
+            sums = self.task.sums_fn(batch, training=True)
+            dens = ctx.all_reduce("sum", [sums[d] for _, d in self.task.loss_terms])
+            loss = tf.add_n(
+                [sums[n] / tf.maximum(d, 1.0) for (n, _), d in zip(self.task.loss_terms, dens)]
+            )
+        grads = tape.gradient(loss, variables)
+        # Sum over replicas here, once: clipping must see the global gradient (the optimizer's
+        # own all-reduce is off, see training/optimization.py).
+        grads = ctx.all_reduce("sum", grads)
+        grads, norm = optimization.clip_by_global_norm(grads, self.clip_norm)
+        lr = tf.cast(self.optimizer.learning_rate, tf.float32)  # the rate this step applies
+        self.optimizer.apply(grads, variables)
+        # Every replica holds the same global norm and rate; the caller sums over replicas.
+        extra = tf.stack([norm, lr]) / tf.cast(self.strategy.num_replicas_in_sync, tf.float32)
+        return _stack_sums(sums, self.sum_keys), extra
+
+    def _replica_eval_step(self, batch):
+        return _stack_sums(self.task.sums_fn(batch, training=False), self.sum_keys)
+
+    # -- compiled loops ------------------------------------------------------------------------
+    def train_steps(self, iterator, num_steps: int) -> np.ndarray:
+        """Runs `num_steps` steps in one tf.function call (no Python between steps).
+
+        Returns a float64 array (num_steps, len(sum_keys) + 2): the per-step metric sums over the
+        global batch, then the global gradient norm before clipping and the learning rate.
+        """
+        if self._train_fn is None:
+
+            @tf.function
+            def train_fn(iterator, n):
+                out = tf.TensorArray(tf.float32, size=n)
+                for i in tf.range(n):
+                    dist = _slice_for_replica(self.strategy, next(iterator))
+                    sums, extra = self.strategy.run(self._replica_train_step, args=(dist,))
+                    row = tf.concat(
+                        [
+                            self.strategy.reduce("sum", sums, axis=None),
+                            self.strategy.reduce("sum", extra, axis=None),
+                        ],
+                        axis=0,
+                    )
+                    out = out.write(i, row)
+                return out.stack()
+
+            self._train_fn = train_fn
+        return self._train_fn(iterator, tf.constant(num_steps)).numpy().astype(np.float64)
+
+    def evaluate(self, dataset, max_steps: int) -> dict:
+        """Runs up to `max_steps` eval batches (all, if the dataset ends first) and returns the
+        task's metrics computed over the whole evaluated set."""
+        if self._eval_fn is None:
+
+            @tf.function
+            def eval_fn(batch):
+                dist = _slice_for_replica(self.strategy, batch)
+                sums = self.strategy.run(self._replica_eval_step, args=(dist,))
+                return self.strategy.reduce("sum", sums, axis=None)
+
+            self._eval_fn = eval_fn
+        total = np.zeros(len(self.sum_keys))
+        steps = 0
+        for batch in dataset.take(max_steps):
+            total += self._eval_fn(batch).numpy()
+            steps += 1
+        if steps == 0:
+            raise ValueError(
+                "evaluation saw no batch: the eval input holds fewer examples than one batch"
+            )
+        return self.metrics_from_sums(total) | {"eval_steps": steps}
+
+    def metrics_from_sums(self, sums) -> dict:
+        s = dict(zip(self.sum_keys, [float(x) for x in sums]))
+        return {name: s[n] / max(s[d], 1e-12) for name, (n, d) in self.task.metrics.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------------
+
+
+def clean_temp_checkpoints(output_dir: str) -> list[str]:
+    """Removes the `*_temp*` folders a checkpoint save killed mid-write leaves behind."""
+    removed = []
+    if not os.path.isdir(output_dir):
+        return removed
+    for name in os.listdir(output_dir):
+        path = os.path.join(output_dir, name)
+        if "_temp" in name and name.startswith("ckpt") and os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def check_output_dir_config(output_dir: str, config_json: str) -> None:
+    """Refuses to resume in an output_dir whose checkpoint belongs to another model config;
+    writes the config there on first use (atomically)."""
+    path = os.path.join(output_dir, "model_config.json")
+    if os.path.exists(path):
+        old = json.loads(Path(path).read_text())
+        new = json.loads(config_json)
+        if old != new:
+            diff = {
+                k: (old.get(k), new.get(k)) for k in set(old) | set(new) if old.get(k) != new.get(k)
+            }
+            raise ValueError(
+                f"{output_dir} holds a checkpoint of a different model config (field: (in "
+                f"output_dir, given) = {diff}); use another --output_dir or the same config"
+            )
+        return
+    os.makedirs(output_dir, exist_ok=True)
+    tmp = path + ".tmp"
+    Path(tmp).write_text(config_json)
+    os.replace(tmp, path)
+
+
+def weights_are_finite(variables) -> bool:
+    return all(
+        bool(tf.reduce_all(tf.math.is_finite(v))) for v in variables if "float" in str(v.dtype)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Logs and plots
+# ---------------------------------------------------------------------------------------------
+
+
+def _fmt_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def _truncate_jsonl(path: str, max_step: int) -> None:
+    """Drops log lines past the restored step: those steps are trained again after a resume."""
+    if not os.path.exists(path):
+        return
+    keep = [
+        line
+        for line in Path(path).read_text().splitlines()
+        if line.strip() and json.loads(line)["step"] <= max_step
+    ]
+    tmp = path + ".tmp"
+    Path(tmp).write_text("".join(line + "\n" for line in keep))
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def plot_training_curves(
+    output_dir: str, loss_key: str = "loss", acc_key: str | None = None
+) -> str:
+    """Writes training_curves.png: training loss (and an accuracy) against step, with the eval
+    points from eval_log.jsonl. Returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = read_jsonl(os.path.join(output_dir, "train_log.jsonl"))
+    evals = read_jsonl(os.path.join(output_dir, "eval_log.jsonl"))
+    ncols = 2 if acc_key else 1
+    fig, axes = plt.subplots(1, ncols, figsize=(6 * ncols, 4), squeeze=False)
+    steps = np.array([r["step"] for r in train])
+
+    def smooth(values):
+        values = np.asarray(values, dtype=float)
+        k = max(1, len(values) // 50)
+        return np.convolve(values, np.ones(k) / k, mode="valid"), steps[k - 1 :]
+
+    for ax, key, title in [(axes[0][0], loss_key, "loss")] + (
+        [(axes[0][1], acc_key, acc_key)] if acc_key else []
+    ):
+        if train and key in train[0]:
+            y, x = smooth([r[key] for r in train])
+            ax.plot(x, y, label="train (moving average)")
+        eval_key = (
+            "masked_lm_loss" if key == loss_key and evals and "masked_lm_loss" in evals[0] else key
+        )
+        pts = [(r["step"], r[eval_key]) for r in evals if eval_key in r]
+        if pts:
+            ax.plot(*zip(*pts), "o-", label=f"held-out ({eval_key})")
+        ax.set_xlabel("step")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path = os.path.join(output_dir, "training_curves.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# The training run
+# ---------------------------------------------------------------------------------------------
+
+
+def run_training(
+    trainer: Trainer,
+    train_dataset_fn: Callable[[], tf.data.Dataset],
+    settings: TrainSettings,
+    global_batch_size: int,
+    eval_fn: Callable[[], dict] | None = None,
+    init_fn: Callable[[], None] | None = None,
+) -> dict:
+    """Trains to `settings.num_train_steps`, resuming from output_dir's latest checkpoint.
+
+    Args:
+      trainer: the Trainer (model and optimizer already built under the strategy's scope).
+      train_dataset_fn: builds this worker's training dataset of global (per-worker) batches.
+      settings: run settings.
+      global_batch_size: examples per step over all replicas (for examples/s).
+      eval_fn: optional; called on a fresh start (step 0) and after every checkpoint save, returns
+        metrics that go to eval_log.jsonl and TensorBoard.
+      init_fn: optional; called once on a fresh start (no checkpoint in output_dir) to load
+        initial weights (--init_checkpoint).
+    Returns the last logged training metrics.
+    """
+    out = settings.output_dir
+    os.makedirs(out, exist_ok=True)
+    for path in clean_temp_checkpoints(out):
+        logging.warning("removed a checkpoint folder left half-written by a killed save: %s", path)
+    if settings.config_json:
+        check_output_dir_config(out, settings.config_json)
+
+    strategy = trainer.strategy
+    model = trainer.task.model
+    with strategy.scope():
+        step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    dataset = train_dataset_fn()
+    iterator = iter(dataset)
+    ckpt = tf.train.Checkpoint(
+        model=model,
+        optimizer=trainer.optimizer,
+        global_step=step_var,
+        iterator=iterator,
+        seed_states=seed_states(model),
+    )
+    manager = tf.train.CheckpointManager(
+        ckpt, out, max_to_keep=settings.max_checkpoints_to_keep, checkpoint_name="ckpt"
+    )
+    train_log = os.path.join(out, "train_log.jsonl")
+    eval_log = os.path.join(out, "eval_log.jsonl")
+    if manager.latest_checkpoint:
+        ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        logging.info("resumed from %s at step %d", manager.latest_checkpoint, int(step_var))
+        _truncate_jsonl(train_log, int(step_var))
+        _truncate_jsonl(eval_log, int(step_var))
+    else:
+        for stale in (train_log, eval_log):
+            if os.path.exists(stale):
+                os.remove(stale)
+        if init_fn:
+            init_fn()
+        if eval_fn:
+            _log_eval(eval_fn, 0, eval_log, out)
+
+    writer = tf.summary.create_file_writer(os.path.join(out, "train"))
+    metric_names = list(trainer.task.metrics)
+    start_step = int(step_var)
+    t0 = time.time()
+    last: dict = {}
+    while int(step_var) < settings.num_train_steps:
+        step = int(step_var)
+        to_save = settings.save_checkpoints_steps - step % settings.save_checkpoints_steps
+        n = min(settings.iterations_per_loop, to_save, settings.num_train_steps - step)
+        rows = trainer.train_steps(iterator, n)
+        records = []
+        for i, row in enumerate(rows):
+            metrics = trainer.metrics_from_sums(row[:-2])
+            loss = sum(metrics[k] for k in metric_names if k.endswith("_loss"))
+            rec = {"step": step + i + 1, "loss": loss, **metrics}
+            rec |= {"grad_norm": float(row[-2]), "learning_rate": float(row[-1])}
+            records.append(rec)
+        if not all(math.isfinite(r["loss"]) for r in records):
+            bad = next(r for r in records if not math.isfinite(r["loss"]))
+            raise FloatingPointError(
+                f"non-finite loss at step {bad['step']} ({bad}); nothing was saved after the last "
+                f"checkpoint {manager.latest_checkpoint}, which is intact. Lower --learning_rate "
+                "or check the input data."
+            )
+        step_var.assign_add(n)
+        step = int(step_var)
+        with open(train_log, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        with writer.as_default(step=step):
+            for key in records[-1]:
+                if key != "step":
+                    tf.summary.scalar(key, np.mean([r[key] for r in records]))
+        last = records[-1]
+        elapsed = time.time() - t0
+        rate = (step - start_step) * global_batch_size / max(elapsed, 1e-9)
+        eta = (settings.num_train_steps - step) * global_batch_size / max(rate, 1e-9)
+        shown = " ".join(
+            f"{k} {np.mean([r[k] for r in records]):.4f}" for k in ["loss", *metric_names]
+        )
+        logging.info(
+            "step %d/%d | %s | %.1f examples/s | ETA %s",
+            step,
+            settings.num_train_steps,
+            shown,
+            rate,
+            _fmt_duration(eta),
+        )
+        if step % settings.save_checkpoints_steps == 0 or step >= settings.num_train_steps:
+            _save(manager, model, step)
+            if eval_fn:
+                _log_eval(eval_fn, step, eval_log, out)
+    writer.flush()
+    return last
+
+
+def _save(manager, model, step: int) -> None:
+    # Never overwrite good state with bad: non-finite weights are not saved (the loss check above
+    # stops first in practice; this guards weights that went bad without a bad loss).
+    if not weights_are_finite(model.trainable_variables):
+        raise FloatingPointError(
+            f"non-finite weights at step {step}; not saved. Last good checkpoint: "
+            f"{manager.latest_checkpoint}"
+        )
+    path = manager.save(checkpoint_number=step)
+    logging.info("saved checkpoint %s", path)
+
+
+def _log_eval(eval_fn, step: int, eval_log: str, out: str) -> dict:
+    metrics = eval_fn()
+    rec = {"step": step, **metrics}
+    with open(eval_log, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    with tf.summary.create_file_writer(os.path.join(out, "eval")).as_default(step=step):
+        for k, v in metrics.items():
+            tf.summary.scalar(k, v)
+    logging.info("eval at step %d: %s", step, " ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    return rec
+
+
+def restore_model_weights(model, path: str, attribute: str = "model") -> str:
+    """Loads model weights from a Cloze checkpoint (a file prefix or a directory: its latest).
+
+    Only objects present in both are matched, so a pretraining checkpoint initialises the encoder
+    of a task model; raises ValueError naming the path when nothing in it matches.
+    """
+    prefix = tf.train.latest_checkpoint(path) if tf.io.gfile.isdir(path) else path
+    if not prefix:
+        raise ValueError(
+            f"{path}: expected a checkpoint prefix or a folder holding one, found none"
+        )
+    status = tf.train.Checkpoint(**{attribute: model}).restore(prefix)
+    status.expect_partial()
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as e:
+        raise ValueError(f"{prefix}: checkpoint does not fit this model: {str(e)[:500]}") from None
+    return prefix
