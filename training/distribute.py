@@ -31,8 +31,16 @@ def get_strategy(name: str, tpu_address: str = "") -> tf.distribute.Strategy:
             raise ValueError(
                 "--distribution_strategy=tpu needs --tpu (an address, a name or 'local')"
             )
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address)
+        resolver = tpu_cluster_resolver(tpu_address)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
     raise ValueError(f"--distribution_strategy: expected one of {STRATEGIES}, found {name!r}")
+
+
+def tpu_cluster_resolver(tpu_address: str):
+    """The TPUClusterResolver for `--tpu`: a grpc:// address, a Cloud TPU name, or "local" on a
+    TPU VM. Building it does not connect; get_strategy connects and initialises the TPU system."""
+    if not tpu_address:
+        raise ValueError("--distribution_strategy=tpu needs --tpu (an address, a name or 'local')")
+    return tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address)
