@@ -84,7 +84,9 @@ def serialize_pretraining_example(
         "next_sentence_labels": _int_feature([next_sentence_label]),
     }
     example = tf.train.Example(features=tf.train.Features(feature=features))
-    return example.SerializeToString()
+    # deterministic=True writes the feature map in sorted key order; otherwise protobuf's map
+    # order follows a per-process hash seed and the same seed would not give the same bytes.
+    return example.SerializeToString(deterministic=True)
 
 
 def parse_pretraining_example(serialized, max_seq_length: int, max_predictions_per_seq: int):
