@@ -1,0 +1,156 @@
+"""Text corpus -> BERT pre-training TFRecords (masked LM + next sentence prediction).
+
+The original google-research/bert script's flags and defaults; given the same text, vocabulary and
+seed it writes the same records. Input: one sentence per line, a blank line between documents.
+
+Example:
+  python data_prep/create_pretraining_data.py \\
+    --input_file='corpus/*.txt' --output_file=work_dir/data/a.tfrecord,work_dir/data/b.tfrecord \\
+    --vocab_file=vocab.txt --do_lower_case=True --max_seq_length=128 \\
+    --max_predictions_per_seq=20 --masked_lm_prob=0.15 --random_seed=12345 --dupe_factor=10
+"""
+
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+from absl import app, flags, logging
+
+# Run as a script, so the repository root is not on the path by itself.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+flags.DEFINE_string("input_file", None, "Input text file(s): a comma list of files or globs.")
+flags.DEFINE_string("output_file", None, "Output TFRecord file(s): a comma list, one per shard.")
+flags.DEFINE_string("vocab_file", None, "The WordPiece vocabulary the model is trained with.")
+flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (True for uncased vocabularies).")
+flags.DEFINE_bool("do_whole_word_mask", False, "Mask all word pieces of a word or none of them.")
+flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length, [CLS] and [SEP]s included.")
+flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum masked LM predictions per sequence.")
+flags.DEFINE_integer("random_seed", 12345, "Random seed: the same seed gives the same files.")
+flags.DEFINE_integer("dupe_factor", 10, "Passes over the corpus, each with different masks.")
+flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to predict.")
+flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter than maximum target length.")
+
+FLAGS = flags.FLAGS
+
+
+def _split(spec: str) -> list[str]:
+    return [part.strip() for part in spec.split(",") if part.strip()]
+
+
+for _name in ("input_file", "output_file", "vocab_file"):
+    flags.mark_flag_as_required(_name)
+for _name in ("masked_lm_prob", "short_seq_prob"):
+    flags.register_validator(_name, lambda p: 0.0 <= p <= 1.0, "must be a probability in [0, 1]")
+flags.register_validator(
+    "max_seq_length", lambda s: s >= 5, "must be at least 5 to hold [CLS] A [SEP] B [SEP]"
+)
+flags.register_validator("dupe_factor", lambda d: d >= 1, "must be at least 1")
+flags.register_validator("max_predictions_per_seq", lambda p: p >= 1, "must be at least 1")
+flags.register_multi_flags_validator(
+    ["max_predictions_per_seq", "max_seq_length"],
+    lambda f: f["max_predictions_per_seq"] <= f["max_seq_length"],
+    "--max_predictions_per_seq cannot exceed --max_seq_length (were they swapped?)",
+)
+flags.register_validator(
+    "output_file",
+    lambda spec: spec is None or (_split(spec) and len(set(_split(spec))) == len(_split(spec))),
+    "must name one or more distinct files, comma-separated",
+)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    # Imported here, not at the top, so that --help and flag errors answer at once instead of
+    # after the seconds TensorFlow takes to load.
+    import tensorflow as tf
+    from tqdm import tqdm
+
+    from data_prep.errors import InputError
+    from data_prep.features import expand_input_files
+    from data_prep.pretraining_data import (
+        MaskingVocab,
+        create_training_instances,
+        read_documents,
+        write_instances,
+    )
+    from data_prep.tokenization import InGraphTokenizer, load_vocab
+
+    logging.set_verbosity(logging.INFO)
+    # A full-length sequence wants round(S * masked_lm_prob) predictions; fewer slots silently
+    # lower its mask rate (the original README: set P to about S * masked_lm_prob).
+    wanted = int(round(FLAGS.max_seq_length * FLAGS.masked_lm_prob))
+    if FLAGS.max_predictions_per_seq < wanted:
+        logging.warning(
+            "--max_predictions_per_seq=%d < round(--max_seq_length * --masked_lm_prob) = %d: "
+            "full-length sequences get a mask rate of %.3f instead of %.3f.",
+            FLAGS.max_predictions_per_seq,
+            wanted,
+            FLAGS.max_predictions_per_seq / FLAGS.max_seq_length,
+            FLAGS.masked_lm_prob,
+        )
+    logging.info(
+        "Pass --max_seq_length=%d --max_predictions_per_seq=%d to run_pretraining.py as well.",
+        FLAGS.max_seq_length,
+        FLAGS.max_predictions_per_seq,
+    )
+
+    output_files = _split(FLAGS.output_file)
+    for folder in {os.path.dirname(path) for path in output_files} - {""}:
+        tf.io.gfile.makedirs(folder)
+    try:
+        input_files = expand_input_files(FLAGS.input_file)
+        vocab = load_vocab(FLAGS.vocab_file)
+        masking_vocab = MaskingVocab.from_vocab(vocab, where=FLAGS.vocab_file)
+        tokenizer = InGraphTokenizer(vocab, do_lower_case=FLAGS.do_lower_case)
+        logging.info("Reading %d file(s): %s", len(input_files), ", ".join(input_files))
+        start = time.perf_counter()
+        documents = read_documents(input_files, tokenizer)
+    except InputError as e:
+        sys.exit(f"create_pretraining_data: {e}")
+    logging.info(
+        "%d documents, %d sentences, %d tokens in %.1f s",
+        len(documents),
+        sum(len(d) for d in documents),
+        sum(len(s) for d in documents for s in d),
+        time.perf_counter() - start,
+    )
+
+    rng = random.Random(FLAGS.random_seed)
+    with tqdm(desc="creating", unit=" instances", unit_scale=True, smoothing=0.1) as bar:
+        instances = create_training_instances(
+            documents,
+            masking_vocab,
+            FLAGS.max_seq_length,
+            FLAGS.dupe_factor,
+            FLAGS.short_seq_prob,
+            FLAGS.masked_lm_prob,
+            FLAGS.max_predictions_per_seq,
+            rng,
+            do_whole_word_mask=FLAGS.do_whole_word_mask,
+            progress=bar.update,
+        )
+    del documents  # only the instances are needed from here on
+    logging.info(
+        "%d instances, %.1f%% with a random next segment",
+        len(instances),
+        100.0 * sum(i.is_random_next for i in instances) / max(1, len(instances)),
+    )
+
+    logging.info("Writing %d file(s): %s", len(output_files), ", ".join(output_files))
+    counts = write_instances(
+        tqdm(instances, desc="writing", unit=" instances", unit_scale=True, smoothing=0.1),
+        output_files,
+        FLAGS.max_seq_length,
+        FLAGS.max_predictions_per_seq,
+        vocab,
+    )
+    for path, count in zip(output_files, counts, strict=True):
+        logging.info("  %s: %d instances", path, count)
+
+
+if __name__ == "__main__":
+    app.run(main)

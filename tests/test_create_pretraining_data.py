@@ -1,0 +1,117 @@
+"""Smoke runs of data_prep/create_pretraining_data.py as a script, on a corpus the test writes."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from data_prep.features import check_pretraining_files
+from data_prep.pretraining_data import (
+    create_training_instances,
+    read_documents,
+    serialize_instance,
+)
+from data_prep.tokenization import FullTokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = "data_prep/create_pretraining_data.py"
+
+WORDS = (
+    "the a cat dog sat ran on mat big small red un ##believ ##able play ##ing ##ed "
+    "house garden tree bird sang . , ! ?"
+).split()
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, SCRIPT, *args], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture
+def vocab_file(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
+    return str(path)
+
+
+def write_corpus(folder: Path, name: str, num_docs: int, seed: int) -> Path:
+    rng = random.Random(seed)
+    plain = [w for w in WORDS if not w.startswith("##") and w not in ".,!?"]
+    lines = []
+    for _ in range(num_docs):
+        for _ in range(rng.randint(2, 7)):
+            words = [rng.choice(plain + ["unbelievable", "playing", "played"]) for _ in range(6)]
+            lines.append(" ".join(words).capitalize() + rng.choice(".!?"))
+        lines.append("")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("\n".join(lines))
+    return path
+
+
+def test_smoke_run_writes_shards_equal_to_the_library(tmp_path, vocab_file):
+    corpus = [write_corpus(tmp_path / "corpus", f"part-{k}.txt", 6, seed=k) for k in range(2)]
+    out = tmp_path / "out" / "sub"  # does not exist yet: the script creates it
+    shards = [str(out / "train-0.tfrecord"), str(out / "train-1.tfrecord")]
+    result = run_script(
+        f"--input_file={tmp_path / 'corpus' / '*.txt'}",
+        f"--output_file={','.join(shards)}",
+        f"--vocab_file={vocab_file}",
+        "--max_seq_length=24",
+        "--max_predictions_per_seq=4",
+        "--dupe_factor=3",
+        "--random_seed=7",
+        "--do_whole_word_mask=True",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["train-0.tfrecord", "train-1.tfrecord"]
+    check_pretraining_files(shards, 24, 4)
+    assert "*** Example ***" in result.stderr and "instances/s" in result.stderr
+
+    # The same instances, made in this process with the reference tokenizer, serialize to the
+    # same records in the same round-robin order.
+    tokenizer = FullTokenizer(vocab_file, do_lower_case=True)
+    documents = read_documents([str(p) for p in corpus], tokenizer)
+    instances = create_training_instances(
+        documents, tokenizer.vocab, 24, 3, 0.1, 0.15, 4, random.Random(7), do_whole_word_mask=True
+    )
+    assert len(instances) > 20
+    for k, shard in enumerate(shards):
+        records = [r.numpy() for r in tf.data.TFRecordDataset(shard)]
+        # Bytes made in another process: the feature map order must not depend on the process.
+        assert records == [serialize_instance(i, 24, 4) for i in instances[k::2]]
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--masked_lm_prob=1.5", "--masked_lm_prob=1.5: must be a probability in [0, 1]"),
+        ("--short_seq_prob=-0.1", "--short_seq_prob=-0.1: must be a probability in [0, 1]"),
+        ("--max_predictions_per_seq=200", "cannot exceed --max_seq_length"),
+        ("--max_seq_length=4", "--max_seq_length=4: must be at least 5"),
+        ("--output_file=a.tfrecord,a.tfrecord", "must name one or more distinct files"),
+    ],
+)
+def test_bad_flags_are_refused_with_a_message(flag, message):
+    args = ["--input_file=x.txt", "--output_file=out.tfrecord", "--vocab_file=vocab.txt", flag]
+    result = run_script(*args)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_corpus_error_names_the_file(tmp_path, vocab_file):
+    corpus = tmp_path / "single.txt"
+    corpus.write_text("The cat sat.\n\nThe dog ran.\n\nA bird sang.\n")
+    out = tmp_path / "out.tfrecord"
+    result = run_script(
+        f"--input_file={corpus}", f"--output_file={out}", f"--vocab_file={vocab_file}"
+    )
+    assert result.returncode == 1
+    assert f"{corpus}: expected at least one document with two or more sentences" in result.stderr
+    assert not out.exists()
