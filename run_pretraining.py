@@ -142,7 +142,9 @@ def main(argv):
             eval_fn=eval_fn if FLAGS.do_eval else None,
             init_fn=init_fn if FLAGS.init_checkpoint else None,
         )
-        curves = trainer.plot_training_curves(output_dir, "loss", "masked_lm_accuracy")
+        curves = trainer.plot_training_curves(
+            output_dir, "masked_lm_loss", "masked_lm_accuracy", "next_sentence_accuracy"
+        )
         logging.info("training curves: %s", curves)
     if FLAGS.do_eval:
         if not FLAGS.do_train:

@@ -248,11 +248,10 @@ def read_jsonl(path: str) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def plot_training_curves(
-    output_dir: str, loss_key: str = "loss", acc_key: str | None = None
-) -> str:
-    """Writes training_curves.png: training loss (and an accuracy) against step, with the eval
-    points from eval_log.jsonl. Returns the path."""
+def plot_training_curves(output_dir: str, *keys: str) -> str:
+    """Writes training_curves.png: one panel per metric key (e.g. "masked_lm_loss",
+    "masked_lm_accuracy"), the training values (moving average over ~5% of the run) against step
+    and the held-out values from eval_log.jsonl for the same key. Returns the path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -260,29 +259,22 @@ def plot_training_curves(
 
     train = read_jsonl(os.path.join(output_dir, "train_log.jsonl"))
     evals = read_jsonl(os.path.join(output_dir, "eval_log.jsonl"))
-    ncols = 2 if acc_key else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(6 * ncols, 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(keys), figsize=(6 * len(keys), 4), squeeze=False)
     steps = np.array([r["step"] for r in train])
-
-    def smooth(values):
-        values = np.asarray(values, dtype=float)
-        k = max(1, len(values) // 50)
-        return np.convolve(values, np.ones(k) / k, mode="valid"), steps[k - 1 :]
-
-    for ax, key, title in [(axes[0][0], loss_key, "loss")] + (
-        [(axes[0][1], acc_key, acc_key)] if acc_key else []
-    ):
-        if train and key in train[0]:
-            y, x = smooth([r[key] for r in train])
-            ax.plot(x, y, label="train (moving average)")
-        eval_key = (
-            "masked_lm_loss" if key == loss_key and evals and "masked_lm_loss" in evals[0] else key
-        )
-        pts = [(r["step"], r[eval_key]) for r in evals if eval_key in r]
-        if pts:
-            ax.plot(*zip(*pts), "o-", label=f"held-out ({eval_key})")
+    window = max(1, len(train) // 20)
+    for ax, key in zip(axes[0], keys):
+        values = [r[key] for r in train if key in r]
+        if len(values) == len(train) and train:
+            smooth = np.convolve(values, np.ones(window) / window, mode="valid")
+            ax.plot(steps, values, color="tab:blue", alpha=0.2, lw=0.8)
+            ax.plot(
+                steps[window - 1 :], smooth, color="tab:blue", label=f"train ({window}-step mean)"
+            )
+        points = [(r["step"], r[key]) for r in evals if key in r]
+        if points:
+            ax.plot(*zip(*points), "o-", color="tab:orange", label="held-out")
         ax.set_xlabel("step")
-        ax.set_title(title)
+        ax.set_title(key)
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
