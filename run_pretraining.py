@@ -114,8 +114,12 @@ def main(argv):
         return fit.evaluate(eval_dataset(), FLAGS.max_eval_steps)
 
     def init_fn():
-        loaded = trainer.restore_model_weights(model, FLAGS.init_checkpoint)
-        logging.info("initialised from %s", loaded)
+        loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
+        logging.info(
+            "initialised the %s from %s",
+            "whole model" if part == "model" else "encoder (heads start fresh)",
+            loaded,
+        )
 
     output_dir = FLAGS.output_dir
     if FLAGS.do_train:

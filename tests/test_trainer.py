@@ -141,3 +141,25 @@ def test_weight_decay_skips_layer_norm_and_bias():
     assert any(p.endswith("word_embeddings") for p in decayed)
     assert any(p.endswith("qkv/kernel") for p in decayed)
     assert not any(p.endswith(("gamma", "beta", "bias")) for p in decayed)
+
+
+def test_init_from_encoder_only_checkpoint_loads_encoder_and_keeps_heads(tmp_path):
+    config = helpers.tiny_config()
+    source = bert.BertPretrainer(config)
+    source.build()
+    # An encoder-only checkpoint, as convert_checkpoint.py writes for a published encoder.
+    prefix = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=source.encoder)).save(
+        str(tmp_path / "enc")
+    )
+    target = bert.BertPretrainer(config)
+    target.build()
+    head_before = target.masked_lm.transform.kernel.numpy().copy()
+    loaded, part = trainer.init_from_checkpoint(target, prefix)
+    assert (loaded, part) == (prefix, "encoder")
+    for a, b in zip(source.encoder.trainable_variables, target.encoder.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(target.masked_lm.transform.kernel.numpy(), head_before)
+    full = tf.train.Checkpoint(model=source).save(str(tmp_path / "full"))
+    assert trainer.init_from_checkpoint(target, full) == (full, "model")
+    with pytest.raises(ValueError, match="expected a checkpoint"):
+        trainer.init_from_checkpoint(target, str(tmp_path / "empty_dir_that_does_not_exist"))

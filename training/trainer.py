@@ -435,7 +435,7 @@ def restore_model_weights(model, path: str, attribute: str = "model") -> str:
     of a task model; raises ValueError naming the path when nothing in it matches.
     """
     prefix = tf.train.latest_checkpoint(path) if tf.io.gfile.isdir(path) else path
-    if not prefix:
+    if not prefix or not tf.io.gfile.exists(prefix + ".index"):
         raise ValueError(
             f"{path}: expected a checkpoint prefix or a folder holding one, found none"
         )
@@ -446,3 +446,19 @@ def restore_model_weights(model, path: str, attribute: str = "model") -> str:
     except AssertionError as e:
         raise ValueError(f"{prefix}: checkpoint does not fit this model: {str(e)[:500]}") from None
     return prefix
+
+
+def init_from_checkpoint(model, path: str) -> tuple[str, str]:
+    """Loads `--init_checkpoint` into a model that has an `encoder` attribute.
+
+    A checkpoint of the same model loads whole; otherwise (a pretraining checkpoint into a task
+    model, an encoder-only converted checkpoint into a pretrainer, another task's head) only
+    `model/encoder` is loaded and the rest keeps its initialisation. Returns (checkpoint prefix,
+    "model" or "encoder"); raises ValueError naming the path when neither fits.
+    """
+    try:
+        return restore_model_weights(model, path), "model"
+    except ValueError:
+        pass
+    holder = tf.train.Checkpoint(encoder=model.encoder)
+    return restore_model_weights(holder, path), "encoder"

@@ -1,0 +1,200 @@
+"""Converts BERT checkpoints between google-research/bert TF1, Hugging Face and Cloze, and exports
+SavedModels that take raw strings.
+
+Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoint):
+  python convert_checkpoint.py --from=hf --to=cloze --input_dir=all-MiniLM-L6-v2/ \
+    --output_dir=converted/minilm
+
+--from: tf1_bert  a folder with bert_model.ckpt.*, bert_config.json, vocab.txt (Google's release)
+        hf        a folder with model.safetensors (or a shard index), config.json, vocab.txt
+        cloze     a Cloze output folder or checkpoint prefix, with bert_config.json or
+                  model_config.json beside it (or --bert_config_file)
+--to:   cloze        ckpt-1 + bert_config.json + vocab.txt; any run script takes the folder as
+                     --init_checkpoint
+        hf           model.safetensors + config.json + vocab.txt + tokenizer_config.json
+        tf1_bert     bert_model.ckpt.* with the original names + bert_config.json + vocab.txt
+        saved_model  a SavedModel with raw-string signatures (needs --vocab_file or vocab.txt)
+        keras        model.keras (+ bert_config.json, vocab.txt)
+Files named by --init_checkpoint, --bert_config_file and --vocab_file replace the ones looked for
+in --input_dir. Everything is written to a temporary folder beside --output_dir and renamed into
+place only when the whole conversion succeeded; an existing non-empty --output_dir is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from absl import app, flags, logging
+
+FORMATS_IN = ["tf1_bert", "hf", "cloze"]
+FORMATS_OUT = ["cloze", "hf", "tf1_bert", "saved_model", "keras"]
+
+flags.DEFINE_enum("from", None, FORMATS_IN, "Format of the checkpoint to read.")
+flags.DEFINE_enum("to", None, FORMATS_OUT, "Format to write.")
+flags.DEFINE_string("input_dir", None, "Folder holding the checkpoint, its config and vocab.txt.")
+flags.DEFINE_string(
+    "init_checkpoint",
+    None,
+    "The checkpoint itself: a TF checkpoint prefix or folder (tf1_bert, cloze), or a "
+    ".safetensors file / shard index (hf). Default: found in --input_dir.",
+)
+flags.DEFINE_string(
+    "bert_config_file",
+    None,
+    "Model config: bert_config.json field names, or a Hugging Face config.json for --from=hf. "
+    "Default: found in --input_dir.",
+)
+flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt. Default: --input_dir/vocab.txt.")
+flags.DEFINE_string("output_dir", None, "Folder to create (must be absent or empty).")
+flags.DEFINE_bool("do_lower_case", True, "Whether the vocab is uncased (SavedModel tokenizer).")
+flags.DEFINE_integer("max_seq_length", 128, "SavedModel: longest [CLS] ... [SEP] input it makes.")
+flags.DEFINE_bool(
+    "trust_pickle",
+    False,
+    "Allow reading a PyTorch pickle (.bin/.pt). Pickles can run code when loaded: only for files "
+    "you trust; safetensors needs no such trust.",
+)
+flags.DEFINE_string(
+    "skip_variables",
+    None,
+    "Regex of source variables to leave out on purpose (e.g. '^classifier\\.' for a fine-tuned "
+    "Hugging Face classifier); they are listed in the summary. Default: any unused variable is an "
+    "error.",
+)
+FLAGS = flags.FLAGS
+
+# Where each format keeps its config inside --input_dir, in order of preference.
+CONFIG_NAMES = {
+    "tf1_bert": ("bert_config.json",),
+    "hf": ("config.json",),
+    "cloze": ("bert_config.json", "model_config.json"),
+}
+
+
+def find_config(source_format: str, input_dir: str | None, checkpoint: str | None) -> Path:
+    """The config file: --bert_config_file, else the format's usual name in --input_dir (or beside
+    the checkpoint). Raises InputError naming the places looked at."""
+    from data_prep.errors import input_error
+
+    if FLAGS.bert_config_file:
+        path = Path(FLAGS.bert_config_file)
+        if not path.is_file():
+            raise input_error(str(path), "a config file (--bert_config_file)", "no such file")
+        return path
+    folders = [Path(input_dir)] if input_dir else []
+    if checkpoint:
+        ckpt = Path(checkpoint)
+        folders.append(ckpt if ckpt.is_dir() else ckpt.parent)
+    looked = []
+    for folder in folders:
+        for name in CONFIG_NAMES[source_format]:
+            looked.append(str(folder / name))
+            if (folder / name).is_file():
+                return folder / name
+    raise input_error(
+        " or ".join(looked) or "--bert_config_file", "a model config file", "no such file"
+    )
+
+
+def find_vocab(input_dir: str | None) -> Path | None:
+    from data_prep.errors import input_error
+
+    if FLAGS.vocab_file:
+        path = Path(FLAGS.vocab_file)
+        if not path.is_file():
+            raise input_error(str(path), "a vocab file (--vocab_file)", "no such file")
+        return path
+    if input_dir and (Path(input_dir) / "vocab.txt").is_file():
+        return Path(input_dir) / "vocab.txt"
+    return None
+
+
+def convert(source_format: str, target_format: str) -> None:
+    from data_prep.errors import input_error
+    from modeling import checkpoints
+
+    input_dir, checkpoint = FLAGS.input_dir, FLAGS.init_checkpoint
+    if input_dir and not os.path.isdir(input_dir):
+        raise input_error(input_dir, "a folder (--input_dir)", "no such folder")
+    config_file = find_config(source_format, input_dir, checkpoint)
+    vocab_file = find_vocab(input_dir)
+    if vocab_file is None and target_format in ("hf", "saved_model"):
+        raise input_error(
+            str(Path(input_dir or ".") / "vocab.txt"),
+            f"a vocab file for --to={target_format} (or --vocab_file)",
+            "no such file",
+        )
+    checkpoints.check_output_dir(FLAGS.output_dir)  # before the slow part
+
+    if source_format == "hf":
+        config = checkpoints.read_any_config(config_file)
+    else:
+        from modeling import bert
+
+        config = bert.BertConfig.from_json_file(config_file)
+    if vocab_file is not None:
+        checkpoints.check_vocab_size(vocab_file, config, str(config_file))
+    source = checkpoint or input_dir
+    args = (source, config, str(config_file), FLAGS.skip_variables)
+    if source_format == "tf1_bert":
+        model, report = checkpoints.load_tf1_bert(*args)
+    elif source_format == "hf":
+        model, report = checkpoints.load_hf_bert(*args, trust_pickle=FLAGS.trust_pickle)
+    else:
+        model, report = checkpoints.load_cloze(*args)
+    for note in report.notes:
+        if note.startswith("WARNING"):
+            logging.warning(note)
+
+    with checkpoints.AtomicOutputDir(FLAGS.output_dir) as tmp:
+        if target_format == "cloze":
+            checkpoints.save_cloze(model, tmp)
+        elif target_format == "tf1_bert":
+            checkpoints.save_tf1_bert(model, tmp)
+        elif target_format == "hf":
+            checkpoints.save_hf_bert(model, tmp, do_lower_case=FLAGS.do_lower_case)
+        elif target_format == "saved_model":
+            checkpoints.export_saved_model(
+                model, tmp, vocab_file, FLAGS.do_lower_case, FLAGS.max_seq_length
+            )
+        else:
+            checkpoints.export_keras(model, tmp / "model.keras")
+        if target_format in ("cloze", "tf1_bert", "keras"):
+            (tmp / "bert_config.json").write_text(config.to_json_string())
+        if vocab_file is not None and target_format != "saved_model":  # saved_model: in assets/
+            shutil.copyfile(vocab_file, tmp / "vocab.txt")
+        written = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
+        sizes = {str(p): (tmp / p).stat().st_size for p in written}
+
+    print(f"converted --from={source_format} to --to={target_format}")
+    print(f"config: {config_file}" + (f"; vocab: {vocab_file}" if vocab_file else ""))
+    print(report.summary())
+    print(f"wrote {FLAGS.output_dir}:")
+    for name, size in sizes.items():
+        print(f"  {name} ({size:,} bytes)")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    for name in ("from", "to", "output_dir"):
+        if not FLAGS[name].value:
+            raise app.UsageError(f"--{name} is required")
+    if not (FLAGS.input_dir or FLAGS.init_checkpoint):
+        raise app.UsageError("--input_dir or --init_checkpoint is required")
+    from data_prep.errors import InputError
+
+    try:
+        convert(FLAGS["from"].value, FLAGS.to)
+    except InputError as e:
+        # The user's input is wrong: say where and what, without a traceback.
+        print(f"convert_checkpoint.py: error: {e}", file=sys.stderr)
+        print(f"nothing was written to {FLAGS.output_dir}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    app.run(main)

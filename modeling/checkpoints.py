@@ -1,0 +1,1288 @@
+"""Checkpoint conversion: explicit name maps between Cloze and the formats people hold, and exports.
+
+Formats read and written:
+  tf1_bert  google-research/bert `bert_model.ckpt` (name-based TF1 checkpoint: `bert/`, `cls/`)
+  hf        Hugging Face BertModel / BertForPreTraining: `model.safetensors` + `config.json`
+  cloze     Cloze's own object-based tf.train.Checkpoint (`model=` a BertPretrainer, or anything
+            with an `encoder`), as training/trainer.py writes it
+and exported: a SavedModel whose signatures take raw strings (export_saved_model) and a `.keras`
+file (export_keras).
+
+How a conversion works. A *name map* is a list of `Entry`s, built from the config alone: each says
+which source variables (with their expected shapes) make one Cloze variable, and how (copy,
+transpose, or concatenate Q|K|V into Cloze's fused kernel). `convert_into` checks the whole map
+before it assigns anything and fails, naming every offending variable, when a source variable is
+missing, has another shape, or is left unused, or when a Cloze variable gets no value. The same
+entries run backwards (`export_arrays`) to write a format. Optimizer state (TF1 `adam_m`, the
+`optimizer/` part of a Cloze checkpoint) and non-weight buffers are the only things skipped
+silently, and they are listed in the report.
+
+Adding a family later (ALBERT, ELECTRA TF1 layouts): write its `*_entries(config, heads)` next to
+`tf1_bert_entries`. ELECTRA's discriminator is this BERT layout under scope `electra/` (so
+`tf1_bert_entries(config, heads=False, scope="electra")` plus entries for
+`discriminator_predictions/dense` and `discriminator_predictions/dense_1`); ALBERT adds
+`bert/encoder/embedding_hidden_mapping_in` and names its one shared block
+`bert/encoder/transformer/group_0/inner_group_0/...` (`attention_1/self/query`, `ffn_1/intermediate/
+dense`, `LayerNorm`, `LayerNorm_1`), which map onto its model's shared layer the same way.
+
+Shapes: H hidden, I intermediate, V vocab, T type vocab, P positions, N heads, D head depth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from data_prep.errors import InputError, input_error
+
+# modeling.bert (and with it Keras and TensorFlow) is imported inside the functions that need it,
+# so the command line checks paths and refuses a bad output folder in a blink.
+if TYPE_CHECKING:
+    from modeling import bert
+
+# ---------------------------------------------------------------------------------------------
+# Name-map entries
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One Cloze variable and the source variables it is made of.
+
+    to_cloze(list of source arrays, in `sources` order) -> the Cloze array;
+    from_cloze(Cloze array) -> list of source arrays. Both are exact (copies, transposes,
+    concatenations), so a round trip through any format is bit for bit.
+    """
+
+    target: str
+    sources: tuple[str, ...]
+    source_shapes: tuple[tuple[int, ...], ...]
+    to_cloze: Callable
+    from_cloze: Callable
+
+
+def _copy(target: str, source: str, shape) -> Entry:
+    return Entry(target, (source,), (tuple(shape),), lambda a: a[0], lambda x: [x])
+
+
+def _transposed(target: str, source: str, shape) -> Entry:
+    """A source stored as (out, in) (PyTorch nn.Linear, TF1 `output_weights`) for a Cloze (in, out)
+    kernel; `shape` is the source's."""
+    return Entry(target, (source,), (tuple(shape),), lambda a: a[0].T, lambda x: [x.T])
+
+
+def _fused(target: str, sources: Iterable[str], shape, transpose: bool) -> Entry:
+    """Q, K and V (each `shape`) concatenated on the last axis into Cloze's fused (H, 3H) kernel or
+    (3H,) bias. The (3, N, D) order inside 3H is what layers.SelfAttention reshapes to."""
+    sources = tuple(sources)
+
+    def to_cloze(arrays):
+        return np.concatenate([a.T if transpose else a for a in arrays], axis=-1)
+
+    def from_cloze(x):
+        parts = np.split(x, len(sources), axis=-1)
+        return [p.T if transpose else p for p in parts]
+
+    return Entry(target, sources, (tuple(shape),) * len(sources), to_cloze, from_cloze)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cloze's side: the variables of an encoder and of the pre-training heads, by attribute path
+# ---------------------------------------------------------------------------------------------
+
+
+def cloze_variable_shapes(config: bert.BertConfig, heads: bool) -> dict[str, tuple[int, ...]]:
+    """Every Cloze BERT variable by its attribute path from the model (as tf.train.Checkpoint names
+    it under `model/`), with its shape. `heads`: include the MLM and NSP heads (BertPretrainer)."""
+    c = config
+    h, i, v = c.hidden_size, c.intermediate_size, c.vocab_size
+    out = {
+        "encoder/embeddings/word_embeddings": (v, h),
+        "encoder/embeddings/token_type_embeddings": (c.type_vocab_size, h),
+        "encoder/embeddings/position_embeddings": (c.max_position_embeddings, h),
+        "encoder/embeddings/layer_norm/gamma": (h,),
+        "encoder/embeddings/layer_norm/beta": (h,),
+    }
+    for n in range(c.num_hidden_layers):
+        b = f"encoder/layer_{n}"
+        out |= {
+            f"{b}/attention/qkv/kernel": (h, 3 * h),
+            f"{b}/attention/qkv/bias": (3 * h,),
+            f"{b}/attention/output_dense/kernel": (h, h),
+            f"{b}/attention/output_dense/bias": (h,),
+            f"{b}/attention_layer_norm/gamma": (h,),
+            f"{b}/attention_layer_norm/beta": (h,),
+            f"{b}/intermediate/kernel": (h, i),
+            f"{b}/intermediate/bias": (i,),
+            f"{b}/output_dense/kernel": (i, h),
+            f"{b}/output_dense/bias": (h,),
+            f"{b}/output_layer_norm/gamma": (h,),
+            f"{b}/output_layer_norm/beta": (h,),
+        }
+    out |= {"encoder/pooler/kernel": (h, h), "encoder/pooler/bias": (h,)}
+    if heads:
+        out |= {
+            "masked_lm/transform/kernel": (h, h),
+            "masked_lm/transform/bias": (h,),
+            "masked_lm/layer_norm/gamma": (h,),
+            "masked_lm/layer_norm/beta": (h,),
+            "masked_lm/output_bias": (v,),
+            "next_sentence/dense/kernel": (h, 2),
+            "next_sentence/dense/bias": (2,),
+        }
+    return out
+
+
+def cloze_variables(model) -> dict:
+    """The variables of a BertEncoder or BertPretrainer under the names of cloze_variable_shapes.
+
+    Walks the attributes explicitly (not Keras' `v.path`, which holds layer names such as `output`
+    rather than the attribute `output_dense` that checkpoints use), then checks that the walk found
+    every trainable variable of the model, so a layer added later cannot be skipped silently.
+    """
+    from modeling import bert
+
+    encoder = model if isinstance(model, bert.BertEncoder) else model.encoder
+    e = encoder.embeddings
+    out = {
+        "encoder/embeddings/word_embeddings": e.word_embeddings,
+        "encoder/embeddings/token_type_embeddings": e.token_type_embeddings,
+        "encoder/embeddings/position_embeddings": e.position_embeddings,
+        "encoder/embeddings/layer_norm/gamma": e.layer_norm.gamma,
+        "encoder/embeddings/layer_norm/beta": e.layer_norm.beta,
+    }
+    for n, block in enumerate(encoder.blocks):
+        b = f"encoder/layer_{n}"
+        parts = {
+            "attention/qkv": block.attention.qkv,
+            "attention/output_dense": block.attention.output_dense,
+            "intermediate": block.intermediate,
+            "output_dense": block.output_dense,
+        }
+        for name, dense in parts.items():
+            out[f"{b}/{name}/kernel"] = dense.kernel
+            out[f"{b}/{name}/bias"] = dense.bias
+        for name in ("attention_layer_norm", "output_layer_norm"):
+            out[f"{b}/{name}/gamma"] = getattr(block, name).gamma
+            out[f"{b}/{name}/beta"] = getattr(block, name).beta
+    out["encoder/pooler/kernel"] = encoder.pooler.kernel
+    out["encoder/pooler/bias"] = encoder.pooler.bias
+    if isinstance(model, bert.BertPretrainer):
+        mlm, nsp = model.masked_lm, model.next_sentence
+        out |= {
+            "masked_lm/transform/kernel": mlm.transform.kernel,
+            "masked_lm/transform/bias": mlm.transform.bias,
+            "masked_lm/layer_norm/gamma": mlm.layer_norm.gamma,
+            "masked_lm/layer_norm/beta": mlm.layer_norm.beta,
+            "masked_lm/output_bias": mlm.output_bias,
+            "next_sentence/dense/kernel": nsp.dense.kernel,
+            "next_sentence/dense/bias": nsp.dense.bias,
+        }
+    root = encoder if isinstance(model, bert.BertEncoder) else model
+    walked = {id(v) for v in out.values()}
+    missed = [v.path for v in root.trainable_variables if id(v) not in walked]
+    if missed:
+        raise RuntimeError(f"cloze_variables does not know these model variables: {missed}")
+    return out
+
+
+def build_model(config: bert.BertConfig, heads: bool):
+    """A built BertPretrainer (heads=True) or BertEncoder, ready to take converted weights."""
+    from modeling import bert
+
+    model = bert.BertPretrainer(config) if heads else bert.BertEncoder(config)
+    model.build()
+    return model
+
+
+def has_heads(model) -> bool:
+    from modeling import bert
+
+    return isinstance(model, bert.BertPretrainer)
+
+
+def cloze_entries(config: bert.BertConfig, heads: bool, root: str = "model/") -> list[Entry]:
+    """The Cloze checkpoint layout: the same attribute paths under `root` (identity map)."""
+    return [_copy(n, root + n, s) for n, s in cloze_variable_shapes(config, heads).items()]
+
+
+# ---------------------------------------------------------------------------------------------
+# google-research/bert TF1 names
+# ---------------------------------------------------------------------------------------------
+
+# Present in a checkpoint with pre-training heads (run_pretraining.py's `cls/` scope).
+TF1_HEAD_MARKERS = ("cls/predictions/output_bias", "cls/seq_relationship/output_weights")
+
+
+def tf1_bert_entries(config: bert.BertConfig, heads: bool, scope: str = "bert") -> list[Entry]:
+    """google-research/bert modeling.py's variable names (scope `bert`) onto Cloze's.
+
+    Kernels are (in, out) in both, so only Q|K|V is reshaped (fused) and the NSP
+    `output_weights`, which the original stores as (2, H), is transposed. `scope` lets ELECTRA's
+    discriminator (`electra/...`, the same layout) reuse this map.
+    """
+    c = config
+    h, i, v = c.hidden_size, c.intermediate_size, c.vocab_size
+    emb = f"{scope}/embeddings"
+    out = [
+        _copy("encoder/embeddings/word_embeddings", f"{emb}/word_embeddings", (v, h)),
+        _copy(
+            "encoder/embeddings/token_type_embeddings",
+            f"{emb}/token_type_embeddings",
+            (c.type_vocab_size, h),
+        ),
+        _copy(
+            "encoder/embeddings/position_embeddings",
+            f"{emb}/position_embeddings",
+            (c.max_position_embeddings, h),
+        ),
+        _copy("encoder/embeddings/layer_norm/gamma", f"{emb}/LayerNorm/gamma", (h,)),
+        _copy("encoder/embeddings/layer_norm/beta", f"{emb}/LayerNorm/beta", (h,)),
+    ]
+    for n in range(c.num_hidden_layers):
+        src, dst = f"{scope}/encoder/layer_{n}", f"encoder/layer_{n}"
+        qkv = [f"{src}/attention/self/{part}" for part in ("query", "key", "value")]
+        out += [
+            _fused(f"{dst}/attention/qkv/kernel", [f"{q}/kernel" for q in qkv], (h, h), False),
+            _fused(f"{dst}/attention/qkv/bias", [f"{q}/bias" for q in qkv], (h,), False),
+            _copy(
+                f"{dst}/attention/output_dense/kernel",
+                f"{src}/attention/output/dense/kernel",
+                (h, h),
+            ),
+            _copy(f"{dst}/attention/output_dense/bias", f"{src}/attention/output/dense/bias", (h,)),
+            _copy(
+                f"{dst}/attention_layer_norm/gamma", f"{src}/attention/output/LayerNorm/gamma", (h,)
+            ),
+            _copy(
+                f"{dst}/attention_layer_norm/beta", f"{src}/attention/output/LayerNorm/beta", (h,)
+            ),
+            _copy(f"{dst}/intermediate/kernel", f"{src}/intermediate/dense/kernel", (h, i)),
+            _copy(f"{dst}/intermediate/bias", f"{src}/intermediate/dense/bias", (i,)),
+            _copy(f"{dst}/output_dense/kernel", f"{src}/output/dense/kernel", (i, h)),
+            _copy(f"{dst}/output_dense/bias", f"{src}/output/dense/bias", (h,)),
+            _copy(f"{dst}/output_layer_norm/gamma", f"{src}/output/LayerNorm/gamma", (h,)),
+            _copy(f"{dst}/output_layer_norm/beta", f"{src}/output/LayerNorm/beta", (h,)),
+        ]
+    out += [
+        _copy("encoder/pooler/kernel", f"{scope}/pooler/dense/kernel", (h, h)),
+        _copy("encoder/pooler/bias", f"{scope}/pooler/dense/bias", (h,)),
+    ]
+    if heads:
+        p = "cls/predictions"
+        out += [
+            _copy("masked_lm/transform/kernel", f"{p}/transform/dense/kernel", (h, h)),
+            _copy("masked_lm/transform/bias", f"{p}/transform/dense/bias", (h,)),
+            _copy("masked_lm/layer_norm/gamma", f"{p}/transform/LayerNorm/gamma", (h,)),
+            _copy("masked_lm/layer_norm/beta", f"{p}/transform/LayerNorm/beta", (h,)),
+            _copy("masked_lm/output_bias", f"{p}/output_bias", (v,)),
+            _transposed(
+                "next_sentence/dense/kernel", "cls/seq_relationship/output_weights", (2, h)
+            ),
+            _copy("next_sentence/dense/bias", "cls/seq_relationship/output_bias", (2,)),
+        ]
+    return out
+
+
+# Optimizer state and counters that original training runs leave in a checkpoint: the original
+# AdamWeightDecayOptimizer's `<var>/adam_m` and `<var>/adam_v` slots, tf.train.AdamOptimizer's
+# `<var>/Adam` and `<var>/Adam_1`, LAMB's `lamb_m` / `lamb_v` (ALBERT), the step counter and the
+# loss-scale state of mixed-precision runs. Not weights: listed in the report, never converted.
+_TF1_TRAINING_STATE = re.compile(
+    r"(^|/)(adam_m|adam_v|Adam|Adam_1|lamb_m|lamb_v|Momentum)$|^(global_step|good_steps|"
+    r"loss_scale|current_loss_scale)$"
+)
+
+
+def tf1_training_state(name: str) -> bool:
+    return bool(_TF1_TRAINING_STATE.search(name))
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face names and config.json
+# ---------------------------------------------------------------------------------------------
+
+HF_HEAD_MARKERS = ("cls.predictions.bias", "cls.seq_relationship.weight")
+# Tied copies Hugging Face may store: the MLM decoder is the word embedding (and its bias the
+# head's bias), as Cloze's MaskedLMHead, so they are checked equal and not converted.
+_HF_TIED = {
+    "cls.predictions.decoder.weight": "embeddings.word_embeddings.weight",
+    "cls.predictions.decoder.bias": "cls.predictions.bias",
+}
+
+
+def hf_prefix(names: Iterable[str]) -> str:
+    """`bert.` for a BertForPreTraining / BertFor* file, `` for a bare BertModel."""
+    return "bert." if any(n.startswith("bert.") for n in names) else ""
+
+
+def hf_bert_entries(config: bert.BertConfig, heads: bool, prefix: str = "") -> list[Entry]:
+    """Hugging Face BertModel (`prefix=""`) or BertForPreTraining (`prefix="bert."`) names.
+
+    nn.Linear stores weights as (out, in), so every dense kernel is transposed; LayerNorm's
+    `weight` / `bias` are Keras' `gamma` / `beta`.
+    """
+    c = config
+    h, i, v = c.hidden_size, c.intermediate_size, c.vocab_size
+    e = f"{prefix}embeddings"
+    out = [
+        _copy("encoder/embeddings/word_embeddings", f"{e}.word_embeddings.weight", (v, h)),
+        _copy(
+            "encoder/embeddings/token_type_embeddings",
+            f"{e}.token_type_embeddings.weight",
+            (c.type_vocab_size, h),
+        ),
+        _copy(
+            "encoder/embeddings/position_embeddings",
+            f"{e}.position_embeddings.weight",
+            (c.max_position_embeddings, h),
+        ),
+        _copy("encoder/embeddings/layer_norm/gamma", f"{e}.LayerNorm.weight", (h,)),
+        _copy("encoder/embeddings/layer_norm/beta", f"{e}.LayerNorm.bias", (h,)),
+    ]
+    for n in range(c.num_hidden_layers):
+        src, dst = f"{prefix}encoder.layer.{n}", f"encoder/layer_{n}"
+        qkv = [f"{src}.attention.self.{part}" for part in ("query", "key", "value")]
+        out += [
+            _fused(f"{dst}/attention/qkv/kernel", [f"{q}.weight" for q in qkv], (h, h), True),
+            _fused(f"{dst}/attention/qkv/bias", [f"{q}.bias" for q in qkv], (h,), False),
+            _transposed(
+                f"{dst}/attention/output_dense/kernel",
+                f"{src}.attention.output.dense.weight",
+                (h, h),
+            ),
+            _copy(f"{dst}/attention/output_dense/bias", f"{src}.attention.output.dense.bias", (h,)),
+            _copy(
+                f"{dst}/attention_layer_norm/gamma",
+                f"{src}.attention.output.LayerNorm.weight",
+                (h,),
+            ),
+            _copy(
+                f"{dst}/attention_layer_norm/beta", f"{src}.attention.output.LayerNorm.bias", (h,)
+            ),
+            _transposed(f"{dst}/intermediate/kernel", f"{src}.intermediate.dense.weight", (i, h)),
+            _copy(f"{dst}/intermediate/bias", f"{src}.intermediate.dense.bias", (i,)),
+            _transposed(f"{dst}/output_dense/kernel", f"{src}.output.dense.weight", (h, i)),
+            _copy(f"{dst}/output_dense/bias", f"{src}.output.dense.bias", (h,)),
+            _copy(f"{dst}/output_layer_norm/gamma", f"{src}.output.LayerNorm.weight", (h,)),
+            _copy(f"{dst}/output_layer_norm/beta", f"{src}.output.LayerNorm.bias", (h,)),
+        ]
+    out += [
+        _transposed("encoder/pooler/kernel", f"{prefix}pooler.dense.weight", (h, h)),
+        _copy("encoder/pooler/bias", f"{prefix}pooler.dense.bias", (h,)),
+    ]
+    if heads:
+        p = "cls.predictions"
+        out += [
+            _transposed("masked_lm/transform/kernel", f"{p}.transform.dense.weight", (h, h)),
+            _copy("masked_lm/transform/bias", f"{p}.transform.dense.bias", (h,)),
+            _copy("masked_lm/layer_norm/gamma", f"{p}.transform.LayerNorm.weight", (h,)),
+            _copy("masked_lm/layer_norm/beta", f"{p}.transform.LayerNorm.bias", (h,)),
+            _copy("masked_lm/output_bias", f"{p}.bias", (v,)),
+            _transposed("next_sentence/dense/kernel", "cls.seq_relationship.weight", (2, h)),
+            _copy("next_sentence/dense/bias", "cls.seq_relationship.bias", (2,)),
+        ]
+    return out
+
+
+def hf_buffer(name: str) -> bool:
+    # `embeddings.position_ids` is a registered buffer (arange(512)) older transformers saved with
+    # the weights; it is not a parameter.
+    return name.endswith("embeddings.position_ids")
+
+
+# Hugging Face's `hidden_act` strings -> Cloze's (modeling/layers.ACTIVATIONS). HF "gelu" is the
+# exact erf form; "gelu_new" and "gelu_pytorch_tanh" are the tanh approximation, which is what the
+# original TF1 code and Cloze call "gelu".
+HF_TO_CLOZE_ACTIVATION = {
+    "gelu": "gelu_exact",
+    "gelu_python": "gelu_exact",
+    "gelu_new": "gelu",
+    "gelu_pytorch_tanh": "gelu",
+    "relu": "relu",
+    "tanh": "tanh",
+    "linear": "linear",
+}
+CLOZE_TO_HF_ACTIVATION = {
+    "gelu": "gelu_new",
+    "gelu_new": "gelu_new",
+    "gelu_exact": "gelu",
+    "relu": "relu",
+    "tanh": "tanh",
+    "linear": "linear",
+}
+# Keys of a Hugging Face config that change the computation, with the only value Cloze computes.
+# layer_norm_eps: Cloze's LayerNorm epsilon is fixed at the original BERT's 1e-12.
+_HF_FIXED = {
+    "model_type": "bert",
+    "layer_norm_eps": 1e-12,
+    "position_embedding_type": "absolute",
+    "is_decoder": False,
+    "add_cross_attention": False,
+}
+# Keys of a Hugging Face config that do not change what the encoder computes (bookkeeping,
+# generation and fine-tuning settings PretrainedConfig writes).
+_HF_IGNORED = frozenset(
+    """_name_or_path architectures transformers_version torch_dtype dtype gradient_checkpointing
+    use_cache pad_token_id bos_token_id eos_token_id sep_token_id decoder_start_token_id
+    tie_word_embeddings classifier_dropout id2label label2id num_labels problem_type
+    finetuning_task output_attentions output_hidden_states return_dict torchscript
+    chunk_size_feed_forward pruned_heads tokenizer_class prefix task_specific_params
+    directionality pooler_fc_size pooler_num_attention_heads pooler_num_fc_layers
+    pooler_size_per_head pooler_type use_return_dict""".split()
+)
+
+
+def hf_config_to_bert_config(values: dict, source: str = "config.json") -> bert.BertConfig:
+    """A Hugging Face BERT `config.json` (as a dict) -> BertConfig; errors name `source` and key.
+
+    A key that changes the computation and that Cloze does not implement (e.g. relative position
+    embeddings, another layer-norm epsilon) is an error, as is an unknown key: a config that
+    computes something else must not load as if it were BERT.
+    """
+    from modeling import bert
+
+    if not isinstance(values, dict):
+        raise input_error(source, "a JSON object", type(values).__name__)
+    for key, want in _HF_FIXED.items():
+        if key in values and values[key] != want:
+            raise input_error(
+                f"{source}: {key}",
+                f"{want!r} (the only value Cloze's BERT computes)",
+                repr(values[key]),
+            )
+    fields = [f.name for f in dataclasses.fields(bert.BertConfig)]
+    unknown = sorted(set(values) - set(fields) - set(_HF_FIXED) - _HF_IGNORED)
+    if unknown:
+        raise input_error(
+            source,
+            "the keys of a Hugging Face BERT config",
+            f"unknown key(s) {unknown}; remove them if they do not change the model",
+        )
+    act = values.get("hidden_act")
+    if act not in HF_TO_CLOZE_ACTIVATION:
+        raise input_error(
+            f"{source}: hidden_act", f"one of {sorted(HF_TO_CLOZE_ACTIVATION)}", repr(act)
+        )
+    config = {k: values[k] for k in fields if k in values}
+    config["hidden_act"] = HF_TO_CLOZE_ACTIVATION[act]
+    return bert.BertConfig.from_dict(config, source=source)
+
+
+def bert_config_to_hf_config(config: bert.BertConfig, heads: bool) -> dict:
+    """BertConfig -> a Hugging Face `config.json` dict that transformers' BertModel /
+    BertForPreTraining loads with the same computation."""
+    values = config.to_dict()
+    values["hidden_act"] = CLOZE_TO_HF_ACTIVATION[config.hidden_act]
+    return {
+        "architectures": ["BertForPreTraining" if heads else "BertModel"],
+        "model_type": "bert",
+        **values,
+        "layer_norm_eps": 1e-12,
+        "position_embedding_type": "absolute",
+        "pad_token_id": 0,
+    }
+
+
+def read_json(path) -> dict:
+    """Reads a JSON file; errors name the file (and the line of a syntax error)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise input_error(str(path), "a JSON file", "no such file") from None
+    except UnicodeDecodeError as e:
+        raise input_error(str(path), "UTF-8 JSON", f"a bad byte at offset {e.start}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise input_error(f"{path}:{e.lineno}", "JSON", f"a syntax error ({e.msg})") from None
+
+
+def read_any_config(path) -> bert.BertConfig:
+    """A config file in either field set: Hugging Face's `config.json` (it has `model_type` or
+    `layer_norm_eps`) or the original `bert_config.json`."""
+    from modeling import bert
+
+    values = read_json(path)
+    if isinstance(values, dict) and ({"model_type", "layer_norm_eps"} & set(values)):
+        return hf_config_to_bert_config(values, source=str(path))
+    return bert.BertConfig.from_dict(values, source=str(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources: what a checkpoint holds, read lazily (shapes first, arrays only after the check)
+# ---------------------------------------------------------------------------------------------
+
+
+class Source:
+    """A set of named arrays: `shapes` (name -> shape), `dtypes` (name -> str), `read(name)`.
+
+    `label` names the file(s) in error messages.
+    """
+
+    label: str = ""
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, str]
+
+    def read(self, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+
+class ArraySource(Source):
+    """In-memory arrays (a PyTorch state dict, tests)."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], label: str):
+        self.arrays = arrays
+        self.label = label
+        self.shapes = {k: tuple(np.shape(a)) for k, a in arrays.items()}
+        self.dtypes = {k: str(np.asarray(a).dtype) for k, a in arrays.items()}
+
+    def read(self, name):
+        return np.asarray(self.arrays[name])
+
+
+def resolve_checkpoint_prefix(path, default_name: str | None = None) -> str:
+    """A TF checkpoint prefix from a prefix or a folder (its `checkpoint` file, else
+    `default_name`). Raises InputError naming what was looked for."""
+    import tensorflow as tf
+
+    path = str(path)
+    if os.path.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest:
+            return latest
+        if default_name and os.path.exists(os.path.join(path, default_name + ".index")):
+            return os.path.join(path, default_name)
+        wanted = f"{default_name}.index or " if default_name else ""
+        raise input_error(
+            path, f"a folder holding a checkpoint ({wanted}a `checkpoint` file)", "none"
+        )
+    for suffix in (".index", ".meta"):
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+    if re.search(r"\.data-\d{5}-of-\d{5}$", path):
+        path = path[: path.rindex(".data-")]
+    if not os.path.exists(path + ".index"):
+        raise input_error(path, f"a checkpoint prefix (a file {path}.index)", "no such file")
+    return path
+
+
+class TFCheckpointSource(Source):
+    """A name-based (TF1) checkpoint: variables by their graph names."""
+
+    def __init__(self, prefix: str):
+        import tensorflow as tf
+
+        self.prefix = prefix
+        self.label = prefix
+        try:
+            self.reader = tf.train.load_checkpoint(prefix)
+        except (tf.errors.OpError, ValueError) as e:
+            raise input_error(prefix, "a readable TensorFlow checkpoint", _tf_message(e)) from None
+        self.shapes = {k: tuple(s) for k, s in self.reader.get_variable_to_shape_map().items()}
+        self.dtypes = {k: d.name for k, d in self.reader.get_variable_to_dtype_map().items()}
+        self.keys = {k: k for k in self.shapes}
+
+    def read(self, name):
+        import tensorflow as tf
+
+        try:
+            return self.reader.get_tensor(self.keys[name])
+        except (tf.errors.OpError, IndexError, ValueError) as e:  # IndexError: data file cut short
+            raise input_error(
+                f"{self.prefix}.data-*", f"the value of {name}", _tf_message(e)
+            ) from None
+
+
+class ClozeCheckpointSource(TFCheckpointSource):
+    """An object-based Cloze checkpoint, its variables named by attribute path from the root
+    (`model/encoder/layer_0/attention/qkv/kernel`), read from the checkpoint's object graph.
+
+    Only what hangs under `model` is exposed; the optimizer, step counter and data iterator are
+    training state and counted in `training_state`.
+    """
+
+    def __init__(self, prefix: str, root: str = "model"):
+        super().__init__(prefix)
+        from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+        if "_CHECKPOINTABLE_OBJECT_GRAPH" not in self.shapes:
+            raise input_error(
+                prefix,
+                "an object-based (TF2) Cloze checkpoint",
+                "a name-based TF1 checkpoint; use --from=tf1_bert",
+            )
+        graph = trackable_object_graph_pb2.TrackableObjectGraph.FromString(
+            self.reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH")
+        )
+        top = {c.local_name: c.node_id for c in graph.nodes[0].children}
+        if root not in top:
+            raise input_error(prefix, f"a checkpoint with a `{root}` object", f"only {sorted(top)}")
+        paths: dict[int, str] = {}
+        queue = [(top[root], root)]
+        while queue:  # breadth first, so each variable gets its shortest attribute path
+            node_id, path = queue.pop(0)
+            if node_id in paths:
+                continue
+            paths[node_id] = path
+            queue += [(c.node_id, f"{path}/{c.local_name}") for c in graph.nodes[node_id].children]
+        keys = {}
+        for node_id, path in paths.items():
+            for attr in graph.nodes[node_id].attributes:
+                if attr.name == "VARIABLE_VALUE":
+                    keys[path] = attr.checkpoint_key
+        self.training_state = sum(
+            "VARIABLE_VALUE" in k for k in self.shapes if k not in set(keys.values())
+        )
+        self.keys = keys
+        self.shapes = {p: self.shapes[k] for p, k in keys.items()}
+        self.dtypes = {p: self.dtypes[k] for p, k in keys.items()}
+
+
+def _tf_message(e: Exception) -> str:
+    return getattr(e, "message", None) or str(e).splitlines()[0]
+
+
+class SafetensorsSource(Source):
+    """One or several (sharded) `.safetensors` files, read with the `safetensors` package.
+
+    Opening reads and checks each header (a truncated file fails here, naming it); arrays are read
+    one at a time. bfloat16 has no numpy dtype, so such tensors are read through TensorFlow.
+    """
+
+    def __init__(self, files: list):
+        from safetensors import SafetensorError, safe_open
+
+        self.files = [Path(f) for f in files]
+        self.label = str(self.files[0]) if len(self.files) == 1 else f"{self.files[0].parent}/*"
+        self.shapes, self.dtypes, self.where = {}, {}, {}
+        for path in self.files:
+            if not path.exists():
+                raise input_error(str(path), "a safetensors file", "no such file")
+            try:
+                with safe_open(str(path), framework="numpy") as f:
+                    for name in f.keys():
+                        if name in self.where:
+                            raise input_error(
+                                str(path), "each tensor in one file", f"{name} also in another"
+                            )
+                        piece = f.get_slice(name)
+                        self.shapes[name] = tuple(piece.get_shape())
+                        self.dtypes[name] = piece.get_dtype()
+                        self.where[name] = path
+            except SafetensorError as e:
+                raise input_error(
+                    str(path), "a complete safetensors file", f"a damaged one ({e})"
+                ) from None
+
+    def read(self, name):
+        from safetensors import SafetensorError, safe_open
+
+        path = self.where[name]
+        framework = "tf" if self.dtypes[name] == "BF16" else "numpy"
+        try:
+            with safe_open(str(path), framework=framework) as f:
+                value = f.get_tensor(name)
+        except SafetensorError as e:
+            raise input_error(str(path), f"the value of {name}", str(e)) from None
+        return value.numpy() if framework == "tf" else value
+
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+
+
+def open_torch_pickle(path, trust_pickle: bool) -> ArraySource:
+    """A PyTorch `pytorch_model.bin`-style file. Pickles can run code when loaded, so this refuses
+    unless `trust_pickle`; even then it loads with torch's restricted `weights_only=True`."""
+    path = Path(path)
+    if not trust_pickle:
+        raise input_error(
+            str(path),
+            "a safetensors file",
+            "a Python pickle, which can run arbitrary code when loaded; refused. Convert it to "
+            "safetensors, or pass --trust_pickle if you trust where this file came from",
+        )
+    try:
+        import torch
+    except ImportError:
+        raise input_error(
+            str(path), "PyTorch installed to read this pickle (--trust_pickle)", "no torch"
+        ) from None
+    state = torch.load(str(path), map_location="cpu", weights_only=True)
+    if not isinstance(state, dict):
+        raise input_error(str(path), "a state dict", type(state).__name__)
+    arrays = {}
+    for name, tensor in state.items():
+        if tensor.is_floating_point():
+            tensor = tensor.float()
+        arrays[name] = tensor.numpy()
+    return ArraySource(arrays, f"{path} (pickle, loaded because of --trust_pickle)")
+
+
+# ---------------------------------------------------------------------------------------------
+# The conversion itself
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ConversionReport:
+    """What a conversion did: every mapping, and every source variable it did not convert."""
+
+    source: str
+    entries: list[Entry]
+    heads: bool
+    ignored: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> why
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def num_source_variables(self) -> int:
+        return sum(len(e.sources) for e in self.entries)
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(int(np.prod(s)) for e in self.entries for s in e.source_shapes)
+
+    def summary(self) -> str:
+        """A few dozen lines: the map with layer numbers folded (`layer_*`, x L), then what was
+        not converted and why."""
+        lines = [
+            f"source: {self.source}",
+            f"mapped {self.num_source_variables} source variables onto {len(self.entries)} "
+            f"Cloze variables ({self.num_parameters:,} parameters); pre-training heads: "
+            f"{'MLM + NSP' if self.heads else 'none (encoder only)'}",
+        ]
+        folded: dict[str, int] = {}
+        for e in self.entries:
+            line = f"  {_brace(e.sources)} {_shape(e.source_shapes[0])} -> {e.target}"
+            line = re.sub(r"layer([._])\d+", r"layer\1*", line)
+            folded[line] = folded.get(line, 0) + 1
+        lines += [f"{line}{f'  (x{n})' if n > 1 else ''}" for line, n in folded.items()]
+        if self.ignored:
+            reasons: dict[str, list[str]] = {}
+            for name, why in self.ignored.items():
+                reasons.setdefault(why, []).append(name)
+            for why, names in reasons.items():
+                shown = ", ".join(names[:4]) + (
+                    f", ... ({len(names)} in all)" if len(names) > 4 else ""
+                )
+                lines.append(f"not converted ({why}): {shown}")
+        lines += self.notes
+        return "\n".join(lines)
+
+
+def _shape(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def _brace(names: tuple[str, ...]) -> str:
+    """("a/query/k", "a/key/k", "a/value/k") -> "a/{query,key,value}/k"."""
+    if len(names) == 1:
+        return names[0]
+    head = os.path.commonprefix(names)
+    tail = os.path.commonprefix([n[len(head) :][::-1] for n in names])[::-1]
+    middles = [n[len(head) : len(n) - len(tail)] for n in names]
+    return f"{head}{{{','.join(middles)}}}{tail}"
+
+
+_FLOAT_DTYPES = ("float16", "float32", "float64", "bfloat16", "F16", "F32", "F64", "BF16")
+
+
+def convert_into(
+    model,
+    entries: list[Entry],
+    source: Source,
+    context: str,
+    ignore: Callable[[str], str | None] = lambda name: None,
+    skip: str | None = None,
+) -> ConversionReport:
+    """Checks `entries` against `source` and `model`, then assigns every Cloze variable.
+
+    Args:
+      model: a built BertEncoder or BertPretrainer (see build_model).
+      entries: the name map for the source format and the model's config.
+      source: the checkpoint.
+      context: where the config came from, for messages, e.g. "bert_config.json (6 layers...)".
+      ignore: name -> a reason when the source variable is not a weight (optimizer state, a
+        buffer, a tied copy), else None.
+      skip: a regex; source variables it matches (re.search) are deliberately left out.
+    Raises:
+      InputError: before anything is assigned, listing every source variable that is missing,
+        has another shape or dtype, or has no place in the model, and every Cloze variable the
+        map leaves without a value.
+    """
+    targets = cloze_variables(model)
+    problems = []
+    used: dict[str, str] = {}
+    for e in entries:
+        if e.target not in targets:
+            raise RuntimeError(f"name map names {e.target}, which the model does not have")
+        for name, shape in zip(e.sources, e.source_shapes):
+            if name in used:
+                raise RuntimeError(f"name map uses {name} twice ({used[name]}, {e.target})")
+            used[name] = e.target
+            if name not in source.shapes:
+                problems.append(f"{name}: missing (expected shape {_shape(shape)})")
+            elif source.shapes[name] != shape:
+                problems.append(
+                    f"{name}: expected shape {_shape(shape)}, found {_shape(source.shapes[name])}"
+                )
+            elif source.dtypes.get(name, "float32") not in _FLOAT_DTYPES:
+                problems.append(f"{name}: expected floating point, found {source.dtypes[name]}")
+    unmapped = sorted(set(targets) - {e.target for e in entries})
+    problems += [f"Cloze variable {t}: no source variable maps onto it" for t in unmapped]
+    ignored = {}
+    pattern = re.compile(skip) if skip else None
+    for name in sorted(source.shapes):
+        if name in used:
+            continue
+        why = ignore(name)
+        if why:
+            ignored[name] = why
+        elif pattern and pattern.search(name):
+            ignored[name] = "matched --skip_variables"
+        else:
+            problems.append(
+                f"{name} {_shape(source.shapes[name])}: has no place in this model (left unused)"
+            )
+    if problems:
+        shown = problems[:30] + (
+            [f"... and {len(problems) - 30} more"] if len(problems) > 30 else []
+        )
+        raise InputError(
+            f"{source.label}: does not fit the model of {context}: {len(problems)} problem(s):\n  "
+            + "\n  ".join(shown)
+            + "\n(a checkpoint of another architecture than its config, or the wrong config? To "
+            "leave source variables out on purpose, name them with --skip_variables.)"
+        )
+    for e in entries:
+        value = e.to_cloze([np.asarray(source.read(n), np.float32) for n in e.sources])
+        var = targets[e.target]
+        if tuple(value.shape) != tuple(var.shape):
+            raise RuntimeError(f"{e.target}: map made {value.shape}, variable is {var.shape}")
+        var.assign(value)
+    return ConversionReport(source.label, entries, has_heads(model), ignored)
+
+
+def export_arrays(model, entries: list[Entry]) -> dict[str, np.ndarray]:
+    """The model's weights under the source format's names (the map run backwards).
+
+    Raises RuntimeError when the map does not cover every model variable exactly once.
+    """
+    targets = cloze_variables(model)
+    covered = [e.target for e in entries]
+    if sorted(covered) != sorted(targets):
+        raise RuntimeError(
+            f"name map does not cover the model: missing {sorted(set(targets) - set(covered))}"
+        )
+    out = {}
+    for e in entries:
+        parts = e.from_cloze(np.asarray(targets[e.target].numpy(), np.float32))
+        for name, shape, part in zip(e.sources, e.source_shapes, parts):
+            if tuple(part.shape) != shape:
+                raise RuntimeError(f"{name}: map made {part.shape}, expected {shape}")
+            out[name] = np.ascontiguousarray(part)
+    return out
+
+
+def describe(config: bert.BertConfig, where: str) -> str:
+    c = config
+    return (
+        f"{where} (num_hidden_layers={c.num_hidden_layers}, hidden_size={c.hidden_size}, "
+        f"intermediate_size={c.intermediate_size}, vocab_size={c.vocab_size}, "
+        f"type_vocab_size={c.type_vocab_size}, "
+        f"max_position_embeddings={c.max_position_embeddings})"
+    )
+
+
+def check_vocab_size(vocab_file, config: bert.BertConfig, where: str) -> int:
+    """Refuses a vocab whose token count differs from the config's vocab_size (the embedding rows):
+    ids past the matrix would fail at run time, and a shorter vocab means another tokenizer."""
+    from data_prep import tokenization
+
+    size = len(tokenization.load_vocab(vocab_file))
+    if size != config.vocab_size:
+        raise input_error(
+            str(vocab_file),
+            f"{config.vocab_size} tokens (vocab_size of {where}, the rows of the word-embedding "
+            "matrix)",
+            f"{size} tokens",
+        )
+    return size
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading each format
+# ---------------------------------------------------------------------------------------------
+
+
+def load_tf1_bert(checkpoint, config: bert.BertConfig, config_where: str = "the config", skip=None):
+    """A google-research/bert checkpoint (prefix or folder) -> (Cloze model, report).
+
+    With `cls/` head variables in the checkpoint the model is a BertPretrainer, else a BertEncoder.
+    """
+    source = TFCheckpointSource(resolve_checkpoint_prefix(checkpoint, "bert_model.ckpt"))
+    if "_CHECKPOINTABLE_OBJECT_GRAPH" in source.shapes:
+        raise input_error(
+            source.label,
+            "a name-based TF1 checkpoint",
+            "an object-based TF2 checkpoint (Cloze's own); use --from=cloze",
+        )
+    heads = any(m in source.shapes for m in TF1_HEAD_MARKERS)
+    model = build_model(config, heads)
+
+    def ignore(name):
+        return "optimizer state and step counter" if tf1_training_state(name) else None
+
+    report = convert_into(
+        model, tf1_bert_entries(config, heads), source, describe(config, config_where), ignore, skip
+    )
+    return model, report
+
+
+def hf_weight_files(input_path) -> list[Path]:
+    """The weight file(s) of a Hugging Face model folder, or the given file.
+
+    Prefers `model.safetensors`, then a sharded `model.safetensors.index.json`; a pickle
+    (`pytorch_model.bin`) is returned only when nothing else is there (open_torch_pickle refuses
+    it unless trusted).
+    """
+    path = Path(input_path)
+    if path.is_file():
+        if path.name.endswith(".index.json"):
+            index = read_json(path)
+            shards = sorted(set((index.get("weight_map") or {}).values()))
+            if not shards:
+                raise input_error(str(path), "a `weight_map` of tensor -> shard file", "none")
+            return [path.parent / s for s in shards]
+        return [path]
+    if not path.is_dir():
+        raise input_error(str(path), "a Hugging Face model folder or weights file", "no such path")
+    for name in ("model.safetensors", "model.safetensors.index.json"):
+        if (path / name).exists():
+            return hf_weight_files(path / name)
+    pickles = [path / n for n in ("pytorch_model.bin", "model.pt") if (path / n).exists()]
+    if pickles:
+        return pickles[:1]
+    found = sorted(p.name for p in path.iterdir())[:10]
+    raise input_error(
+        str(path), "model.safetensors (or model.safetensors.index.json)", f"only {found}"
+    )
+
+
+def open_hf_weights(files: list[Path], trust_pickle: bool = False) -> Source:
+    if len(files) == 1 and files[0].suffix in PICKLE_SUFFIXES:
+        return open_torch_pickle(files[0], trust_pickle)
+    return SafetensorsSource(files)
+
+
+def load_hf_bert(
+    weights,
+    config: bert.BertConfig,
+    config_where: str = "config.json",
+    skip=None,
+    trust_pickle=False,
+):
+    """Hugging Face BERT weights (folder, file or shard index) -> (Cloze model, report).
+
+    BertForPreTraining weights (with `cls.predictions` and `cls.seq_relationship`) give a
+    BertPretrainer, BertModel weights a BertEncoder. Tied copies of the word embedding are checked
+    equal and not converted.
+    """
+    source = open_hf_weights(hf_weight_files(weights), trust_pickle)
+    prefix = hf_prefix(source.shapes)
+    heads = any(m in source.shapes for m in HF_HEAD_MARKERS)
+    model = build_model(config, heads)
+    tied = {k: (prefix + v if v.startswith("embeddings") else v) for k, v in _HF_TIED.items()}
+
+    def ignore(name):
+        if hf_buffer(name):
+            return "a buffer, not a weight"
+        if name in tied:
+            return f"tied to {tied[name]}, checked equal"
+        return None
+
+    report = convert_into(
+        model,
+        hf_bert_entries(config, heads, prefix),
+        source,
+        describe(config, config_where),
+        ignore,
+        skip,
+    )
+    for name, partner in tied.items():
+        if name in source.shapes and partner in source.shapes:
+            if not np.array_equal(source.read(name), source.read(partner)):
+                raise input_error(
+                    f"{source.label}: {name}",
+                    f"a copy of {partner} (Cloze ties the MLM output to the embedding)",
+                    "different values",
+                )
+    if isinstance(source, ArraySource):  # only pickles are read into memory whole
+        report.notes.append(f"WARNING: loaded a pickle because --trust_pickle was given: {weights}")
+    return model, report
+
+
+def load_cloze(checkpoint, config: bert.BertConfig, config_where: str = "the config", skip=None):
+    """A Cloze checkpoint (prefix or folder: its latest) -> (Cloze model, report).
+
+    Reads by attribute path, so the same strict checks as for foreign formats apply: a checkpoint
+    with another number of layers or sizes than the config fails, naming the variables. A
+    checkpoint whose `model` is a bare BertEncoder (`model/embeddings/...`) also loads.
+    """
+    source = ClozeCheckpointSource(resolve_checkpoint_prefix(checkpoint))
+    names = list(source.shapes)
+    if not any(n.startswith("model/encoder/") for n in names) and any(
+        n.startswith("model/embeddings/") for n in names
+    ):
+        # A bare encoder: its paths lack the `encoder/` step.
+        source.shapes = {"model/encoder/" + n[len("model/") :]: s for n, s in source.shapes.items()}
+        source.dtypes = {"model/encoder/" + n[len("model/") :]: d for n, d in source.dtypes.items()}
+        source.keys = {"model/encoder/" + n[len("model/") :]: k for n, k in source.keys.items()}
+    heads = any(n.startswith(("model/masked_lm/", "model/next_sentence/")) for n in source.shapes)
+    model = build_model(config, heads)
+
+    def ignore(name):
+        # Dropout's random-number state is not a weight (and absent when dropout is 0).
+        return "dropout seed state" if "seed_generator" in name else None
+
+    report = convert_into(
+        model, cloze_entries(config, heads), source, describe(config, config_where), ignore, skip
+    )
+    if source.training_state:
+        report.notes.append(
+            f"not converted: {source.training_state} training-state variable(s) outside `model` "
+            "(optimizer, counters, data iterator)"
+        )
+    return model, report
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing each format
+# ---------------------------------------------------------------------------------------------
+
+
+def save_cloze(model, output_dir) -> str:
+    """Writes a Cloze checkpoint (`ckpt-1` + `checkpoint`) that run scripts take as
+    --init_checkpoint. An encoder alone is saved as `model.encoder`, the layout of every Cloze
+    model (BertPretrainer and task models hold `encoder`), so it initialises their encoders."""
+    import tensorflow as tf
+
+    root = model if has_heads(model) else tf.train.Checkpoint(encoder=model)
+    return tf.train.Checkpoint(model=root).save(os.path.join(str(output_dir), "ckpt"))
+
+
+def save_tf1_bert(model, output_dir, name: str = "bert_model.ckpt") -> str:
+    """Writes a google-research/bert checkpoint (`bert_model.ckpt.index` / `.data-*` and a
+    `checkpoint` file) with the original names, readable by the original code's
+    `init_from_checkpoint` and by load_tf1_bert."""
+    import tensorflow as tf
+
+    arrays = export_arrays(model, tf1_bert_entries(model.config, has_heads(model)))
+    prefix = os.path.join(str(output_dir), name)
+    names = sorted(arrays)
+    # SaveV2 writes a name-based checkpoint with exactly these names, as TF1's Saver did.
+    tf.raw_ops.SaveV2(
+        prefix=prefix,
+        tensor_names=names,
+        shape_and_slices=[""] * len(names),
+        tensors=[tf.constant(arrays[n]) for n in names],
+    )
+    Path(output_dir, "checkpoint").write_text(
+        f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'
+    )
+    return prefix
+
+
+def save_hf_bert(model, output_dir, do_lower_case: bool = True) -> list[Path]:
+    """Writes `model.safetensors` and `config.json` (plus `tokenizer_config.json`) as
+    transformers' save_pretrained would for BertModel (encoder) or BertForPreTraining (heads).
+
+    The tied MLM decoder is not written; transformers ties it to the word embedding on load.
+    """
+    from safetensors.numpy import save_file
+
+    heads = has_heads(model)
+    prefix = "bert." if heads else ""
+    arrays = export_arrays(model, hf_bert_entries(model.config, heads, prefix))
+    out = Path(output_dir)
+    # transformers refuses safetensors files whose metadata lacks a known "format".
+    save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = bert_config_to_hf_config(model.config, heads)
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tokenizer_config = {"do_lower_case": do_lower_case, "tokenizer_class": "BertTokenizer"}
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+    return [out / "model.safetensors", out / "config.json", out / "tokenizer_config.json"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Portable exports: SavedModel with raw-string signatures, and a .keras file
+# ---------------------------------------------------------------------------------------------
+
+
+def serving_module(model, vocab_file, do_lower_case: bool, max_seq_length: int):
+    """The tf.Module that export_saved_model saves (see there for its signatures); callable in
+    process, e.g. `serving_module(...).serve_text(tf.constant(["a text"]))`."""
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    from data_prep import tokenization
+    from modeling import bert
+
+    encoder = model if isinstance(model, bert.BertEncoder) else model.encoder
+    if max_seq_length < 3 or max_seq_length > encoder.config.max_position_embeddings:
+        raise ValueError(
+            f"max_seq_length={max_seq_length}: expected 3..{encoder.config.max_position_embeddings}"
+        )
+    tokenizer = tokenization.InGraphTokenizer(vocab_file, do_lower_case=do_lower_case)
+    cls_id, sep_id = tokenizer.vocab["[CLS]"], tokenizer.vocab["[SEP]"]
+    ids_spec = tf.TensorSpec([None, None], tf.int32)
+
+    class BertServing(tf.Module):
+        """Raw strings -> InGraphTokenizer (FullTokenizer's ids) -> [CLS] a [SEP] (b [SEP])."""
+
+        def __init__(self):
+            super().__init__(name="cloze_bert_serving")
+            self.model = model
+            self.tf_tokenizer = tokenizer.tf_tokenizer  # tracked: its vocab is saved with it
+            self.vocab_file = tf.saved_model.Asset(str(vocab_file))
+
+        def _run(self, segments):
+            ids, segment_ids = tf_text.combine_segments(segments, cls_id, sep_id)
+            inputs = {
+                "input_ids": tf.cast(ids.to_tensor(), tf.int32),  # (B, S), S the longest in batch
+                "input_mask": tf.cast(tf.ones_like(ids).to_tensor(), tf.int32),
+                "segment_ids": tf.cast(segment_ids.to_tensor(), tf.int32),
+            }
+            return self._outputs(inputs)
+
+        def _outputs(self, inputs):
+            out = encoder(inputs, training=False)
+            result = {
+                "pooled_output": out["pooled_output"],  # (B, H)
+                "sequence_output": out["sequence_output"],  # (B, S, H)
+                **inputs,
+            }
+            if isinstance(model, bert.BertPretrainer):
+                result["nsp_logits"] = model.next_sentence(out["pooled_output"])  # (B, 2)
+            elif not isinstance(model, bert.BertEncoder):
+                task = model(inputs, training=False)
+                task = task if isinstance(task, dict) else {"outputs": task}
+                result |= {k: v for k, v in task.items() if k not in result}
+            return result
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def serve_text(self, text):
+            ids = tokenizer.tokenize_to_ids(text)[:, : max_seq_length - 2]  # room for [CLS] [SEP]
+            return self._run([ids])
+
+        @tf.function(
+            input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string)]
+        )
+        def serve_text_pair(self, text_a, text_b):
+            # Round robin keeps the shorter text whole and takes tokens from the longer one,
+            # the same lengths as the original _truncate_seq_pair.
+            trimmer = tf_text.RoundRobinTrimmer(max_seq_length - 3)
+            a, b = trimmer.trim(
+                [tokenizer.tokenize_to_ids(text_a), tokenizer.tokenize_to_ids(text_b)]
+            )
+            return self._run([a, b])
+
+        @tf.function(input_signature=[ids_spec, ids_spec, ids_spec])
+        def serve_ids(self, input_ids, input_mask, segment_ids):
+            inputs = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+            return self._outputs(inputs)
+
+    return BertServing()
+
+
+def export_saved_model(
+    model, export_dir, vocab_file, do_lower_case: bool = True, max_seq_length: int = 128
+) -> None:
+    """Writes a SavedModel that needs only TensorFlow and tensorflow-text to load and serve.
+
+    Signatures (outputs: pooled_output (B, H), sequence_output (B, S, H), the input_ids,
+    input_mask and segment_ids it made, plus nsp_logits (B, 2) for a BertPretrainer or the task
+    model's own outputs; S is the longest input in the batch, at most max_seq_length):
+      serving_default(text: string (B,)): one text each, `[CLS] text [SEP]`.
+      serve_text_pair(text_a, text_b: string (B,)): `[CLS] a [SEP] b [SEP]`, segment ids 0 / 1.
+      serve_ids(input_ids, input_mask, segment_ids: int32 (B, S)): already tokenized input.
+    `model`: a BertEncoder, a BertPretrainer, or a task model with an `encoder` attribute whose
+    call takes the three input features. The vocab is also kept under assets/.
+    """
+    import tensorflow as tf
+
+    module = serving_module(model, vocab_file, do_lower_case, max_seq_length)
+    signatures = {
+        "serving_default": module.serve_text.get_concrete_function(),
+        "serve_text_pair": module.serve_text_pair.get_concrete_function(),
+        "serve_ids": module.serve_ids.get_concrete_function(),
+    }
+    # Serving takes no gradients; not tracing gradient functions makes saving MiniLM ~40% faster.
+    options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+    tf.saved_model.save(module, str(export_dir), signatures=signatures, options=options)
+
+
+def export_keras(model, path) -> None:
+    """Writes a `.keras` file; keras.saving.load_model(path, safe_mode=True) reads it back once
+    Cloze's modeling package is imported (its layers are registered serializables)."""
+    model.save(str(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Output folders: all or nothing
+# ---------------------------------------------------------------------------------------------
+
+
+def check_output_dir(output_dir) -> None:
+    """Refuses an output folder that exists and is not empty (it was not made by this run)."""
+    path = Path(output_dir)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise input_error(
+            str(path), "a new or empty folder to write to", "an existing non-empty path; refused"
+        )
+
+
+class AtomicOutputDir:
+    """`with AtomicOutputDir(dest) as tmp:` write into tmp; on success tmp is renamed to dest.
+
+    The temporary folder sits beside `dest` (same file system, so the rename is atomic); on any
+    error it is removed and `dest` is left as it was (absent or empty).
+    """
+
+    def __init__(self, output_dir):
+        self.dest = Path(output_dir).resolve()
+        self.tmp: Path | None = None
+
+    def __enter__(self) -> Path:
+        import tempfile
+
+        check_output_dir(self.dest)
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.tmp-", dir=self.dest.parent))
+        # mkdtemp makes the folder private (0700); give it the permissions a plain mkdir would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.tmp, 0o777 & ~umask)
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return False
+        try:
+            check_output_dir(self.dest)  # something may have appeared there meanwhile
+            if self.dest.exists():
+                self.dest.rmdir()
+            os.rename(self.tmp, self.dest)
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
+        return False
