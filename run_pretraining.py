@@ -36,6 +36,7 @@ flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warmup steps.")
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save a checkpoint.")
 flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop between host logs.")
 flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval batches.")
+flags.DEFINE_bool("use_xla", False, "Compile the train step with XLA (one_device only).")
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 flags.DEFINE_enum(
     "distribution_strategy",
@@ -97,7 +98,9 @@ def main(argv):
         # Built under the scope before the first step, else Keras 3 under MirroredStrategy fails
         # with "You must feed a value for placeholder tensor" (shared/NOTES.md).
         optimizer.build(model.trainable_variables)
-    fit = trainer.Trainer(strategy, tasks.bert_pretraining_task(model), optimizer)
+    fit = trainer.Trainer(
+        strategy, tasks.bert_pretraining_task(model), optimizer, use_xla=FLAGS.use_xla
+    )
 
     def eval_dataset():
         return features.pretraining_dataset(

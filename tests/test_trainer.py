@@ -163,3 +163,23 @@ def test_init_from_encoder_only_checkpoint_loads_encoder_and_keeps_heads(tmp_pat
     assert trainer.init_from_checkpoint(target, full) == (full, "model")
     with pytest.raises(ValueError, match="expected a checkpoint"):
         trainer.init_from_checkpoint(target, str(tmp_path / "empty_dir_that_does_not_exist"))
+
+
+def test_xla_step_matches_plain_step(data_file):
+    config = helpers.tiny_config()
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    plain = build(one, config)
+    keras.utils.set_random_seed(7)
+    with one.scope():
+        model = bert.BertPretrainer(config)
+        model.build()
+        opt = optimization.create_optimizer(1e-2, 20, 2)
+        opt.build(model.trainable_variables)
+    xla = trainer.Trainer(one, tasks.bert_pretraining_task(model), opt, use_xla=True)
+    rows_plain = plain.train_steps(iter(dataset(data_file)), 4)
+    rows_xla = xla.train_steps(iter(dataset(data_file)), 4)
+    np.testing.assert_allclose(rows_plain, rows_xla, rtol=1e-4, atol=1e-5)
+    for a, b in zip(weights(plain.task.model), weights(xla.task.model)):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
+    with pytest.raises(ValueError, match="single replica"):
+        trainer.Trainer(tf.distribute.MirroredStrategy(), xla.task, opt, use_xla=True)

@@ -80,7 +80,14 @@ def _stack_sums(sums: dict, keys: list):
 class Trainer:
     """Runs distributed training and evaluation of one Task with one optimizer."""
 
-    def __init__(self, strategy, task: Task, optimizer, clip_norm: float = 1.0):
+    def __init__(
+        self, strategy, task: Task, optimizer, clip_norm: float = 1.0, use_xla: bool = False
+    ):
+        """Args:
+        use_xla: compile each replica's step (forward, backward, clipping, update) with XLA.
+          Only with one replica: the step's cross-replica sums cannot be compiled on CPU/GPU
+          replicas here, so with more replicas this is refused. On TPU, XLA is always on.
+        """
         self.strategy = strategy
         self.task = task
         self.optimizer = optimizer
@@ -88,6 +95,14 @@ class Trainer:
         self.sum_keys = sorted({k for pair in task.metrics.values() for k in pair})
         self._train_fn = None
         self._eval_fn = None
+        self._step = self._replica_train_step
+        if use_xla:
+            if strategy.num_replicas_in_sync > 1:
+                raise ValueError(
+                    "--use_xla needs a single replica (--distribution_strategy=one_device); "
+                    f"this strategy has {strategy.num_replicas_in_sync}"
+                )
+            self._step = tf.function(self._replica_train_step, jit_compile=True)
 
     # -- one step, in replica context ----------------------------------------------------------
     def _replica_train_step(self, batch):
@@ -128,7 +143,7 @@ class Trainer:
                 out = tf.TensorArray(tf.float32, size=n)
                 for i in tf.range(n):
                     dist = _slice_for_replica(self.strategy, next(iterator))
-                    sums, extra = self.strategy.run(self._replica_train_step, args=(dist,))
+                    sums, extra = self.strategy.run(self._step, args=(dist,))
                     row = tf.concat(
                         [
                             self.strategy.reduce("sum", sums, axis=None),
