@@ -13,8 +13,6 @@ Flags keep the original google-research/bert names and meanings. A rerun with th
 
 from __future__ import annotations
 
-import os
-
 from absl import app, flags, logging
 
 flags.DEFINE_string("bert_config_file", None, "JSON config of the BERT model (original fields).")
@@ -61,26 +59,18 @@ def main(argv):
     for name in ("bert_config_file", "input_file", "output_dir"):
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
-    config = bert.BertConfig.from_json_file(FLAGS.bert_config_file)
-    if FLAGS.max_seq_length > config.max_position_embeddings:
-        raise app.UsageError(
-            f"--max_seq_length={FLAGS.max_seq_length} exceeds max_position_embeddings="
-            f"{config.max_position_embeddings} of {FLAGS.bert_config_file}"
-        )
+    config = bert.load_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
     s, p = FLAGS.max_seq_length, FLAGS.max_predictions_per_seq
     train_files = features.expand_input_files(FLAGS.input_file)
     eval_files = features.expand_input_files(FLAGS.eval_input_file or FLAGS.input_file)
     features.check_pretraining_files(sorted(set(train_files + eval_files)), s, p)
 
-    strategy = distribute.get_strategy(FLAGS.distribution_strategy, FLAGS.tpu or "")
+    strategy, workers, worker_index = distribute.setup(
+        FLAGS.distribution_strategy,
+        FLAGS.tpu or "",
+        {k: FLAGS[k].value for k in ("train_batch_size", "eval_batch_size")},
+    )
     replicas = strategy.num_replicas_in_sync
-    workers = max(1, replicas // len(strategy.extended.worker_devices))
-    worker_index = getattr(getattr(strategy, "cluster_resolver", None), "task_id", 0) or 0
-    for name in ("train_batch_size", "eval_batch_size"):
-        if FLAGS[name].value % replicas:
-            raise app.UsageError(
-                f"--{name}={FLAGS[name].value} is not divisible by {replicas} replicas"
-            )
     logging.info(
         "strategy %s with %d replica(s), %d worker(s)",
         FLAGS.distribution_strategy,
@@ -159,15 +149,7 @@ def main(argv):
             trainer.restore_model_weights(model, source)
         results = eval_fn()
         results["global_step"] = int(optimizer.iterations.numpy())
-        os.makedirs(output_dir, exist_ok=True)
-        path = os.path.join(output_dir, "eval_results.txt")
-        with open(path + ".tmp", "w") as f:
-            for key in sorted(results):
-                f.write(f"{key} = {results[key]}\n")
-        os.replace(path + ".tmp", path)
-        logging.info("***** Eval results (%s) *****", path)
-        for key in sorted(results):
-            logging.info("  %s = %s", key, results[key])
+        trainer.write_eval_results(output_dir, results)
 
 
 if __name__ == "__main__":

@@ -213,3 +213,178 @@ def pretraining_dataset(
         deterministic=True,
     )
     return batches.prefetch(tf.data.AUTOTUNE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning (run_classifier.py): the original `file_based_convert_examples_to_features` names.
+# ---------------------------------------------------------------------------------------------
+
+
+def classifier_feature_spec(
+    max_seq_length: int, num_choices: int = 0, regression: bool = False
+) -> dict:
+    """Parse spec of one fine-tuning example: the original run_classifier's features.
+
+    input_ids, input_mask, segment_ids: int64 [S], or [C * S] (choice after choice) for multiple
+    choice; label_ids: int64 [1], or float32 [1] for regression (the original has no regression);
+    is_real_example: int64 [1], 0 for the rows that pad a set to full batches.
+    """
+    width = max_seq_length * max(num_choices, 1)
+    return {
+        "input_ids": tf.io.FixedLenFeature([width], tf.int64),
+        "input_mask": tf.io.FixedLenFeature([width], tf.int64),
+        "segment_ids": tf.io.FixedLenFeature([width], tf.int64),
+        "label_ids": tf.io.FixedLenFeature([1], tf.float32 if regression else tf.int64),
+        "is_real_example": tf.io.FixedLenFeature([1], tf.int64),
+    }
+
+
+def serialize_classifier_example(
+    input_ids, input_mask, segment_ids, label_id, is_real_example: int = 1, regression=False
+) -> bytes:
+    """Serializes one padded example: int arrays (numpy) of shape (S,) or (C, S), flattened
+    choice after choice, and an int label id, or a float score when `regression`."""
+
+    def flat(values):
+        return values.reshape(-1).tolist() if hasattr(values, "reshape") else list(values)
+
+    features = {
+        "input_ids": _int_feature(flat(input_ids)),
+        "input_mask": _int_feature(flat(input_mask)),
+        "segment_ids": _int_feature(flat(segment_ids)),
+        "label_ids": (
+            _float_feature([float(label_id)]) if regression else _int_feature([int(label_id)])
+        ),
+        "is_real_example": _int_feature([int(is_real_example)]),
+    }
+    example = tf.train.Example(features=tf.train.Features(feature=features))
+    return example.SerializeToString(deterministic=True)
+
+
+def parse_classifier_examples(
+    serialized, max_seq_length: int, num_choices: int = 0, regression: bool = False
+) -> dict:
+    """Parses a batch of serialized fine-tuning examples (string (B,)) to model inputs.
+
+    Returns int32 input_ids, input_mask, segment_ids (B, S) or (B, C, S); label_ids int32 (B,)
+    or float32 (B,) for regression; is_real_example int32 (B,).
+    """
+    spec = classifier_feature_spec(max_seq_length, num_choices, regression)
+    parsed = tf.io.parse_example(serialized, spec)
+    out = {}
+    for key, value in parsed.items():
+        if value.dtype == tf.int64:
+            value = tf.cast(value, tf.int32)  # TPUs take int32 only, as the original casts
+        if key in ("label_ids", "is_real_example"):
+            value = tf.reshape(value, [-1])  # (B, 1) -> (B,)
+        elif num_choices:
+            value = tf.reshape(value, [-1, num_choices, max_seq_length])  # (B, C*S) -> (B, C, S)
+        out[key] = value
+    return out
+
+
+def classifier_dataset(
+    input_files: list[str],
+    batch_size: int,
+    max_seq_length: int,
+    num_choices: int = 0,
+    regression: bool = False,
+    seed: int = 12345,
+    num_shards: int = 1,
+    shard_index: int = 0,
+    shuffle_buffer: int = 10_000,
+) -> tf.data.Dataset:
+    """Endless shuffled training batches of fine-tuning examples, deterministic for a seed.
+
+    Records are split over `num_shards` workers, shuffled within a buffer (reshuffled every
+    epoch; a buffer at least the set's size is a full shuffle) and batched dropping the
+    remainder so every replica gets an equal slice. The iterator can be saved in a checkpoint:
+    its state is file offsets plus the buffer of serialized records.
+    """
+    records = tf.data.TFRecordDataset(list(input_files))
+    if num_shards > 1:
+        records = records.shard(num_shards, shard_index)
+    records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+    batches = records.batch(batch_size, drop_remainder=True)
+    batches = batches.map(
+        lambda s: parse_classifier_examples(s, max_seq_length, num_choices, regression),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    return batches.prefetch(tf.data.AUTOTUNE)
+
+
+# ---------------------------------------------------------------------------------------------
+# SQuAD (run_squad.py): the original run_squad `FeatureWriter` names.
+# ---------------------------------------------------------------------------------------------
+
+
+def squad_feature_spec(max_seq_length: int) -> dict:
+    """Parse spec of one SQuAD training window, as the original's training TFRecords.
+
+    unique_ids int64 [1]; input_ids, input_mask, segment_ids int64 [S]; start_positions,
+    end_positions int64 [1] (0 = [CLS] when the window holds no answer); is_impossible int64 [1].
+    """
+    return {
+        "unique_ids": tf.io.FixedLenFeature([1], tf.int64),
+        "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+        "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+        "segment_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+        "start_positions": tf.io.FixedLenFeature([1], tf.int64),
+        "end_positions": tf.io.FixedLenFeature([1], tf.int64),
+        "is_impossible": tf.io.FixedLenFeature([1], tf.int64),
+    }
+
+
+def serialize_squad_example(
+    unique_id, input_ids, input_mask, segment_ids, start_position, end_position, is_impossible
+) -> bytes:
+    """Serializes one padded SQuAD training window (int lists of length S and int scalars)."""
+    features = {
+        "unique_ids": _int_feature([int(unique_id)]),
+        "input_ids": _int_feature(list(input_ids)),
+        "input_mask": _int_feature(list(input_mask)),
+        "segment_ids": _int_feature(list(segment_ids)),
+        "start_positions": _int_feature([int(start_position)]),
+        "end_positions": _int_feature([int(end_position)]),
+        "is_impossible": _int_feature([int(bool(is_impossible))]),
+    }
+    example = tf.train.Example(features=tf.train.Features(feature=features))
+    return example.SerializeToString(deterministic=True)
+
+
+def parse_squad_examples(serialized, max_seq_length: int) -> dict:
+    """Parses a batch of serialized SQuAD windows (string (B,)): int32 input_ids, input_mask,
+    segment_ids (B, S); int32 unique_ids, start_positions, end_positions, is_impossible (B,)."""
+    parsed = tf.io.parse_example(serialized, squad_feature_spec(max_seq_length))
+    out = {}
+    for key, value in parsed.items():
+        value = tf.cast(value, tf.int32)  # TPUs take int32 only, as the original casts
+        if value.shape[-1] == 1:
+            value = tf.reshape(value, [-1])  # (B, 1) -> (B,)
+        out[key] = value
+    return out
+
+
+def squad_dataset(
+    input_files: list[str],
+    batch_size: int,
+    max_seq_length: int,
+    seed: int = 12345,
+    num_shards: int = 1,
+    shard_index: int = 0,
+    shuffle_buffer: int = 10_000,
+) -> tf.data.Dataset:
+    """Endless shuffled training batches of SQuAD windows (see classifier_dataset: same
+    sharding, shuffling and checkpointable iterator)."""
+    records = tf.data.TFRecordDataset(list(input_files))
+    if num_shards > 1:
+        records = records.shard(num_shards, shard_index)
+    records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+    batches = records.batch(batch_size, drop_remainder=True)
+    batches = batches.map(
+        lambda s: parse_squad_examples(s, max_seq_length),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    return batches.prefetch(tf.data.AUTOTUNE)

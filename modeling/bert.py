@@ -308,3 +308,20 @@ class BertPretrainer(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def load_config(path, max_seq_length: int, vocab_size: int | None = None) -> BertConfig:
+    """Reads a bert_config.json and checks it against the run: the sequence length fits the
+    position table, and a vocabulary of `vocab_size` tokens fits the embedding table."""
+    config = BertConfig.from_json_file(path)
+    if max_seq_length > config.max_position_embeddings:
+        raise InputError(
+            f"{path}: max_position_embeddings={config.max_position_embeddings} is shorter than "
+            f"--max_seq_length={max_seq_length}"
+        )
+    if vocab_size is not None and vocab_size > config.vocab_size:
+        raise InputError(
+            f"{path}: vocab_size={config.vocab_size} is smaller than the vocabulary's "
+            f"{vocab_size} tokens"
+        )
+    return config

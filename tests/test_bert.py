@@ -203,3 +203,13 @@ def test_forward_pass_matches_keras_hub_bert_backbone():
         atol=2e-5,
     )
     np.testing.assert_allclose(ours["pooled_output"], theirs["pooled_output"], atol=2e-5)
+
+
+def test_load_config_checks_sequence_length_and_vocab(tmp_path):
+    path = tmp_path / "bert_config.json"
+    path.write_text(helpers.tiny_config().to_json_string())
+    assert bert.load_config(path, 16, 53).vocab_size == 53
+    with pytest.raises(InputError, match=r"max_position_embeddings=16 .*--max_seq_length=17"):
+        bert.load_config(path, 17)
+    with pytest.raises(InputError, match=r"vocab_size=53 is smaller than the vocabulary's 54"):
+        bert.load_config(path, 16, 54)

@@ -528,7 +528,7 @@ def test_cloze_checkpoints_round_trip_and_feed_init_checkpoint(tmp_path):
 
     # What run scripts do with --init_checkpoint: a converted pretrainer loads whole, and an
     # encoder alone is saved as `model.encoder`, the layout a task model's encoder loads from
-    # (as training/finetune_tasks.init_from_checkpoint does).
+    # (as training/trainer.init_from_checkpoint does).
     checkpoints.save_cloze(loaded, tmp_path / "pretrainer")
     fresh = checkpoints.build_model(config, heads=True)
     trainer.restore_model_weights(fresh, str(tmp_path / "pretrainer"))

@@ -101,3 +101,10 @@ def test_tpu_strategy_builds_the_resolver_from_the_flag():
     with pytest.raises(ValueError, match="expected one of"):
         distribute.get_strategy("horovod")
     assert distribute.get_strategy("mirrored").num_replicas_in_sync == 2  # conftest's two CPUs
+
+
+def test_setup_checks_batches_divide_over_replicas():
+    strategy, workers, index = distribute.setup("mirrored", "", {"train_batch_size": 4})
+    assert (strategy.num_replicas_in_sync, workers, index) == (2, 1, 0)
+    with pytest.raises(ValueError, match="--eval_batch_size=5 is not divisible by 2 replicas"):
+        distribute.setup("mirrored", "", {"train_batch_size": 4, "eval_batch_size": 5})

@@ -183,3 +183,9 @@ def test_xla_step_matches_plain_step(data_file):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
     with pytest.raises(ValueError, match="single replica"):
         trainer.Trainer(tf.distribute.MirroredStrategy(), xla.task, opt, use_xla=True)
+
+
+def test_train_and_warmup_steps_as_the_original():
+    assert optimization.train_and_warmup_steps(1000, 32, 3.0, 0.1) == (93, 9)
+    with pytest.raises(ValueError, match="give no training step"):
+        optimization.train_and_warmup_steps(10, 32, 1.0, 0.1)

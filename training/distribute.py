@@ -44,3 +44,22 @@ def tpu_cluster_resolver(tpu_address: str):
     if not tpu_address:
         raise ValueError("--distribution_strategy=tpu needs --tpu (an address, a name or 'local')")
     return tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address)
+
+
+def setup(name: str, tpu_address: str, batch_sizes: dict[str, int]):
+    """Builds the strategy and checks that every global batch size splits evenly over replicas.
+
+    Args:
+      name, tpu_address: as get_strategy.
+      batch_sizes: flag name -> global batch size, e.g. {"train_batch_size": 32}.
+    Returns (strategy, number of workers, this worker's index). Raises ValueError naming the
+    flag whose batch does not divide.
+    """
+    strategy = get_strategy(name, tpu_address)
+    replicas = strategy.num_replicas_in_sync
+    workers = max(1, replicas // len(strategy.extended.worker_devices))
+    worker_index = getattr(getattr(strategy, "cluster_resolver", None), "task_id", 0) or 0
+    for flag, size in batch_sizes.items():
+        if size % replicas:
+            raise ValueError(f"--{flag}={size} is not divisible by {replicas} replicas")
+    return strategy, workers, worker_index

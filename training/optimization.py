@@ -87,3 +87,19 @@ def clip_by_global_norm(grads, clip_norm: float):
         tf.math.is_finite(norm), clip_norm / tf.maximum(norm, clip_norm), tf.constant(1.0)
     )
     return [g * scale for g in grads], norm
+
+
+def train_and_warmup_steps(
+    num_examples: int, batch_size: int, num_epochs: float, warmup_proportion: float
+) -> tuple[int, int]:
+    """Fine-tuning step counts as the original scripts: epochs over examples, warmup a fraction.
+
+    Raises ValueError when the settings give no training step at all.
+    """
+    steps = int(num_examples / batch_size * num_epochs)
+    if steps < 1:
+        raise ValueError(
+            f"{num_examples} training examples, --train_batch_size={batch_size} and "
+            f"--num_train_epochs={num_epochs} give no training step"
+        )
+    return steps, int(steps * warmup_proportion)

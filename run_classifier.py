@@ -1,0 +1,301 @@
+"""Fine-tunes BERT on GLUE-style classification, regression and multiple-choice tasks.
+
+Example:
+  python run_classifier.py --task_name=MRPC --data_dir=glue_data/MRPC \
+    --vocab_file=default_run/vocab.txt --bert_config_file=default_run/bert_config.json \
+    --init_checkpoint=default_run/pretrain --do_train --do_eval --do_predict \
+    --max_seq_length=128 --train_batch_size=32 --learning_rate=2e-5 --num_train_epochs=3 \
+    --warmup_proportion=0.1 --output_dir=out/mrpc
+
+Tasks: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI, AX, SWAG and `tsv` (a user's own
+single or pair task with --label_list); data_prep/glue.py lists the files each reads. Flags keep
+the original google-research/bert names. With --do_eval the dev set is scored after every
+checkpoint and the best one by the task's GLUE score is kept in output_dir/best/; --do_predict
+writes GLUE submission files (CoLA.tsv, MNLI-m.tsv, AX.tsv, ...) from the best checkpoint when
+there is one. An empty --init_checkpoint trains from scratch. A rerun resumes training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import app, flags, logging
+
+flags.DEFINE_string("task_name", None, "The task: cola, sst-2, mrpc, sts-b, qqp, mnli, ... tsv.")
+flags.DEFINE_string("data_dir", None, "Folder with the task's files (train.tsv, dev.tsv, ...).")
+flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary the model was trained with.")
+flags.DEFINE_string("bert_config_file", None, "JSON config of the BERT model (original fields).")
+flags.DEFINE_string(
+    "init_checkpoint",
+    None,
+    "Cloze checkpoint (prefix or folder) to start from; empty = scratch. Without --do_train, "
+    "output_dir's best (or latest) checkpoint is used first.",
+)
+flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased vocabularies).")
+flags.DEFINE_bool("do_train", False, "Whether to fine-tune on the train split.")
+flags.DEFINE_bool("do_eval", False, "Whether to score the dev split(s).")
+flags.DEFINE_bool("do_predict", False, "Whether to write submission files for the test split(s).")
+flags.DEFINE_integer(
+    "max_seq_length",
+    128,
+    "Tokens per sequence after WordPiece; longer ones "
+    "are truncated (longer text first) and counted.",
+)
+flags.DEFINE_integer("train_batch_size", 32, "Global batch size for training.")
+flags.DEFINE_integer("eval_batch_size", 8, "Global batch size for evaluation.")
+flags.DEFINE_integer("predict_batch_size", 8, "Global batch size for prediction.")
+flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate for AdamW.")
+flags.DEFINE_float("num_train_epochs", 3.0, "Passes over the training set.")
+flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with linear warmup.")
+flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint (and dev eval) every N steps.")
+flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop between host logs.")
+flags.DEFINE_string("output_dir", None, "Where checkpoints, results and predictions go.")
+flags.DEFINE_enum(
+    "distribution_strategy",
+    "one_device",
+    ["one_device", "mirrored", "multi_worker_mirrored", "tpu"],
+    "tf.distribute strategy. multi_worker_mirrored reads TF_CONFIG.",
+)
+flags.DEFINE_string("tpu", None, "TPU address for TPUClusterResolver (grpc://..., name or local).")
+flags.DEFINE_string(
+    "tfds_name",
+    None,
+    "Read the task through tensorflow-datasets (e.g. glue/sst2); --data_dir is then TFDS's "
+    "data_dir (optional).",
+)
+flags.DEFINE_float(
+    "layerwise_lr_decay", 1.0, "Learning-rate factor per layer below the head (1.0 = off)."
+)
+flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
+flags.DEFINE_list("label_list", [], "Labels of --task_name=tsv, in id order (e.g. neg,pos).")
+flags.DEFINE_bool(
+    "skip_bad_rows", False, "Skip and count bad train/dev rows instead of stopping on the first."
+)
+flags.DEFINE_enum(
+    "pooling", "cls", ["cls", "mean"], "Sentence vector: the [CLS] pooler or a mean over tokens."
+)
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    # Data first, TensorFlow later: bad input is reported in a second, before output_dir exists.
+    from data_prep import glue, tokenization
+    from data_prep.errors import InputError
+
+    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
+        raise app.UsageError("at least one of --do_train, --do_eval or --do_predict must be set")
+    for name in ("task_name", "vocab_file", "bert_config_file", "output_dir"):
+        if not FLAGS[name].value:
+            raise app.UsageError(f"--{name} is required")
+    if not (FLAGS.data_dir or FLAGS.tfds_name):
+        raise app.UsageError("--data_dir (or --tfds_name) is required")
+    try:
+        task = glue.get_task(FLAGS.task_name, FLAGS.label_list)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+    if task.train is None and (FLAGS.do_train or FLAGS.do_eval):
+        raise app.UsageError(
+            f"{task.name} has test data only: use --do_predict with a model "
+            "fine-tuned on MNLI as --init_checkpoint"
+        )
+    s = FLAGS.max_seq_length
+    if s < 3:
+        raise app.UsageError(f"--max_seq_length={s} leaves no room for [CLS] a [SEP] b [SEP]")
+    try:
+        tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+    except InputError as e:
+        raise SystemExit(f"run_classifier: {e}") from None
+
+    def load(split):
+        try:
+            data = glue.read_split(
+                task,
+                split,
+                FLAGS.data_dir,
+                FLAGS.tfds_name,
+                FLAGS.data_dir if FLAGS.tfds_name else None,
+                FLAGS.skip_bad_rows,
+            )
+        except (InputError, ValueError) as e:
+            raise SystemExit(f"run_classifier: {e}") from None
+        if data is None:
+            return None
+        encoded = glue.encode_examples(data.examples, task, tokenizer, s)
+        glue.log_truncation(data.source, encoded, s)
+        logging.info("%s: %d examples", data.source, len(data.examples))
+        return data, encoded
+
+    train = load(task.train) if FLAGS.do_train else None
+    devs = [load(split) for split in task.dev] if FLAGS.do_eval else []
+    tests = [t for t in (load(split) for split in task.test) if t] if FLAGS.do_predict else []
+
+    import keras
+    import tensorflow as tf
+
+    from data_prep import features
+    from modeling import bert, finetuning
+    from training import distribute, finetune_tasks, optimization, trainer
+
+    config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+    strategy, workers, worker_index = distribute.setup(
+        FLAGS.distribution_strategy,
+        FLAGS.tpu or "",
+        {k: FLAGS[k].value for k in ("train_batch_size", "eval_batch_size", "predict_batch_size")},
+    )
+    num_train_steps = num_warmup_steps = 0
+    if train:
+        num_train_steps, num_warmup_steps = optimization.train_and_warmup_steps(
+            len(train[0].examples),
+            FLAGS.train_batch_size,
+            FLAGS.num_train_epochs,
+            FLAGS.warmup_proportion,
+        )
+        logging.info("%d training steps, %d warmup", num_train_steps, num_warmup_steps)
+
+    keras.utils.set_random_seed(FLAGS.random_seed)
+    with strategy.scope():
+        if task.kind == glue.MULTIPLE_CHOICE:
+            model = finetuning.BertMultipleChoice(config, pooling=FLAGS.pooling)
+        else:
+            model = finetuning.BertClassifier(config, task.num_outputs, pooling=FLAGS.pooling)
+        model.build()
+        optimizer = finetune_tasks.create_finetuning_optimizer(
+            FLAGS.learning_rate,
+            max(num_train_steps, 1),
+            num_warmup_steps,
+            config.num_hidden_layers,
+            FLAGS.layerwise_lr_decay,
+        )
+        # Built under the scope before the first step (shared/NOTES.md).
+        optimizer.build(model.trainable_variables)
+    if task.kind == glue.REGRESSION:
+        fit_task = finetune_tasks.regression_task(model)
+    else:
+        fit_task = finetune_tasks.classification_task(model)
+    fit = trainer.Trainer(strategy, fit_task, optimizer)
+    predictor = finetune_tasks.Predictor(strategy, model)
+    output_dir = FLAGS.output_dir
+    best = finetune_tasks.BestCheckpoint(os.path.join(output_dir, "best"), model)
+
+    def outputs(encoded, batch_size):
+        n = len(encoded.features["label_ids"])
+        batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
+        return predictor(batches)[:n]
+
+    def dev_metrics(data, encoded) -> dict:
+        return finetune_tasks.output_metrics(
+            outputs(encoded, FLAGS.eval_batch_size),
+            glue.label_values(task, data.examples),
+            task.metrics,
+            regression=task.kind == glue.REGRESSION,
+        )
+
+    def evaluate() -> dict:
+        """GLUE metrics of every dev split; the first split's keys are plain, the others carry
+        the split name (mnli: accuracy is matched, mismatched_accuracy)."""
+        results = {}
+        for i, (data, encoded) in enumerate(devs):
+            prefix = "" if i == 0 else f"{data.split.name}_"
+            results |= {prefix + k: v for k, v in dev_metrics(data, encoded).items()}
+        return results
+
+    last_eval: dict = {}
+
+    def eval_fn() -> dict:
+        step = int(optimizer.iterations.numpy())
+        results = evaluate()
+        last_eval.update(step=step, results=results)
+        if best.update(results["score"], step, results):
+            logging.info(
+                "new best dev score %.4f at step %d, kept in %s",
+                results["score"],
+                step,
+                best.directory,
+            )
+        return results
+
+    def init_fn():
+        loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
+        logging.info("initialised the %s from %s", part, loaded)
+
+    if FLAGS.do_train:
+        if tf.train.latest_checkpoint(output_dir) is None:
+            best.clear()  # a fresh run: a kept best from another run must not survive
+        train_file = os.path.join(output_dir, "train.tf_record")
+        glue.write_tfrecord(train_file, train[1].features, task.kind == glue.REGRESSION)
+        run_config = {
+            "bert_config": config.to_dict(),
+            "task": task.name,
+            "labels": list(task.labels),
+            "max_seq_length": s,
+            "pooling": FLAGS.pooling,
+        }
+        trainer.run_training(
+            fit,
+            lambda: features.classifier_dataset(
+                [train_file],
+                FLAGS.train_batch_size // workers,
+                s,
+                task.num_choices,
+                task.kind == glue.REGRESSION,
+                seed=FLAGS.random_seed,
+                num_shards=workers,
+                shard_index=worker_index,
+            ),
+            trainer.TrainSettings(
+                output_dir=output_dir,
+                num_train_steps=num_train_steps,
+                save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+                iterations_per_loop=FLAGS.iterations_per_loop,
+                config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
+            ),
+            global_batch_size=FLAGS.train_batch_size,
+            eval_fn=eval_fn if FLAGS.do_eval else None,
+            init_fn=init_fn if FLAGS.init_checkpoint else None,
+        )
+        acc_key = "accuracy" if task.kind != glue.REGRESSION else None
+        logging.info(
+            "training curves: %s", trainer.plot_training_curves(output_dir, "loss", acc_key)
+        )
+    else:
+        # Evaluate or predict with the kept best, else the latest checkpoint, else the given one.
+        source = best.prefix or tf.train.latest_checkpoint(output_dir) or FLAGS.init_checkpoint
+        if not source:
+            raise app.UsageError(
+                f"nothing to evaluate: {output_dir} holds no checkpoint and --init_checkpoint "
+                "is empty"
+            )
+        loaded, part = trainer.init_from_checkpoint(model, source)
+        if part != "model":
+            logging.warning("%s holds no %s head: its outputs are untrained", loaded, task.name)
+        logging.info("evaluating %s", loaded)
+
+    if FLAGS.do_eval:
+        step = int(optimizer.iterations.numpy())
+        results = dict(last_eval["results"]) if last_eval.get("step") == step else evaluate()
+        results["global_step"] = step
+        trainer.write_eval_results(output_dir, results)
+        if best.info:
+            logging.info(
+                "best dev score %.4f at step %d (%s)",
+                best.info["score"],
+                best.info["step"],
+                best.directory,
+            )
+
+    if FLAGS.do_predict:
+        if FLAGS.do_train and best.prefix:
+            trainer.restore_model_weights(model, best.prefix)
+            logging.info("predicting with the best dev checkpoint %s", best.prefix)
+        for data, encoded in tests:
+            texts = glue.prediction_texts(task, outputs(encoded, FLAGS.predict_batch_size))
+            path = os.path.join(output_dir, data.split.submission)
+            glue.write_submission(path, [ex.index for ex in data.examples], texts)
+            logging.info("wrote %d predictions to %s", len(texts), path)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,273 @@
+"""Fine-tunes BERT on SQuAD v1.1 / v2.0 span question answering, predicts and scores.
+
+Example:
+  python run_squad.py --vocab_file=default_run/vocab.txt \
+    --bert_config_file=default_run/bert_config.json --init_checkpoint=default_run/pretrain \
+    --do_train --train_file=train-v1.1.json --do_predict --predict_file=dev-v1.1.json \
+    --do_eval --max_seq_length=384 --doc_stride=128 --max_query_length=64 \
+    --train_batch_size=12 --learning_rate=3e-5 --num_train_epochs=2.0 --output_dir=out/squad
+
+Flags keep the original google-research/bert names and meanings. --do_predict writes
+predictions.json and nbest_predictions.json (and null_odds.json with --version_2_with_negative)
+to --output_dir; --do_eval scores them against --predict_file's answers with the official
+SQuAD definitions and writes eval_results.txt (for v2.0 also best_exact / best_f1 and the
+thresholds to pass back as --null_score_diff_threshold). Without --do_train, prediction uses
+output_dir's latest checkpoint, else --init_checkpoint. A rerun resumes training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import app, flags, logging
+
+flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary the model was trained with.")
+flags.DEFINE_string("bert_config_file", None, "JSON config of the BERT model (original fields).")
+flags.DEFINE_string(
+    "init_checkpoint", None, "Cloze checkpoint (prefix or folder) to start from; empty = scratch."
+)
+flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased vocabularies).")
+flags.DEFINE_string("train_file", None, "SQuAD JSON for training, e.g. train-v1.1.json.")
+flags.DEFINE_string("predict_file", None, "SQuAD JSON for predictions, e.g. dev-v1.1.json.")
+flags.DEFINE_bool("do_train", False, "Whether to fine-tune on --train_file.")
+flags.DEFINE_bool("do_predict", False, "Whether to predict on --predict_file.")
+flags.DEFINE_bool("do_eval", False, "Whether to score the predictions against --predict_file.")
+flags.DEFINE_integer("max_seq_length", 384, "Tokens per window after WordPiece.")
+flags.DEFINE_integer("doc_stride", 128, "Tokens between the starts of consecutive windows.")
+flags.DEFINE_integer("max_query_length", 64, "Question tokens kept (longer are truncated).")
+flags.DEFINE_integer("train_batch_size", 32, "Global batch size for training.")
+flags.DEFINE_integer("predict_batch_size", 8, "Global batch size for prediction.")
+flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate for AdamW.")
+flags.DEFINE_float("num_train_epochs", 3.0, "Passes over the training examples.")
+flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with linear warmup.")
+flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save a checkpoint.")
+flags.DEFINE_integer("iterations_per_loop", 1000, "Steps per compiled loop between host logs.")
+flags.DEFINE_integer("n_best_size", 20, "Candidates kept per question in nbest_predictions.json.")
+flags.DEFINE_integer("max_answer_length", 30, "Longest answer in WordPieces.")
+flags.DEFINE_bool("version_2_with_negative", False, "SQuAD v2.0: questions may have no answer.")
+flags.DEFINE_float(
+    "null_score_diff_threshold", 0.0, "v2.0: predict no answer when null - best span > this."
+)
+flags.DEFINE_string("output_dir", None, "Where checkpoints, predictions and results go.")
+flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
+flags.DEFINE_enum(
+    "distribution_strategy",
+    "one_device",
+    ["one_device", "mirrored", "multi_worker_mirrored", "tpu"],
+    "tf.distribute strategy. multi_worker_mirrored reads TF_CONFIG.",
+)
+flags.DEFINE_string("tpu", None, "TPU address for TPUClusterResolver (grpc://..., name or local).")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    # Data first, TensorFlow later: bad input is reported in a second, before output_dir exists.
+    from tqdm import tqdm
+
+    from data_prep import squad, tokenization
+    from data_prep.errors import InputError
+
+    if not (FLAGS.do_train or FLAGS.do_predict or FLAGS.do_eval):
+        raise app.UsageError("at least one of --do_train, --do_predict or --do_eval must be set")
+    for name in ("vocab_file", "bert_config_file", "output_dir"):
+        if not FLAGS[name].value:
+            raise app.UsageError(f"--{name} is required")
+    if FLAGS.do_train and not FLAGS.train_file:
+        raise app.UsageError("--do_train needs --train_file")
+    if (FLAGS.do_predict or FLAGS.do_eval) and not FLAGS.predict_file:
+        raise app.UsageError("--do_predict and --do_eval need --predict_file")
+    s = FLAGS.max_seq_length
+    v2 = FLAGS.version_2_with_negative
+    try:
+        squad.check_lengths(s, FLAGS.max_query_length, FLAGS.doc_stride)
+        tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+        train_examples = predict_examples = predict_data = None
+        if FLAGS.do_train:
+            train_examples, stats = squad.read_squad_examples(FLAGS.train_file, True, v2)
+            logging.info("%s: %s", FLAGS.train_file, stats.summary())
+            if not train_examples:
+                raise InputError(f"{FLAGS.train_file}: expected training questions, found none")
+            train_examples = squad.shuffle_examples(train_examples, FLAGS.random_seed)
+        if FLAGS.do_predict or FLAGS.do_eval:
+            predict_data = squad.load_squad_json(FLAGS.predict_file)
+            predict_examples, stats = squad.read_squad_examples(
+                FLAGS.predict_file, False, v2, data=predict_data
+            )
+            logging.info("%s: %s", FLAGS.predict_file, stats.summary())
+    except InputError as e:
+        raise SystemExit(f"run_squad: {e}") from None
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from data_prep import features
+    from modeling import bert, span_qa
+    from training import distribute, finetune_tasks, optimization, squad_eval, trainer
+
+    config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+    strategy, workers, worker_index = distribute.setup(
+        FLAGS.distribution_strategy,
+        FLAGS.tpu or "",
+        {k: FLAGS[k].value for k in ("train_batch_size", "predict_batch_size")},
+    )
+    num_train_steps = num_warmup_steps = 0
+    if FLAGS.do_train:
+        # Counted in examples, not windows, as the original.
+        num_train_steps, num_warmup_steps = optimization.train_and_warmup_steps(
+            len(train_examples),
+            FLAGS.train_batch_size,
+            FLAGS.num_train_epochs,
+            FLAGS.warmup_proportion,
+        )
+        logging.info("%d training steps, %d warmup", num_train_steps, num_warmup_steps)
+
+    keras.utils.set_random_seed(FLAGS.random_seed)
+    with strategy.scope():
+        model = span_qa.BertSpanQA(config)
+        model.build()
+        optimizer = optimization.create_optimizer(
+            FLAGS.learning_rate, max(num_train_steps, 1), num_warmup_steps
+        )
+        # Built under the scope before the first step (shared/NOTES.md).
+        optimizer.build(model.trainable_variables)
+    output_dir = FLAGS.output_dir
+    os.makedirs(output_dir, exist_ok=True)
+
+    if FLAGS.do_train:
+        train_file = os.path.join(output_dir, "train.tf_record")
+        with tqdm(total=len(train_examples), desc="train features", unit=" questions") as bar:
+            windows = squad.convert_examples_to_features(
+                _counting(train_examples, bar),
+                tokenizer,
+                s,
+                FLAGS.doc_stride,
+                FLAGS.max_query_length,
+                is_training=True,
+            )
+            n = squad.write_train_tfrecord(train_file, windows)
+        logging.info("%d training windows from %d questions", n, len(train_examples))
+        run_config = {"bert_config": config.to_dict(), "task": "squad", "max_seq_length": s}
+
+        def init_fn():
+            loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
+            logging.info("initialised the %s from %s", part, loaded)
+
+        fit = trainer.Trainer(strategy, squad_eval.span_qa_task(model), optimizer)
+        trainer.run_training(
+            fit,
+            lambda: features.squad_dataset(
+                [train_file],
+                FLAGS.train_batch_size // workers,
+                s,
+                seed=FLAGS.random_seed,
+                num_shards=workers,
+                shard_index=worker_index,
+            ),
+            trainer.TrainSettings(
+                output_dir=output_dir,
+                num_train_steps=num_train_steps,
+                save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+                iterations_per_loop=FLAGS.iterations_per_loop,
+                config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
+            ),
+            global_batch_size=FLAGS.train_batch_size,
+            init_fn=init_fn if FLAGS.init_checkpoint else None,
+        )
+    elif FLAGS.do_predict:
+        source = tf.train.latest_checkpoint(output_dir) or FLAGS.init_checkpoint
+        if not source:
+            raise app.UsageError(
+                f"nothing to predict with: {output_dir} holds no checkpoint and "
+                "--init_checkpoint is empty"
+            )
+        loaded, part = trainer.init_from_checkpoint(model, source)
+        if part != "model":
+            logging.warning("%s holds no span head: predictions are untrained", loaded)
+        logging.info("predicting with %s", loaded)
+
+    predicted = None  # (predictions, best non-null answers) of this run
+    if FLAGS.do_predict:
+        windows = list(
+            squad.convert_examples_to_features(
+                tqdm(predict_examples, desc="predict features", unit=" questions"),
+                tokenizer,
+                s,
+                FLAGS.doc_stride,
+                FLAGS.max_query_length,
+                is_training=False,
+            )
+        )
+        arrays = squad.predict_arrays(windows)
+        batches = squad.predict_batches(arrays, FLAGS.predict_batch_size, workers, worker_index)
+        num_batches = -(-len(windows) // FLAGS.predict_batch_size)
+        predictor = finetune_tasks.Predictor(strategy, model)
+        logits = predictor(tqdm(batches, total=num_batches, desc="predicting", unit=" batches"))
+        logits = np.asarray(logits)[: len(windows)]  # (N, S, 2), padding rows dropped
+        predictions, nbest, null_odds, best_non_null = squad_eval.make_predictions(
+            predict_examples,
+            windows,
+            logits,
+            FLAGS.n_best_size,
+            FLAGS.max_answer_length,
+            FLAGS.do_lower_case,
+            v2,
+            FLAGS.null_score_diff_threshold,
+        )
+        predicted = (predictions, best_non_null)
+        if worker_index == 0:
+            squad_eval.write_json(os.path.join(output_dir, "predictions.json"), predictions)
+            squad_eval.write_json(os.path.join(output_dir, "nbest_predictions.json"), nbest)
+            if v2:
+                squad_eval.write_json(os.path.join(output_dir, "null_odds.json"), null_odds)
+        logging.info(
+            "wrote predictions for %d questions (%d windows) to %s",
+            len(predictions),
+            len(windows),
+            output_dir,
+        )
+
+    if FLAGS.do_eval:
+        results = _score(
+            output_dir, predict_data, predicted, v2, FLAGS.null_score_diff_threshold, squad_eval
+        )
+        trainer.write_eval_results(output_dir, results)
+
+
+def _counting(items, bar):
+    for item in items:
+        yield item
+        bar.update(1)
+
+
+def _score(output_dir, dataset, predicted, v2, threshold, squad_eval) -> dict:
+    """Official scores of output_dir's predictions.
+
+    For v2.0 the official script is given the best non-null answers and null_odds.json as its
+    no-answer scores with na_prob_thresh = --null_score_diff_threshold: its exact / f1 are then
+    those of predictions.json, and its threshold search sees every answer, not the ones the
+    threshold already replaced by "".
+    """
+
+    def load(name):
+        path = os.path.join(output_dir, name)
+        if not os.path.exists(path):
+            raise SystemExit(f"run_squad: --do_eval needs {path}: run with --do_predict")
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+
+    if not v2:
+        return squad_eval.evaluate_v1(
+            dataset, predicted[0] if predicted else load("predictions.json")
+        )
+    null_odds = load("null_odds.json")
+    # With only predictions.json on disk, answers the threshold removed cannot be scored.
+    answers = predicted[1] if predicted else load("predictions.json")
+    return squad_eval.evaluate_v2(dataset, answers, null_odds, threshold)
+
+
+if __name__ == "__main__":
+    app.run(main)

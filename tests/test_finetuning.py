@@ -1,0 +1,242 @@
+"""Fine-tuning models and their training pieces: shapes, pooling, multiple choice, config round
+trips, init from a pretraining checkpoint, layer-wise learning rates, prediction under
+MirroredStrategy, the best-checkpoint keeper and the weighted task sums."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from modeling import bert, finetuning
+from tests import helpers
+from training import finetune_tasks, optimization, trainer
+
+B, C, S = 3, 4, 7
+
+
+def inputs(shape, seed=0, vocab=helpers.TINY["vocab_size"]):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, vocab, size=shape).astype(np.int32)
+    mask = np.ones(shape, np.int32)
+    mask[..., -2:] = 0  # two padding positions
+    ids[..., -2:] = 0
+    segments = np.zeros(shape, np.int32)
+    segments[..., 3:-2] = 1
+    return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
+
+
+def build(cls, *args, seed=1, **kwargs):
+    keras.utils.set_random_seed(seed)
+    model = cls(helpers.tiny_config(), *args, **kwargs)
+    model.build()
+    return model
+
+
+def test_classifier_shapes_and_mean_pooling_ignores_padding():
+    x = inputs((B, S))
+    for pooling in ("cls", "mean"):
+        model = build(finetuning.BertClassifier, 5, pooling=pooling)
+        logits = model(x)
+        assert logits.shape == (B, 5) and logits.dtype == "float32"
+        y = {**x, "input_ids": x["input_ids"].copy()}
+        y["input_ids"][:, -2:] = 7  # other tokens at masked positions: same output
+        np.testing.assert_allclose(model(y), logits, atol=1e-6)
+        pooler_trains = any("pooler" in v.path for v in model.trainable_variables)
+        assert pooler_trains == (pooling == "cls")  # mean: no gradient reaches the pooler
+        assert any("pooler" in v.path for v in model.weights)  # still saved and loaded
+    assert build(finetuning.BertClassifier, 1)(x).shape == (B, 1)  # the STS-B regressor
+    with pytest.raises(ValueError, match="pooling"):
+        finetuning.BertClassifier(helpers.tiny_config(), 2, pooling="max")
+
+
+def test_pooled_output_gets_dropout_only_in_training():
+    model = build(finetuning.BertClassifier, 5, dropout_rate=0.5)
+    x = inputs((B, S))
+    np.testing.assert_array_equal(model(x, training=False), model(x, training=False))
+    assert not np.allclose(model(x, training=True), model(x, training=False))
+
+
+def test_multiple_choice_scores_each_choice_with_the_shared_head():
+    model = build(finetuning.BertMultipleChoice)
+    x = inputs((B, C, S))
+    scores = model(x)
+    assert scores.shape == (B, C)
+    for j in range(C):  # choice j alone through the same encoder and vector
+        one = {k: v[:, j] for k, v in x.items()}
+        pooled = model.encoder(one)["pooled_output"]
+        np.testing.assert_allclose(scores[:, j], model.classifier(pooled)[:, 0], atol=1e-5)
+
+
+def test_get_config_round_trip():
+    for model in (
+        build(finetuning.BertClassifier, 5, pooling="mean", dropout_rate=0.2),
+        build(finetuning.BertMultipleChoice),
+    ):
+        config = model.get_config()
+        clone = type(model).from_config(json.loads(json.dumps(config)))
+        assert clone.get_config() == config
+
+
+def test_pretraining_checkpoint_initialises_the_encoder_only(tmp_path):
+    keras.utils.set_random_seed(3)
+    pre = bert.BertPretrainer(helpers.tiny_config())
+    pre.build()
+    prefix = tf.train.Checkpoint(model=pre).save(str(tmp_path / "pre" / "ckpt"))
+    model = build(finetuning.BertClassifier, 2)
+    head = model.classifier.dense.kernel.numpy()
+    assert trainer.init_from_checkpoint(model, str(tmp_path / "pre")) == (prefix, "encoder")
+    for a, b in zip(model.encoder.weights, pre.encoder.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(model.classifier.dense.kernel.numpy(), head)
+    # A fine-tuned checkpoint of the same model loads whole, head included.
+    tuned = tf.train.Checkpoint(model=model).save(str(tmp_path / "tuned" / "ckpt"))
+    other = build(finetuning.BertClassifier, 2, seed=9)
+    assert trainer.init_from_checkpoint(other, tuned) == (tuned, "model")
+    np.testing.assert_array_equal(other.classifier.dense.kernel.numpy(), head)
+    keras.utils.set_random_seed(3)
+    wrong = finetuning.BertClassifier(helpers.tiny_config(hidden_size=6), 2)  # other widths
+    wrong.build()
+    with pytest.raises(ValueError):
+        trainer.init_from_checkpoint(wrong, prefix)
+
+
+def test_layerwise_multipliers_follow_electra():
+    f = finetune_tasks.layerwise_lr_multiplier
+    L, d = 2, 0.5  # head 1, pooler d, layer_1 d^2, layer_0 d^3, embeddings d^4
+    assert f("bert_classifier/classifier/dense/kernel", L, d) == 1.0
+    assert f("bert_classifier/encoder/pooler/kernel", L, d) == 0.5
+    assert f("bert_classifier/encoder/layer_1/attention/qkv/kernel", L, d) == 0.25
+    assert f("bert_classifier/encoder/layer_0/output/bias", L, d) == 0.125
+    assert f("bert_classifier/encoder/embeddings/word_embeddings", L, d) == 0.0625
+
+
+def _one_grad_step(optimizer, model, steps=1):
+    x = inputs((B, S))
+    labels = np.array([0, 1, 1])
+    optimizer.build(model.trainable_variables)
+    for _ in range(steps):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(
+                keras.losses.sparse_categorical_crossentropy(labels, model(x), from_logits=True)
+            )
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply(grads, model.trainable_variables)
+    out = {}
+    for v, g in zip(model.trainable_variables, grads):
+        counts = None
+        if isinstance(g, tf.IndexedSlices):  # embedding lookups: how often each row was used
+            counts = np.bincount(g.indices.numpy(), minlength=v.shape[0])
+        out[v.path] = (tf.convert_to_tensor(g).numpy(), counts)
+    return out
+
+
+def test_layerwise_adamw_with_decay_one_is_the_pretraining_adamw():
+    a, b = build(finetuning.BertClassifier, 2), build(finetuning.BertClassifier, 2)
+    _one_grad_step(optimization.create_optimizer(1e-2, 10, 2), a, steps=3)
+    opt = finetune_tasks.LayerwiseAdamW(
+        optimization.WarmupLinearDecay(1e-2, 10, 2), num_layers=2, layer_decay=1.0
+    )
+    _one_grad_step(opt, b, steps=3)
+    for va, vb in zip(a.trainable_variables, b.trainable_variables, strict=True):
+        np.testing.assert_allclose(va.numpy(), vb.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_layerwise_adamw_scales_each_variables_step():
+    lr, d = 1e-3, 0.5
+    model = build(finetuning.BertClassifier, 2)
+    before = {v.path: v.numpy().copy() for v in model.trainable_variables}
+    opt = finetune_tasks.create_finetuning_optimizer(lr, 10, 0, num_layers=2, layer_decay=d)
+    grads = _one_grad_step(opt, model)
+    # One AdamW step, exactly: decoupled decay lr * factor * 0.01 * w, then Adam's first step
+    # lr * factor * sign(g) * r with r = sqrt(1 - b2) |g| / (sqrt(1 - b2) |g| + eps), since Keras
+    # adds epsilon before the bias correction (b2 = 0.999, eps = 1e-6 as BERT).
+    root = np.sqrt(1 - 0.999)
+    for v in model.trainable_variables:
+        factor = finetune_tasks.layerwise_lr_multiplier(v.path, 2, d)
+        (g, counts), w = grads[v.path], before[v.path]
+        decay = 0.0 if any(p in v.name for p in optimization.NO_DECAY_PATTERNS) else 0.01
+        r = root * np.abs(g) / (root * np.abs(g) + 1e-6)
+        expected = -lr * factor * (decay * w + np.sign(g) * r)
+        got = v.numpy() - w
+        if counts is not None:
+            # Keras' Adam squares a sparse gradient per occurrence before summing, so embedding
+            # rows looked up twice or more follow another formula; compare the others.
+            got, expected = got[counts <= 1], expected[counts <= 1]
+        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=2e-8, err_msg=v.path)
+    with pytest.raises(ValueError, match="layerwise_lr_decay"):
+        finetune_tasks.create_finetuning_optimizer(lr, 10, 0, 2, 1.5)
+
+
+def test_predictor_under_mirrored_keeps_row_order():
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    strategy = tf.distribute.MirroredStrategy(cpus)
+    assert strategy.num_replicas_in_sync == 2
+    keras.utils.set_random_seed(4)
+    with strategy.scope():
+        model = finetuning.BertClassifier(helpers.tiny_config(), 3)
+        model.build()
+    x = inputs((10, S), seed=5)
+    dataset = tf.data.Dataset.from_tensor_slices(x).batch(4, drop_remainder=True)
+    got = finetune_tasks.Predictor(strategy, model)(dataset)
+    np.testing.assert_allclose(got, model({k: v[:8] for k, v in x.items()}), atol=1e-5)
+
+
+def test_best_checkpoint_never_takes_a_worse_score(tmp_path):
+    model = build(finetuning.BertClassifier, 2)
+    best = finetune_tasks.BestCheckpoint(tmp_path / "best", model)
+    assert best.info is None and best.prefix is None
+    assert best.update(0.6, 10, {"accuracy": 0.6})
+    kernel = model.classifier.dense.kernel.numpy().copy()
+    model.classifier.dense.kernel.assign(kernel + 1.0)
+    assert not best.update(0.55, 20, {}) and not best.update(0.6, 30, {})  # worse, tie
+    assert not best.update(float("nan"), 40, {})
+    assert best.info["step"] == 10 and best.info["score"] == 0.6
+    trainer.restore_model_weights(model, best.prefix)
+    np.testing.assert_array_equal(model.classifier.dense.kernel.numpy(), kernel)
+    # Survives a restart, and a kill between its two renames (best moved aside, new not in).
+    (tmp_path / "best").rename(tmp_path / "best.old")
+    again = finetune_tasks.BestCheckpoint(tmp_path / "best", model)
+    assert again.info["score"] == 0.6 and not (tmp_path / "best.old").exists()
+    assert again.update(0.7, 50, {}) and again.info["step"] == 50
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
+
+
+def test_task_sums_ignore_padding_rows():
+    logits = tf.constant([[2.0, 0.0], [0.0, 2.0], [5.0, -5.0]])
+    labels = tf.constant([0, 0, 1])
+    w = tf.constant([1.0, 1.0, 0.0])
+    s = finetune_tasks.classification_sums(logits, labels, w)
+    ce = np.log1p(np.exp(-2.0))
+    assert float(s["count"]) == 2.0 and float(s["correct"]) == 1.0
+    assert float(s["loss_sum"]) == pytest.approx(ce + (2.0 + ce), rel=1e-5)
+    r = finetune_tasks.regression_sums(tf.constant([[1.0], [2.0], [9.0]]), [1.5, 2.0, 0.0], w)
+    assert float(r["loss_sum"]) == pytest.approx(0.25) and float(r["count"]) == 2.0
+
+
+def test_classification_task_learns_a_repeated_batch():
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    keras.utils.set_random_seed(2)
+    with strategy.scope():
+        model = finetuning.BertClassifier(helpers.tiny_config(), 3, dropout_rate=0.0)
+        model.build()
+        opt = optimization.create_optimizer(1e-2, 40, 2)
+        opt.build(model.trainable_variables)
+    fit = trainer.Trainer(strategy, finetune_tasks.classification_task(model), opt)
+    batch = {**inputs((6, S)), "label_ids": np.array([0, 1, 2, 2, 1, 0], np.int32)}
+    batches = tf.data.Dataset.from_tensors(batch).repeat()
+    rows = fit.train_steps(iter(batches), 40)
+    first, last = (fit.metrics_from_sums(rows[i][:-2]) for i in (0, -1))
+    assert last["classifier_loss"] < 0.3 * first["classifier_loss"]
+    assert last["accuracy"] == 1.0
+
+
+def test_output_metrics_from_gathered_outputs():
+    out = finetune_tasks.output_metrics([[0.0, 0.0], [np.log(3.0), 0.0]], [0, 1], ("accuracy",))
+    assert out["accuracy"] == 0.5 and out["score"] == 0.5  # a tie goes to the first class
+    assert out["loss"] == pytest.approx((np.log(2.0) + np.log(4.0)) / 2)
+    out = finetune_tasks.output_metrics(
+        [[1.0], [2.0], [4.0]], [1.0, 3.0, 2.0], ("pearson", "spearman"), regression=True
+    )
+    assert out["loss"] == pytest.approx(5 / 3) and out["spearman"] == pytest.approx(0.5)

