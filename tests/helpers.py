@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from data_prep import features
@@ -54,3 +56,18 @@ def write_synthetic_pretraining_file(
             )
             rows.append((ids, seg, pos, labels, label))
     return rows
+
+
+@functools.cache
+def mirrored_strategy():
+    """One MirroredStrategy over conftest's two logical CPUs, shared by every test.
+
+    Two strategies in one process number their collective ops from the same start, so a second
+    one that runs collectives after the first fails ("Collective instance 100 expected type ...");
+    a real run has one strategy per process, a test session has to share it.
+    """
+    import tensorflow as tf
+
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    assert len(cpus) == 2, "conftest must configure two logical CPUs"
+    return tf.distribute.MirroredStrategy(cpus)

@@ -170,8 +170,7 @@ def test_layerwise_adamw_scales_each_variables_step():
 
 
 def test_predictor_under_mirrored_keeps_row_order():
-    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
-    strategy = tf.distribute.MirroredStrategy(cpus)
+    strategy = helpers.mirrored_strategy()
     assert strategy.num_replicas_in_sync == 2
     keras.utils.set_random_seed(4)
     with strategy.scope():

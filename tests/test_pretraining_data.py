@@ -714,3 +714,39 @@ def test_same_instances_and_records_as_the_original_script(tmp_path, vocab_file)
             tf.train.Example.FromString(r).SerializeToString(deterministic=True)
             for r in read_records(their_file)
         ] == read_records(our_file)
+
+
+def test_feature_spec_is_the_original_run_pretraining_spec(tmp_path):
+    """Our records parse with the original run_pretraining.py's own `name_to_features`, read
+    from its source, so files go both ways between the original scripts and Cloze."""
+    import re
+    import zipfile
+
+    from data_prep import features, fetch
+
+    source = (
+        zipfile.ZipFile(fetch.pip_download(ORIGINAL_WHEEL, binary=True))
+        .read("bert/run_pretraining.py")
+        .decode()
+    )
+    block = source[
+        source.index("name_to_features = {") : source.index(
+            "}", source.index("name_to_features = {")
+        )
+    ]
+    declared = re.findall(r'"(\w+)":\s*tf\.FixedLenFeature\(\[(\w+)\], tf\.(\w+)\)', block)
+    assert len(declared) == 7
+    s, p = 13, 3
+    sizes = {"max_seq_length": s, "max_predictions_per_seq": p, "1": 1}
+    theirs = {
+        name: tf.io.FixedLenFeature([sizes[size]], getattr(tf, dtype))
+        for name, size, dtype in declared
+    }
+    assert theirs == features.pretraining_feature_spec(s, p)
+    record = features.serialize_pretraining_example(
+        [2, 7, 4, 3, 8, 3], [0, 0, 0, 0, 1, 1], [2], [9], 1, s, p
+    )
+    parsed = tf.io.parse_single_example(record, theirs)
+    assert parsed["input_ids"].numpy().tolist() == [2, 7, 4, 3, 8, 3] + [0] * 7
+    assert parsed["masked_lm_weights"].numpy().tolist() == [1.0, 0.0, 0.0]
+    assert parsed["next_sentence_labels"].numpy().tolist() == [1]
