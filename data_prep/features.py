@@ -301,16 +301,29 @@ def classifier_dataset(
     remainder so every replica gets an equal slice. The iterator can be saved in a checkpoint:
     its state is file offsets plus the buffer of serialized records.
     """
+    return _shuffled_training_batches(
+        input_files,
+        batch_size,
+        lambda s: parse_classifier_examples(s, max_seq_length, num_choices, regression),
+        seed,
+        num_shards,
+        shard_index,
+        shuffle_buffer,
+    )
+
+
+def _shuffled_training_batches(
+    input_files, batch_size, parse_fn, seed, num_shards, shard_index, shuffle_buffer
+) -> tf.data.Dataset:
+    """The fine-tuning input pipeline shared by classifier_dataset and squad_dataset: records
+    sharded over workers, shuffled in a seeded buffer, repeated, batched (remainder dropped),
+    parsed with `parse_fn` on whole batches, prefetched."""
     records = tf.data.TFRecordDataset(list(input_files))
     if num_shards > 1:
         records = records.shard(num_shards, shard_index)
     records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
     batches = records.batch(batch_size, drop_remainder=True)
-    batches = batches.map(
-        lambda s: parse_classifier_examples(s, max_seq_length, num_choices, regression),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
-    )
+    batches = batches.map(parse_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return batches.prefetch(tf.data.AUTOTUNE)
 
 
@@ -377,14 +390,12 @@ def squad_dataset(
 ) -> tf.data.Dataset:
     """Endless shuffled training batches of SQuAD windows (see classifier_dataset: same
     sharding, shuffling and checkpointable iterator)."""
-    records = tf.data.TFRecordDataset(list(input_files))
-    if num_shards > 1:
-        records = records.shard(num_shards, shard_index)
-    records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
-    batches = records.batch(batch_size, drop_remainder=True)
-    batches = batches.map(
+    return _shuffled_training_batches(
+        input_files,
+        batch_size,
         lambda s: parse_squad_examples(s, max_seq_length),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
+        seed,
+        num_shards,
+        shard_index,
+        shuffle_buffer,
     )
-    return batches.prefetch(tf.data.AUTOTUNE)
