@@ -32,15 +32,29 @@ def masked_lm_sums(logits, label_ids, label_weights):
     }
 
 
-def classification_sums(logits, labels):
-    """Sums for a softmax classification loss (NSP, GLUE): logits float (B, C), labels int (B,)
-    or (B, 1). Returns float32 scalars loss_sum, correct and count (= B)."""
+def classification_sums(logits, labels, weights=None):
+    """Sums for a softmax classification loss (NSP, GLUE).
+
+    logits float (B, C); labels int (B,) or (B, 1); weights float (B,), 0 for rows that only pad
+    a set to full batches (None: all 1). Returns float32 scalars loss_sum, correct and count (the
+    sum of weights).
+    """
     logits = ops.cast(logits, "float32")
     labels = ops.reshape(labels, (-1,))
+    w = ops.ones(ops.shape(labels), "float32") if weights is None else ops.cast(weights, "float32")
     ce = ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)  # (B,)
     hits = ops.cast(ops.equal(ops.argmax(logits, axis=-1), ops.cast(labels, "int64")), "float32")
+    return {"loss_sum": ops.sum(ce * w), "correct": ops.sum(hits * w), "count": ops.sum(w)}
+
+
+def regression_sums(scores, targets, weights):
+    """Weighted squared-error sums: scores float (B, 1) or (B,), targets float (B,), weights (B,).
+
+    Returns float32 scalars loss_sum (sum of squared errors) and count.
+    """
+    scores = ops.reshape(ops.cast(scores, "float32"), (-1,))
+    targets = ops.reshape(ops.cast(targets, "float32"), (-1,))
     return {
-        "loss_sum": ops.sum(ce),
-        "correct": ops.sum(hits),
-        "count": ops.cast(ops.shape(labels)[0], "float32"),
+        "loss_sum": ops.sum(ops.square(scores - targets) * weights),
+        "count": ops.sum(weights),
     }

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from modeling import bert, finetuning
+from modeling import bert, finetuning, losses
 from tests import helpers
 from training import finetune_tasks, optimization, trainer
 
@@ -206,11 +206,11 @@ def test_task_sums_ignore_padding_rows():
     logits = tf.constant([[2.0, 0.0], [0.0, 2.0], [5.0, -5.0]])
     labels = tf.constant([0, 0, 1])
     w = tf.constant([1.0, 1.0, 0.0])
-    s = finetune_tasks.classification_sums(logits, labels, w)
+    s = losses.classification_sums(logits, labels, w)
     ce = np.log1p(np.exp(-2.0))
     assert float(s["count"]) == 2.0 and float(s["correct"]) == 1.0
     assert float(s["loss_sum"]) == pytest.approx(ce + (2.0 + ce), rel=1e-5)
-    r = finetune_tasks.regression_sums(tf.constant([[1.0], [2.0], [9.0]]), [1.5, 2.0, 0.0], w)
+    r = losses.regression_sums(tf.constant([[1.0], [2.0], [9.0]]), [1.5, 2.0, 0.0], w)
     assert float(r["loss_sum"]) == pytest.approx(0.25) and float(r["count"]) == 2.0
 
 

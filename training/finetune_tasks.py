@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from modeling.losses import classification_sums, regression_sums
 from training import metrics, optimization, trainer
 from training.trainer import Task
 
@@ -32,36 +33,6 @@ def _weights(batch, n):
     if "is_real_example" in batch:
         return ops.cast(ops.reshape(batch["is_real_example"], (-1,)), "float32")
     return ops.ones((n,), "float32")
-
-
-def classification_sums(logits, labels, weights):
-    """Weighted softmax cross-entropy sums.
-
-    logits float (B, C); labels int (B,); weights float (B,), 0 for padding rows.
-    Returns float32 scalars loss_sum, correct and count (the sum of weights).
-    """
-    logits = ops.cast(logits, "float32")
-    labels = ops.reshape(labels, (-1,))
-    ce = ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)  # (B,)
-    hits = ops.cast(ops.equal(ops.argmax(logits, axis=-1), ops.cast(labels, "int64")), "float32")
-    return {
-        "loss_sum": ops.sum(ce * weights),
-        "correct": ops.sum(hits * weights),
-        "count": ops.sum(weights),
-    }
-
-
-def regression_sums(scores, targets, weights):
-    """Weighted squared-error sums: scores float (B, 1) or (B,), targets float (B,), weights (B,).
-
-    Returns float32 scalars loss_sum (sum of squared errors) and count.
-    """
-    scores = ops.reshape(ops.cast(scores, "float32"), (-1,))
-    targets = ops.reshape(ops.cast(targets, "float32"), (-1,))
-    return {
-        "loss_sum": ops.sum(ops.square(scores - targets) * weights),
-        "count": ops.sum(weights),
-    }
 
 
 def model_inputs(batch) -> dict:
