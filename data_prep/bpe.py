@@ -1,0 +1,330 @@
+"""Byte-pair encoding: learning merges (Sennrich et al. 2016) and GPT-2's byte-level tokenizer.
+
+Two flavours of one algorithm:
+  character level   words are characters with an end-of-word marker glued to the last one
+                    ("l o w</w>", subword-nmt's format 0.2); merges learned from whitespace words.
+  byte level        GPT-2 (Radford et al. 2019, sec. 2.2): text is split by GPT-2's pattern into
+                    pre-tokens (a leading space belongs to the word that follows), each pre-token
+                    is UTF-8 bytes shown as printable characters (`bytes_to_unicode`), and merges
+                    never cross a pre-token. Every string is encodable: no unknown token.
+
+`learn_bpe` is the exact greedy algorithm: repeatedly merge the most frequent adjacent pair
+(ties: the larger pair, as subword-nmt breaks them), counting pairs incrementally with a lazy
+max-heap. `ByteLevelBPE` reads and writes GPT-2's `encoder.json` + `vocab.bpe` and encodes id for
+id as GPT-2's encoder does.
+
+Written by hand: keras-hub's BytePairTokenizer and Hugging Face `tokenizers` encode but neither
+learns merges with subword-nmt's tie-breaking or keeps its file format, and the encoder here is a
+plain-Python peer whose speed bench/ measures against `tokenizers` (Rust).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import regex
+
+from data_prep.errors import input_error
+
+END_OF_WORD = "</w>"
+# GPT-2's pre-tokenizer (encoder.py): contractions, letters, numbers and other symbols each with an
+# optional leading space, then runs of whitespace (a final space stays with the next word).
+GPT2_PATTERN = regex.compile(
+    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+)
+GPT2_END_OF_TEXT = "<|endoftext|>"
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from the 256 byte values to printable characters.
+
+    Printable Latin-1 bytes map to themselves; the other 68 (controls, space, ...) to code points
+    from 256 up, in byte order. So a space becomes "Ġ" (U+0120) and a newline "Ċ" (U+010A).
+    """
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    keep += range(ord("®"), ord("ÿ") + 1)
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+BYTE_TO_CHAR = bytes_to_unicode()
+CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
+
+
+def pretokenize(text: str) -> list[str]:
+    """GPT-2's pre-tokens of a text, each as its bytes' printable characters ("Ġworld")."""
+    return ["".join(BYTE_TO_CHAR[b] for b in t.encode("utf-8")) for t in GPT2_PATTERN.findall(text)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Learning merges
+# ---------------------------------------------------------------------------------------------
+
+
+class _Larger:
+    """Heap key that orders pairs in reverse, so a min-heap pops the larger pair of a tie."""
+
+    __slots__ = ("pair",)
+
+    def __init__(self, pair):
+        self.pair = pair
+
+    def __lt__(self, other):
+        return self.pair > other.pair
+
+
+def _pairs(symbols: Sequence[str]) -> Counter:
+    return Counter(zip(symbols, symbols[1:]))
+
+
+def _merge_word(symbols: list[str], pair: tuple[str, str]) -> list[str]:
+    """Replaces non-overlapping occurrences of `pair`, left to right (subword-nmt's rule)."""
+    out, i, first, second = [], 0, pair[0], pair[1]
+    while i < len(symbols):
+        if i + 1 < len(symbols) and symbols[i] == first and symbols[i + 1] == second:
+            out.append(first + second)
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return out
+
+
+def learn_bpe(
+    word_counts: dict[tuple[str, ...], int],
+    num_merges: int,
+    min_frequency: int = 2,
+    progress=None,
+) -> list[tuple[str, str]]:
+    """Learns up to `num_merges` merges from words given as symbol tuples with their counts.
+
+    Each step merges the most frequent adjacent pair over all words (weighted by count); ties go
+    to the larger pair (max of (count, pair)), so the result is deterministic and equals
+    subword-nmt's. Stops early when no pair occurs `min_frequency` times.
+    progress: optional callable(done, total) called every 100 merges.
+    Returns the merges in order.
+    """
+    words = [list(w) for w in word_counts]
+    counts = list(word_counts.values())
+    stats: Counter = Counter()
+    where: dict[tuple[str, str], set[int]] = {}
+    for i, symbols in enumerate(words):
+        for pair, n in _pairs(symbols).items():
+            stats[pair] += n * counts[i]
+            where.setdefault(pair, set()).add(i)
+    heap = [(-n, _Larger(p)) for p, n in stats.items()]
+    heapq.heapify(heap)
+    merges: list[tuple[str, str]] = []
+    while len(merges) < num_merges and heap:
+        neg, key = heapq.heappop(heap)
+        pair = key.pair
+        if stats.get(pair, 0) != -neg:  # a stale entry: the count changed since it was pushed
+            continue
+        if -neg < min_frequency:
+            break
+        merges.append(pair)
+        changed: dict[tuple[str, str], int] = {}
+        for i in where.pop(pair, ()):
+            old = words[i]
+            new = _merge_word(old, pair)
+            for p, n in _pairs(old).items():
+                stats[p] -= n * counts[i]
+                changed[p] = stats[p]
+                if p != pair and p in where:
+                    where[p].discard(i)
+            for p, n in _pairs(new).items():
+                stats[p] += n * counts[i]
+                changed[p] = stats[p]
+                where.setdefault(p, set()).add(i)
+            words[i] = new
+        stats.pop(pair, None)
+        for p, n in changed.items():
+            if p == pair:
+                continue
+            if n > 0:
+                heapq.heappush(heap, (-n, _Larger(p)))
+            else:
+                stats.pop(p, None)
+                where.pop(p, None)
+        if progress and len(merges) % 100 == 0:
+            progress(len(merges), num_merges)
+    return merges
+
+
+def character_words(words: Iterable[str]) -> dict[tuple[str, ...], int]:
+    """Counts whitespace words as character tuples with END_OF_WORD glued to the last character
+    (subword-nmt format 0.2: "low" -> ("l", "o", "w</w>"))."""
+    counts = Counter(words)
+    return {(*w[:-1], w[-1] + END_OF_WORD): n for w, n in counts.items() if w}
+
+
+def byte_words(texts: Iterable[str]) -> dict[tuple[str, ...], int]:
+    """Counts GPT-2 pre-tokens of texts as tuples of byte characters."""
+    counts: Counter = Counter()
+    for text in texts:
+        counts.update(pretokenize(text))
+    return {tuple(t): n for t, n in counts.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Applying merges
+# ---------------------------------------------------------------------------------------------
+
+
+def apply_merges(symbols: Sequence[str], ranks: dict[tuple[str, str], int]) -> list[str]:
+    """Merges a word's symbols as GPT-2's `bpe()` does: repeatedly the adjacent pair with the
+    lowest merge rank (all its non-overlapping occurrences, left to right) until none is known."""
+    word = list(symbols)
+    while len(word) > 1:
+        best = min(zip(word, word[1:]), key=lambda p: ranks.get(p, float("inf")))
+        if best not in ranks:
+            break
+        word = _merge_word(word, best)
+    return word
+
+
+class CharacterBPE:
+    """Sennrich's character-level BPE: splits whitespace words into subword units."""
+
+    def __init__(self, merges: Sequence[tuple[str, str]]):
+        self.merges = list(merges)
+        self.ranks = {p: i for i, p in enumerate(self.merges)}
+        self._cache: dict[str, list[str]] = {}
+
+    def segment_word(self, word: str) -> list[str]:
+        """One word -> units; the last carries END_OF_WORD ("lowest" -> ["low", "est</w>"])."""
+        units = self._cache.get(word)
+        if units is None:
+            units = apply_merges((*word[:-1], word[-1] + END_OF_WORD), self.ranks)
+            self._cache[word] = units
+        return units
+
+    def segment(self, text: str) -> list[str]:
+        return [u for w in text.split() for u in self.segment_word(w)]
+
+
+class ByteLevelBPE:
+    """GPT-2's byte-level BPE tokenizer over an `encoder.json` vocabulary and merges.
+
+    encode(text) -> ids and decode(ids) -> text; decode(encode(t)) == t for every string.
+    Special tokens (e.g. "<|endoftext|>") are vocabulary entries that encode() never produces
+    from text, as in GPT-2.
+    """
+
+    def __init__(self, encoder: dict[str, int], merges: Sequence[tuple[str, str]]):
+        self.encoder = dict(encoder)
+        self.decoder = {i: t for t, i in self.encoder.items()}
+        self.merges = list(merges)
+        self.ranks = {p: i for i, p in enumerate(self.merges)}
+        self._cache: dict[str, list[int]] = {}
+        missing = [c for c in BYTE_TO_CHAR.values() if c not in self.encoder]
+        if missing:
+            raise ValueError(f"the vocabulary lacks {len(missing)} of the 256 byte symbols")
+
+    @classmethod
+    def from_files(cls, encoder_file, merges_file) -> ByteLevelBPE:
+        """Reads GPT-2's `encoder.json` and `vocab.bpe`; errors name the file and line."""
+        try:
+            encoder = json.loads(Path(encoder_file).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise input_error(str(encoder_file), "a JSON object token -> id", str(e)) from None
+        if not isinstance(encoder, dict) or not all(isinstance(v, int) for v in encoder.values()):
+            raise input_error(str(encoder_file), "a JSON object token -> id", "another JSON value")
+        merges = read_merges(merges_file)
+        try:
+            return cls(encoder, merges)
+        except ValueError as e:
+            where, expected = str(encoder_file), "every byte symbol in the vocabulary"
+            raise input_error(where, expected, str(e)) from None
+
+    def _encode_pretoken(self, piece: str) -> list[int]:
+        # Cached by the raw pre-token: a repeated word skips the byte mapping and the merges.
+        ids = self._cache.get(piece)
+        if ids is None:
+            chars = "".join(BYTE_TO_CHAR[b] for b in piece.encode("utf-8"))
+            ids = [self.encoder[u] for u in apply_merges(chars, self.ranks)]
+            if len(self._cache) < 1_000_000:  # bounded: a pathological input cannot eat memory
+                self._cache[piece] = ids
+        return ids
+
+    def encode(self, text: str) -> list[int]:
+        cache, out = self._cache, []
+        for piece in GPT2_PATTERN.findall(text):
+            ids = cache.get(piece)
+            out.extend(ids if ids is not None else self._encode_pretoken(piece))
+        return out
+
+    def tokens(self, text: str) -> list[str]:
+        return [self.decoder[i] for i in self.encode(text)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        data = bytes(CHAR_TO_BYTE[c] for i in ids for c in self.decoder[i])
+        return data.decode("utf-8", errors="replace")
+
+    def save(self, directory) -> tuple[str, str]:
+        """Writes encoder.json and vocab.bpe (GPT-2's files) into `directory`; returns paths."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        enc, mer = directory / "encoder.json", directory / "vocab.bpe"
+        _write_text(enc, json.dumps(self.encoder, ensure_ascii=False))
+        write_merges(self.merges, mer)
+        return str(enc), str(mer)
+
+
+def byte_level_vocab(
+    merges: Sequence[tuple[str, str]], special_tokens: Sequence[str] = (GPT2_END_OF_TEXT,)
+) -> dict[str, int]:
+    """GPT-2's id layout: the 256 byte symbols (GPT-2's order: printable bytes first, as
+    bytes_to_unicode lists them by value), then one id per merge, then special tokens."""
+    order = sorted(BYTE_TO_CHAR.values(), key=lambda c: (ord(c) >= 256, ord(c)))
+    vocab = {c: i for i, c in enumerate(order)}
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    for t in special_tokens:
+        vocab.setdefault(t, len(vocab))
+    return vocab
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_merges(merges: Sequence[tuple[str, str]], path) -> None:
+    """The merges file both subword-nmt and GPT-2 use: "#version: 0.2" then "a b" per line."""
+    _write_text(Path(path), "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+
+
+def read_merges(path) -> list[tuple[str, str]]:
+    """Reads a merges file; a line that is not two space-separated symbols is an error naming
+    the file and line."""
+    merges = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise input_error(str(path), "a UTF-8 merges file", str(e)) from None
+    for n, line in enumerate(lines, 1):
+        if not line or (n == 1 and line.startswith("#version")):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or not all(parts):
+            raise input_error(f"{path}:{n}", "two symbols separated by one space", repr(line))
+        merges.append((parts[0], parts[1]))
+    return merges

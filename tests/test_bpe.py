@@ -1,0 +1,182 @@
+"""Byte-pair encoding: learning against subword-nmt and a hand-worked example, GPT-2's byte-level
+tokenizer id for id against two encoders no one here wrote (the npm package's own JavaScript under
+node, and Hugging Face `tokenizers` in Rust) on the real GPT-2 vocabulary, and round trips."""
+
+import io
+import json
+import shutil
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from data_prep import bpe, fetch
+from data_prep.errors import InputError
+
+# Strings chosen to break a careless byte-level tokenizer: contractions, runs of spaces before
+# words and at the end, tabs and newlines, digits next to letters, accents (composed and not),
+# CJK, emoji (4-byte UTF-8 and a ZWJ sequence), RTL text, control characters, "<|endoftext|>"
+# as text, non-breaking and ideographic spaces, and a word far longer than any merge.
+HARD = [
+    "Hello world",
+    "I'm sure they'll've done it, isn't it? 'S 'T don't",
+    "  leading spaces,   inner runs   and trailing   ",
+    "tabs\tand\nnewlines\r\n\n\nend\n",
+    "GPT2 has 1,558,000,000 parameters (v2.0.1) in 2019; x86_64 0xFF 3.14159",
+    "café Café CAFÉ cafe\u0301 naïve Zürich crème brûlée",
+    "東京は日本の首都です。中文字符 한국어 텍스트",
+    "emoji 😀 👩‍👩‍👧‍👦 🇬🇧 ✓ ☃",
+    "עברית ومرحبا بالعالم",
+    "control \x00 \x07 \x1b[31m end",
+    "<|endoftext|> is only text here",
+    "non\u00a0breaking\u3000ideographic\u2003em space",
+    "Supercalifragilisticexpialidocious" * 3,
+    "",
+    " ",
+    "!!!???...---___***",
+    "user@example.com https://example.org/a?b=c&d=e#f",
+]
+
+
+@pytest.fixture(scope="module")
+def gpt2_files():
+    folder = fetch.gpt2_bpe_dir()
+    return folder / "encoder.json", folder / "vocab.bpe", folder / "Encoder.js"
+
+
+@pytest.fixture(scope="module")
+def gpt2(gpt2_files):
+    return bpe.ByteLevelBPE.from_files(gpt2_files[0], gpt2_files[1])
+
+
+def test_gpt2_known_ids_and_the_vocab_layout_rebuilt_from_merges(gpt2, gpt2_files):
+    assert gpt2.encode("Hello world") == [15496, 995]  # shared/DATA.md
+    assert gpt2.tokens(" world!") == ["Ġworld", "!"]
+    real = json.loads(gpt2_files[0].read_text(encoding="utf-8"))
+    assert bpe.byte_level_vocab(gpt2.merges) == real  # 256 bytes, 50,000 merges, <|endoftext|>
+    assert len(real) == 50257 and real[bpe.GPT2_END_OF_TEXT] == 50256
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_gpt2_ids_equal_the_packages_own_javascript_encoder(gpt2, gpt2_files):
+    script = (
+        f"const {{encode}} = require({json.dumps(str(gpt2_files[2]))});"
+        "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>{"
+        "console.log(JSON.stringify(JSON.parse(s).map(t=>encode(t))))})"
+    )
+    result = subprocess.run(
+        ["node", "-e", script], input=json.dumps(HARD), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    expected = json.loads(result.stdout)
+    for text, ids in zip(HARD, expected):
+        assert gpt2.encode(text) == ids, text
+
+
+def test_gpt2_ids_equal_hugging_face_tokenizers(gpt2, gpt2_files):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    model = models.BPE.from_file(str(gpt2_files[0]), str(gpt2_files[1]))
+    ref = Tokenizer(model)
+    ref.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    ref.decoder = decoders.ByteLevel()
+    for text in HARD:
+        assert gpt2.encode(text) == ref.encode(text).ids, text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40))
+def test_byte_level_round_trips_every_string(gpt2, text):
+    assert gpt2.decode(gpt2.encode(text)) == text
+
+
+def test_sennrich_example_learns_hand_computed_merges():
+    # Sennrich et al. 2016, fig. 1: {low: 5, lower: 2, newest: 6, widest: 3}. Worked by hand:
+    # e s and s t</w> tie at 9 and the larger pair wins; then e st</w> 9, l o 7; at 6 the
+    # larger of (n e), (e w), (w est</w>) is w est</w>, which leaves e w at 0; and so on.
+    words = ["low"] * 5 + ["lower"] * 2 + ["newest"] * 6 + ["widest"] * 3
+    merges = bpe.learn_bpe(bpe.character_words(words), 10)
+    assert merges == [
+        ("s", "t</w>"),
+        ("e", "st</w>"),
+        ("l", "o"),
+        ("w", "est</w>"),
+        ("n", "e"),
+        ("ne", "west</w>"),
+        ("lo", "w</w>"),
+        ("w", "i"),
+        ("wi", "d"),
+        ("wid", "est</w>"),
+    ]
+    seg = bpe.CharacterBPE(merges)
+    assert seg.segment("lowest newer") == ["lo", "west</w>", "ne", "w", "e", "r</w>"]
+    assert bpe.learn_bpe(bpe.character_words(words), 10, min_frequency=4) == merges[:7]
+
+
+def test_learning_equals_subword_nmt_on_real_text():
+    from subword_nmt.learn_bpe import learn_bpe as reference
+
+    text = SHAKESPEARE_SONNET * 3 + " ".join(HARD[:6])
+    out = io.StringIO()
+    reference(io.StringIO(text), out, 150, min_frequency=2)
+    expected = [tuple(line.split(" ")) for line in out.getvalue().splitlines()[1:]]
+    words = [w for line in text.splitlines() for w in line.strip("\r\n ").split(" ") if w]
+    assert bpe.learn_bpe(bpe.character_words(words), 150) == expected
+    assert len(expected) > 100
+
+
+def test_learning_degenerate_cases():
+    assert bpe.learn_bpe(bpe.character_words(["a"]), 5) == []  # no pair at all
+    assert bpe.learn_bpe(bpe.character_words(["ab"]), 5) == []  # one pair, seen once
+    assert bpe.learn_bpe(bpe.character_words(["ab", "ab"]), 5) == [("a", "b</w>")]
+    assert bpe.learn_bpe(bpe.character_words(["ab", "ab"]), 0) == []
+    # Overlapping pairs: "aaaa" merges left to right into aa aa, counted once per occurrence.
+    merges = bpe.learn_bpe(bpe.character_words(["aaaaa"] * 3), 3)
+    assert merges[0] == ("a", "a")
+
+
+def test_byte_level_learning_gives_a_working_tokenizer(tmp_path):
+    texts = [SHAKESPEARE_SONNET, "Ünïcödé and emoji 😀 stay encodable."]
+    merges = bpe.learn_bpe(bpe.byte_words(texts), 200)
+    tok = bpe.ByteLevelBPE(bpe.byte_level_vocab(merges), merges)
+    enc_file, merges_file = tok.save(tmp_path)
+    again = bpe.ByteLevelBPE.from_files(enc_file, merges_file)
+    for text in [*texts, "never seen: ☃ 東京"]:
+        assert again.decode(again.encode(text)) == text
+        assert again.encode(text) == tok.encode(text)
+    sonnet = tok.encode(SHAKESPEARE_SONNET)
+    assert len(sonnet) < 0.5 * len(SHAKESPEARE_SONNET.encode())  # merges compress the text
+    assert all(" " not in a + b for a, b in merges)  # byte symbols: spaces are "Ġ"
+
+
+def test_bad_merges_and_vocab_files_name_file_and_line(tmp_path):
+    bad = tmp_path / "vocab.bpe"
+    bad.write_text("#version: 0.2\na b\nc d e\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"vocab.bpe:3: expected two symbols"):
+        bpe.read_merges(bad)
+    enc = tmp_path / "encoder.json"
+    enc.write_text('{"a": 0}', encoding="utf-8")
+    bad.write_text("#version: 0.2\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"encoder.json: expected every byte symbol"):
+        bpe.ByteLevelBPE.from_files(enc, bad)
+    enc.write_text("[1, 2", encoding="utf-8")
+    with pytest.raises(InputError, match=r"encoder.json: expected a JSON object"):
+        bpe.ByteLevelBPE.from_files(enc, bad)
+
+
+SHAKESPEARE_SONNET = """Shall I compare thee to a summer's day?
+Thou art more lovely and more temperate:
+Rough winds do shake the darling buds of May,
+And summer's lease hath all too short a date;
+Sometime too hot the eye of heaven shines,
+And often is his gold complexion dimm'd;
+And every fair from fair sometime declines,
+By chance or nature's changing course untrimm'd;
+But thy eternal summer shall not fade,
+Nor lose possession of that fair thou ow'st;
+Nor shall death brag thou wander'st in his shade,
+When in eternal lines to time thou grow'st:
+So long as men can breathe or eyes can see,
+So long lives this, and this gives life to thee.
+"""
