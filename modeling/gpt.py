@@ -1,0 +1,461 @@
+"""GPT (Radford et al. 2018) and GPT-2 (Radford et al. 2019): decoder-only Transformer LMs.
+
+Read top to bottom: `GptConfig` (OpenAI's hparams.json names), `CausalSelfAttention` (fused
+c_attn, a key/value cache for incremental decoding), `GptBlock` (GPT-1 post-LayerNorm or GPT-2
+pre-LayerNorm, by config), `GptModel` (the backbone), `GptLM` (the tied output embedding),
+`GptClassifier` (GPT-1's fine-tuning: the vector at the extract token, plus the LM loss as an
+auxiliary), and `generate` (temperature / top-k / top-p sampling with the cache).
+Shapes: B batch, T new positions, S positions attended (the cache length), H hidden, N heads,
+D head depth, V vocab, C classes, L layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import keras
+import numpy as np
+from keras import ops
+
+from data_prep.errors import InputError
+from modeling import layers
+
+# ---------------------------------------------------------------------------------------------
+# Config
+# ---------------------------------------------------------------------------------------------
+
+REQUIRED = ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer")  # OpenAI's hparams.json
+
+
+@dataclasses.dataclass(frozen=True)
+class GptConfig:
+    """GPT hyper-parameters with the names of OpenAI's released `hparams.json`.
+
+    The five fields of that file are required, so a released hparams.json loads unchanged; the
+    others default to GPT-2's values. `layer_norm_position` is "pre" for GPT-2 (LayerNorm before
+    each sub-block and a final one, sec. 2.3) or "post" for GPT-1 (after each residual sum, as
+    BERT). `activation_function` "gelu" is the tanh approximation both papers used. `n_inner`
+    None means 4 * n_embd.
+    """
+
+    n_vocab: int
+    n_ctx: int = 1024
+    n_embd: int = 768
+    n_head: int = 12
+    n_layer: int = 12
+    n_inner: int | None = None
+    activation_function: str = "gelu"
+    layer_norm_position: str = "pre"
+    embd_pdrop: float = 0.1
+    attn_pdrop: float = 0.1
+    resid_pdrop: float = 0.1
+    layer_norm_epsilon: float = 1e-5
+    initializer_range: float = 0.02
+
+    def __post_init__(self):
+        for name in REQUIRED:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"GptConfig.{name}: expected a positive integer, found {value!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"GptConfig: n_embd {self.n_embd} is not a multiple of n_head")
+        if self.layer_norm_position not in ("pre", "post"):
+            raise ValueError(
+                f"GptConfig.layer_norm_position: expected 'pre' (GPT-2) or 'post' (GPT-1), "
+                f"found {self.layer_norm_position!r}"
+            )
+        layers.get_activation(self.activation_function)
+
+    @property
+    def inner_size(self) -> int:
+        return self.n_inner or 4 * self.n_embd
+
+    @classmethod
+    def from_dict(cls, values: dict, source: str = "config") -> GptConfig:
+        if not isinstance(values, dict):
+            raise InputError(f"{source}: expected a JSON object, found {type(values).__name__}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(values) - set(names))
+        missing = [n for n in REQUIRED if n not in values]
+        if unknown:
+            raise InputError(f"{source}: unknown key(s) {unknown}; a GPT config has {names}")
+        if missing:
+            raise InputError(f"{source}: missing key(s) {missing}; a GPT config needs {REQUIRED}")
+        try:
+            return cls(**values)
+        except (ValueError, TypeError) as e:
+            raise InputError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_json_file(cls, path) -> GptConfig:
+        try:
+            values = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(f"{path}: expected a GPT config file, found no such file") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InputError(f"{path}: expected UTF-8 JSON, found {e}") from None
+        return cls.from_dict(values, source=str(path))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks
+# ---------------------------------------------------------------------------------------------
+
+
+def _big_negative(dtype) -> float:
+    # Large enough to zero a softmax term, small enough to stay finite in half precision.
+    return -1e9 if str(dtype) in ("float32", "float64") else -3e4
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class CausalSelfAttention(keras.layers.Layer):
+    """Masked multi-head self-attention: position t attends to positions <= t only.
+
+    call(x, cache=None, cache_index=0, attention_mask=None, training=False):
+      x: float (B, T, H), the new positions cache_index .. cache_index + T - 1.
+      cache: None, or float (B, 2, S, N, D) keys and values of every position so far (S is the
+        cache length, fixed; entries past cache_index + T are ignored by the causal mask).
+      attention_mask: None or int (B, S') with 1 for real tokens; S' = S with a cache, else T.
+    Returns (output float (B, T, H), the updated cache or None).
+    """
+
+    def __init__(self, n_embd, n_head, attn_pdrop=0.1, resid_pdrop=0.1, init_range=0.02, **kw):
+        super().__init__(**kw)
+        self.n_embd, self.n_head = n_embd, n_head
+        self.attn_pdrop, self.resid_pdrop, self.init_range = attn_pdrop, resid_pdrop, init_range
+        self.c_attn = layers.Dense(3 * n_embd, initializer_range=init_range, name="c_attn")
+        self.c_proj = layers.Dense(n_embd, initializer_range=init_range, name="c_proj")
+        self.attn_dropout = keras.layers.Dropout(attn_pdrop)
+
+    def build(self, input_shape):
+        self.c_attn.build(input_shape)
+        self.c_proj.build(input_shape)
+
+    def call(self, x, cache=None, cache_index=0, attention_mask=None, training=False):
+        b, t = ops.shape(x)[0], ops.shape(x)[1]
+        n, d = self.n_head, self.n_embd // self.n_head
+        qkv = ops.reshape(self.c_attn(x), (b, t, 3, n, d))  # (B, T, 3, N, D)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, T, N, D)
+        if cache is not None:
+            start = [0, cache_index, 0, 0]
+            k = ops.slice_update(cache[:, 0], start, k)  # (B, S, N, D)
+            v = ops.slice_update(cache[:, 1], start, v)
+            cache = ops.stack([k, v], axis=1)  # (B, 2, S, N, D)
+        s = ops.shape(k)[1]
+        scores = ops.einsum("btnd,bsnd->bnts", q, k) / math.sqrt(d)  # (B, N, T, S)
+        query_pos = ops.arange(t) + cache_index  # (T,)
+        allowed = ops.arange(s)[None, :] <= query_pos[:, None]  # (T, S): keys at or before
+        allowed = allowed[None, None]  # (1, 1, T, S)
+        if attention_mask is not None:
+            allowed = ops.logical_and(allowed, ops.cast(attention_mask, "bool")[:, None, None, :])
+        scores = ops.where(allowed, scores, _big_negative(scores.dtype))
+        probs = self.attn_dropout(ops.softmax(scores, axis=-1), training=training)
+        context = ops.einsum("bnts,bsnd->btnd", probs, v)  # (B, T, N, D)
+        return self.c_proj(ops.reshape(context, (b, t, self.n_embd))), cache
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "n_embd": self.n_embd,
+            "n_head": self.n_head,
+            "attn_pdrop": self.attn_pdrop,
+            "resid_pdrop": self.resid_pdrop,
+            "init_range": self.init_range,
+        }
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class GptBlock(keras.layers.Layer):
+    """One decoder block. Pre-LN (GPT-2): x + attn(ln_1(x)), then x + mlp(ln_2(x)).
+    Post-LN (GPT-1): ln_1(x + attn(x)), then ln_2(x + mlp(x)).
+
+    call(x, cache, cache_index, attention_mask, training) -> (float (B, T, H), cache).
+    """
+
+    def __init__(self, config: GptConfig | dict, **kwargs):
+        super().__init__(**kwargs)
+        c = GptConfig.from_dict(config) if isinstance(config, dict) else config
+        self.config = c
+        self.attn = CausalSelfAttention(
+            c.n_embd, c.n_head, c.attn_pdrop, c.resid_pdrop, c.initializer_range, name="attn"
+        )
+        eps = c.layer_norm_epsilon
+        self.ln_1 = keras.layers.LayerNormalization(epsilon=eps, name="ln_1")
+        self.ln_2 = keras.layers.LayerNormalization(epsilon=eps, name="ln_2")
+        self.c_fc = layers.Dense(
+            c.inner_size, c.activation_function, c.initializer_range, name="c_fc"
+        )
+        # GPT-2 sec. 2.3: residual projections start scaled by 1/sqrt(number of residual layers).
+        scale = 1 / math.sqrt(2 * c.n_layer) if c.layer_norm_position == "pre" else 1.0
+        self.c_proj = layers.Dense(
+            c.n_embd, initializer_range=c.initializer_range * scale, name="c_proj"
+        )
+        self.dropout = keras.layers.Dropout(c.resid_pdrop)
+
+    def build(self, input_shape):
+        self.attn.build(input_shape)
+        self.ln_1.build(input_shape)
+        self.ln_2.build(input_shape)
+        self.c_fc.build(input_shape)
+        self.c_proj.build((*input_shape[:-1], self.config.inner_size))
+
+    def call(self, x, cache=None, cache_index=0, attention_mask=None, training=False):
+        kw = dict(cache_index=cache_index, attention_mask=attention_mask, training=training)
+
+        def mlp(h):
+            return self.dropout(self.c_proj(self.c_fc(h)), training=training)
+
+        if self.config.layer_norm_position == "pre":
+            a, cache = self.attn(self.ln_1(x), cache=cache, **kw)
+            x = x + self.dropout(a, training=training)
+            return x + mlp(self.ln_2(x)), cache
+        a, cache = self.attn(x, cache=cache, **kw)
+        x = self.ln_1(x + self.dropout(a, training=training))
+        return self.ln_2(x + mlp(x)), cache
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Backbone and heads
+# ---------------------------------------------------------------------------------------------
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class GptModel(keras.Model):
+    """Token + learned position embeddings, n_layer blocks, and (pre-LN) a final LayerNorm.
+
+    call(inputs, cache=None, cache_index=0, training=False): inputs a dict with int (B, T)
+    `input_ids` and optionally `input_mask` (1 real, 0 padding; (B, S) with a cache).
+    Returns a dict: sequence_output float (B, T, H); encoder_outputs, the L + 1 hidden states
+    (embeddings, then every block; the last is sequence_output's input for pre-LN models);
+    cache, the updated per-layer caches (a list of (B, 2, S, N, D)) when a cache was given.
+    """
+
+    def __init__(self, config: GptConfig | dict, **kwargs):
+        super().__init__(**kwargs)
+        c = GptConfig.from_dict(config) if isinstance(config, dict) else config
+        self.config = c
+        self.drop = keras.layers.Dropout(c.embd_pdrop)
+        # One attribute per block: tf.train.Checkpoint does not follow Keras' TrackedList.
+        for i in range(c.n_layer):
+            setattr(self, f"h_{i}", GptBlock(c, name=f"h_{i}"))
+        self.ln_f = (
+            keras.layers.LayerNormalization(epsilon=c.layer_norm_epsilon, name="ln_f")
+            if c.layer_norm_position == "pre"
+            else None
+        )
+
+    @property
+    def blocks(self) -> list:
+        return [getattr(self, f"h_{i}") for i in range(self.config.n_layer)]
+
+    def build(self, input_shape=None):
+        c = self.config
+        init = keras.initializers.RandomNormal(stddev=c.initializer_range)
+        self.wte = self.add_weight(name="wte", shape=(c.n_vocab, c.n_embd), initializer=init)
+        self.wpe = self.add_weight(name="wpe", shape=(c.n_ctx, c.n_embd), initializer=init)
+        for block in self.blocks:
+            block.build((None, None, c.n_embd))
+        if self.ln_f is not None:
+            self.ln_f.build((None, None, c.n_embd))
+        self.built = True
+
+    def empty_cache(self, batch_size: int, length: int | None = None) -> list:
+        """Zero caches for incremental decoding of up to `length` (default n_ctx) positions."""
+        c = self.config
+        shape = (batch_size, 2, length or c.n_ctx, c.n_head, c.n_embd // c.n_head)
+        return [ops.zeros(shape, self.compute_dtype) for _ in self.blocks]
+
+    def call(self, inputs, cache=None, cache_index=0, training=False):
+        ids = inputs["input_ids"]
+        mask = inputs.get("input_mask")
+        positions = ops.arange(ops.shape(ids)[1]) + cache_index  # (T,)
+        x = ops.take(self.wte, ids, axis=0) + ops.take(self.wpe, positions, axis=0)[None]
+        x = self.drop(x, training=training)  # (B, T, H)
+        outputs, new_cache = [x], []
+        for i, block in enumerate(self.blocks):
+            x, layer_cache = block(
+                x,
+                cache=None if cache is None else cache[i],
+                cache_index=cache_index,
+                attention_mask=mask,
+                training=training,
+            )
+            outputs.append(x)
+            new_cache.append(layer_cache)
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        out = {"sequence_output": x, "encoder_outputs": outputs}
+        if cache is not None:
+            out["cache"] = new_cache
+        return out
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class GptLM(keras.Model):
+    """The language model: the backbone and the transposed token embedding (tied, both papers).
+
+    call(inputs, cache=None, cache_index=0, training=False) -> dict with lm_logits float32
+    (B, T, V) (and cache when given). Position t's logits predict token t + 1.
+    """
+
+    def __init__(self, config: GptConfig | dict, **kwargs):
+        super().__init__(**kwargs)
+        c = GptConfig.from_dict(config) if isinstance(config, dict) else config
+        self.config = c
+        self.encoder = GptModel(c, name="encoder")
+
+    def build(self, input_shape=None):
+        self.encoder.build()
+        self.built = True
+
+    def call(self, inputs, cache=None, cache_index=0, training=False):
+        out = self.encoder(inputs, cache=cache, cache_index=cache_index, training=training)
+        logits = ops.einsum("bth,vh->btv", out["sequence_output"], self.encoder.wte)
+        result = {"lm_logits": ops.cast(logits, "float32")}  # (B, T, V)
+        if cache is not None:
+            result["cache"] = out["cache"]
+        return result
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class GptClassifier(keras.Model):
+    """GPT-1's fine-tuning model (Radford et al. 2018, sec. 3.2-3.3): inputs are
+    `start text [delim text] extract`; a linear layer reads the last block's vector at the
+    extract token (the last real token), and the LM logits come along for the auxiliary loss.
+
+    call(inputs, training) with int (B, T) input_ids and input_mask (right padding) returns a
+    dict: logits float32 (B, C) and lm_logits float32 (B, T, V).
+    """
+
+    def __init__(self, config: GptConfig | dict, num_classes: int, dropout_rate=0.1, **kwargs):
+        super().__init__(**kwargs)
+        c = GptConfig.from_dict(config) if isinstance(config, dict) else config
+        self.config, self.num_classes, self.dropout_rate = c, num_classes, dropout_rate
+        self.lm = GptLM(c, name="lm")
+        self.encoder = self.lm.encoder  # the name run scripts load pretrained weights into
+        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.classifier = layers.Dense(num_classes, initializer_range=0.02, name="classifier")
+
+    def build(self, input_shape=None):
+        self.lm.build()
+        self.classifier.build((None, self.config.n_embd))
+        self.built = True
+
+    def call(self, inputs, training=False):
+        out = self.encoder(inputs, training=training)
+        h = out["sequence_output"]  # (B, T, H)
+        last = ops.sum(ops.cast(inputs["input_mask"], "int32"), axis=1) - 1  # (B,)
+        extract = ops.take_along_axis(h, last[:, None, None], axis=1)[:, 0]  # (B, H)
+        logits = self.classifier(self.dropout(extract, training=training))
+        lm_logits = ops.einsum("bth,vh->btv", h, self.encoder.wte)
+        return {"logits": ops.cast(logits, "float32"), "lm_logits": ops.cast(lm_logits, "float32")}
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "config": self.config.to_dict(),
+            "num_classes": self.num_classes,
+            "dropout_rate": self.dropout_rate,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Generation
+# ---------------------------------------------------------------------------------------------
+
+
+def filter_logits(logits, top_k: int = 0, top_p: float = 1.0):
+    """Keeps the top_k largest logits (0: all) and the smallest set whose probability reaches
+    top_p (nucleus sampling, Holtzman et al. 2020); the rest become -inf.
+    logits: float (B, V). Returns float (B, V)."""
+    logits = ops.convert_to_tensor(logits, "float32")
+    if top_k:
+        kth = ops.top_k(logits, top_k)[0][:, -1:]  # (B, 1)
+        logits = ops.where(logits < kth, -np.inf, logits)
+    if top_p < 1.0:
+        order = ops.argsort(-logits, axis=-1)  # (B, V) best first
+        sorted_logits = ops.take_along_axis(logits, order, axis=-1)
+        probs = ops.softmax(sorted_logits, axis=-1)
+        before = ops.cumsum(probs, axis=-1) - probs  # mass of the better tokens
+        keep_sorted = before < top_p  # the best token is always kept
+        inverse = ops.argsort(order, axis=-1)
+        keep = ops.take_along_axis(keep_sorted, inverse, axis=-1)
+        logits = ops.where(keep, logits, -np.inf)
+    return logits
+
+
+def generate(
+    model: GptLM,
+    prompt_ids,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    use_cache: bool = True,
+) -> np.ndarray:
+    """Continues prompts token by token. temperature 0 is greedy decoding.
+
+    prompt_ids: int (B, T0), prompts of one length. Sampling draws from stateless random ops
+    keyed by (seed, step), so the same seed gives the same text. With use_cache, each step runs
+    the model on the one new token against the cached keys and values (the prompt once);
+    without it, on the whole sequence again (the reference the cache is tested against).
+    Returns int32 (B, T0 + max_new_tokens).
+    """
+    import tensorflow as tf
+
+    ids = np.asarray(prompt_ids, np.int32)
+    b, t0 = ids.shape
+    total = t0 + max_new_tokens
+    if total > model.config.n_ctx:
+        raise ValueError(f"prompt + new tokens = {total} exceeds n_ctx {model.config.n_ctx}")
+
+    def pick(logits, step):
+        if temperature == 0:
+            return ops.argmax(logits, axis=-1)
+        logits = filter_logits(logits / temperature, top_k, top_p)
+        draw = tf.random.stateless_categorical(logits, 1, seed=[seed, step])
+        return draw[:, 0]
+
+    cache = model.encoder.empty_cache(b, total) if use_cache else None
+    out = model({"input_ids": ids}, cache=cache, cache_index=0) if use_cache else None
+    for step in range(max_new_tokens):
+        if use_cache:
+            logits = out["lm_logits"][:, -1]
+        else:
+            logits = model({"input_ids": ids})["lm_logits"][:, -1]
+        new = np.asarray(pick(logits, step), np.int32)[:, None]  # (B, 1)
+        ids = np.concatenate([ids, new], axis=1)
+        if use_cache and step + 1 < max_new_tokens:
+            out = model({"input_ids": new}, cache=out["cache"], cache_index=t0 + step)
+    return ids

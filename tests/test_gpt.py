@@ -1,0 +1,182 @@
+"""GPT / GPT-2: config, causality, the cached decode against the full forward pass, keras-hub's
+GPT2Backbone as an independent implementation, sampling filters, seeded generation, and the
+GPT-1 classifier."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from data_prep.errors import InputError
+from modeling import gpt
+
+# Odd sizes (shared/STYLE.md): vocab 29, context 13, hidden 12, heads 3, inner 17, 2 layers.
+TINY = dict(n_vocab=29, n_ctx=13, n_embd=12, n_head=3, n_layer=2, n_inner=17)
+
+
+def tiny(**changes):
+    config = gpt.GptConfig(
+        **{**TINY, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0} | changes
+    )
+    keras.utils.set_random_seed(3)
+    model = gpt.GptLM(config)
+    model.build()
+    # Non-zero LayerNorm offsets and biases, so a swapped or skipped one shows.
+    rng = np.random.default_rng(0)
+    for w in model.weights:
+        w.assign(w.numpy() + rng.normal(0, 0.05, w.shape).astype("float32"))
+    return model
+
+
+def ids(batch=3, length=7, seed=1):
+    return np.random.default_rng(seed).integers(0, TINY["n_vocab"], (batch, length)).astype("int32")
+
+
+def test_config_reads_openai_hparams_and_refuses_unknown_keys(tmp_path):
+    path = tmp_path / "hparams.json"
+    path.write_text(
+        json.dumps({"n_vocab": 50257, "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12})
+    )  # OpenAI's released file, verbatim
+    config = gpt.GptConfig.from_json_file(path)
+    assert config.inner_size == 3072 and config.layer_norm_position == "pre"
+    assert gpt.GptConfig.from_dict(json.loads(config.to_json_string())) == config
+    with pytest.raises(InputError, match="unknown key"):
+        gpt.GptConfig.from_dict({**TINY, "n_positions": 5})
+    with pytest.raises(InputError, match=r"missing key\(s\) \['n_ctx'\]"):
+        gpt.GptConfig.from_dict({k: v for k, v in TINY.items() if k != "n_ctx"})
+    with pytest.raises(InputError, match="layer_norm_position"):
+        gpt.GptConfig.from_dict({**TINY, "layer_norm_position": "middle"})
+
+
+@pytest.mark.parametrize("position", ["pre", "post"])
+def test_no_position_sees_the_future(position):
+    model = tiny(layer_norm_position=position)
+    x = ids()
+    base = model({"input_ids": x})["lm_logits"].numpy()
+    for t in range(1, 7):
+        changed = x.copy()
+        changed[:, t] = (changed[:, t] + 1) % TINY["n_vocab"]
+        out = model({"input_ids": changed})["lm_logits"].numpy()
+        np.testing.assert_allclose(out[:, :t], base[:, :t], atol=1e-6)  # earlier: unchanged
+        assert np.abs(out[:, t:] - base[:, t:]).max() > 1e-4  # from t on: changed
+
+
+@pytest.mark.parametrize("position", ["pre", "post"])
+def test_cached_incremental_decode_equals_the_full_forward(position):
+    model = tiny(layer_norm_position=position)
+    x = ids(length=9)
+    full = model({"input_ids": x})["lm_logits"].numpy()
+    cache = model.encoder.empty_cache(3, 11)
+    out = model({"input_ids": x[:, :4]}, cache=cache, cache_index=0)
+    np.testing.assert_allclose(out["lm_logits"].numpy(), full[:, :4], atol=1e-5)
+    for t in range(4, 9):
+        out = model({"input_ids": x[:, t : t + 1]}, cache=out["cache"], cache_index=t)
+        np.testing.assert_allclose(out["lm_logits"].numpy()[:, 0], full[:, t], atol=1e-5)
+
+
+def test_padding_mask_hides_padded_keys():
+    model = tiny()
+    x = ids()
+    mask = np.ones_like(x)
+    mask[:, 2] = 0  # a hole: position 2 must not influence any later position
+    changed = x.copy()
+    changed[:, 2] = (changed[:, 2] + 5) % TINY["n_vocab"]
+    a = model({"input_ids": x, "input_mask": mask})["lm_logits"].numpy()
+    b = model({"input_ids": changed, "input_mask": mask})["lm_logits"].numpy()
+    np.testing.assert_allclose(a[:, 3:], b[:, 3:], atol=1e-6)
+
+
+def test_equals_keras_hub_gpt2_backbone():
+    """keras-hub's GPT2Backbone (pre-LN, tanh GELU, eps 1e-5) with our weights copied in gives
+    the same final hidden states: an implementation no one here wrote."""
+    import keras_hub
+
+    model = tiny()
+    enc = model.encoder
+    ref = keras_hub.models.GPT2Backbone(
+        vocabulary_size=29,
+        num_layers=2,
+        num_heads=3,
+        hidden_dim=12,
+        intermediate_dim=17,
+        dropout=0.0,
+        max_sequence_length=13,
+    )
+    n, d = 3, 4
+    ref.get_layer("token_embedding").embeddings.assign(enc.wte)
+    ref.get_layer("position_embedding").position_embeddings.assign(enc.wpe)
+    for i, block in enumerate(enc.blocks):
+        layer = ref.get_layer(f"transformer_layer_{i}")
+        att = layer._self_attention_layer
+        kernel = block.attn.c_attn.kernel.numpy().reshape(12, 3, n, d)  # (H, 3, N, D)
+        bias = block.attn.c_attn.bias.numpy().reshape(3, n, d)
+        for j, dense in enumerate((att._query_dense, att._key_dense, att._value_dense)):
+            dense.kernel.assign(kernel[:, j])
+            dense.bias.assign(bias[j])
+        att._output_dense.kernel.assign(block.attn.c_proj.kernel.numpy().reshape(n, d, 12))
+        att._output_dense.bias.assign(block.attn.c_proj.bias)
+        for ours, theirs in (
+            (block.ln_1, layer._self_attention_layer_norm),
+            (block.ln_2, layer._feedforward_layer_norm),
+        ):
+            theirs.gamma.assign(ours.gamma)
+            theirs.beta.assign(ours.beta)
+        layer._feedforward_intermediate_dense.kernel.assign(block.c_fc.kernel)
+        layer._feedforward_intermediate_dense.bias.assign(block.c_fc.bias)
+        layer._feedforward_output_dense.kernel.assign(block.c_proj.kernel)
+        layer._feedforward_output_dense.bias.assign(block.c_proj.bias)
+    ref.get_layer("layer_norm").gamma.assign(enc.ln_f.gamma)
+    ref.get_layer("layer_norm").beta.assign(enc.ln_f.beta)
+    x = ids()
+    mask = np.ones_like(x)
+    mask[0, 5:] = 0  # right padding, as keras-hub pads
+    theirs = ref({"token_ids": x, "padding_mask": mask}).numpy()
+    ours = enc({"input_ids": x, "input_mask": mask})["sequence_output"].numpy()
+    real = mask.astype(bool)
+    np.testing.assert_allclose(ours[real], theirs[real], atol=2e-5)
+
+
+def test_filters_keep_the_right_tokens():
+    logits = np.log(np.array([[0.5, 0.2, 0.15, 0.1, 0.05]], np.float32))
+    kept = lambda out: np.isfinite(np.asarray(out))[0].tolist()  # noqa: E731
+    assert kept(gpt.filter_logits(logits, top_k=2)) == [True, True, False, False, False]
+    assert kept(gpt.filter_logits(logits, top_p=0.5)) == [True, False, False, False, False]
+    assert kept(gpt.filter_logits(logits, top_p=0.6)) == [True, True, False, False, False]
+    assert kept(gpt.filter_logits(logits, top_p=0.86)) == [True, True, True, True, False]
+    assert kept(gpt.filter_logits(logits[:, ::-1], top_k=1)) == [False] * 4 + [True]
+
+
+def test_generation_is_seeded_and_the_cache_changes_nothing():
+    model = tiny()
+    prompt = ids(batch=2, length=3)
+    a = gpt.generate(model, prompt, 6, temperature=1.5, seed=7)
+    assert a.shape == (2, 9) and (a[:, :3] == prompt).all()
+    np.testing.assert_array_equal(a, gpt.generate(model, prompt, 6, temperature=1.5, seed=7))
+    np.testing.assert_array_equal(
+        a, gpt.generate(model, prompt, 6, temperature=1.5, seed=7, use_cache=False)
+    )
+    assert not np.array_equal(a, gpt.generate(model, prompt, 6, temperature=1.5, seed=8))
+    greedy = gpt.generate(model, prompt, 6, temperature=0)
+    np.testing.assert_array_equal(greedy, gpt.generate(model, prompt, 6, top_k=1, seed=3))
+    np.testing.assert_array_equal(greedy, gpt.generate(model, prompt, 6, top_p=1e-6, seed=4))
+    with pytest.raises(ValueError, match="n_ctx"):
+        gpt.generate(model, prompt, 11)
+
+
+def test_classifier_reads_the_extract_token_and_round_trips_its_config():
+    config = gpt.GptConfig(**TINY)
+    keras.utils.set_random_seed(0)
+    model = gpt.GptClassifier(config, num_classes=5)
+    model.build()
+    x = ids()
+    mask = np.ones_like(x)
+    mask[1, 4:] = 0
+    out = model({"input_ids": x, "input_mask": mask})
+    assert out["logits"].shape == (3, 5) and out["lm_logits"].shape == (3, 7, 29)
+    changed = x.copy()
+    changed[1, 5] = (changed[1, 5] + 1) % 29  # padding after the extract token: no effect
+    again = model({"input_ids": changed, "input_mask": mask})
+    np.testing.assert_allclose(again["logits"][1], out["logits"][1], atol=1e-6)
+    clone = gpt.GptClassifier.from_config(model.get_config())
+    assert clone.get_config() == model.get_config()
