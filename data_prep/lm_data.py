@@ -1,0 +1,132 @@
+"""Left-to-right language-model data: corpus documents -> byte-level BPE ids -> contiguous blocks.
+
+GPT-2's recipe (Radford et al. 2019, sec. 2.3, and its released training code): documents are
+concatenated with an end-of-text token after each, and the stream is cut into blocks of exactly
+`block_size` tokens, so no position is padding and a block may hold the end of one document and
+the start of the next. Position t of a block is trained to predict token t + 1.
+
+  read_lm_documents   the BERT corpus format (one sentence a line, blank lines between documents)
+                      -> one text per document, sentences joined by newlines
+  pack_blocks         streams documents' ids into full blocks (bounded memory: one block buffered)
+  write_lm_tfrecords  blocks -> TFRecord shards, feature `input_ids` (int64, block_size)
+  lm_dataset          shuffled, repeated, batched blocks for training, or one pass for evaluation
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from data_prep.errors import input_error
+from data_prep.tokenization import read_utf8_lines
+
+
+def read_lm_documents(paths: Sequence[str]) -> Iterator[str]:
+    """Yields each document of the corpus files as one text, its sentences joined by "\\n".
+
+    A file's end also ends a document. Bad UTF-8 raises InputError naming the file and line.
+    """
+    for path in paths:
+        current: list[str] = []
+        for _, line in read_utf8_lines(path):
+            if line.strip():
+                current.append(line.strip())
+            elif current:
+                yield "\n".join(current)
+                current = []
+        if current:
+            yield "\n".join(current)
+
+
+def pack_blocks(
+    documents: Iterable[Sequence[int]], block_size: int, separator_id: int
+) -> Iterator[np.ndarray]:
+    """Concatenates documents (each followed by separator_id) and yields int32 blocks of exactly
+    block_size ids; the final partial block is dropped. Holds at most one block plus one
+    document in memory."""
+    if block_size < 2:
+        raise ValueError(
+            f"block_size must be at least 2 (an input and its next token): {block_size}"
+        )
+    buffer: list[int] = []
+    for ids in documents:
+        buffer.extend(ids)
+        buffer.append(separator_id)
+        while len(buffer) >= block_size:
+            yield np.asarray(buffer[:block_size], np.int32)
+            del buffer[:block_size]
+
+
+def serialize_lm_example(block: Sequence[int]) -> bytes:
+    feature = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(i) for i in block]))
+    example = tf.train.Example(features=tf.train.Features(feature={"input_ids": feature}))
+    return example.SerializeToString(deterministic=True)
+
+
+def lm_feature_spec(block_size: int) -> dict:
+    return {"input_ids": tf.io.FixedLenFeature([block_size], tf.int64)}
+
+
+def write_lm_tfrecords(blocks: Iterable[np.ndarray], output_files: Sequence[str]) -> int:
+    """Writes blocks round-robin over the output files; returns how many were written."""
+    writers = [tf.io.TFRecordWriter(f) for f in output_files]
+    n = 0
+    try:
+        for block in blocks:
+            writers[n % len(writers)].write(serialize_lm_example(block))
+            n += 1
+    finally:
+        for w in writers:
+            w.close()
+    return n
+
+
+def check_lm_files(files: Sequence[str], block_size: int) -> None:
+    """Reads each file's first record and checks it is an LM block of block_size ids; raises
+    InputError naming the file (masked BERT records or another length are refused here, not as a
+    shape error deep in tf.data)."""
+    for path in files:
+        for raw in tf.data.TFRecordDataset(path).take(1):
+            example = tf.train.Example.FromString(raw.numpy())
+            feats = example.features.feature
+            if "input_ids" not in feats or "masked_lm_positions" in feats:
+                raise input_error(
+                    path, "language-model blocks (feature input_ids only)", f"{sorted(feats)}"
+                )
+            found = len(feats["input_ids"].int64_list.value)
+            if found != block_size:
+                raise input_error(path, f"blocks of {block_size} ids (n_ctx)", f"{found} ids")
+            break
+        else:
+            raise input_error(path, "at least one record", "an empty file")
+
+
+def lm_dataset(
+    files: Sequence[str],
+    batch_size: int,
+    block_size: int,
+    is_training: bool,
+    seed: int = 12345,
+    num_shards: int = 1,
+    shard_index: int = 0,
+) -> tf.data.Dataset:
+    """Batches of {"input_ids": int32 (B, block_size)}. Training repeats and shuffles with a
+    fixed seed (a plain iterator, checkpointable for exact resume); evaluation is one pass.
+    Batches drop the remainder so every replica gets equal slices."""
+    records = tf.data.TFRecordDataset(list(files))
+    if num_shards > 1:
+        records = records.shard(num_shards, shard_index)
+    if is_training:
+        records = records.repeat().shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
+    spec = lm_feature_spec(block_size)
+
+    def parse(serialized):
+        parsed = tf.io.parse_example(serialized, spec)
+        return {"input_ids": tf.cast(parsed["input_ids"], tf.int32)}
+
+    batches = records.batch(batch_size, drop_remainder=True)
+    return batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(
+        tf.data.AUTOTUNE
+    )
