@@ -54,8 +54,9 @@ def test_bart_text_infilling_reconstructs_the_original(tokens, seed):
     assert noised.count(MASK) == len(spans)  # one mask per span, length-0 spans too
     assert noising.bart_reconstruct(noised, spans, tokens, MASK) == tokens
     assert sum(length for _, length in spans) <= round(len(tokens) * 0.3)
-    ends = [(s, s + max(n, 1)) for s, n in spans]
-    assert all(b1 < a2 for (_, b1), (a2, _) in zip(ends, ends[1:]))  # no two spans touch
+    # No two spans touch: a kept token separates every pair, so no two masks are adjacent.
+    assert all(s1 + n1 < s2 for (s1, n1), (s2, _) in zip(spans, spans[1:]))
+    assert all(a != MASK or b != MASK for a, b in zip(noised, noised[1:]))
 
 
 def test_bart_infilling_statistics_and_degenerate_rates():
