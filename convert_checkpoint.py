@@ -9,12 +9,19 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
         hf        a folder with model.safetensors (or a shard index), config.json, vocab.txt
         cloze     a Cloze output folder or checkpoint prefix, with bert_config.json or
                   model_config.json beside it (or --bert_config_file)
+        keras_hub a keras-hub BertBackbone preset folder (config.json, model.weights.h5,
+                  assets/tokenizer/vocabulary.txt), e.g. one written by --to=keras_hub
 --to:   cloze        ckpt-1 + bert_config.json + vocab.txt; any run script takes the folder as
                      --init_checkpoint
         hf           model.safetensors + config.json + vocab.txt + tokenizer_config.json
         tf1_bert     bert_model.ckpt.* with the original names + bert_config.json + vocab.txt
         saved_model  a SavedModel with raw-string signatures (needs --vocab_file or vocab.txt)
         keras        model.keras (+ bert_config.json, vocab.txt)
+        keras_hub    a keras-hub preset: keras_hub.models.BertBackbone.from_preset(output_dir)
+                     and BertTokenizer.from_preset(output_dir) load it offline (encoder only;
+                     needs a vocab). keras-hub's BertBackbone always computes the tanh GELU, so
+                     hidden_act=gelu_exact (Hugging Face models) is refused unless
+                     --allow_gelu_approximation, and other activations always are.
 Files named by --init_checkpoint, --bert_config_file and --vocab_file replace the ones looked for
 in --input_dir. Everything is written to a temporary folder beside --output_dir and renamed into
 place only when the whole conversion succeeded; an existing non-empty --output_dir is refused.
@@ -29,8 +36,8 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
-FORMATS_IN = ["tf1_bert", "hf", "cloze"]
-FORMATS_OUT = ["cloze", "hf", "tf1_bert", "saved_model", "keras"]
+FORMATS_IN = ["tf1_bert", "hf", "cloze", "keras_hub"]
+FORMATS_OUT = ["cloze", "hf", "tf1_bert", "saved_model", "keras", "keras_hub"]
 
 flags.DEFINE_enum("from", None, FORMATS_IN, "Format of the checkpoint to read.")
 flags.DEFINE_enum("to", None, FORMATS_OUT, "Format to write.")
@@ -57,6 +64,12 @@ flags.DEFINE_bool(
     "Allow reading a PyTorch pickle (.bin/.pt). Pickles can run code when loaded: only for files "
     "you trust; safetensors needs no such trust.",
 )
+flags.DEFINE_bool(
+    "allow_gelu_approximation",
+    False,
+    "--to=keras_hub: write a model with hidden_act=gelu_exact into keras-hub's BertBackbone, "
+    "which computes the tanh approximation of GELU; its outputs then differ slightly.",
+)
 flags.DEFINE_string(
     "skip_variables",
     None,
@@ -71,7 +84,10 @@ CONFIG_NAMES = {
     "tf1_bert": ("bert_config.json",),
     "hf": ("config.json",),
     "cloze": ("bert_config.json", "model_config.json"),
+    "keras_hub": ("config.json",),
 }
+# Where a keras-hub preset keeps its WordPiece vocabulary.
+KERAS_HUB_VOCAB = Path("assets", "tokenizer", "vocabulary.txt")
 
 
 def find_config(source_format: str, input_dir: str | None, checkpoint: str | None) -> Path:
@@ -107,9 +123,25 @@ def find_vocab(input_dir: str | None) -> Path | None:
         if not path.is_file():
             raise input_error(str(path), "a vocab file (--vocab_file)", "no such file")
         return path
-    if input_dir and (Path(input_dir) / "vocab.txt").is_file():
-        return Path(input_dir) / "vocab.txt"
+    for name in ("vocab.txt", KERAS_HUB_VOCAB):
+        if input_dir and (Path(input_dir) / name).is_file():
+            return Path(input_dir) / name
     return None
+
+
+def check_keras_hub_lowercase(preset_dir) -> None:
+    """Refuses --do_lower_case disagreeing with a keras-hub preset's tokenizer, so exports that
+    carry a tokenizer (hf, saved_model, keras_hub) tokenize as the preset did."""
+    from data_prep.errors import input_error
+    from modeling import checkpoints
+
+    lowercase = checkpoints.keras_hub_lowercase(preset_dir)
+    if lowercase is not None and lowercase != FLAGS.do_lower_case:
+        raise input_error(
+            f"{Path(preset_dir) / 'tokenizer.json'}: config.lowercase",
+            f"{FLAGS.do_lower_case} (--do_lower_case)",
+            f"{lowercase}; pass --do_lower_case={lowercase} to keep the preset's tokenization",
+        )
 
 
 def convert(source_format: str, target_format: str) -> None:
@@ -121,7 +153,7 @@ def convert(source_format: str, target_format: str) -> None:
         raise input_error(input_dir, "a folder (--input_dir)", "no such folder")
     config_file = find_config(source_format, input_dir, checkpoint)
     vocab_file = find_vocab(input_dir)
-    if vocab_file is None and target_format in ("hf", "saved_model"):
+    if vocab_file is None and target_format in ("hf", "saved_model", "keras_hub"):
         raise input_error(
             str(Path(input_dir or ".") / "vocab.txt"),
             f"a vocab file for --to={target_format} (or --vocab_file)",
@@ -131,23 +163,27 @@ def convert(source_format: str, target_format: str) -> None:
 
     if source_format == "hf":
         config = checkpoints.read_any_config(config_file)
+    elif source_format == "keras_hub":
+        config = checkpoints.read_keras_hub_config(config_file)
+        check_keras_hub_lowercase(input_dir or checkpoint)
     else:
         from modeling import bert
 
         config = bert.BertConfig.from_json_file(config_file)
     if vocab_file is not None:
         checkpoints.check_vocab_size(vocab_file, config, str(config_file))
+    if target_format == "keras_hub":  # refused here, before the slow part
+        checkpoints.check_keras_hub_config(config, str(config_file), FLAGS.allow_gelu_approximation)
     source = checkpoint or input_dir
     args = (source, config, str(config_file), FLAGS.skip_variables)
     if source_format == "tf1_bert":
         model, report = checkpoints.load_tf1_bert(*args)
     elif source_format == "hf":
         model, report = checkpoints.load_hf_bert(*args, trust_pickle=FLAGS.trust_pickle)
+    elif source_format == "keras_hub":
+        model, report = checkpoints.load_keras_hub(*args)
     else:
         model, report = checkpoints.load_cloze(*args)
-    for note in report.notes:
-        if note.startswith("WARNING"):
-            logging.warning(note)
 
     with checkpoints.AtomicOutputDir(FLAGS.output_dir) as tmp:
         if target_format == "cloze":
@@ -160,17 +196,25 @@ def convert(source_format: str, target_format: str) -> None:
             checkpoints.export_saved_model(
                 model, tmp, vocab_file, FLAGS.do_lower_case, FLAGS.max_seq_length
             )
+        elif target_format == "keras_hub":
+            report.notes += checkpoints.export_keras_hub(
+                model, tmp, vocab_file, FLAGS.do_lower_case, FLAGS.allow_gelu_approximation
+            )
         else:
             checkpoints.export_keras(model, tmp / "model.keras")
         if target_format in ("cloze", "tf1_bert", "keras"):
             (tmp / "bert_config.json").write_text(config.to_json_string())
-        if vocab_file is not None and target_format != "saved_model":  # saved_model: in assets/
+        # saved_model and keras_hub keep the vocab in their assets/.
+        if vocab_file is not None and target_format not in ("saved_model", "keras_hub"):
             shutil.copyfile(vocab_file, tmp / "vocab.txt")
         written = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
         sizes = {str(p): (tmp / p).stat().st_size for p in written}
 
     print(f"converted --from={source_format} to --to={target_format}")
     print(f"config: {config_file}" + (f"; vocab: {vocab_file}" if vocab_file else ""))
+    for note in report.notes:
+        if note.startswith("WARNING"):
+            logging.warning(note)
     print(report.summary())
     print(f"wrote {FLAGS.output_dir}:")
     for name, size in sizes.items():

@@ -11,8 +11,13 @@ Flags keep the original google-research/bert names and meanings. --do_predict wr
 predictions.json and nbest_predictions.json (and null_odds.json with --version_2_with_negative)
 to --output_dir; --do_eval scores them against --predict_file's answers with the official
 SQuAD definitions and writes eval_results.txt (for v2.0 also best_exact / best_f1 and the
-thresholds to pass back as --null_score_diff_threshold). Without --do_train, prediction uses
-output_dir's latest checkpoint, else --init_checkpoint. A rerun resumes training.
+thresholds to pass back as --null_score_diff_threshold); --do_eval alone scores the files
+already in --output_dir. Without --do_train, prediction uses output_dir's latest checkpoint, else
+--init_checkpoint. A rerun resumes training.
+
+Memory does not grow with the number of windows: training windows stream to a TFRecord, and
+prediction makes, scores and post-processes windows in chunks (training/squad_eval.py), writing
+the output files question by question. Progress bars show questions done, rate and ETA.
 """
 
 from __future__ import annotations
@@ -72,7 +77,9 @@ def main(argv):
 
     if not (FLAGS.do_train or FLAGS.do_predict or FLAGS.do_eval):
         raise app.UsageError("at least one of --do_train, --do_predict or --do_eval must be set")
-    for name in ("vocab_file", "bert_config_file", "output_dir"):
+    needs_model = FLAGS.do_train or FLAGS.do_predict  # --do_eval alone only reads files
+    required = ["vocab_file", "bert_config_file"] if needs_model else []
+    for name in [*required, "output_dir"]:
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
     if FLAGS.do_train and not FLAGS.train_file:
@@ -83,7 +90,8 @@ def main(argv):
     v2 = FLAGS.version_2_with_negative
     try:
         squad.check_lengths(s, FLAGS.max_query_length, FLAGS.doc_stride)
-        tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+        if needs_model:
+            tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
         train_examples = predict_examples = predict_data = None
         if FLAGS.do_train:
             train_examples, stats = squad.read_squad_examples(FLAGS.train_file, True, v2)
@@ -99,16 +107,21 @@ def main(argv):
             logging.info("%s: %s", FLAGS.predict_file, stats.summary())
     except InputError as e:
         raise SystemExit(f"run_squad: {e}") from None
+    if not needs_model:  # score the files a predicting run left
+        _evaluate(FLAGS.output_dir, predict_data, None, v2, FLAGS.null_score_diff_threshold)
+        return
 
     import keras
-    import numpy as np
     import tensorflow as tf
 
     from data_prep import features
     from modeling import bert, span_qa
     from training import distribute, finetune_tasks, optimization, squad_eval, trainer
 
-    config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+    try:
+        config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+    except InputError as e:
+        raise SystemExit(f"run_squad: {e}") from None
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy,
         FLAGS.tpu or "",
@@ -191,50 +204,43 @@ def main(argv):
 
     predicted = None  # (predictions, best non-null answers) of this run
     if FLAGS.do_predict:
-        windows = list(
+        batch_size = FLAGS.predict_batch_size
+        predict_fn = squad_eval.WindowPredictor(
+            finetune_tasks.Predictor(strategy, model), batch_size, workers, worker_index
+        )
+        # Windows are made, scored and turned into answers chunk by chunk (whole global
+        # batches), so memory does not grow with the file.
+        results = squad_eval.stream_predictions(
+            predict_examples,
             squad.convert_examples_to_features(
-                tqdm(predict_examples, desc="predict features", unit=" questions"),
+                predict_examples,
                 tokenizer,
                 s,
                 FLAGS.doc_stride,
                 FLAGS.max_query_length,
                 is_training=False,
-            )
-        )
-        arrays = squad.predict_arrays(windows)
-        batches = squad.predict_batches(arrays, FLAGS.predict_batch_size, workers, worker_index)
-        num_batches = -(-len(windows) // FLAGS.predict_batch_size)
-        predictor = finetune_tasks.Predictor(strategy, model)
-        logits = predictor(tqdm(batches, total=num_batches, desc="predicting", unit=" batches"))
-        logits = np.asarray(logits)[: len(windows)]  # (N, S, 2), padding rows dropped
-        predictions, nbest, null_odds, best_non_null = squad_eval.make_predictions(
-            predict_examples,
-            windows,
-            logits,
+            ),
+            predict_fn,
+            -(-squad_eval.PREDICT_CHUNK_WINDOWS // batch_size) * batch_size,
             FLAGS.n_best_size,
             FLAGS.max_answer_length,
             FLAGS.do_lower_case,
             v2,
             FLAGS.null_score_diff_threshold,
         )
-        predicted = (predictions, best_non_null)
-        if worker_index == 0:
-            squad_eval.write_json(os.path.join(output_dir, "predictions.json"), predictions)
-            squad_eval.write_json(os.path.join(output_dir, "nbest_predictions.json"), nbest)
-            if v2:
-                squad_eval.write_json(os.path.join(output_dir, "null_odds.json"), null_odds)
+        progress = tqdm(results, total=len(predict_examples), desc="predicting", unit=" questions")
+        predicted = squad_eval.write_predictions(
+            progress, output_dir if worker_index == 0 else None
+        )
         logging.info(
-            "wrote predictions for %d questions (%d windows) to %s",
-            len(predictions),
-            len(windows),
-            output_dir,
+            "predicted %d questions (%d windows)%s",
+            len(predicted[0]),
+            predict_fn.windows,
+            f"; wrote them to {output_dir}" if worker_index == 0 else " (worker 0 writes them)",
         )
 
     if FLAGS.do_eval:
-        results = _score(
-            output_dir, predict_data, predicted, v2, FLAGS.null_score_diff_threshold, squad_eval
-        )
-        trainer.write_eval_results(output_dir, results)
+        _evaluate(output_dir, predict_data, predicted, v2, FLAGS.null_score_diff_threshold)
 
 
 def _counting(items, bar):
@@ -243,14 +249,17 @@ def _counting(items, bar):
         bar.update(1)
 
 
-def _score(output_dir, dataset, predicted, v2, threshold, squad_eval) -> dict:
-    """Official scores of output_dir's predictions.
+def _evaluate(output_dir, dataset, predicted, v2, threshold) -> None:
+    """Official scores of output_dir's predictions, logged and written to eval_results.txt.
 
+    predicted: (predictions, best non-null answers) of this run, or None to read the files.
     For v2.0 the official script is given the best non-null answers and null_odds.json as its
     no-answer scores with na_prob_thresh = --null_score_diff_threshold: its exact / f1 are then
     those of predictions.json, and its threshold search sees every answer, not the ones the
-    threshold already replaced by "".
+    threshold already replaced by "". Without a prediction in this run, the best non-null
+    answers are read back from nbest_predictions.json.
     """
+    from training import squad_eval, trainer
 
     def load(name):
         path = os.path.join(output_dir, name)
@@ -260,13 +269,16 @@ def _score(output_dir, dataset, predicted, v2, threshold, squad_eval) -> dict:
             return json.load(f)
 
     if not v2:
-        return squad_eval.evaluate_v1(
-            dataset, predicted[0] if predicted else load("predictions.json")
-        )
-    null_odds = load("null_odds.json")
-    # With only predictions.json on disk, answers the threshold removed cannot be scored.
-    answers = predicted[1] if predicted else load("predictions.json")
-    return squad_eval.evaluate_v2(dataset, answers, null_odds, threshold)
+        answers = predicted[0] if predicted else load("predictions.json")
+        results = squad_eval.evaluate_v1(dataset, answers)
+    else:
+        null_odds = load("null_odds.json")
+        if predicted:
+            answers = predicted[1]
+        else:
+            answers = squad_eval.best_non_null_answers(load("nbest_predictions.json"))
+        results = squad_eval.evaluate_v2(dataset, answers, null_odds, threshold)
+    trainer.write_eval_results(output_dir, results)
 
 
 if __name__ == "__main__":

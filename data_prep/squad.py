@@ -13,8 +13,9 @@ predictions made from them agree with the original:
      and a training answer is narrowed to the sub-span whose WordPieces equal the answer's
      (`improve_answer_span`). Windows without the answer, and v2.0 impossible questions, point at
      [CLS] (position 0).
-  3. `write_train_tfrecord` streams training features to a TFRecord: memory does not grow with
-     the training set.
+  3. `write_train_tfrecord` streams training features to a TFRecord, and prediction scores them
+     chunk by chunk (training/squad_eval.stream_predictions): features are made one at a time by
+     a generator, so memory does not grow with the file's number of windows.
 
 Shapes: S max_seq_length.
 """
@@ -204,7 +205,8 @@ def read_squad_examples(
     For training, a question's first answer is its span (the original requires exactly one and
     crashes otherwise; SQuAD train files have one). Answers whose whitespace-normalised text is
     not in the context words at answer_start, and v1.1 questions without answers, are counted,
-    warned about with the question id and skipped. For prediction every question is kept.
+    warned about with the question id and skipped. For prediction every question is kept, and
+    a question id used twice is an error (predictions are keyed by id).
     `data`: the already loaded JSON (load_squad_json), to avoid reading the file twice.
     """
     path = str(path)
@@ -213,6 +215,7 @@ def read_squad_examples(
     examples: list[SquadExample] = []
     last_paragraph = None
     warned = 0
+    first_seen: dict[str, str] = {}  # question id -> its JSON path
 
     def warn(msg, *args):
         nonlocal warned
@@ -231,6 +234,14 @@ def read_squad_examples(
                 _log.warning("%s: %s.context is empty", path, p_where)
         stats.questions += 1
         qas_id = qa["id"]
+        if not is_training:
+            if qas_id in first_seen:
+                raise input_error(
+                    f"{path}: {q_where}.id",
+                    "a question id used once (predictions are keyed by id)",
+                    f"{qas_id!r}, already the id of {first_seen[qas_id]}",
+                )
+            first_seen[qas_id] = q_where
         is_impossible = bool(qa.get("is_impossible", False)) and version_2_with_negative
         example = SquadExample(qas_id, qa["question"], doc_tokens, is_impossible=is_impossible)
         if is_training:

@@ -5,6 +5,7 @@ Formats read and written:
   hf        Hugging Face BertModel / BertForPreTraining: `model.safetensors` + `config.json`
   cloze     Cloze's own object-based tf.train.Checkpoint (`model=` a BertPretrainer, or anything
             with an `encoder`), as training/trainer.py writes it
+  keras_hub a keras-hub preset folder of keras_hub.models.BertBackbone (encoder only)
 and exported: a SavedModel whose signatures take raw strings (export_saved_model) and a `.keras`
 file (export_keras).
 
@@ -492,6 +493,146 @@ def bert_config_to_hf_config(config: bert.BertConfig, heads: bool) -> dict:
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# keras-hub's BertBackbone (keras_hub.models.BertBackbone presets)
+# ---------------------------------------------------------------------------------------------
+
+# Cloze activations keras-hub's BertBackbone computes exactly: its TransformerEncoder layers are
+# built with keras.activations.gelu(approximate=True), the tanh approximation, which is the
+# original TF1 BERT's and Cloze's "gelu". Its layer norms use epsilon 1e-12 as Cloze's.
+KERAS_HUB_ACTIVATIONS = ("gelu", "gelu_new")
+
+
+def _reshaped(target: str, source: str, shape, cloze_shape) -> Entry:
+    """A source of `shape` that is the Cloze variable of `cloze_shape` reshaped (no reordering:
+    keras-hub's per-head (H, N, D) kernels are Cloze's (H, N*D) columns)."""
+    shape, cloze_shape = tuple(shape), tuple(cloze_shape)
+    return Entry(
+        target,
+        (source,),
+        (shape,),
+        lambda a: a[0].reshape(cloze_shape),
+        lambda x: [x.reshape(shape)],
+    )
+
+
+def _fused_reshaped(target: str, sources: Iterable[str], shape) -> Entry:
+    """Q, K and V (each `shape`, heads on their own axes) into Cloze's fused (H, 3H) kernel or
+    (3H,) bias: each is flattened to (..., H) and concatenated on the last axis."""
+    sources, shape = tuple(sources), tuple(shape)
+    flat = (shape[0], -1) if len(shape) == 3 else (-1,)  # (H, N, D) -> (H, H); (N, D) -> (H,)
+
+    def to_cloze(arrays):
+        return np.concatenate([a.reshape(flat) for a in arrays], axis=-1)
+
+    def from_cloze(x):
+        return [p.reshape(shape) for p in np.split(x, len(sources), axis=-1)]
+
+    return Entry(target, sources, (shape,) * len(sources), to_cloze, from_cloze)
+
+
+def keras_hub_entries(config: bert.BertConfig) -> list[Entry]:
+    """keras_hub.models.BertBackbone's variable paths (`v.path`) onto Cloze's encoder.
+
+    keras-hub keeps attention kernels per head: query/key/value (H, N, D) and biases (N, D), the
+    attention output (N, D, H); every other kernel is (in, out) as Cloze's. A BertBackbone has no
+    pre-training heads, so only the encoder maps.
+    """
+    c = config
+    h, i, v = c.hidden_size, c.intermediate_size, c.vocab_size
+    n = c.num_attention_heads
+    d = h // n
+    out = [
+        _copy("encoder/embeddings/word_embeddings", "token_embedding/embeddings", (v, h)),
+        _copy(
+            "encoder/embeddings/token_type_embeddings",
+            "segment_embedding/embeddings",
+            (c.type_vocab_size, h),
+        ),
+        _copy(
+            "encoder/embeddings/position_embeddings",
+            "position_embedding/embeddings",
+            (c.max_position_embeddings, h),
+        ),
+        _copy("encoder/embeddings/layer_norm/gamma", "embeddings_layer_norm/gamma", (h,)),
+        _copy("encoder/embeddings/layer_norm/beta", "embeddings_layer_norm/beta", (h,)),
+    ]
+    for k in range(c.num_hidden_layers):
+        src, dst = f"transformer_layer_{k}", f"encoder/layer_{k}"
+        att = f"{src}/self_attention_layer"
+        qkv = [f"{att}/{part}" for part in ("query", "key", "value")]
+        out += [
+            _fused_reshaped(f"{dst}/attention/qkv/kernel", [f"{q}/kernel" for q in qkv], (h, n, d)),
+            _fused_reshaped(f"{dst}/attention/qkv/bias", [f"{q}/bias" for q in qkv], (n, d)),
+            _reshaped(
+                f"{dst}/attention/output_dense/kernel",
+                f"{att}/attention_output/kernel",
+                (n, d, h),
+                (h, h),
+            ),
+            _copy(f"{dst}/attention/output_dense/bias", f"{att}/attention_output/bias", (h,)),
+            _copy(
+                f"{dst}/attention_layer_norm/gamma", f"{src}/self_attention_layer_norm/gamma", (h,)
+            ),
+            _copy(
+                f"{dst}/attention_layer_norm/beta", f"{src}/self_attention_layer_norm/beta", (h,)
+            ),
+            _copy(
+                f"{dst}/intermediate/kernel", f"{src}/feedforward_intermediate_dense/kernel", (h, i)
+            ),
+            _copy(f"{dst}/intermediate/bias", f"{src}/feedforward_intermediate_dense/bias", (i,)),
+            _copy(f"{dst}/output_dense/kernel", f"{src}/feedforward_output_dense/kernel", (i, h)),
+            _copy(f"{dst}/output_dense/bias", f"{src}/feedforward_output_dense/bias", (h,)),
+            _copy(f"{dst}/output_layer_norm/gamma", f"{src}/feedforward_layer_norm/gamma", (h,)),
+            _copy(f"{dst}/output_layer_norm/beta", f"{src}/feedforward_layer_norm/beta", (h,)),
+        ]
+    out += [
+        _copy("encoder/pooler/kernel", "pooled_dense/kernel", (h, h)),
+        _copy("encoder/pooler/bias", "pooled_dense/bias", (h,)),
+    ]
+    return out
+
+
+def check_keras_hub_config(
+    config: bert.BertConfig, where: str, allow_gelu_approximation: bool = False
+) -> list[str]:
+    """Refuses a config keras-hub's BertBackbone cannot compute; returns notes to print.
+
+    BertBackbone has no activation argument: it always computes the tanh GELU. A model trained
+    with the exact erf GELU (hidden_act="gelu_exact", as Hugging Face checkpoints) is refused
+    unless allow_gelu_approximation, and then computes slightly different numbers. Its single
+    `dropout` stands for both of Cloze's dropout rates (training only; inference is unchanged).
+    """
+    act = config.hidden_act
+    notes = []
+    if act not in KERAS_HUB_ACTIVATIONS:
+        if act == "gelu_exact" and allow_gelu_approximation:
+            notes.append(
+                "WARNING: hidden_act=gelu_exact written into keras-hub's BertBackbone, which "
+                "computes the tanh approximation of GELU: its outputs differ slightly from this "
+                "model's (--allow_gelu_approximation)"
+            )
+        else:
+            extra = (
+                "; pass --allow_gelu_approximation to accept the tanh approximation"
+                if act == "gelu_exact"
+                else ""
+            )
+            raise input_error(
+                f"{where}: hidden_act",
+                f"one of {list(KERAS_HUB_ACTIVATIONS)} (the tanh GELU, the only activation "
+                "keras-hub's BertBackbone computes)",
+                f"{act!r}{extra}",
+            )
+    if config.hidden_dropout_prob != config.attention_probs_dropout_prob:
+        notes.append(
+            f"keras-hub's one dropout rate is hidden_dropout_prob={config.hidden_dropout_prob}; "
+            f"attention_probs_dropout_prob={config.attention_probs_dropout_prob} is not kept "
+            "(dropout acts only in training)"
+        )
+    return notes
+
+
 def read_json(path) -> dict:
     """Reads a JSON file; errors name the file (and the line of a syntax error)."""
     try:
@@ -716,11 +857,23 @@ def open_torch_pickle(path, trust_pickle: bool) -> ArraySource:
         raise input_error(
             str(path), "PyTorch installed to read this pickle (--trust_pickle)", "no torch"
         ) from None
-    state = torch.load(str(path), map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for a bad or unsafe pickle
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise input_error(
+            str(path),
+            "a PyTorch state dict that loads with weights_only=True (tensors only)",
+            f"{type(e).__name__}: {first}",
+        ) from None
     if not isinstance(state, dict):
         raise input_error(str(path), "a state dict", type(state).__name__)
     arrays = {}
     for name, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise input_error(
+                f"{path}: {name}", "a tensor (a flat state dict)", type(tensor).__name__
+            )
         if tensor.is_floating_point():
             tensor = tensor.float()
         arrays[name] = tensor.numpy()
@@ -1064,6 +1217,83 @@ def load_cloze(checkpoint, config: bert.BertConfig, config_where: str = "the con
     return model, report
 
 
+def read_keras_hub_config(path) -> bert.BertConfig:
+    """The BertConfig of a keras-hub preset's `config.json` (a serialized BertBackbone).
+
+    keras-hub's BertBackbone computes the tanh GELU (hidden_act "gelu") and has one dropout
+    rate; it does not store initializer_range (0.02 here, which only matters for new weights).
+    """
+    from modeling import bert
+
+    values = read_json(path)
+    name = values.get("registered_name") if isinstance(values, dict) else None
+    if name != "keras_hub>BertBackbone" or not isinstance(values.get("config"), dict):
+        found = repr(name) if isinstance(values, dict) else type(values).__name__
+        raise input_error(
+            f"{path}: registered_name",
+            "'keras_hub>BertBackbone' (a keras-hub BERT preset's backbone config)",
+            found,
+        )
+    c = values["config"]
+    keys = {
+        "vocab_size": "vocabulary_size",
+        "hidden_size": "hidden_dim",
+        "num_hidden_layers": "num_layers",
+        "num_attention_heads": "num_heads",
+        "intermediate_size": "intermediate_dim",
+        "max_position_embeddings": "max_sequence_length",
+        "type_vocab_size": "num_segments",
+    }
+    missing = [k for k in (*keys.values(), "dropout") if k not in c]
+    if missing:
+        raise input_error(f"{path}: config", f"the keys {missing}", "them missing")
+    fields = {ours: c[theirs] for ours, theirs in keys.items()}
+    fields |= {"hidden_dropout_prob": c["dropout"], "attention_probs_dropout_prob": c["dropout"]}
+    return bert.BertConfig.from_dict(
+        {**fields, "hidden_act": "gelu", "initializer_range": 0.02}, source=str(path)
+    )
+
+
+def keras_hub_lowercase(preset_dir) -> bool | None:
+    """Whether a keras-hub preset's tokenizer (tokenizer.json) lower-cases; None without one."""
+    path = Path(preset_dir) / "tokenizer.json"
+    if not path.is_file():
+        return None
+    values = read_json(path)
+    config = values.get("config") if isinstance(values, dict) else None
+    lowercase = config.get("lowercase") if isinstance(config, dict) else None
+    if not isinstance(lowercase, bool):
+        raise input_error(f"{path}: config.lowercase", "true or false", repr(lowercase))
+    return lowercase
+
+
+def load_keras_hub(
+    preset_dir, config: bert.BertConfig, config_where: str = "config.json", skip=None
+):
+    """A keras-hub BertBackbone preset folder (`save_to_preset`) -> (Cloze BertEncoder, report).
+
+    The backbone is loaded by keras-hub itself (`BertBackbone.from_preset`, offline for a local
+    folder) and its variables are mapped with keras_hub_entries; the result computes what the
+    backbone computes (same activation, epsilon and masking).
+    """
+    import keras_hub
+
+    path = Path(preset_dir)
+    if not (path / "config.json").is_file():
+        raise input_error(str(path), "a keras-hub preset folder (config.json)", "none")
+    try:
+        backbone = keras_hub.models.BertBackbone.from_preset(str(path))
+    except (OSError, ValueError) as e:
+        raise input_error(str(path), "a loadable keras-hub BertBackbone preset", str(e)) from None
+    arrays = {v.path: np.asarray(v.numpy()) for v in backbone.weights}
+    source = ArraySource(arrays, f"{path} (keras-hub BertBackbone)")
+    model = build_model(config, heads=False)
+    report = convert_into(
+        model, keras_hub_entries(config), source, describe(config, config_where), skip=skip
+    )
+    return model, report
+
+
 # ---------------------------------------------------------------------------------------------
 # Writing each format
 # ---------------------------------------------------------------------------------------------
@@ -1234,6 +1464,63 @@ def export_keras(model, path) -> None:
     """Writes a `.keras` file; keras.saving.load_model(path, safe_mode=True) reads it back once
     Cloze's modeling package is imported (its layers are registered serializables)."""
     model.save(str(path))
+
+
+def export_keras_hub(
+    model,
+    output_dir,
+    vocab_file,
+    do_lower_case: bool = True,
+    allow_gelu_approximation: bool = False,
+) -> list[str]:
+    """Writes a keras-hub preset: `keras_hub.models.BertBackbone.from_preset(output_dir)` and
+    `keras_hub.models.BertTokenizer.from_preset(output_dir)` load it offline.
+
+    The encoder's weights go into a BertBackbone of the same sizes (keras_hub_entries), saved
+    with keras-hub's own `save_to_preset`, next to a BertTokenizer of vocab_file (lower-casing
+    and accent stripping both follow do_lower_case, as the original uncased tokenizer). A config
+    the backbone cannot compute is refused (check_keras_hub_config). Pre-training heads are not
+    part of a backbone and are left out. Returns notes for the summary.
+    """
+    import keras_hub
+
+    from modeling import bert
+
+    encoder = model if isinstance(model, bert.BertEncoder) else model.encoder
+    c = encoder.config
+    notes = check_keras_hub_config(c, "the model config", allow_gelu_approximation)
+    if has_heads(model):
+        notes.append("not exported: the MLM and NSP heads (a keras-hub BertBackbone has none)")
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=c.vocab_size,
+        num_layers=c.num_hidden_layers,
+        num_heads=c.num_attention_heads,
+        hidden_dim=c.hidden_size,
+        intermediate_dim=c.intermediate_size,
+        dropout=c.hidden_dropout_prob,
+        max_sequence_length=c.max_position_embeddings,
+        num_segments=c.type_vocab_size,
+    )
+    arrays = export_arrays(encoder, keras_hub_entries(c))
+    variables = {v.path: v for v in backbone.weights}
+    if sorted(arrays) != sorted(variables):
+        raise RuntimeError(
+            "keras_hub_entries does not match this keras-hub version's BertBackbone: "
+            f"unmapped {sorted(set(variables) - set(arrays))}, "
+            f"unknown {sorted(set(arrays) - set(variables))}"
+        )
+    for name, value in arrays.items():
+        if tuple(variables[name].shape) != value.shape:
+            raise RuntimeError(
+                f"{name}: map made {value.shape}, keras-hub has {variables[name].shape}"
+            )
+        variables[name].assign(value)
+    backbone.save_to_preset(str(output_dir))
+    tokenizer = keras_hub.models.BertTokenizer(
+        vocabulary=str(vocab_file), lowercase=do_lower_case, strip_accents=do_lower_case
+    )
+    tokenizer.save_to_preset(str(output_dir))
+    return notes
 
 
 # ---------------------------------------------------------------------------------------------

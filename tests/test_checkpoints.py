@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from data_prep import tokenization
 from data_prep.errors import InputError
 from modeling import bert, checkpoints
 from tests import helpers
@@ -690,3 +692,164 @@ def test_hf_export_loads_in_transformers(tmp_path):
     )
     np.testing.assert_allclose(ours["mlm_logits"], picked, atol=1e-4, rtol=1e-5)
     np.testing.assert_allclose(ours["nsp_logits"], out.seq_relationship_logits.numpy(), atol=2e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# keras-hub presets
+# ---------------------------------------------------------------------------------------------
+
+KERAS_HUB_TOLERANCE = 1e-5  # max absolute difference between Cloze and keras-hub's backbone
+
+
+def keras_hub_outputs(backbone, inputs) -> dict:
+    out = backbone(
+        {
+            "token_ids": inputs["input_ids"],
+            "segment_ids": inputs["segment_ids"],
+            "padding_mask": inputs["input_mask"],
+        }
+    )
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def test_keras_hub_preset_computes_clozes_outputs_and_loads_back(tmp_path):
+    keras_hub = pytest.importorskip("keras_hub")
+    config = helpers.tiny_config(
+        type_vocab_size=3, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1
+    )
+    model = random_pretrainer(config, seed=5)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cafe", "##s", "zurich", ","]
+    vocab += [f"w{i}" for i in range(config.vocab_size - len(vocab))]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    preset = tmp_path / "preset"
+    preset.mkdir()
+    notes = checkpoints.export_keras_hub(model, preset, tmp_path / "vocab.txt")
+    assert notes == ["not exported: the MLM and NSP heads (a keras-hub BertBackbone has none)"]
+
+    backbone = keras_hub.models.BertBackbone.from_preset(str(preset))
+    inputs = random_inputs(config, seed=2)
+    inputs["segment_ids"][0, 2:4] = 2  # the third segment row is mapped too
+    theirs = keras_hub_outputs(backbone, inputs)
+    ours = model.encoder({k: inputs[k] for k in ("input_ids", "input_mask", "segment_ids")})
+    for key in ("sequence_output", "pooled_output"):  # every position, padding included
+        diff = np.abs(theirs[key] - np.array(ours[key])).max()
+        assert diff < KERAS_HUB_TOLERANCE, (key, diff)
+    assert np.abs(theirs["sequence_output"]).max() > 0.5  # not a trivially small output
+
+    # The tokenizer saved beside it is the original uncased WordPiece (lower case, no accents).
+    tokenizer = keras_hub.models.BertTokenizer.from_preset(str(preset))
+    text = "Cafés ZÜRICH, w3 w12"
+    ours_ids = tokenization.FullTokenizer(tmp_path / "vocab.txt").tokenize(text)
+    assert np.array(tokenizer(text)).tolist() == [vocab.index(t) for t in ours_ids]
+
+    # And back: the preset's config is the model's, its weights bit for bit.
+    back_config = checkpoints.read_keras_hub_config(preset / "config.json")
+    assert back_config == config
+    back, report = checkpoints.load_keras_hub(preset, back_config)
+    assert isinstance(back, bert.BertEncoder) and not report.heads
+    want = checkpoints.cloze_variables(model.encoder)
+    for name, variable in checkpoints.cloze_variables(back).items():
+        np.testing.assert_array_equal(variable.numpy(), want[name].numpy(), err_msg=name)
+
+
+def test_keras_hub_refuses_what_its_backbone_cannot_compute(tmp_path):
+    config = helpers.tiny_config(hidden_act="gelu_exact")
+    with pytest.raises(InputError) as error:
+        checkpoints.check_keras_hub_config(config, "cfg.json")
+    assert str(error.value) == (
+        "cfg.json: hidden_act: expected one of ['gelu', 'gelu_new'] (the tanh GELU, the only "
+        "activation keras-hub's BertBackbone computes), found 'gelu_exact'; pass "
+        "--allow_gelu_approximation to accept the tanh approximation"
+    )
+    (note,) = checkpoints.check_keras_hub_config(config, "cfg.json", True)
+    assert note.startswith("WARNING: hidden_act=gelu_exact") and "approximation" in note
+    for act in ("relu", "tanh", "linear"):  # no flag makes these computable
+        with pytest.raises(InputError, match=f"found '{act}'$"):
+            checkpoints.check_keras_hub_config(config.replace(hidden_act=act), "c", True)
+    assert checkpoints.check_keras_hub_config(helpers.tiny_config(), "c") == []
+    notes = checkpoints.check_keras_hub_config(
+        helpers.tiny_config(attention_probs_dropout_prob=0.2), "c"
+    )
+    assert "attention_probs_dropout_prob=0.2 is not kept" in notes[0]
+    # A preset of another architecture is named as such.
+    other = tmp_path / "config.json"
+    other.write_text(json.dumps({"registered_name": "keras_hub>RobertaBackbone", "config": {}}))
+    with pytest.raises(InputError, match=r"config.json: registered_name: expected 'keras_hub>Bert"):
+        checkpoints.read_keras_hub_config(other)
+    with pytest.raises(InputError, match=r"nowhere: expected a keras-hub preset folder"):
+        checkpoints.load_keras_hub(tmp_path / "nowhere", helpers.tiny_config())
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"config": {"lowercase": "yes"}}))
+    with pytest.raises(InputError, match=r"config.lowercase: expected true or false, found 'yes'"):
+        checkpoints.keras_hub_lowercase(tmp_path)
+    assert checkpoints.keras_hub_lowercase(tmp_path / "nowhere") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch pickles: read only with --trust_pickle, and then only tensors
+# ---------------------------------------------------------------------------------------------
+
+
+def test_trusted_pickle_without_torch_says_so(tmp_path, monkeypatch):
+    """The gate in both directions, with or without PyTorch installed: refused untrusted before
+    torch is looked for; trusted, it gets as far as needing torch (simulated absent here)."""
+    config = helpers.tiny_config()
+    (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04not really a pickle")
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    refusal = r"pytorch_model.bin: expected a safetensors file, .*pickle.*pass --trust_pickle"
+    with pytest.raises(InputError, match=refusal):
+        checkpoints.load_hf_bert(tmp_path, config)
+    with pytest.raises(InputError) as error:
+        checkpoints.load_hf_bert(tmp_path, config, trust_pickle=True)
+    assert str(error.value) == (
+        f"{tmp_path / 'pytorch_model.bin'}: expected PyTorch installed to read this pickle "
+        "(--trust_pickle), found no torch"
+    )
+
+
+class _RunsCode:
+    """Unpickling this runs `touch`: what a malicious pickle does."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_trusted_pickle_loads_tensors_only(tmp_path):
+    """Where PyTorch is installed (not in CI): a trusted pytorch_model.bin loads the same model
+    as its safetensors twin; a pickle that would run code, or holds more than tensors, is still
+    refused with the file named."""
+    import pickle
+
+    torch = pytest.importorskip("torch")
+    config = helpers.tiny_config(hidden_act="gelu_exact")
+    model = random_pretrainer(config, seed=8)
+    (tmp_path / "st").mkdir()
+    checkpoints.save_hf_bert(model, tmp_path / "st")
+    from safetensors.numpy import load_file
+
+    state = {
+        k: torch.from_numpy(v) for k, v in load_file(tmp_path / "st/model.safetensors").items()
+    }
+    (tmp_path / "pt").mkdir()
+    torch.save(state, tmp_path / "pt" / "pytorch_model.bin")
+    loaded, report = checkpoints.load_hf_bert(tmp_path / "pt", config, trust_pickle=True)
+    assert_same_outputs(
+        outputs(loaded, random_inputs(config)), outputs(model, random_inputs(config))
+    )
+    assert any("--trust_pickle" in note for note in report.notes)
+
+    marker = tmp_path / "code-ran"
+    (tmp_path / "evil").mkdir()
+    (tmp_path / "evil" / "pytorch_model.bin").write_bytes(pickle.dumps(_RunsCode(marker)))
+    refusal = r"evil/pytorch_model.bin: expected a PyTorch state dict that loads with weights_only"
+    with pytest.raises(InputError, match=refusal):
+        checkpoints.load_hf_bert(tmp_path / "evil", config, trust_pickle=True)
+    assert not marker.exists()
+    (tmp_path / "nested").mkdir()
+    torch.save({"state_dict": state}, tmp_path / "nested" / "pytorch_model.bin")
+    with pytest.raises(InputError, match=r"pytorch_model.bin: state_dict: expected a tensor"):
+        checkpoints.load_hf_bert(tmp_path / "nested", config, trust_pickle=True)

@@ -358,3 +358,85 @@ def test_failed_runs_write_nothing(tf1_folder, tmp_path):
     )
     assert result.returncode == 1 and "non-empty" in result.stderr
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
+
+
+def test_real_minilm_to_keras_hub(minilm, golden, tmp_path):
+    """MiniLM's exact GELU is refused for keras-hub unless approximated; approximated, the
+    preset loads in keras-hub and computes Cloze's numbers for the same weights with the tanh
+    GELU (within TOLERANCE), and its tokenizer gives the golden ids."""
+    keras_hub = pytest.importorskip("keras_hub")
+    source, encoder = minilm
+    from data_prep.errors import InputError
+
+    # Without the flag the command stops at the config (before loading), with this message.
+    refusal = (
+        r"config.json: hidden_act: expected one of \['gelu', 'gelu_new'\].*"
+        r"found 'gelu_exact'; pass --allow_gelu_approximation"
+    )
+    with pytest.raises(InputError, match=refusal):
+        checkpoints.check_keras_hub_config(encoder.config, str(source / "config.json"))
+    preset = tmp_path / "preset"
+    args = ["--from=hf", "--to=keras_hub", f"--input_dir={source}", f"--output_dir={preset}"]
+    result = run([*args, "--allow_gelu_approximation"])
+    assert "computes the tanh approximation of GELU" in result.stdout
+    assert sorted(str(p.relative_to(preset)) for p in preset.rglob("*") if p.is_file()) == [
+        "assets/tokenizer/vocabulary.txt",
+        "config.json",
+        "metadata.json",
+        "model.weights.h5",
+        "tokenizer.json",
+    ]
+    backbone = keras_hub.models.BertBackbone.from_preset(str(preset))
+    tokenizer = keras_hub.models.BertTokenizer.from_preset(str(preset))
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    for g in np.flatnonzero(~golden["has_second"]):
+        n = int(golden["input_mask"][g].sum())
+        ids = np.array(tokenizer(str(golden["first"][g]))).tolist()
+        assert [cls, *ids, sep] == golden["input_ids"][g, :n].tolist()  # Hugging Face's ids
+    inputs = golden_inputs(golden, tokenization.FullTokenizer(source / "vocab.txt"))
+    theirs = {
+        k: np.array(v)
+        for k, v in backbone(
+            {
+                "token_ids": inputs["input_ids"],
+                "segment_ids": inputs["segment_ids"],
+                "padding_mask": inputs["input_mask"],
+            }
+        ).items()
+    }
+    tanh_twin = bert.BertEncoder(encoder.config.replace(hidden_act="gelu"))
+    tanh_twin.build()
+    tanh_twin.set_weights(encoder.get_weights())
+    real = inputs["input_mask"].astype(bool)
+    diffs = {}
+    for name, model in (("tanh GELU", tanh_twin), ("exact GELU", encoder)):
+        ours = model(inputs)
+        diffs[name] = (
+            np.abs(theirs["sequence_output"][real] - np.array(ours["sequence_output"])[real]).max(),
+            np.abs(theirs["pooled_output"] - np.array(ours["pooled_output"])).max(),
+        )
+    print("\nkeras-hub MiniLM preset, max abs difference (sequence, pooled) vs Cloze with:")
+    for name, (seq, pooled) in diffs.items():
+        print(f"  {name}: {seq:.2e}, {pooled:.2e}")
+    assert max(diffs["tanh GELU"]) < TOLERANCE, diffs
+    # What --allow_gelu_approximation costs against the real model: visible, but small.
+    assert TOLERANCE < diffs["exact GELU"][0] < 2e-2, diffs
+
+
+def test_tf1_release_to_keras_hub_and_back(tf1_folder, tmp_path):
+    """A keras-hub preset (written here from an original-layout release) read back by the
+    command line into a Cloze checkpoint: the same weights, the preset's vocab."""
+    folder, config = tf1_folder
+    original, _ = checkpoints.load_tf1_bert(folder, config)
+    preset = tmp_path / "preset"
+    preset.mkdir()
+    checkpoints.export_keras_hub(original, preset, folder / "vocab.txt")
+    assert checkpoints.keras_hub_lowercase(preset) is True
+    out = tmp_path / "cloze"
+    result = run(["--from=keras_hub", "--to=cloze", f"--input_dir={preset}", f"--output_dir={out}"])
+    assert "mapped 39 source variables onto 31 Cloze variables" in result.stdout
+    assert (out / "vocab.txt").read_text() == (folder / "vocab.txt").read_text()
+    back, _ = checkpoints.load_cloze(out, bert.BertConfig.from_json_file(out / "bert_config.json"))
+    want = checkpoints.cloze_variables(original.encoder)
+    for name, variable in checkpoints.cloze_variables(back).items():
+        np.testing.assert_array_equal(variable.numpy(), want[name].numpy(), err_msg=name)

@@ -1,9 +1,12 @@
 """Smoke runs of run_squad.py on the real 5-question SQuAD sample (allennlp 0.9.0's fixture) with
 the real bert-base-uncased vocab and a tiny model: v1.1 train + predict + eval, v2.0 train +
-predict + eval then predict again from the checkpoint with another threshold; and bad input
-stopping before output_dir exists."""
+predict + eval then predict again from the checkpoint with another threshold; prediction by two
+MultiWorkerMirroredStrategy workers on loopback ports; and bad input stopping before output_dir
+exists."""
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -102,7 +105,16 @@ def smoke(files, tmp_path_factory):
         first = run([*v2, "--do_train", "--do_predict", "--do_eval"])
         if first.returncode:
             return [first]
-        return [first, run([*v2, "--do_predict", "--do_eval", "--null_score_diff_threshold=1e9"])]
+        out = root / "v2"
+        (out / "eval_results.txt").rename(out / "first_eval_results.txt")
+        # Scores the files the first run wrote, with no model (so no config or vocab needed).
+        no_model = [a for a in v2 if not a.startswith(("--vocab_file", "--bert_config_file"))]
+        eval_only = run([*no_model, "--do_eval"])
+        if eval_only.returncode:
+            return [first, eval_only]
+        (out / "eval_results.txt").rename(out / "eval_only_results.txt")
+        again = run([*v2, "--do_predict", "--do_eval", "--null_score_diff_threshold=1e9"])
+        return [first, eval_only, again]
 
     with ThreadPoolExecutor(2) as pool:
         a, b = pool.submit(run, v1), pool.submit(v2_job)
@@ -116,8 +128,8 @@ def finished(job):
     return out, done
 
 
-def results(out):
-    lines = (out / "eval_results.txt").read_text().splitlines()
+def results(out, name="eval_results.txt"):
+    lines = (out / name).read_text().splitlines()
     return {k: float(v) for k, v in (line.split(" = ") for line in lines)}
 
 
@@ -152,11 +164,13 @@ def test_v1_train_predict_eval_learns_the_sample(smoke, files):
 
 
 def test_v2_train_predict_eval_then_threshold(smoke):
-    out, (first, second) = finished(smoke["v2"])
+    out, (first, eval_only, second) = finished(smoke["v2"])
     assert "2 impossible" in first.stderr
     odds = read(out, "null_odds.json")
     assert len(odds) == 7 and all(isinstance(v, float) for v in odds.values())
-    r = results(out)
+    r = results(out, "first_eval_results.txt")
+    # --do_eval alone, from the files on disk, scores exactly what the predicting run scored.
+    assert results(out, "eval_only_results.txt") == r
     for key in ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1"):
         assert 0 <= r[key] <= 100, key
     assert r["total"] == 7 and r["HasAns_total"] == 5 and r["NoAns_total"] == 2
@@ -180,3 +194,67 @@ def test_bad_input_stops_before_output_dir(files, tmp_path):
     where = "data[0].paragraphs[0].qas[0].answers[0].answer_start"
     assert f"bad.json: {where}: expected an integer, found '515'" in result.stderr
     assert not out.exists()
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for sock in socks:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in socks]
+    for sock in socks:
+        sock.close()
+    return ports
+
+
+def test_multi_worker_prediction_equals_one_device(smoke, files, tmp_path):
+    """Two workers (one CPU replica each) predict with the v1.1 run's checkpoint: 24 windows in
+    batches of 10 (the last one padded, 5 rows a worker); worker 0 writes what the one-device run
+    wrote, worker 1 nothing."""
+    trained, _ = finished(smoke["v1"])
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    procs = []
+    for index in range(2):
+        args = [
+            *common(files, tmp_path / f"w{index}", files["sample"]),
+            f"--bert_config_file={files['dir'] / 'memorize_config.json'}",
+            "--max_seq_length=64",
+            "--doc_stride=24",
+            "--max_query_length=16",
+            f"--init_checkpoint={trained}",
+            "--do_predict",
+            "--predict_batch_size=10",
+            "--distribution_strategy=multi_worker_mirrored",
+        ]
+        tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="2")
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "run_squad.py", *args],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    logs = []
+    try:
+        for proc in procs:
+            logs.append(proc.communicate(timeout=300)[1])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    for proc, log in zip(procs, logs):
+        assert proc.returncode == 0, log[-4000:]
+    assert "predicted 5 questions (24 windows); wrote them" in logs[0]
+    assert "(worker 0 writes them)" in logs[1]
+    assert not (tmp_path / "w1" / "predictions.json").exists()
+    got = tmp_path / "w0"
+    assert read(got, "predictions.json") == read(trained, "predictions.json")
+    want_nbest = read(trained, "nbest_predictions.json")
+    for qid, entries in read(got, "nbest_predictions.json").items():
+        assert [e["text"] for e in entries] == [e["text"] for e in want_nbest[qid]]
+        for key in ("start_logit", "end_logit", "probability"):
+            got_values = [e[key] for e in entries]
+            assert got_values == pytest.approx([e[key] for e in want_nbest[qid]], abs=1e-4)

