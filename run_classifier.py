@@ -25,7 +25,9 @@ from absl import app, flags, logging
 flags.DEFINE_string("task_name", None, "The task: cola, sst-2, mrpc, sts-b, qqp, mnli, ... tsv.")
 flags.DEFINE_string("data_dir", None, "Folder with the task's files (train.tsv, dev.tsv, ...).")
 flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary the model was trained with.")
-flags.DEFINE_string("bert_config_file", None, "JSON config of the BERT model (original fields).")
+flags.DEFINE_string(
+    "bert_config_file", None, "JSON config of the model: a bert_config.json or albert_config.json."
+)
 flags.DEFINE_string(
     "init_checkpoint",
     None,
@@ -136,10 +138,10 @@ def main(argv):
     import tensorflow as tf
 
     from data_prep import features
-    from modeling import bert, finetuning
+    from modeling import albert, finetuning
     from training import distribute, finetune_tasks, optimization, trainer
 
-    config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+    config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy,
         FLAGS.tpu or "",

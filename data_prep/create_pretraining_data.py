@@ -1,7 +1,11 @@
-"""Text corpus -> BERT pre-training TFRecords (masked LM + next sentence prediction).
+"""Text corpus -> pre-training TFRecords (masked LM + next sentence prediction, or another recipe).
 
 The original google-research/bert script's flags and defaults; given the same text, vocabulary and
 seed it writes the same records. Input: one sentence per line, a blank line between documents.
+Other recipes by flag: --sentence_objective=sop (ALBERT) or none (RoBERTa, with --full_sentences
+packing across documents); --masking_scheme=ngram (ALBERT) or span (SpanBERT, with span boundary
+features); --masking=dynamic writes unmasked records that run_pretraining --masking=dynamic masks
+each time it reads them (RoBERTa).
 
 Example:
   python data_prep/create_pretraining_data.py \\
@@ -32,6 +36,33 @@ flags.DEFINE_integer("random_seed", 12345, "Random seed: the same seed gives the
 flags.DEFINE_integer("dupe_factor", 10, "Passes over the corpus, each with different masks.")
 flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to predict.")
 flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter than maximum target length.")
+flags.DEFINE_enum(
+    "sentence_objective",
+    "nsp",
+    ["nsp", "sop", "none"],
+    "nsp: B is the next segment or a random one (BERT). sop: A and B are consecutive segments, "
+    "swapped half the time (ALBERT). none: one segment per sequence, no label (RoBERTa).",
+)
+flags.DEFINE_bool(
+    "full_sentences",
+    False,
+    "With --sentence_objective=none: pack sentences across document boundaries with an extra "
+    "[SEP] between documents (RoBERTa's FULL-SENTENCES); else sequences stay in one document.",
+)
+flags.DEFINE_enum(
+    "masking_scheme",
+    "token",
+    ["token", "whole_word", "ngram", "span"],
+    "token: BERT. whole_word: the same as --do_whole_word_mask. ngram: ALBERT's n-grams of up to "
+    "3 words. span: SpanBERT's geometric spans of whole words, with span boundary features.",
+)
+flags.DEFINE_enum(
+    "masking",
+    "static",
+    ["static", "dynamic"],
+    "static: masks are chosen here and written. dynamic: records are written unmasked, for "
+    "run_pretraining --masking=dynamic.",
+)
 
 FLAGS = flags.FLAGS
 
@@ -53,6 +84,20 @@ flags.register_multi_flags_validator(
     ["max_predictions_per_seq", "max_seq_length"],
     lambda f: f["max_predictions_per_seq"] <= f["max_seq_length"],
     "--max_predictions_per_seq cannot exceed --max_seq_length (were they swapped?)",
+)
+flags.register_multi_flags_validator(
+    ["full_sentences", "sentence_objective"],
+    lambda f: not f["full_sentences"] or f["sentence_objective"] == "none",
+    "--full_sentences packs one segment per sequence, with no sentence pairs: add "
+    "--sentence_objective=none",
+)
+flags.register_multi_flags_validator(
+    ["masking", "masking_scheme", "do_whole_word_mask"],
+    lambda f: (
+        f["masking"] == "static" or (f["masking_scheme"] == "token" and not f["do_whole_word_mask"])
+    ),
+    "--masking=dynamic leaves the choice of masks to run_pretraining, which masks single tokens: "
+    "drop --masking_scheme / --do_whole_word_mask, or use --masking=static",
 )
 flags.register_validator(
     "output_file",
@@ -93,9 +138,13 @@ def main(argv):
             FLAGS.masked_lm_prob,
         )
     logging.info(
-        "Pass --max_seq_length=%d --max_predictions_per_seq=%d to run_pretraining.py as well.",
+        "Pass --max_seq_length=%d --max_predictions_per_seq=%d --sentence_objective=%s "
+        "--masking=%s%s to run_pretraining.py as well.",
         FLAGS.max_seq_length,
         FLAGS.max_predictions_per_seq,
+        FLAGS.sentence_objective,
+        FLAGS.masking,
+        " --span_boundary_objective" if FLAGS.masking_scheme == "span" else "",
     )
 
     output_files = _split(FLAGS.output_file)
@@ -108,7 +157,7 @@ def main(argv):
         tokenizer = InGraphTokenizer(vocab, do_lower_case=FLAGS.do_lower_case)
         logging.info("Reading %d file(s): %s", len(input_files), ", ".join(input_files))
         start = time.perf_counter()
-        documents = read_documents(input_files, tokenizer)
+        documents = read_documents(input_files, tokenizer, FLAGS.sentence_objective)
     except InputError as e:
         sys.exit(f"create_pretraining_data: {e}")
     logging.info(
@@ -132,12 +181,18 @@ def main(argv):
             rng,
             do_whole_word_mask=FLAGS.do_whole_word_mask,
             progress=bar.update,
+            sentence_objective=FLAGS.sentence_objective,
+            masking_scheme=FLAGS.masking_scheme,
+            static_masking=FLAGS.masking == "static",
+            full_sentences=FLAGS.full_sentences,
         )
     del documents  # only the instances are needed from here on
+    label = {"nsp": "a random next segment", "sop": "A and B swapped", "none": "label 1"}
     logging.info(
-        "%d instances, %.1f%% with a random next segment",
+        "%d instances, %.1f%% with %s",
         len(instances),
         100.0 * sum(i.is_random_next for i in instances) / max(1, len(instances)),
+        label[FLAGS.sentence_objective],
     )
 
     logging.info("Writing %d file(s): %s", len(output_files), ", ".join(output_files))

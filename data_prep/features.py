@@ -35,6 +35,29 @@ def pretraining_feature_spec(max_seq_length: int, max_predictions_per_seq: int) 
     }
 
 
+# Unmasked ("packed") records for dynamic masking hold only these; masked_lm_* are made in tf.data.
+PACKED_FEATURES = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels")
+# SpanBERT's span boundary objective: per prediction, the positions just outside its span.
+SPAN_BOUNDARY_FEATURES = ("masked_lm_span_left", "masked_lm_span_right")
+
+
+def pretraining_record_spec(
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    masking: str = "static",
+    span_boundaries: bool = False,
+) -> dict:
+    """The parse spec of the records a run reads: the original spec for static masking (plus the
+    span boundary features when asked), PACKED_FEATURES only for masking="dynamic"."""
+    spec = pretraining_feature_spec(max_seq_length, max_predictions_per_seq)
+    if masking == "dynamic":
+        return {k: v for k, v in spec.items() if k in PACKED_FEATURES}
+    if span_boundaries:
+        for name in SPAN_BOUNDARY_FEATURES:
+            spec[name] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64)
+    return spec
+
+
 def _int_feature(values) -> tf.train.Feature:
     return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
 
@@ -51,6 +74,8 @@ def serialize_pretraining_example(
     next_sentence_label: int,
     max_seq_length: int,
     max_predictions_per_seq: int,
+    span_left=None,
+    span_right=None,
 ) -> bytes:
     """Pads one instance to the fixed lengths and serializes it as the original script did.
 
@@ -61,7 +86,9 @@ def serialize_pretraining_example(
         max_predictions_per_seq); padded with 0 and weight 0.
       masked_lm_ids: the original ids at those positions.
       next_sentence_label: 1 if B is a random sentence, 0 if it is the actual next one
-        (the original's convention).
+        (the original's convention); for SOP, 1 if A and B were swapped.
+      span_left, span_right: optional, with span masking: each prediction's span boundary
+        positions, written as SPAN_BOUNDARY_FEATURES (padded with 0).
     """
     n = len(input_ids)
     if n > max_seq_length or len(segment_ids) != n:
@@ -83,18 +110,49 @@ def serialize_pretraining_example(
         "masked_lm_weights": _float_feature([1.0] * npred + [0.0] * ppad),
         "next_sentence_labels": _int_feature([next_sentence_label]),
     }
+    if span_left is not None:
+        features["masked_lm_span_left"] = _int_feature(list(span_left) + [0] * ppad)
+        features["masked_lm_span_right"] = _int_feature(list(span_right) + [0] * ppad)
     example = tf.train.Example(features=tf.train.Features(feature=features))
     # deterministic=True writes the feature map in sorted key order; otherwise protobuf's map
     # order follows a per-process hash seed and the same seed would not give the same bytes.
     return example.SerializeToString(deterministic=True)
 
 
-def parse_pretraining_example(serialized, max_seq_length: int, max_predictions_per_seq: int):
-    """Parses serialized examples (scalar or batch) to a dict of int32 / float32 tensors.
+def serialize_packed_example(
+    input_ids, segment_ids, next_sentence_label: int, max_seq_length: int
+) -> bytes:
+    """An unmasked pretraining example (PACKED_FEATURES), padded to max_seq_length, for dynamic
+    masking at training time; serialized reproducibly as serialize_pretraining_example."""
+    n = len(input_ids)
+    if n > max_seq_length or len(segment_ids) != n:
+        raise ValueError(f"instance of length {n} does not fit max_seq_length={max_seq_length}")
+    pad = max_seq_length - n
+    features = {
+        "input_ids": _int_feature(list(input_ids) + [0] * pad),
+        "input_mask": _int_feature([1] * n + [0] * pad),
+        "segment_ids": _int_feature(list(segment_ids) + [0] * pad),
+        "next_sentence_labels": _int_feature([next_sentence_label]),
+    }
+    example = tf.train.Example(features=tf.train.Features(feature=features))
+    return example.SerializeToString(deterministic=True)
+
+
+def parse_pretraining_example(
+    serialized,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    masking: str = "static",
+    span_boundaries: bool = False,
+):
+    """Parses serialized examples (scalar or batch) to a dict of int32 / float32 tensors, with
+    the features of pretraining_record_spec.
 
     int64 is cast to int32 as the original did (TPUs only take int32).
     """
-    spec = pretraining_feature_spec(max_seq_length, max_predictions_per_seq)
+    spec = pretraining_record_spec(
+        max_seq_length, max_predictions_per_seq, masking, span_boundaries
+    )
     if serialized.shape.rank == 0:
         parsed = tf.io.parse_single_example(serialized, spec)
     else:
@@ -120,13 +178,25 @@ def expand_input_files(pattern: str) -> list[str]:
     return files
 
 
-def check_pretraining_files(files, max_seq_length: int, max_predictions_per_seq: int) -> None:
+def check_pretraining_files(
+    files,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    masking: str = "static",
+    span_boundaries: bool = False,
+    sentence_pairs: bool = False,
+) -> None:
     """Reads the first record of each file and checks its feature names, dtypes and lengths.
 
     A full parse would fail later, deep in tf.data, with neither the file nor the flag to change
-    in the message; this says both. Raises InputError.
+    in the message; this says both. Also refuses records that do not fit the run's objectives:
+    masked records for masking="dynamic" and unmasked ones for "static", records without span
+    boundaries for `span_boundaries`, and (with `sentence_pairs`, for NSP or SOP) records of one
+    segment only. Raises InputError.
     """
-    spec = pretraining_feature_spec(max_seq_length, max_predictions_per_seq)
+    spec = pretraining_record_spec(
+        max_seq_length, max_predictions_per_seq, masking, span_boundaries
+    )
     flag_for = {
         "masked_lm_positions": "--max_predictions_per_seq",
         "masked_lm_ids": "--max_predictions_per_seq",
@@ -149,6 +219,7 @@ def check_pretraining_files(files, max_seq_length: int, max_predictions_per_seq:
                 f"{path} record 0", "a serialized tf.train.Example", "other bytes"
             ) from None
         feats = example.features.feature
+        _check_objectives(path, feats, masking, span_boundaries, sentence_pairs)
         for name, fixed in spec.items():
             if name not in feats:
                 raise input_error(
@@ -170,6 +241,42 @@ def check_pretraining_files(files, max_seq_length: int, max_predictions_per_seq:
                 )
 
 
+def _check_objectives(path, feats, masking, span_boundaries, sentence_pairs) -> None:
+    where = f"{path} record 0"
+    masked = "masked_lm_positions" in feats
+    if masking == "dynamic" and masked:
+        raise input_error(
+            where,
+            "unmasked records for --masking=dynamic (written by create_pretraining_data "
+            "--masking=dynamic)",
+            "masked_lm_positions: its masks were fixed when it was written; pass "
+            "--masking=static, or rewrite it with create_pretraining_data --masking=dynamic",
+        )
+    if masking == "static" and not masked and "input_ids" in feats:
+        raise input_error(
+            where,
+            "masked records for --masking=static",
+            f"unmasked records (features {sorted(feats)}): pass --masking=dynamic to mask them "
+            "while training",
+        )
+    if span_boundaries and "masked_lm_span_left" not in feats:
+        raise input_error(
+            where,
+            "span boundary features for --span_boundary_objective (written by "
+            "create_pretraining_data --masking_scheme=span)",
+            f"features {sorted(feats)}; drop --span_boundary_objective or rewrite the file",
+        )
+    if sentence_pairs and "segment_ids" in feats:
+        if not any(feats["segment_ids"].int64_list.value):
+            raise input_error(
+                where,
+                "sentence pairs (segment 1 after the first [SEP]) for --sentence_objective=nsp "
+                "or sop",
+                "one segment only (written with --sentence_objective=none); pass "
+                "--sentence_objective=none",
+            )
+
+
 def pretraining_dataset(
     input_files: list[str],
     batch_size: int,
@@ -179,6 +286,8 @@ def pretraining_dataset(
     seed: int = 12345,
     num_shards: int = 1,
     shard_index: int = 0,
+    dynamic_masking=None,
+    span_boundaries: bool = False,
 ) -> tf.data.Dataset:
     """Batches of parsed pretraining examples, deterministic for a given seed.
 
@@ -186,6 +295,13 @@ def pretraining_dataset(
     a checkpoint and a resumed run sees exactly the batches an uninterrupted one would. Files are
     split over `num_shards` workers (multi-worker training) when there are enough of them, else the
     records are. Batches drop the remainder so every replica gets equal slices.
+
+    `dynamic_masking` (a data_prep.masking.DynamicMasking) reads unmasked records and masks each
+    batch with masking.mask_dynamic seeded by (seed, batch index * num_shards + shard_index): the
+    batch index is counted by the pipeline and saved with the iterator, so a resumed run masks
+    exactly as an uninterrupted one, and every epoch masks the same sequence anew. Eval
+    (is_training=False) masks the same way each time it runs. `span_boundaries` adds the span
+    boundary features of static span-masked records.
 
     Returns a dataset of dicts of int32 (B, S) / (B, P) / (B, 1) tensors and float32 (B, P)
     `masked_lm_weights`, with B = batch_size.
@@ -207,8 +323,27 @@ def pretraining_dataset(
     if is_training:
         records = records.repeat().shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
     batches = records.batch(batch_size, drop_remainder=True)
+    if dynamic_masking is not None:
+        from data_prep import masking
+
+        def parse_and_mask(index, serialized):
+            batch = parse_pretraining_example(
+                serialized, max_seq_length, max_predictions_per_seq, "dynamic"
+            )
+            mask_seed = tf.stack([tf.cast(seed, tf.int64), index * num_shards + shard_index])
+            masked = masking.mask_dynamic(
+                batch["input_ids"], batch["input_mask"], mask_seed, dynamic_masking
+            )
+            return batch | masked
+
+        batches = batches.enumerate().map(
+            parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+        return batches.prefetch(tf.data.AUTOTUNE)
     batches = batches.map(
-        lambda s: parse_pretraining_example(s, max_seq_length, max_predictions_per_seq),
+        lambda s: parse_pretraining_example(
+            s, max_seq_length, max_predictions_per_seq, span_boundaries=span_boundaries
+        ),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
@@ -394,6 +529,72 @@ def squad_dataset(
         input_files,
         batch_size,
         lambda s: parse_squad_examples(s, max_seq_length),
+        seed,
+        num_shards,
+        shard_index,
+        shuffle_buffer,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Token tagging (run_ner.py): one window of a sentence, labels at every position.
+# ---------------------------------------------------------------------------------------------
+
+
+def tagging_feature_spec(max_seq_length: int) -> dict:
+    """Parse spec of one tagging window (data_prep/conll.py).
+
+    input_ids, input_mask, segment_ids, label_ids: int64 [S]; label_weights: float32 [S], 1.0 at
+    the first WordPiece of each word the window predicts, 0.0 elsewhere (as masked_lm_weights).
+    """
+    s = max_seq_length
+    return {
+        "input_ids": tf.io.FixedLenFeature([s], tf.int64),
+        "input_mask": tf.io.FixedLenFeature([s], tf.int64),
+        "segment_ids": tf.io.FixedLenFeature([s], tf.int64),
+        "label_ids": tf.io.FixedLenFeature([s], tf.int64),
+        "label_weights": tf.io.FixedLenFeature([s], tf.float32),
+    }
+
+
+def serialize_tagging_example(
+    input_ids, input_mask, segment_ids, label_ids, label_weights
+) -> bytes:
+    """Serializes one padded tagging window: arrays (or lists) of length S."""
+    features = {
+        "input_ids": _int_feature([int(x) for x in input_ids]),
+        "input_mask": _int_feature([int(x) for x in input_mask]),
+        "segment_ids": _int_feature([int(x) for x in segment_ids]),
+        "label_ids": _int_feature([int(x) for x in label_ids]),
+        "label_weights": _float_feature([float(x) for x in label_weights]),
+    }
+    example = tf.train.Example(features=tf.train.Features(feature=features))
+    return example.SerializeToString(deterministic=True)
+
+
+def parse_tagging_examples(serialized, max_seq_length: int) -> dict:
+    """Parses a batch of serialized tagging windows (string (B,)): int32 input_ids, input_mask,
+    segment_ids, label_ids (B, S) and float32 label_weights (B, S)."""
+    parsed = tf.io.parse_example(serialized, tagging_feature_spec(max_seq_length))
+    # int64 -> int32: TPUs take int32 only, as the original casts.
+    return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in parsed.items()}
+
+
+def tagging_dataset(
+    input_files: list[str],
+    batch_size: int,
+    max_seq_length: int,
+    seed: int = 12345,
+    num_shards: int = 1,
+    shard_index: int = 0,
+    shuffle_buffer: int = 10_000,
+) -> tf.data.Dataset:
+    """Endless shuffled training batches of tagging windows (see classifier_dataset: same
+    sharding, shuffling and checkpointable iterator)."""
+    return _shuffled_training_batches(
+        input_files,
+        batch_size,
+        lambda s: parse_tagging_examples(s, max_seq_length),
         seed,
         num_shards,
         shard_index,

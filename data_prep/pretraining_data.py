@@ -11,7 +11,19 @@ The algorithm is the original google-research/bert `create_pretraining_data.py` 
   truncate_seq_pair         trims the longer side, randomly at the front or the back
   create_masked_lm_predictions
                             80% [MASK] / 10% random token / 10% unchanged, optionally whole words
+                            (n-gram and SpanBERT span masking: data_prep/masking.py)
   write_instances           round-robin TFRecord shards with the original feature names
+
+The sentence-level objective is a choice (`sentence_objective`):
+  "nsp"   BERT's next sentence prediction, as above (the default; identical to the original).
+  "sop"   ALBERT's sentence-order prediction (Lan et al. 2020, sec. 4.2): A and B are two
+          consecutive segments of one document, swapped with probability 0.5; label 1 = swapped
+          (stored as `next_sentence_labels`, as ALBERT's own code did).
+  "none"  no pairs: `[CLS] sentences [SEP]`, segment 0 only, label 0 (RoBERTa, Liu et al. 2019,
+          sec. 4.2): DOC-SENTENCES packing, or FULL-SENTENCES (`full_sentences`) that runs on into
+          the next document after an extra [SEP].
+With `static_masking=False` instances are left unmasked, for dynamic masking at training time
+(data_prep/masking.mask_dynamic); they are written without the masked_lm_* features.
 
 Every random choice comes from one `random.Random`, drawn in the original's order, so the same seed
 gives the same instances (and the same bytes on disk). Working on int ids rather than token strings
@@ -37,8 +49,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import tensorflow as tf
 from absl import logging
 
+from data_prep import masking
 from data_prep.errors import input_error
-from data_prep.features import serialize_pretraining_example
+from data_prep.features import serialize_packed_example, serialize_pretraining_example
 from data_prep.tokenization import read_utf8_lines
 
 # Lines tokenized per call of the bulk tokenizer: large enough to amortize the per-call graph
@@ -47,25 +60,36 @@ _TOKENIZE_CHUNK_LINES = 4096
 
 Document = list[array]  # sentences, each an array('i') of token ids
 
+SENTENCE_OBJECTIVES = ("nsp", "sop", "none")
+MASKING_SCHEMES = masking.STATIC_SCHEMES  # "token", "whole_word", "ngram", "span"
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TrainingInstance:
     """One pre-training example before padding.
 
     Attributes:
-      input_ids: ids of `[CLS] A [SEP] B [SEP]` after masking, array('i') of length <= S.
+      input_ids: ids of `[CLS] A [SEP] B [SEP]` (or `[CLS] tokens [SEP]` without a sentence
+        objective) after masking, array('i') of length <= S.
       segment_ids: 0 for `[CLS] A [SEP]`, 1 for `B [SEP]`; bytes of the same length (one byte per
         position keeps a million instances in memory cheaply; iterating gives ints).
-      is_random_next: True when B comes from another document (NSP label 1).
-      masked_lm_positions: sorted positions of the predictions, array('i') of length <= P.
-      masked_lm_ids: the original ids at those positions, array('i').
+      is_random_next: the sentence label, written as `next_sentence_labels`: NSP, True when B
+        comes from another document; SOP, True when A and B were swapped; always False for
+        "none".
+      masked_lm_positions: sorted positions of the predictions, array('i') of length <= P;
+        None when the instance is left unmasked for dynamic masking.
+      masked_lm_ids: the original ids at those positions, array('i'), or None.
+      masked_lm_span_left, masked_lm_span_right: with span masking, each prediction's span
+        boundary positions s - 1 and e + 1 (SpanBERT sec. 3.2); None otherwise.
     """
 
     input_ids: array
     segment_ids: bytes
     is_random_next: bool
-    masked_lm_positions: array
-    masked_lm_ids: array
+    masked_lm_positions: array | None
+    masked_lm_ids: array | None
+    masked_lm_span_left: array | None = None
+    masked_lm_span_right: array | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -140,7 +164,9 @@ def _replay(blank: list[bool], ids_per_line: list[list[int]]) -> Iterator[list[i
         yield None if is_blank else next(ids)
 
 
-def read_documents(input_files: Sequence[str], tokenizer) -> list[Document]:
+def read_documents(
+    input_files: Sequence[str], tokenizer, sentence_objective: str = "nsp"
+) -> list[Document]:
     """Reads one-sentence-per-line text with blank lines between documents, as token ids.
 
     The original format: each non-blank line is a sentence (NSP splits only at line ends), a blank
@@ -151,14 +177,22 @@ def read_documents(input_files: Sequence[str], tokenizer) -> list[Document]:
       input_files: paths of UTF-8 text files.
       tokenizer: an object with `batch_tokenize_ids(lines) -> list[list[int]]` (the fast bulk path)
         or with `tokenize(text)` and `convert_tokens_to_ids(tokens)`.
+      sentence_objective: what the corpus must allow: "nsp" needs two documents and a
+        multi-sentence one, "sop" a multi-sentence document, "none" any text.
 
     Returns:
       Documents in file order, each a list of sentences, each an array('i') of ids.
 
     Raises:
       InputError: naming the file (and line) for bytes that are not UTF-8, a corpus with no text,
-        a single document, or only single-sentence documents (NSP needs a sentence pair).
+        or one the sentence objective cannot use: a single document (NSP draws a random B from
+        another document) or only single-sentence documents (NSP and SOP need sentence pairs).
     """
+    if sentence_objective not in SENTENCE_OBJECTIVES:
+        raise ValueError(
+            f"sentence_objective: expected one of {SENTENCE_OBJECTIVES}, found "
+            f"{sentence_objective!r}"
+        )
     documents: list[Document] = []
     for path in input_files:
         current: Document = []
@@ -177,15 +211,22 @@ def read_documents(input_files: Sequence[str], tokenizer) -> list[Document]:
         raise input_error(
             names, "sentences, one per line, with a blank line between documents", "no text"
         )
+    if sentence_objective == "none":
+        return documents
     single = sum(1 for d in documents if len(d) == 1)
     if single == len(documents):
+        what = {
+            "nsp": "next sentence prediction pairs",
+            "sop": "sentence-order prediction (--sentence_objective=sop) swaps",
+        }[sentence_objective]
         raise input_error(
             names,
-            "at least one document with two or more sentences (next sentence prediction pairs "
-            "consecutive lines of a document; documents are separated by blank lines)",
-            f"{len(documents)} document(s) of one sentence each",
+            f"at least one document with two or more sentences ({what} consecutive lines of a "
+            "document; documents are separated by blank lines)",
+            f"{len(documents)} document(s) of one sentence each; for a corpus without sentence "
+            "pairs use --sentence_objective=none",
         )
-    if len(documents) < 2:
+    if len(documents) < 2 and sentence_objective == "nsp":
         raise input_error(
             names,
             "at least two documents separated by a blank line (a random next sentence must come "
@@ -194,7 +235,8 @@ def read_documents(input_files: Sequence[str], tokenizer) -> list[Document]:
         )
     if single:
         logging.warning(
-            "%d of %d documents have a single sentence; they only make random-next pairs. "
+            "%d of %d documents have a single sentence; they only make random-next pairs "
+            "(NSP) or pairs split inside the sentence (SOP). "
             "Is there a blank line after every sentence instead of only between documents?",
             single,
             len(documents),
@@ -217,6 +259,10 @@ def create_training_instances(
     rng: random.Random,
     do_whole_word_mask: bool = False,
     progress: Callable[[int], None] | None = None,
+    sentence_objective: str = "nsp",
+    masking_scheme: str = "token",
+    static_masking: bool = True,
+    full_sentences: bool = False,
 ) -> list[TrainingInstance]:
     """Makes `dupe_factor` passes over the documents, each with fresh pairs and masks.
 
@@ -233,19 +279,61 @@ def create_training_instances(
       masked_lm_prob: fraction of tokens to predict.
       max_predictions_per_seq: P, cap on predictions per instance.
       rng: the only source of randomness.
-      do_whole_word_mask: mask all pieces of a word or none.
-      progress: called with the number of instances made after each document.
+      do_whole_word_mask: mask all pieces of a word or none (the same as
+        masking_scheme="whole_word"; "ngram" and "span" always mask whole words).
+      progress: called with the number of instances made after each document (after each pass
+        without a sentence objective).
+      sentence_objective: "nsp", "sop" or "none" (see the module docstring).
+      masking_scheme: "token" (BERT), "whole_word", "ngram" (ALBERT) or "span" (SpanBERT).
+      static_masking: False leaves instances unmasked (masked_lm_positions None).
+      full_sentences: with "none", pack across document boundaries (RoBERTa's FULL-SENTENCES);
+        otherwise a sequence never leaves its document (DOC-SENTENCES).
     """
-    if len(documents) < 2:
+    if sentence_objective not in SENTENCE_OBJECTIVES:
+        raise ValueError(
+            f"sentence_objective: expected one of {SENTENCE_OBJECTIVES}, found "
+            f"{sentence_objective!r}"
+        )
+    if masking_scheme not in MASKING_SCHEMES:
+        raise ValueError(
+            f"masking_scheme: expected one of {MASKING_SCHEMES}, found {masking_scheme!r}"
+        )
+    if full_sentences and sentence_objective != "none":
+        raise ValueError(
+            "full_sentences packs one segment per sequence, so it needs sentence_objective "
+            f"'none', found {sentence_objective!r}"
+        )
+    if len(documents) < 2 and sentence_objective == "nsp":
         raise ValueError(
             f"need at least two documents for random next sentences, got {len(documents)}"
         )
     if max_seq_length < 5:
         raise ValueError(f"max_seq_length={max_seq_length} leaves no room for A and B (need >= 5)")
     mvocab = vocab if isinstance(vocab, MaskingVocab) else MaskingVocab.from_vocab(vocab)
+    if do_whole_word_mask and masking_scheme == "token":
+        masking_scheme = "whole_word"
+    masker = _Masker(
+        masked_lm_prob, max_predictions_per_seq, mvocab, rng, masking_scheme, static_masking
+    )
     documents = list(documents)
     rng.shuffle(documents)
     instances: list[TrainingInstance] = []
+    if sentence_objective == "none":
+        for _ in range(dupe_factor):
+            # A fresh document order per pass, so passes differ in more than their masks.
+            order = list(documents)
+            rng.shuffle(order)
+            made = [
+                masker([mvocab.cls_id, *tokens, mvocab.sep_id], None, False)
+                for tokens in pack_sentences(
+                    order, max_seq_length - 2, full_sentences, mvocab.sep_id
+                )
+            ]
+            instances.extend(made)
+            if progress is not None:
+                progress(len(made))
+        rng.shuffle(instances)
+        return instances
     for _ in range(dupe_factor):
         for document_index in range(len(documents)):
             made = create_instances_from_document(
@@ -257,7 +345,8 @@ def create_training_instances(
                 max_predictions_per_seq,
                 mvocab,
                 rng,
-                do_whole_word_mask,
+                sentence_objective=sentence_objective,
+                masker=masker,
             )
             instances.extend(made)
             if progress is not None:
@@ -276,6 +365,8 @@ def create_instances_from_document(
     vocab: MaskingVocab,
     rng: random.Random,
     do_whole_word_mask: bool = False,
+    sentence_objective: str = "nsp",
+    masker: _Masker | None = None,
 ) -> list[TrainingInstance]:
     """Turns one document into sentence-pair instances (BERT section 3.1, "Task #2: NSP").
 
@@ -283,7 +374,13 @@ def create_instances_from_document(
     leading sentences form A. With probability 0.5 (always when the chunk is one sentence) B is
     taken from a random other document from a random sentence on, and the chunk's unused sentences
     are put back for the next instance; otherwise B is the rest of the chunk.
+
+    With sentence_objective "sop" B is always the rest of the chunk (see sentence_order_pair).
+    `masker` (made by create_training_instances) overrides the masking arguments.
     """
+    if masker is None:
+        scheme = "whole_word" if do_whole_word_mask else "token"
+        masker = _Masker(masked_lm_prob, max_predictions_per_seq, vocab, rng, scheme, True)
     document = documents[document_index]
     max_num_tokens = max_seq_length - 3  # room for [CLS], [SEP], [SEP]
 
@@ -301,7 +398,17 @@ def create_instances_from_document(
     while i < len(document):
         chunk.append(document[i])
         chunk_length += len(document[i])
-        if i == len(document) - 1 or chunk_length >= target_seq_length:
+        if (i == len(document) - 1 or chunk_length >= target_seq_length) and (
+            sentence_objective == "sop"
+        ):
+            tokens_a, tokens_b, swapped = sentence_order_pair(chunk, rng)
+            if tokens_a:  # else a one-token chunk: nothing to order
+                instances.append(
+                    _pair_instance(tokens_a, tokens_b, swapped, max_num_tokens, vocab, rng, masker)
+                )
+            chunk = []
+            chunk_length = 0
+        elif i == len(document) - 1 or chunk_length >= target_seq_length:
             # Split at sentence boundaries, not at an arbitrary token: a mid-sentence cut would
             # make "is B the real continuation?" too easy to answer.
             a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
@@ -333,25 +440,130 @@ def create_instances_from_document(
                 for sentence in chunk[a_end:]:
                     tokens_b.extend(sentence)
 
-            tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-            input_ids = [vocab.cls_id, *tokens_a, vocab.sep_id, *tokens_b, vocab.sep_id]
-            segment_ids = bytes(len(tokens_a) + 2) + b"\x01" * (len(tokens_b) + 1)
-            output_ids, positions, labels = create_masked_lm_predictions(
-                input_ids, masked_lm_prob, max_predictions_per_seq, vocab, rng, do_whole_word_mask
-            )
             instances.append(
-                TrainingInstance(
-                    input_ids=array("i", output_ids),
-                    segment_ids=segment_ids,
-                    is_random_next=is_random_next,
-                    masked_lm_positions=array("i", positions),
-                    masked_lm_ids=array("i", labels),
+                _pair_instance(
+                    tokens_a, tokens_b, is_random_next, max_num_tokens, vocab, rng, masker
                 )
             )
             chunk = []
             chunk_length = 0
         i += 1
     return instances
+
+
+def _pair_instance(tokens_a, tokens_b, label, max_num_tokens, vocab, rng, masker):
+    tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+    input_ids = [vocab.cls_id, *tokens_a, vocab.sep_id, *tokens_b, vocab.sep_id]
+    segment_ids = bytes(len(tokens_a) + 2) + b"\x01" * (len(tokens_b) + 1)
+    return masker(input_ids, segment_ids, label)
+
+
+def sentence_order_pair(
+    chunk: Sequence[Sequence[int]], rng: random.Random
+) -> tuple[list[int], list[int], bool]:
+    """ALBERT's SOP pair from a chunk of consecutive sentences (Lan et al. 2020, sec. 4.2).
+
+    A is a random number of leading sentences and B the rest, as for NSP; a chunk of one sentence
+    is cut inside it at a random token, so A and B are still consecutive text of one document
+    (ALBERT's code took B from a random other document there, which mixes topic prediction back
+    into SOP). Then A and B are swapped with probability 0.5.
+
+    Returns (tokens_a, tokens_b, swapped); empty lists for a one-token chunk.
+    """
+    if len(chunk) >= 2:
+        a_end = rng.randint(1, len(chunk) - 1)
+        tokens_a = [t for sentence in chunk[:a_end] for t in sentence]
+        tokens_b = [t for sentence in chunk[a_end:] for t in sentence]
+    else:
+        sentence = chunk[0]
+        if len(sentence) < 2:
+            return [], [], False
+        cut = rng.randint(1, len(sentence) - 1)
+        tokens_a, tokens_b = list(sentence[:cut]), list(sentence[cut:])
+    if rng.random() < 0.5:
+        return tokens_b, tokens_a, True
+    return tokens_a, tokens_b, False
+
+
+def pack_sentences(
+    documents: Sequence[Document], max_num_tokens: int, cross_documents: bool, sep_id: int
+) -> list[list[int]]:
+    """RoBERTa's DOC-SENTENCES / FULL-SENTENCES packing (Liu et al. 2019, sec. 4.2): contiguous
+    whole sentences fill each sequence up to `max_num_tokens`; a sentence longer than that is cut
+    into pieces of that length. With `cross_documents` a sequence runs on into the next document
+    after an extra `sep_id` between the two; otherwise each document starts a new sequence.
+
+    Deterministic (no rng): the caller orders the documents. Returns the token lists, without
+    [CLS] and the final [SEP], each 1..max_num_tokens long.
+    """
+    sequences: list[list[int]] = []
+    current: list[int] = []
+
+    def flush():
+        nonlocal current
+        while current and current[-1] == sep_id and cross_documents:
+            current.pop()  # a document separator that no sentence followed
+        if current:
+            sequences.append(current)
+        current = []
+
+    for document in documents:
+        if current and cross_documents:
+            if len(current) + 1 >= max_num_tokens:
+                flush()
+            else:
+                current.append(sep_id)
+        for sentence in document:
+            for start in range(0, len(sentence), max_num_tokens):
+                piece = sentence[start : start + max_num_tokens]
+                if len(current) + len(piece) > max_num_tokens:
+                    flush()
+                current.extend(piece)
+        if not cross_documents:
+            flush()
+    flush()
+    return sequences
+
+
+class _Masker:
+    """Makes a TrainingInstance from unmasked ids with the run's masking settings."""
+
+    def __init__(self, masked_lm_prob, max_predictions_per_seq, vocab, rng, scheme, static):
+        self.masked_lm_prob = masked_lm_prob
+        self.max_predictions_per_seq = max_predictions_per_seq
+        self.vocab = vocab
+        self.rng = rng
+        self.scheme = scheme
+        self.static = static
+
+    def __call__(self, input_ids, segment_ids, label) -> TrainingInstance:
+        if segment_ids is None:
+            segment_ids = bytes(len(input_ids))
+        if not self.static:
+            return TrainingInstance(array("i", input_ids), segment_ids, label, None, None)
+        args = (input_ids, self.masked_lm_prob, self.max_predictions_per_seq, self.vocab, self.rng)
+        left = right = None
+        if self.scheme in ("ngram", "span"):
+            output_ids, positions, labels, left, right = masking.create_span_masked_lm_predictions(
+                *args, self.scheme
+            )
+            if self.scheme == "span":
+                left, right = array("i", left), array("i", right)
+            else:
+                left = right = None
+        else:
+            output_ids, positions, labels = create_masked_lm_predictions(
+                *args, do_whole_word_mask=self.scheme == "whole_word"
+            )
+        return TrainingInstance(
+            input_ids=array("i", output_ids),
+            segment_ids=segment_ids,
+            is_random_next=label,
+            masked_lm_positions=array("i", positions),
+            masked_lm_ids=array("i", labels),
+            masked_lm_span_left=left,
+            masked_lm_span_right=right,
+        )
 
 
 def truncate_seq_pair(
@@ -459,15 +671,29 @@ def _log_instance(instance: TrainingInstance, inv_vocab: dict[int, str]) -> None
     logging.info("tokens: %s", _printable(inv_vocab, instance.input_ids))
     logging.info("segment_ids: %s", " ".join(str(s) for s in instance.segment_ids))
     logging.info("is_random_next: %s", instance.is_random_next)
+    if instance.masked_lm_positions is None:
+        logging.info("masked_lm_positions: (none: masked at training time)")
+        return
     logging.info("masked_lm_positions: %s", " ".join(map(str, instance.masked_lm_positions)))
     logging.info("masked_lm_labels: %s", _printable(inv_vocab, instance.masked_lm_ids))
+    if instance.masked_lm_span_left is not None:
+        logging.info("masked_lm_span_left: %s", " ".join(map(str, instance.masked_lm_span_left)))
+        logging.info("masked_lm_span_right: %s", " ".join(map(str, instance.masked_lm_span_right)))
 
 
 def serialize_instance(
     instance: TrainingInstance, max_seq_length: int, max_predictions_per_seq: int
 ) -> bytes:
     """One padded tf.train.Example with the original features, serialized reproducibly (the
-    feature map in sorted key order, see data_prep/features.py)."""
+    feature map in sorted key order, see data_prep/features.py). An unmasked instance is written
+    without the masked_lm_* features, a span-masked one with its span boundaries as well."""
+    if instance.masked_lm_positions is None:
+        return serialize_packed_example(
+            instance.input_ids,
+            instance.segment_ids,
+            int(instance.is_random_next),
+            max_seq_length,
+        )
     return serialize_pretraining_example(
         instance.input_ids,
         instance.segment_ids,
@@ -476,6 +702,8 @@ def serialize_instance(
         int(instance.is_random_next),  # 1 = random next, the original's convention
         max_seq_length,
         max_predictions_per_seq,
+        span_left=instance.masked_lm_span_left,
+        span_right=instance.masked_lm_span_right,
     )
 
 
@@ -540,12 +768,16 @@ def write_instances(
 
 __all__ = [
     "Document",
+    "MASKING_SCHEMES",
     "MaskingVocab",
+    "SENTENCE_OBJECTIVES",
     "TrainingInstance",
     "create_instances_from_document",
     "create_masked_lm_predictions",
     "create_training_instances",
+    "pack_sentences",
     "read_documents",
+    "sentence_order_pair",
     "serialize_instance",
     "truncate_seq_pair",
     "write_instances",

@@ -1,8 +1,10 @@
 """BERT (Devlin et al. 2019): config, embeddings, encoder backbone and the pre-training model.
 
 Read top to bottom: `BertConfig` (the original `bert_config.json` fields), `BertEmbeddings`,
-`BertEncoder` (the backbone every task model wraps), `BertPretrainer` (MLM + NSP heads).
-RoBERTa is this family with another config and data recipe. Shapes: B batch, S length, H hidden,
+`BertEncoder` (the backbone every task model wraps), `BertPretrainer` (MLM + NSP or SOP heads,
+optionally SpanBERT's span boundary head). RoBERTa is this family with another config
+(configs/roberta_base.json: one segment type, positions offset by 2) and data recipe
+(FULL-SENTENCES packing, dynamic masking, no NSP). Shapes: B batch, S length, H hidden,
 P predictions per sequence, V vocab, L layers.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import ClassVar
 
 import keras
 from keras import ops
@@ -23,15 +26,77 @@ from modeling import heads, layers
 # ---------------------------------------------------------------------------------------------
 
 
+def check_field_types(config) -> None:
+    """Raises ValueError naming the first field of a config dataclass with a wrong JSON type."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ValueError(
+                f"{type(config).__name__}.{f.name}: expected an integer, found {value!r}"
+            )
+        if f.type == "float" and not isinstance(value, int | float):
+            raise ValueError(
+                f"{type(config).__name__}.{f.name}: expected a number, found {value!r}"
+            )
+
+
+def config_from_dict(cls, values: dict, source: str, family: str):
+    """Builds a config dataclass `cls` from a dict: every field not in `cls.OPTIONAL` is required,
+    an unknown key is an error; `source` names where the dict came from in error messages."""
+    if not isinstance(values, dict):
+        raise InputError(f"{source}: expected a JSON object, found {type(values).__name__}")
+    names = [f.name for f in dataclasses.fields(cls)]
+    required = [n for n in names if n not in cls.OPTIONAL]
+    unknown = sorted(set(values) - set(names))
+    missing = [n for n in required if n not in values]
+    if unknown:
+        raise InputError(
+            f"{source}: unknown key(s) {unknown}; a {family} config has exactly {required}"
+            + (f" and optionally {sorted(cls.OPTIONAL)}" if cls.OPTIONAL else "")
+        )
+    if missing:
+        raise InputError(
+            f"{source}: missing key(s) {missing}; a {family} config needs all of {required}"
+        )
+    try:
+        return cls(**values)
+    except ValueError as e:
+        raise InputError(f"{source}: {e}") from None
+
+
+def read_config_json(path, what: str = "a bert_config.json file") -> dict:
+    """Reads a JSON config file; errors name the file (and the JSON line on syntax errors)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: expected {what}, found no such file") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: expected UTF-8 JSON, found byte at offset {e.start}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(
+            f"{path}:{e.lineno}: expected JSON, found a syntax error ({e.msg})"
+        ) from None
+
+
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
-    """The original google-research/bert `BertConfig`, field for field.
+    """The original google-research/bert `BertConfig`, field for field, plus one optional field.
 
-    Every field is required in a JSON file (a published `bert_config.json` has all eleven), and an
-    unknown key is an error: a typo must not silently train a different model.
+    The eleven original fields are required in a JSON file (a published `bert_config.json` has all
+    eleven), and an unknown key is an error: a typo must not silently train a different model.
     `hidden_act="gelu"` means the tanh approximation, as the original TF1 code computed it;
     `"gelu_exact"` is the erf form that Hugging Face checkpoints use.
+
+    `position_offset` (optional, default 0, written to JSON only when set): the first row of the
+    position table that position 0 uses. fairseq / Hugging Face RoBERTa checkpoints number
+    positions from padding_idx + 1 = 2 (their table has max_position_embeddings = 514 rows for
+    512 tokens), so configs/roberta_base.json sets 2; with right padding, as here, that is the
+    same as slicing the table from row 2.
     """
+
+    OPTIONAL: ClassVar[frozenset] = frozenset({"position_offset"})
 
     vocab_size: int
     hidden_size: int = 768
@@ -44,65 +109,38 @@ class BertConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 16
     initializer_range: float = 0.02
+    position_offset: int = 0
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-                raise ValueError(f"BertConfig.{f.name}: expected an integer, found {value!r}")
-            if f.type == "float" and not isinstance(value, int | float):
-                raise ValueError(f"BertConfig.{f.name}: expected a number, found {value!r}")
+        check_field_types(self)
         layers.get_activation(self.hidden_act)
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"BertConfig: hidden_size {self.hidden_size} is not a multiple of "
                 f"num_attention_heads {self.num_attention_heads}"
             )
+        if not 0 <= self.position_offset < self.max_position_embeddings:
+            raise ValueError(
+                f"BertConfig: position_offset {self.position_offset} must be in "
+                f"[0, max_position_embeddings={self.max_position_embeddings})"
+            )
 
     @classmethod
     def from_dict(cls, values: dict, source: str = "config") -> BertConfig:
         """Builds a config from a dict; `source` names where it came from in error messages."""
-        if not isinstance(values, dict):
-            raise InputError(f"{source}: expected a JSON object, found {type(values).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(values) - set(names))
-        missing = [n for n in names if n not in values]
-        if unknown:
-            raise InputError(
-                f"{source}: unknown key(s) {unknown}; a BERT config has exactly {names}"
-            )
-        if missing:
-            raise InputError(
-                f"{source}: missing key(s) {missing}; a BERT config needs all of {names}"
-            )
-        try:
-            return cls(**values)
-        except ValueError as e:
-            raise InputError(f"{source}: {e}") from None
+        return config_from_dict(cls, values, source, "BERT")
 
     @classmethod
     def from_json_file(cls, path) -> BertConfig:
         """Reads a `bert_config.json`; errors name the file (and the JSON line on syntax errors)."""
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InputError(
-                f"{path}: expected a bert_config.json file, found no such file"
-            ) from None
-        except UnicodeDecodeError as e:
-            raise InputError(
-                f"{path}: expected UTF-8 JSON, found byte at offset {e.start}"
-            ) from None
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InputError(
-                f"{path}:{e.lineno}: expected JSON, found a syntax error ({e.msg})"
-            ) from None
-        return cls.from_dict(values, source=str(path))
+        return cls.from_dict(read_config_json(path), source=str(path))
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The JSON fields; optional fields only when they differ from their default, so a
+        published config round-trips to the same keys."""
+        values = dataclasses.asdict(self)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        return {k: v for k, v in values.items() if k not in self.OPTIONAL or v != defaults[k]}
 
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
@@ -121,6 +159,7 @@ class BertEmbeddings(keras.layers.Layer):
     """Token + segment + learned absolute position embeddings, then LayerNorm and dropout.
 
     call(input_ids, segment_ids, training): int (B, S), int (B, S) -> float (B, S, H).
+    Position j uses row `position_offset + j` of the position table (RoBERTa: 2, see BertConfig).
     """
 
     def __init__(
@@ -131,6 +170,7 @@ class BertEmbeddings(keras.layers.Layer):
         type_vocab_size,
         hidden_dropout_prob=0.1,
         initializer_range=0.02,
+        position_offset=0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -140,6 +180,7 @@ class BertEmbeddings(keras.layers.Layer):
         self.type_vocab_size = type_vocab_size
         self.hidden_dropout_prob = hidden_dropout_prob
         self.initializer_range = initializer_range
+        self.position_offset = position_offset
         self.layer_norm = layers.layer_norm("layer_norm")
         self.dropout = keras.layers.Dropout(hidden_dropout_prob)
 
@@ -164,7 +205,8 @@ class BertEmbeddings(keras.layers.Layer):
         seq_len = ops.shape(input_ids)[1]
         x = ops.take(self.word_embeddings, input_ids, axis=0)  # (B, S, H)
         x = x + ops.take(self.token_type_embeddings, segment_ids, axis=0)
-        x = x + self.position_embeddings[None, :seq_len, :]  # (1, S, H) broadcast over B
+        start = self.position_offset
+        x = x + self.position_embeddings[None, start : start + seq_len, :]  # (1, S, H) over B
         return self.dropout(self.layer_norm(x), training=training)
 
     def get_config(self):
@@ -176,6 +218,7 @@ class BertEmbeddings(keras.layers.Layer):
             "type_vocab_size": self.type_vocab_size,
             "hidden_dropout_prob": self.hidden_dropout_prob,
             "initializer_range": self.initializer_range,
+            "position_offset": self.position_offset,
         }
 
 
@@ -203,6 +246,7 @@ class BertEncoder(keras.Model):
             c.type_vocab_size,
             c.hidden_dropout_prob,
             c.initializer_range,
+            c.position_offset,
             name="embeddings",
         )
         # One attribute per block, not a list: tf.train.Checkpoint does not follow Keras'
@@ -258,52 +302,110 @@ def dummy_inputs(batch_size: int = 1, seq_length: int = 8) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Pre-training model: masked LM + next sentence prediction
+# Pre-training model: masked LM + a sentence-level objective (+ SpanBERT's span boundaries)
 # ---------------------------------------------------------------------------------------------
+
+# "nsp": is B the actual next segment (BERT sec. 3.1); "sop": are A and B in their original order
+# (ALBERT, Lan et al. 2020, sec. 4.2); "none": no sentence-level loss (RoBERTa, Liu et al. 2019,
+# sec. 4.2). NSP and SOP share one 2-way head on the pooled [CLS] vector.
+SENTENCE_OBJECTIVES = ("nsp", "sop", "none")
+
+
+def check_pretrainer_options(sentence_objective: str) -> None:
+    if sentence_objective not in SENTENCE_OBJECTIVES:
+        raise ValueError(
+            f"sentence_objective: expected one of {SENTENCE_OBJECTIVES}, found "
+            f"{sentence_objective!r}"
+        )
 
 
 @keras.saving.register_keras_serializable(package="cloze")
 class BertPretrainer(keras.Model):
-    """BERT with its two pre-training heads (Devlin et al. 2019, sec. 3.1).
+    """BERT with its pre-training heads (Devlin et al. 2019, sec. 3.1).
 
     call(inputs, training) with inputs the pretraining TFRecord features as int32 tensors:
-      input_ids, input_mask, segment_ids: (B, S); masked_lm_positions: (B, P).
+      input_ids, input_mask, segment_ids: (B, S); masked_lm_positions: (B, P); with
+      span_boundary also masked_lm_span_left, masked_lm_span_right: (B, P).
     Returns a dict: mlm_logits float (B, P, V), computed only at the masked positions (the
-    vocabulary projection is the costliest matmul, so skip the other S - P positions), and
-    nsp_logits float (B, 2).
+    vocabulary projection is the costliest matmul, so skip the other S - P positions),
+    nsp_logits float (B, 2) (the SOP logits under sentence_objective "sop"), and with
+    span_boundary sbo_logits float (B, P, V).
+
+    Args:
+      config: the encoder's BertConfig (or its dict).
+      sentence_objective: one of SENTENCE_OBJECTIVES. The 2-way head exists under every choice,
+        so every pretraining checkpoint has one layout and loads into every pretrainer; under
+        "none" it and the pooler (which only that head trains) are frozen, not trained.
+      span_boundary: add SpanBERT's span boundary head (heads.SpanBoundaryHead).
     """
 
-    def __init__(self, config: BertConfig | dict, **kwargs):
+    def __init__(
+        self,
+        config: BertConfig | dict,
+        sentence_objective: str = "nsp",
+        span_boundary: bool = False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if isinstance(config, dict):
             config = BertConfig.from_dict(config)
+        check_pretrainer_options(sentence_objective)
         self.config = config
+        self.sentence_objective = sentence_objective
+        self.span_boundary = span_boundary
+        c = config
         self.encoder = BertEncoder(config, name="encoder")
         self.masked_lm = heads.MaskedLMHead(
-            config.hidden_size, config.hidden_act, config.initializer_range, name="masked_lm"
+            c.hidden_size, c.hidden_act, c.initializer_range, name="masked_lm"
         )
-        self.next_sentence = heads.ClassificationHead(
-            2, config.initializer_range, name="next_sentence"
-        )
+        self.next_sentence = heads.ClassificationHead(2, c.initializer_range, name="next_sentence")
+        if sentence_objective == "none":
+            self.next_sentence.trainable = False
+            self.encoder.pooler.trainable = False
+        if span_boundary:
+            self.span_boundary_head = heads.SpanBoundaryHead(
+                c.hidden_size,
+                c.hidden_size,
+                c.hidden_act,
+                c.initializer_range,
+                name="span_boundary",
+            )
 
     def build(self, input_shape=None):
+        h = self.config.hidden_size
         self.encoder.build()
-        self.masked_lm.build((None, None, self.config.hidden_size), self.config.vocab_size)
-        self.next_sentence.build((None, self.config.hidden_size))
+        self.masked_lm.build((None, None, h), self.config.vocab_size)
+        self.next_sentence.build((None, h))
+        if self.span_boundary:
+            self.span_boundary_head.build((None, None, h), self.config.vocab_size)
         self.built = True
 
     def call(self, inputs, training=False):
         out = self.encoder(inputs, training=training)
-        mlm_logits = self.masked_lm(
-            out["sequence_output"],
-            inputs["masked_lm_positions"],
-            self.encoder.embeddings.word_embeddings,
-        )
-        nsp_logits = self.next_sentence(out["pooled_output"])
-        return {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits}
+        table = self.encoder.embeddings.word_embeddings
+        result = {
+            "mlm_logits": self.masked_lm(
+                out["sequence_output"], inputs["masked_lm_positions"], table
+            ),
+            "nsp_logits": self.next_sentence(out["pooled_output"]),
+        }
+        if self.span_boundary:
+            result["sbo_logits"] = self.span_boundary_head(
+                out["sequence_output"],
+                inputs["masked_lm_positions"],
+                inputs["masked_lm_span_left"],
+                inputs["masked_lm_span_right"],
+                table,
+            )
+        return result
 
     def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict()}
+        return {
+            **super().get_config(),
+            "config": self.config.to_dict(),
+            "sentence_objective": self.sentence_objective,
+            "span_boundary": self.span_boundary,
+        }
 
     @classmethod
     def from_config(cls, config):
@@ -314,14 +416,22 @@ def load_config(path, max_seq_length: int, vocab_size: int | None = None) -> Ber
     """Reads a bert_config.json and checks it against the run: the sequence length fits the
     position table, and a vocabulary of `vocab_size` tokens fits the embedding table."""
     config = BertConfig.from_json_file(path)
-    if max_seq_length > config.max_position_embeddings:
+    check_run_fits(config, path, max_seq_length, vocab_size)
+    return config
+
+
+def check_run_fits(config, path, max_seq_length: int, vocab_size: int | None = None) -> None:
+    """Raises InputError naming the config file when the run's sequence length does not fit the
+    position table (after the position offset) or the vocabulary does not fit the embeddings."""
+    offset = getattr(config, "position_offset", 0)
+    if max_seq_length + offset > config.max_position_embeddings:
         raise InputError(
             f"{path}: max_position_embeddings={config.max_position_embeddings} is shorter than "
             f"--max_seq_length={max_seq_length}"
+            + (f" plus position_offset={offset}" if offset else "")
         )
     if vocab_size is not None and vocab_size > config.vocab_size:
         raise InputError(
             f"{path}: vocab_size={config.vocab_size} is smaller than the vocabulary's "
             f"{vocab_size} tokens"
         )
-    return config

@@ -6,6 +6,7 @@ one linear layer; with num_classes=1 it is the STS-B regressor. `BertMultipleCho
 
 Both keep the backbone in an attribute named `encoder`, the name the pre-training model uses, so a
 pretraining checkpoint's `model/encoder` loads into them (training/trainer.init_from_checkpoint).
+The backbone is a BertEncoder, or an AlbertEncoder for an AlbertConfig (same outputs).
 Shapes: B batch, C choices, S length, H hidden.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from modeling import heads
+from modeling import albert, heads
 from modeling.bert import BertConfig, BertEncoder
 
 # The original run_classifier applies dropout with keep_prob 0.9 to the pooled output whatever the
@@ -40,8 +41,17 @@ def pool(encoder_outputs: dict, input_mask, pooling: str):
     raise ValueError(f"pooling: expected one of {POOLINGS}, found {pooling!r}")
 
 
+def _config(config):
+    """A BertConfig or AlbertConfig, from itself or its dict (ALBERT's has embedding_size)."""
+    if isinstance(config, dict):
+        family = albert.AlbertConfig if albert.is_albert_config(config) else BertConfig
+        return family.from_dict(config)
+    return config
+
+
 def _encoder(config: BertConfig, pooling: str) -> BertEncoder:
-    encoder = BertEncoder(config, name="encoder")
+    family = albert.AlbertEncoder if isinstance(config, albert.AlbertConfig) else BertEncoder
+    encoder = family(config, name="encoder")
     if pooling == "mean":
         # The pooler gets no gradient then; frozen, its weights still load from and save to
         # checkpoints, and the train step sees no None gradient.
@@ -73,8 +83,7 @@ class BertClassifier(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if isinstance(config, dict):
-            config = BertConfig.from_dict(config)
+        config = _config(config)
         if pooling not in POOLINGS:
             raise ValueError(f"pooling: expected one of {POOLINGS}, found {pooling!r}")
         self.config = config
@@ -129,8 +138,7 @@ class BertMultipleChoice(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if isinstance(config, dict):
-            config = BertConfig.from_dict(config)
+        config = _config(config)
         if pooling not in POOLINGS:
             raise ValueError(f"pooling: expected one of {POOLINGS}, found {pooling!r}")
         self.config = config

@@ -1,6 +1,7 @@
-"""Output heads shared by the encoder families: masked LM and sequence classification.
+"""Output heads shared by the encoder families: masked LM, span boundary and classification.
 
-Shapes: B batch, S length, H hidden, P predictions per sequence, V vocab, C classes.
+Shapes: B batch, S length, H hidden, E embedding width (H for BERT, ALBERT's embedding_size),
+P predictions per sequence, V vocab, C classes, R relative positions.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ class MaskedLMHead(keras.layers.Layer):
     """BERT's MLM head: dense + activation + LayerNorm, then the tied input embedding and a bias.
 
     call(sequence, positions, embedding_table):
-      sequence float (B, S, H); positions int (B, P); embedding_table float (V, H), the encoder's
+      sequence float (B, S, H); positions int (B, P); embedding_table float (V, E), the encoder's
       word embeddings (weight tying, as the original `get_masked_lm_output`).
     Returns logits float (B, P, V), only at the P masked positions.
+    `hidden_size` is the transform's output width E: H for BERT, `embedding_size` for ALBERT,
+    whose head projects back to the factorised embedding width (Lan et al. 2020, sec. 3.1).
     """
 
     def __init__(self, hidden_size, hidden_act="gelu", initializer_range=0.02, **kwargs):
@@ -42,7 +45,7 @@ class MaskedLMHead(keras.layers.Layer):
 
     def build(self, input_shape, vocab_size=None):
         self.transform.build(input_shape)
-        self.layer_norm.build(input_shape)
+        self.layer_norm.build((*input_shape[:-1], self.hidden_size))  # (..., E), not (..., H)
         if vocab_size is not None:
             self.output_bias = self.add_weight(
                 name="output_bias", shape=(vocab_size,), initializer="zeros"
@@ -50,8 +53,8 @@ class MaskedLMHead(keras.layers.Layer):
 
     def call(self, sequence, positions, embedding_table):
         x = gather_positions(sequence, positions)  # (B, P, H)
-        x = self.layer_norm(self.transform(x))
-        logits = ops.matmul(x, ops.transpose(embedding_table))  # (B, P, H) x (H, V) -> (B, P, V)
+        x = self.layer_norm(self.transform(x))  # (B, P, E)
+        logits = ops.matmul(x, ops.transpose(embedding_table))  # (B, P, E) x (E, V) -> (B, P, V)
         return logits + self.output_bias
 
     def get_config(self):
@@ -87,4 +90,88 @@ class ClassificationHead(keras.layers.Layer):
             **super().get_config(),
             "num_classes": self.num_classes,
             "initializer_range": self.initializer_range,
+        }
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class SpanBoundaryHead(keras.layers.Layer):
+    """SpanBERT's span boundary objective (Joshi et al. 2020, sec. 3.2).
+
+    Each masked token x_i of a span (s, e) is predicted from the encoder outputs at the two
+    boundary tokens just outside the span and a relative position embedding p_{i-s+1}:
+      h0 = [x_{s-1}; x_{e+1}; p_{i-s+1}]
+      h1 = LayerNorm(GeLU(W1 h0)),  y_i = LayerNorm(GeLU(W2 h1))
+    then y_i goes through the tied input embedding and a bias of its own, as the MLM head.
+
+    call(sequence, positions, left, right, embedding_table):
+      sequence float (B, S, H); positions, left, right int (B, P): each prediction's position and
+      its span's boundary positions s - 1 and e + 1; embedding_table float (V, E).
+    Returns logits float (B, P, V).
+
+    Args:
+      hidden_size: H, the width of h1 and of the position embeddings (SpanBERT uses the model's).
+      output_size: E, the width of y_i: the embedding table's width.
+      max_span_length: R, rows of the relative position table; offsets past R - 1 share the last
+        row. Spans are clipped at 10 words (sec. 3.1), which stays under 32 word pieces in practice.
+    """
+
+    def __init__(
+        self,
+        hidden_size,
+        output_size,
+        hidden_act="gelu",
+        initializer_range=0.02,
+        max_span_length=32,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.output_size = output_size
+        self.hidden_act = hidden_act
+        self.initializer_range = initializer_range
+        self.max_span_length = max_span_length
+        self.dense_1 = layers.Dense(hidden_size, hidden_act, initializer_range, name="dense_1")
+        self.layer_norm_1 = layers.layer_norm("layer_norm_1")
+        self.dense_2 = layers.Dense(output_size, hidden_act, initializer_range, name="dense_2")
+        self.layer_norm_2 = layers.layer_norm("layer_norm_2")
+
+    def build(self, input_shape, vocab_size=None):
+        lead = tuple(input_shape[:-1])
+        self.position_embeddings = self.add_weight(
+            name="position_embeddings",
+            shape=(self.max_span_length, self.hidden_size),
+            initializer=layers.truncated_normal(self.initializer_range),
+        )
+        self.dense_1.build((*lead, input_shape[-1] * 2 + self.hidden_size))
+        self.layer_norm_1.build((*lead, self.hidden_size))
+        self.dense_2.build((*lead, self.hidden_size))
+        self.layer_norm_2.build((*lead, self.output_size))
+        if vocab_size is not None:
+            self.output_bias = self.add_weight(
+                name="output_bias", shape=(vocab_size,), initializer="zeros"
+            )
+
+    def call(self, sequence, positions, left, right, embedding_table):
+        offset = ops.clip(positions - left - 1, 0, self.max_span_length - 1)  # (B, P), 0-based
+        h0 = ops.concatenate(
+            [
+                gather_positions(sequence, left),  # (B, P, H)
+                gather_positions(sequence, right),  # (B, P, H)
+                ops.take(self.position_embeddings, offset, axis=0),  # (B, P, H)
+            ],
+            axis=-1,
+        )  # (B, P, 3H)
+        h1 = self.layer_norm_1(self.dense_1(h0))  # (B, P, H)
+        y = self.layer_norm_2(self.dense_2(h1))  # (B, P, E)
+        logits = ops.matmul(y, ops.transpose(embedding_table))  # (B, P, E) x (E, V) -> (B, P, V)
+        return logits + self.output_bias
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_size": self.hidden_size,
+            "output_size": self.output_size,
+            "hidden_act": self.hidden_act,
+            "initializer_range": self.initializer_range,
+            "max_span_length": self.max_span_length,
         }

@@ -213,3 +213,73 @@ def test_load_config_checks_sequence_length_and_vocab(tmp_path):
         bert.load_config(path, 17)
     with pytest.raises(InputError, match=r"vocab_size=53 is smaller than the vocabulary's 54"):
         bert.load_config(path, 16, 54)
+
+
+def test_roberta_config_position_offset_and_one_segment_type(tmp_path):
+    roberta = bert.BertConfig.from_json_file("configs/roberta_base.json")
+    assert (roberta.position_offset, roberta.type_vocab_size) == (2, 1)
+    assert (roberta.max_position_embeddings, roberta.hidden_act) == (514, "gelu_exact")
+    path = tmp_path / "roberta.json"
+    path.write_text(roberta.to_json_string())
+    assert bert.BertConfig.from_json_file(path) == roberta
+    # The optional field is written only when set: published configs keep their eleven keys.
+    assert "position_offset" not in helpers.tiny_config().to_dict()
+    # Positions start at row 2: the same as an offset-0 model whose table starts there.
+    config = helpers.tiny_config(position_offset=2, type_vocab_size=1)
+    shifted = bert.BertEncoder(config)
+    inputs = random_inputs(config) | {"segment_ids": np.zeros((B, S), "int32")}
+    want = shifted(inputs)["sequence_output"]
+    plain = bert.BertEncoder(helpers.tiny_config(type_vocab_size=1, max_position_embeddings=14))
+    plain(inputs)
+    for a, b in zip(plain.weights, shifted.weights, strict=True):
+        value = b.numpy()[2:] if "position_embeddings" in b.path else b.numpy()
+        a.assign(value)
+    np.testing.assert_allclose(plain(inputs)["sequence_output"], want, atol=1e-6)
+    assert bert.load_config("configs/roberta_base.json", 512).position_offset == 2
+    with pytest.raises(InputError, match="--max_seq_length=513 plus position_offset=2"):
+        bert.load_config("configs/roberta_base.json", 513)  # 513 + 2 > 514
+    path.write_text(json.dumps({**helpers.TINY, "position_offset": 16}))
+    with pytest.raises(InputError, match="position_offset 16 must be in"):
+        bert.BertConfig.from_json_file(path)
+
+
+def test_pretrainer_without_sentence_objective_freezes_the_head_but_keeps_it(tmp_path):
+    config = helpers.tiny_config()
+    none = bert.BertPretrainer(config, sentence_objective="none")
+    none.build()
+    trainable = {v.path for v in none.trainable_variables}
+    assert not any("next_sentence" in p or "pooler" in p for p in trainable)
+    # One checkpoint layout for every objective: a "none" checkpoint loads into an NSP model.
+    prefix = tf.train.Checkpoint(model=none).save(str(tmp_path / "ckpt"))
+    nsp = bert.BertPretrainer(config)
+    nsp.build()
+    tf.train.Checkpoint(model=nsp).restore(prefix).assert_existing_objects_matched()
+    clone = bert.BertPretrainer.from_config(none.get_config())
+    assert clone.sentence_objective == "none" and not clone.span_boundary
+    with pytest.raises(ValueError, match="sentence_objective: expected one of"):
+        bert.BertPretrainer(config, sentence_objective="nsp2")
+
+
+def test_span_boundary_head_reads_only_the_boundaries_and_the_offset():
+    config = helpers.tiny_config()
+    model = bert.BertPretrainer(config, "sop", span_boundary=True)
+    positions = np.array([[2, 3], [1, 2], [5, 5]])
+    left, right = np.array([[1, 1], [0, 0], [4, 4]]), np.array([[4, 4], [3, 3], [6, 6]])
+    inputs = random_inputs(config) | {
+        "masked_lm_positions": positions,
+        "masked_lm_span_left": left,
+        "masked_lm_span_right": right,
+    }
+    out = model(inputs)
+    assert out["sbo_logits"].shape == (B, 2, config.vocab_size)
+    head, seq = model.span_boundary_head, model.encoder(inputs)["sequence_output"]
+    table = model.encoder.embeddings.word_embeddings
+    # Vectors inside the span do not matter; the two boundary vectors and the offset do.
+    noisy = np.array(seq).copy()
+    noisy[0, 2:4] += 5.0
+    same = head(noisy, positions, left, right, table)
+    np.testing.assert_allclose(same, out["sbo_logits"], atol=1e-5)
+    noisy[0, 1] += 5.0
+    assert not np.allclose(head(noisy, positions, left, right, table)[0], same[0])
+    # Row 0: offsets 0 and 1 within the same span give different predictions.
+    assert not np.allclose(out["sbo_logits"][0, 0], out["sbo_logits"][0, 1])

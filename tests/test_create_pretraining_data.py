@@ -96,10 +96,15 @@ def test_smoke_run_writes_shards_equal_to_the_library(tmp_path, vocab_file):
         ("--max_predictions_per_seq=200", "cannot exceed --max_seq_length"),
         ("--max_seq_length=4", "--max_seq_length=4: must be at least 5"),
         ("--output_file=a.tfrecord,a.tfrecord", "must name one or more distinct files"),
+        ("--full_sentences", "--full_sentences packs one segment per sequence"),
+        ("--sentence_objective=bad", "--sentence_objective"),
+        ("--masking=dynamic --masking_scheme=span", "--masking=dynamic leaves the choice of masks"),
+        ("--masking=dynamic --do_whole_word_mask", "drop --masking_scheme / --do_whole_word_mask"),
     ],
 )
 def test_bad_flags_are_refused_with_a_message(flag, message):
-    args = ["--input_file=x.txt", "--output_file=out.tfrecord", "--vocab_file=vocab.txt", flag]
+    args = ["--input_file=x.txt", "--output_file=out.tfrecord", "--vocab_file=vocab.txt"]
+    args += flag.split()
     result = run_script(*args)
     assert result.returncode != 0
     assert message in result.stderr
@@ -115,3 +120,36 @@ def test_corpus_error_names_the_file(tmp_path, vocab_file):
     assert result.returncode == 1
     assert f"{corpus}: expected at least one document with two or more sentences" in result.stderr
     assert not out.exists()
+
+
+def test_recipe_flags_write_the_library_records(tmp_path, vocab_file):
+    """RoBERTa's records (FULL-SENTENCES, unmasked) from the script equal the library's, and a
+    corpus of one-sentence documents is refused for SOP with the flag to change."""
+    corpus = write_corpus(tmp_path / "corpus", "part.txt", 8, seed=3)
+    out = str(tmp_path / "full.tfrecord")
+    recipe = ["--sentence_objective=none", "--full_sentences", "--masking=dynamic"]
+    result = run_script(
+        f"--input_file={corpus}", f"--output_file={out}", f"--vocab_file={vocab_file}",
+        "--max_seq_length=24", "--dupe_factor=2", "--random_seed=5", *recipe,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "--sentence_objective=none --masking=dynamic to run_pretraining" in result.stderr
+    check_pretraining_files([out], 24, 20, masking="dynamic")
+    tokenizer = FullTokenizer(vocab_file, do_lower_case=True)
+    documents = read_documents([str(corpus)], tokenizer, "none")
+    instances = create_training_instances(
+        documents, tokenizer.vocab, 24, 2, 0.1, 0.15, 20, random.Random(5),
+        sentence_objective="none", static_masking=False, full_sentences=True,
+    )  # fmt: skip
+    records = [r.numpy() for r in tf.data.TFRecordDataset(out)]
+    assert records == [serialize_instance(i, 24, 20) for i in instances]
+
+    single = tmp_path / "single.txt"
+    single.write_text("The cat sat.\n\nThe dog ran.\n\nA bird sang.\n")
+    result = run_script(
+        f"--input_file={single}", f"--output_file={out}", f"--vocab_file={vocab_file}",
+        "--sentence_objective=sop",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "sentence-order prediction" in result.stderr
+    assert "use --sentence_objective=none" in result.stderr

@@ -750,3 +750,183 @@ def test_feature_spec_is_the_original_run_pretraining_spec(tmp_path):
     assert parsed["input_ids"].numpy().tolist() == [2, 7, 4, 3, 8, 3] + [0] * 7
     assert parsed["masked_lm_weights"].numpy().tolist() == [1.0, 0.0, 0.0]
     assert parsed["next_sentence_labels"].numpy().tolist() == [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Other recipes: sentence-order prediction, single-segment packing, unmasked and span records
+
+
+def doc_position(docs, a, b):
+    """(document, token offset of A + B) when A + B (or B + A) is contiguous text of one
+    document, else None; returns which order matched as well."""
+    for d, doc in enumerate(docs):
+        joined = [t for s in doc for t in s]
+        for order, seq in (("ab", a + b), ("ba", b + a)):
+            for start in range(len(joined) - len(seq) + 1):
+                if joined[start : start + len(seq)] == seq:
+                    return d, order
+    return None
+
+
+def test_sop_pairs_are_consecutive_text_swapped_half_the_time():
+    docs = make_documents(20, num_docs=12, sentences=(1, 12), words=(1, 5))
+    instances = create_training_instances(
+        docs, VOCAB, 400, 50, 0.3, 0.0, 5, random.Random(0), sentence_objective="sop"
+    )
+    assert len(instances) > 300
+    swapped = 0
+    for inst in instances:
+        a, b = split_pair(inst)
+        assert a and b
+        # Nothing is truncated at this length: A and B are the two halves of one run of text of
+        # one document, in order (label 0) or swapped (label 1), never from two documents.
+        found = doc_position(docs, a, b)
+        assert found is not None
+        assert (found[1] == "ba") == inst.is_random_next
+        swapped += inst.is_random_next
+    assert 0.45 < swapped / len(instances) < 0.55
+
+
+def test_sentence_order_pair_degenerate_chunks():
+    rng = random.Random(0)
+    assert pd.sentence_order_pair([array("i", [7])], rng) == ([], [], False)
+    # One sentence is cut inside; two sentences at their boundary. Scripted swap draws.
+    for swap, want in ((0.7, ([10, 11], [12], False)), (0.2, ([12], [10, 11], True))):
+        rng = ScriptedRng([swap], [2])
+        assert pd.sentence_order_pair([array("i", [10, 11, 12])], rng) == want
+    rng = ScriptedRng([0.9], [1])
+    assert pd.sentence_order_pair([[1, 2], [3], [4]], rng) == ([1, 2], [3, 4], False)
+
+
+def test_sop_corpus_needs_a_multi_sentence_document_but_not_two_documents(tmp_path, vocab_file):
+    tok = FullTokenizer(vocab_file)
+    single = write_corpus(tmp_path, "single.txt", "the cat sat\n\na dog ran\n\nthe mat\n")
+    with pytest.raises(
+        InputError, match=r"single\.txt: .*sentence-order.*--sentence_objective=none"
+    ):
+        read_documents([single], tok, sentence_objective="sop")
+    one = write_corpus(tmp_path, "one.txt", "the cat sat\na dog ran\nthe mat\n")
+    assert len(read_documents([one], tok, sentence_objective="sop")) == 1
+    assert len(read_documents([single], tok, sentence_objective="none")) == 3
+    docs = read_documents([one], tok, sentence_objective="sop")
+    assert create_training_instances(docs, tok.vocab, 16, 2, 0.0, 0.15, 3, random.Random(0),
+                                     sentence_objective="sop")  # fmt: skip
+
+
+def test_pack_sentences_full_and_doc_sentences():
+    docs = [[[11, 12], [13]], [[21, 22, 23, 24, 25, 26, 27]], [[31], [32, 33]]]
+    # FULL-SENTENCES: runs on across documents with an extra separator (9), cuts long sentences.
+    assert pd.pack_sentences(docs, 5, True, 9) == [
+        [11, 12, 13],  # the separator would have ended it: dropped
+        [21, 22, 23, 24, 25],
+        [26, 27, 9, 31],
+        [32, 33],
+    ]
+    # DOC-SENTENCES: every document starts a new sequence.
+    assert pd.pack_sentences(docs, 5, False, 9) == [
+        [11, 12, 13],
+        [21, 22, 23, 24, 25],
+        [26, 27],
+        [31, 32, 33],
+    ]
+    # No sequence ends in a separator that nothing followed.
+    assert pd.pack_sentences([[[1, 2, 3]], [[4, 5]]], 4, True, 9) == [[1, 2, 3], [4, 5]]
+
+
+def test_single_segment_instances_keep_every_token_once_per_pass():
+    docs = make_documents(21, num_docs=5, sentences=(1, 6), words=(1, 5))
+    tokens = sorted(t for d in docs for s in d for t in s)
+    for full in (True, False):
+        instances = create_training_instances(
+            docs, VOCAB, 13, 2, 0.1, 0.15, 3, random.Random(1),
+            sentence_objective="none", static_masking=False, full_sentences=full,
+        )  # fmt: skip
+        seen = []
+        for inst in instances:
+            ids = list(inst.input_ids)
+            assert ids[0] == CLS and ids[-1] == SEP and len(ids) <= 13
+            assert list(inst.segment_ids) == [0] * len(ids) and not inst.is_random_next
+            assert inst.masked_lm_positions is None and inst.masked_lm_ids is None
+            seen += [t for t in ids[1:-1] if t != SEP]
+            assert (SEP in ids[1:-1]) <= full  # separators inside only when crossing documents
+        assert sorted(seen) == sorted(tokens * 2)  # dupe_factor 2, nothing lost or repeated
+
+
+def test_full_sentences_refuses_sentence_pairs():
+    with pytest.raises(ValueError, match="full_sentences.*'none'"):
+        create_training_instances(
+            make_documents(22), VOCAB, 16, 1, 0.1, 0.15, 3, random.Random(0), full_sentences=True
+        )
+
+
+def test_unmasked_records_round_trip(tmp_path):
+    docs = make_documents(23)
+    instances = create_training_instances(
+        docs, VOCAB, 29, 1, 0.1, 0.15, 7, random.Random(2), sentence_objective="sop",
+        static_masking=False,
+    )  # fmt: skip
+    path = str(tmp_path / "packed.tfrecord")
+    write_instances(instances, [path], 29, 7, VOCAB, num_logged=1)
+    for record, inst in zip(read_records(path), instances, strict=True):
+        f = {
+            n: v.numpy().tolist()
+            for n, v in parse_pretraining_example(tf.constant(record), 29, 7, "dynamic").items()
+        }
+        n = len(inst.input_ids)
+        assert set(f) == {"input_ids", "input_mask", "segment_ids", "next_sentence_labels"}
+        assert f["input_ids"] == list(inst.input_ids) + [0] * (29 - n)
+        assert f["input_mask"] == [1] * n + [0] * (29 - n)
+        assert f["next_sentence_labels"] == [int(inst.is_random_next)]
+        assert MASK not in f["input_ids"]
+
+
+def test_span_records_carry_span_boundaries(tmp_path):
+    docs = make_documents(24, pieces=2)
+    instances = create_training_instances(
+        docs, VOCAB, 31, 1, 0.1, 0.3, 9, random.Random(3), masking_scheme="span"
+    )
+    path = str(tmp_path / "span.tfrecord")
+    write_instances(instances, [path], 31, 9, VOCAB, num_logged=0)
+    for record, inst in zip(read_records(path), instances, strict=True):
+        f = parse_pretraining_example(tf.constant(record), 31, 9, span_boundaries=True)
+        p = len(inst.masked_lm_positions)
+        assert f["masked_lm_span_left"].numpy().tolist() == list(inst.masked_lm_span_left) + [0] * (
+            9 - p
+        )
+        assert f["masked_lm_span_right"].numpy().tolist() == list(inst.masked_lm_span_right) + [
+            0
+        ] * (9 - p)
+    # The ngram scheme writes no span features; its records parse with the original spec.
+    ngram = create_training_instances(
+        docs, VOCAB, 31, 1, 0.1, 0.3, 9, random.Random(3), masking_scheme="ngram"
+    )
+    assert all(i.masked_lm_span_left is None for i in ngram)
+    record = serialize_instance(ngram[0], 31, 9)
+    assert len(tf.train.Example.FromString(record).features.feature) == 7
+
+
+def test_check_pretraining_files_refuses_records_of_another_recipe(tmp_path):
+    from data_prep import features
+
+    docs = make_documents(25)
+    files = {}
+    for name, kwargs in {
+        "static": {},
+        "unmasked": {"static_masking": False},
+        "single": {"sentence_objective": "none"},
+    }.items():
+        files[name] = str(tmp_path / f"{name}.tfrecord")
+        instances = create_training_instances(docs, VOCAB, 29, 1, 0.1, 0.15, 7, random.Random(4),
+                                              **kwargs)  # fmt: skip
+        write_instances(instances, [files[name]], 29, 7, VOCAB, num_logged=0)
+    check = features.check_pretraining_files
+    check([files["static"]], 29, 7, sentence_pairs=True)
+    check([files["unmasked"]], 29, 7, masking="dynamic", sentence_pairs=True)
+    with pytest.raises(InputError, match=r"static\.tfrecord record 0: .*--masking=static"):
+        check([files["static"]], 29, 7, masking="dynamic")
+    with pytest.raises(InputError, match=r"unmasked\.tfrecord record 0: .*pass --masking=dynamic"):
+        check([files["unmasked"]], 29, 7)
+    with pytest.raises(InputError, match=r"static\.tfrecord.*--masking_scheme=span"):
+        check([files["static"]], 29, 7, span_boundaries=True)
+    with pytest.raises(InputError, match=r"single\.tfrecord.*pass --sentence_objective=none"):
+        check([files["single"]], 29, 7, sentence_pairs=True)

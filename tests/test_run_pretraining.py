@@ -56,7 +56,7 @@ def common(d, config, out, steps):
 def test_train_eval_writes_everything_and_resumes(setup, tmp_path):
     d, config = setup
     out = tmp_path / "out"
-    result = run([*common(d, config, out, 4), "--do_train", "--do_eval"])
+    result = run([*common(d, config, out, 4), "--do_train", "--do_eval", "--keep_checkpoint_max=1"])
     assert "examples/s" in result.stderr and "ETA" in result.stderr  # progress line
     results = dict(
         line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
@@ -72,13 +72,15 @@ def test_train_eval_writes_everything_and_resumes(setup, tmp_path):
     assert 0.0 <= float(results["masked_lm_accuracy"]) <= 1.0
     assert float(results["masked_lm_loss"]) > 0
     assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-4")
+    assert sorted(p.name for p in out.glob("ckpt-*.index")) == ["ckpt-4.index"]  # keep max 1
     assert (out / "training_curves.png").stat().st_size > 1000
     assert list((out / "train").glob("events.out.tfevents.*"))
     evals = [json.loads(x) for x in (out / "eval_log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in evals] == [0, 2, 4]  # untrained, then every checkpoint
     # A rerun with more steps resumes at step 4 rather than starting over.
-    result = run([*common(d, config, out, 6), "--do_train"])
+    result = run([*common(d, config, out, 6), "--do_train", "--keep_checkpoint_max=3"])
     assert "resumed from" in result.stderr and "ckpt-4" in result.stderr
+    assert sorted(p.name for p in out.glob("ckpt-*.index")) == ["ckpt-4.index", "ckpt-6.index"]
     steps = [json.loads(x)["step"] for x in (out / "train_log.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5, 6]
 
@@ -108,3 +110,138 @@ def test_setup_checks_batches_divide_over_replicas():
     assert (strategy.num_replicas_in_sync, workers, index) == (2, 1, 0)
     with pytest.raises(ValueError, match="--eval_batch_size=5 is not divisible by 2 replicas"):
         distribute.setup("mirrored", "", {"train_batch_size": 4, "eval_batch_size": 5})
+
+
+# ---------------------------------------------------------------------------------------------
+# Other recipes end to end: records -> run_pretraining -> run_classifier from its checkpoint
+
+
+def write_recipe_records(d, name, **recipe):
+    """Records from a small corpus of test_glue's words, made by the library as the script does."""
+    import random
+
+    from data_prep import pretraining_data
+    from data_prep.tokenization import FullTokenizer
+    from tests.test_glue import WORDS
+
+    rng = random.Random(0)
+    lines = []
+    for _ in range(12):
+        lines += [" ".join(rng.choice(WORDS[:-3]) for _ in range(rng.randint(2, 6))) + " ."
+                  for _ in range(rng.randint(1, 5))] + [""]  # fmt: skip
+    (d / "corpus.txt").write_text("\n".join(lines))
+    tokenizer = FullTokenizer(str(d / "vocab.txt"))
+    objective = recipe.get("sentence_objective", "nsp")
+    docs = pretraining_data.read_documents([str(d / "corpus.txt")], tokenizer, objective)
+    instances = pretraining_data.create_training_instances(
+        docs, tokenizer.vocab, S, 3, 0.1, 0.15, P, random.Random(1), **recipe
+    )
+    path = d / f"{name}.tfrecord"
+    pretraining_data.write_instances(instances, [str(path)], S, P, tokenizer.vocab, num_logged=0)
+    return path
+
+
+def run_script(script, args):
+    return subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def eval_results(out):
+    return dict(line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines())
+
+
+def test_recipes_pretrain_and_fine_tune_from_their_checkpoints(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from data_prep import glue
+    from tests.test_albert import TINY as ALBERT_TINY
+    from tests.test_glue import VOCAB, write_task
+
+    d = tmp_path
+    (d / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    (d / "albert_config.json").write_text(json.dumps(ALBERT_TINY))
+    (d / "bert_config.json").write_text(helpers.tiny_config().to_json_string())
+    span = write_recipe_records(d, "sop_span", sentence_objective="sop", masking_scheme="span")
+    full = write_recipe_records(
+        d, "full", sentence_objective="none", full_sentences=True, static_masking=False
+    )
+
+    def pretrain(config, records, out, *extra):
+        args = [a for a in common(d, config, out, 2) if not a.startswith("--input_file")]
+        return run_script(
+            "run_pretraining.py", [*args, f"--input_file={records}", "--do_train", *extra]
+        )
+
+    jobs = {
+        # ALBERT: SOP (its default) with SpanBERT spans and the span boundary objective.
+        "albert": (d / "albert_config.json", span, d / "albert", "--span_boundary_objective"),
+        # RoBERTa's recipe on BERT: FULL-SENTENCES records masked in tf.data, no NSP.
+        "roberta": (d / "bert_config.json", full, d / "roberta", "--masking=dynamic",
+                    f"--vocab_file={d / 'vocab.txt'}", "--sentence_objective=none"),
+        # Dynamic masking of records that already hold masks is refused, naming the file.
+        "mismatch": (d / "bert_config.json", span, d / "mismatch", "--masking=dynamic",
+                     f"--vocab_file={d / 'vocab.txt'}", "--sentence_objective=sop"),
+    }  # fmt: skip
+    for job in jobs.values():
+        job[2].mkdir()
+    with ThreadPoolExecutor(3) as pool:
+        results = dict(zip(jobs, pool.map(lambda job: pretrain(*job[:2], *job[2:]), jobs.values())))
+    for name in ("albert", "roberta"):
+        assert results[name].returncode == 0, results[name].stderr[-4000:]
+    albert_log = [
+        json.loads(x) for x in (d / "albert" / "train_log.jsonl").read_text().split("\n") if x
+    ]
+    assert [r["step"] for r in albert_log] == [1, 2]
+    assert {"sentence_order_accuracy", "span_boundary_loss", "span_boundary_accuracy"} <= set(
+        albert_log[-1]
+    )
+    # The logged loss is the sum of the three objectives (SpanBERT sec. 3.2: L_MLM + L_SBO).
+    r = albert_log[-1]
+    total = r["masked_lm_loss"] + r["sentence_order_loss"] + r["span_boundary_loss"]
+    assert r["span_boundary_loss"] > 0 and abs(r["loss"] - total) < 1e-5
+    roberta_log = [
+        json.loads(x) for x in (d / "roberta" / "train_log.jsonl").read_text().split("\n") if x
+    ]
+    assert "masked_lm_accuracy" in roberta_log[-1]
+    assert not any("sentence" in k for k in roberta_log[-1])
+    assert "sentence objective none, dynamic masking" in results["roberta"].stderr
+    bad = results["mismatch"]
+    assert bad.returncode != 0 and "sop_span.tfrecord record 0" in bad.stderr
+    assert "--masking=static" in bad.stderr and not list((d / "mismatch").glob("ckpt-*"))
+
+    # Fine-tuning from each checkpoint through run_classifier (SST-2 layout).
+    data = d / "SST-2"
+    write_task(data, glue.get_task("sst-2"), sizes=(6, 4, 3))
+
+    def fine_tune(config, pretrained):
+        return run_script(
+            "run_classifier.py",
+            [
+                "--task_name=sst-2",
+                f"--data_dir={data}",
+                f"--vocab_file={d / 'vocab.txt'}",
+                f"--bert_config_file={config}",
+                f"--init_checkpoint={pretrained}",
+                f"--output_dir={pretrained}-sst2",
+                "--max_seq_length=13",
+                "--train_batch_size=3",
+                "--eval_batch_size=4",
+                "--num_train_epochs=1",
+                "--save_checkpoints_steps=2",
+                "--iterations_per_loop=2",
+                "--do_train",
+                "--do_eval",
+            ],
+        )
+
+    with ThreadPoolExecutor(2) as pool:
+        tuned = list(
+            pool.map(
+                fine_tune,
+                [d / "albert_config.json", d / "bert_config.json"],
+                [d / "albert", d / "roberta"],
+            )
+        )
+    for result, name in zip(tuned, ("albert", "roberta")):
+        assert result.returncode == 0, result.stderr[-4000:]
+        assert "initialised the encoder from" in result.stderr
+        assert 0.0 <= float(eval_results(d / f"{name}-sst2")["accuracy"]) <= 1.0
