@@ -41,6 +41,12 @@ flags.DEFINE_integer("random_seed", 12345, "Seed for every stage.")
 FLAGS = flags.FLAGS
 
 ROOT = Path(__file__).resolve().parent
+# The rt-polarity comparison's settings that the README's second command uses (see README).
+TRANSFER_FLAGS = (
+    "--dapt_steps=500,1000,2000",
+    "--minilm",
+    "--arm_settings=minilm.learning_rate=5e-5",
+)
 
 
 def run_stage(title: str, args: list[str], done: list[Path]) -> None:
@@ -159,6 +165,24 @@ def main(argv):
     print(f"training curves:  {out / 'training_curves.png'}")
     print(f"TensorBoard logs: tensorboard --logdir {out}")
     print(f"summary:          {work / 'summary.json'}")
+    rel = Path(FLAGS.work_dir)
+    print(
+        "\nDoes this pretraining pay off on a real task? The README's second command fine-tunes "
+        "on rt-polarity from scratch, from this checkpoint, after domain-adaptive pretraining "
+        "and from the real MiniLM:\n  "
+        + shlex.join(
+            [
+                "python",
+                "data_prep/rt_polarity.py",
+                f"--output_dir={rel / 'rt_polarity'}",
+                f"--vocab_file={rel / 'vocab.txt'}",
+                f"--bert_config_file={rel / 'bert_config.json'}",
+                f"--arms=scratch=,pretrained={rel / 'pretrain'}",
+                f"--dapt_init_checkpoint={rel / 'pretrain'}",
+                *TRANSFER_FLAGS,
+            ]
+        )
+    )
 
 
 if __name__ == "__main__":

