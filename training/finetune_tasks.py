@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from modeling.losses import classification_sums, regression_sums
+from modeling.losses import classification_sums, masked_lm_sums, regression_sums
 from training import metrics, optimization, trainer
 from training.trainer import Task
 
@@ -70,6 +70,23 @@ def regression_task(model) -> Task:
         sums_fn=sums_fn,
         loss_terms=[("loss_sum", "count")],
         metrics={"regression_loss": ("loss_sum", "count")},
+    )
+
+
+def token_tagging_task(model) -> Task:
+    """Token tagging (NER, run_ner.py): softmax cross-entropy at the positions whose
+    `label_weights` is 1 (the first WordPiece of each word), averaged over those positions: the
+    masked-LM sums with label ids over C tags in place of token ids over V."""
+
+    def sums_fn(batch, training):
+        logits = model(model_inputs(batch), training=training)  # (B, S, C)
+        return masked_lm_sums(logits, batch["label_ids"], batch["label_weights"])
+
+    return Task(
+        model=model,
+        sums_fn=sums_fn,
+        loss_terms=[("loss_sum", "weight")],
+        metrics={"tagging_loss": ("loss_sum", "weight"), "token_accuracy": ("correct", "weight")},
     )
 
 

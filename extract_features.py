@@ -1,0 +1,128 @@
+"""Writes per-token features of chosen Transformer layers of a frozen BERT, as the original did.
+
+Example:
+  python extract_features.py --input_file=input.txt --output_file=features.jsonl \
+    --npz_file=features.npz --vocab_file=default_run/vocab.txt \
+    --bert_config_file=default_run/bert_config.json --init_checkpoint=default_run/pretrain \
+    --layers=-1,-2,-3,-4 --max_seq_length=128 --batch_size=8
+
+Input: one example a line, `text_a` or `text_a ||| text_b`. --output_file gets the original's JSON
+lines (linex_index, then for every WordPiece, [CLS] and [SEP] included, its values in each layer
+of --layers, rounded to 6 decimals); --npz_file (optional) the same unrounded in a compact numpy
+file (data_prep/feature_files.py describes both). --layers counts as the original's: -1 is the
+last Transformer layer, 0 the first. A line longer than max_seq_length is truncated as the
+original does (longer text first) and counted in a warning naming its line.
+"""
+
+from __future__ import annotations
+
+from absl import app, flags, logging
+
+flags.DEFINE_string("input_file", None, "Text file: one `text_a [||| text_b]` example a line.")
+flags.DEFINE_string("output_file", None, "JSON lines output (the original's format).")
+flags.DEFINE_string("npz_file", None, "Optional compact output: a numpy .npz of float32 values.")
+flags.DEFINE_list("layers", ["-1", "-2", "-3", "-4"], "Transformer layers to write (-1 = last).")
+flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary the model was trained with.")
+flags.DEFINE_string("bert_config_file", None, "JSON config of the BERT model (original fields).")
+flags.DEFINE_string("init_checkpoint", None, "Cloze checkpoint (prefix or folder) to read.")
+flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased vocabularies).")
+flags.DEFINE_integer("max_seq_length", 128, "WordPieces per example, [CLS] and [SEP] included.")
+flags.DEFINE_integer("batch_size", 32, "Examples per forward pass.")
+flags.DEFINE_enum(
+    "distribution_strategy",
+    "one_device",
+    ["one_device", "mirrored", "multi_worker_mirrored", "tpu"],
+    "tf.distribute strategy.",
+)
+flags.DEFINE_string("tpu", None, "TPU address for TPUClusterResolver (grpc://..., name or local).")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from data_prep import feature_files, glue, tokenization
+    from data_prep.errors import InputError
+
+    for name in ("input_file", "vocab_file", "bert_config_file", "init_checkpoint"):
+        if not FLAGS[name].value:
+            raise app.UsageError(f"--{name} is required")
+    if not (FLAGS.output_file or FLAGS.npz_file):
+        raise app.UsageError("--output_file (JSON lines) or --npz_file is required")
+    try:
+        layers = [int(x) for x in FLAGS.layers]
+    except ValueError:
+        raise app.UsageError(f"--layers: expected integers, found {FLAGS.layers}") from None
+    s = FLAGS.max_seq_length
+    if s < 3:
+        raise app.UsageError(f"--max_seq_length={s} leaves no room for [CLS] a [SEP] b [SEP]")
+    try:
+        tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+        lines = feature_files.read_input_lines(FLAGS.input_file)
+    except InputError as e:
+        raise SystemExit(f"extract_features: {e}") from None
+    task = glue.TaskSpec("features", glue.CLASSIFICATION, ("0",), ("accuracy",), None, (), ())
+    examples = [
+        glue.Example(f"{FLAGS.input_file}:{x.line}", str(x.unique_id), x.text_a, x.text_b)
+        for x in lines
+    ]
+    encoded = glue.encode_examples(examples, task, tokenizer, s)
+    glue.log_truncation(FLAGS.input_file, encoded, s)
+    lengths = encoded.features["input_mask"].sum(axis=1)  # (N,) tokens per line
+    logging.info("%s: %d lines, %d WordPieces", FLAGS.input_file, len(lines), int(lengths.sum()))
+
+    import numpy as np
+
+    from modeling import bert, tagging
+    from training import distribute, finetune_tasks, trainer
+
+    config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+    try:
+        tagging.transformer_layer_indices(layers, config.num_hidden_layers)
+    except ValueError as e:
+        raise app.UsageError(f"--layers: {e}") from None
+    strategy, workers, worker_index = distribute.setup(
+        FLAGS.distribution_strategy, FLAGS.tpu or "", {"batch_size": FLAGS.batch_size}
+    )
+    with strategy.scope():
+        model = tagging.BertLayerFeatures(config, layers)
+        model.build()
+    loaded, _ = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
+    logging.info("extracting layers %s of %s", layers, loaded)
+
+    writer = feature_files.FeatureWriter(
+        FLAGS.output_file,
+        FLAGS.npz_file,
+        int(lengths.sum()),
+        len(lines),
+        layers,
+        config.hidden_size,
+    )
+    predictor = finetune_tasks.Predictor(strategy, model)
+    ids = encoded.features["input_ids"]
+    n, b = len(lines), FLAGS.batch_size
+    step = 64 * b  # lines per prediction call: bounds the memory the outputs take
+    for start in range(0, n, step):
+        part = {k: v[start : start + step] for k, v in encoded.features.items()}
+        batches = glue.eval_batches(part, b, workers, worker_index)
+        values = predictor(batches)  # (rows, S, K, H), padding rows at the end
+        for i in range(min(step, n - start)):
+            row = start + i
+            k = int(lengths[row])
+            writer.write(
+                feature_files.LineFeatures(
+                    lines[row].unique_id,
+                    tokenizer.convert_ids_to_tokens(ids[row, :k]),
+                    np.asarray(values[i, :k]),
+                    tuple(layers),
+                )
+            )
+        logging.info("%d / %d lines", min(start + step, n), n)
+    writer.close()
+    for path in (FLAGS.output_file, FLAGS.npz_file):
+        if path:
+            logging.info("wrote %s", path)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,444 @@
+"""Fine-tunes BERT for CoNLL-style token tagging (NER), or trains a tagger on frozen features.
+
+Example:
+  python run_ner.py --data_dir=conll2003 --vocab_file=default_run/vocab.txt \
+    --bert_config_file=default_run/bert_config.json --init_checkpoint=default_run/pretrain \
+    --do_train --do_eval --do_predict --max_seq_length=128 --train_batch_size=32 \
+    --learning_rate=5e-5 --num_train_epochs=3 --output_dir=out/ner
+
+--data_dir holds train.txt, dev.txt (or valid.txt) and test.txt, or CoNLL-2003's eng.train,
+eng.testa and eng.testb: column files with the token first and the tag last (four-column CoNLL-2003
+with -DOCSTART- lines, two-column `token TAG`; test may be one column). Tags in IOB1 are converted
+to BIO, BIO and IOBES are kept (--tag_scheme, detected from the training file by default); a tag
+that breaks strict BIO / IOBES is repaired and counted or rejected (--invalid_tags). The label list
+comes from the training file unless --label_list gives it. The first WordPiece of each word
+carries its label; sentences longer than --max_seq_length are split into overlapping windows and
+reassembled, never cut.
+
+--do_eval scores the dev file with conlleval's entity-level precision / recall / F1 (per type and
+overall) and token accuracy after every checkpoint, keeps the best by F1 in output_dir/best/ and
+writes eval_results.txt, dev_predictions.txt (`token gold predicted`, conlleval's input) and
+dev_conlleval.txt. --do_predict writes test_predictions.txt from the best checkpoint, and for a
+labelled test file test_results.txt and test_conlleval.txt.
+
+--feature_mode other than finetune freezes the encoder and trains only a tagger on its layers
+(BERT paper table 7: embeddings, second_to_last, last, sum_last_four, concat_last_four, sum_all;
+the sums are ELMo's learned scalar mix), optionally through a BiLSTM (--lstm_units). A rerun
+resumes training. Without --do_train, labels and model settings are read from the
+model_config.json that training left in --output_dir (or beside --init_checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import app, flags, logging
+
+flags.DEFINE_string("data_dir", None, "Folder with train.txt, dev.txt, test.txt (or eng.*).")
+flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary the model was trained with.")
+flags.DEFINE_string("bert_config_file", None, "JSON config of the BERT model (original fields).")
+flags.DEFINE_string(
+    "init_checkpoint",
+    None,
+    "Cloze checkpoint (prefix or folder) to start from; empty = scratch. Without --do_train, "
+    "output_dir's best (or latest) checkpoint is used first.",
+)
+flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased vocabularies).")
+flags.DEFINE_bool("do_train", False, "Whether to train on the train file.")
+flags.DEFINE_bool("do_eval", False, "Whether to score the dev file.")
+flags.DEFINE_bool("do_predict", False, "Whether to tag the test file.")
+flags.DEFINE_integer(
+    "max_seq_length", 128, "WordPieces per window, [CLS] and [SEP] included; longer sentences "
+    "are split into overlapping windows."
+)  # fmt: skip
+flags.DEFINE_integer(
+    "window_overlap", 32, "Pieces of left context a window repeats from the one before it."
+)
+flags.DEFINE_integer("train_batch_size", 32, "Global batch size for training (windows).")
+flags.DEFINE_integer("eval_batch_size", 8, "Global batch size for evaluation.")
+flags.DEFINE_integer("predict_batch_size", 8, "Global batch size for prediction.")
+flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate for AdamW.")
+flags.DEFINE_float("num_train_epochs", 3.0, "Passes over the training windows.")
+flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with linear warmup.")
+flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint (and dev eval) every N steps.")
+flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop between host logs.")
+flags.DEFINE_string("output_dir", None, "Where checkpoints, results and predictions go.")
+flags.DEFINE_enum(
+    "distribution_strategy",
+    "one_device",
+    ["one_device", "mirrored", "multi_worker_mirrored", "tpu"],
+    "tf.distribute strategy. multi_worker_mirrored reads TF_CONFIG.",
+)
+flags.DEFINE_string("tpu", None, "TPU address for TPUClusterResolver (grpc://..., name or local).")
+flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
+flags.DEFINE_list("label_list", [], "Tags in id order (default: O, then the training file's).")
+flags.DEFINE_enum(
+    "tag_scheme", "auto", ["auto", "iob1", "bio", "iobes"], "Tag scheme of the files."
+)
+flags.DEFINE_enum(
+    "invalid_tags",
+    "repair",
+    ["repair", "reject"],
+    "A tag that breaks strict BIO / IOBES (I- after O): read it as conlleval does and count it, "
+    "or stop with its file and line.",
+)
+flags.DEFINE_bool(
+    "skip_bad_lines", False, "Skip and count sentences with a malformed line instead of stopping."
+)
+flags.DEFINE_enum(
+    "feature_mode",
+    "finetune",
+    ["finetune", "embeddings", "second_to_last", "last", "sum_last_four", "concat_last_four",
+     "sum_all"],
+    "finetune the encoder, or train on these frozen layers (modeling/tagging.py).",
+)  # fmt: skip
+flags.DEFINE_integer(
+    "lstm_units", 0, "Units per direction of a BiLSTM before the tagger (0: none)."
+)
+flags.DEFINE_integer("lstm_layers", 2, "BiLSTM layers when --lstm_units > 0 (the paper: 2).")
+flags.DEFINE_float(
+    "layerwise_lr_decay", 1.0, "Learning-rate factor per layer below the head (1.0 = off)."
+)
+FLAGS = flags.FLAGS
+
+# The dev scores logged at every checkpoint (eval_results.txt also has them per entity type).
+_OVERALL = ("f1", "precision", "recall", "token_accuracy", "loss", "predicted_entities",
+            "correct_entities")  # fmt: skip
+# Model settings that a predict-only run takes from the training run's model_config.json.
+_MODEL_KEYS = ("labels", "tag_scheme", "feature_mode", "lstm_units", "lstm_layers")
+
+
+def _saved_model_settings(output_dir: str, init_checkpoint: str) -> tuple[dict, str] | None:
+    """The run config training wrote (output_dir, else the init checkpoint's folder), or None."""
+    folders = [output_dir]
+    if init_checkpoint:
+        ckpt = init_checkpoint.rstrip("/")
+        folders.append(ckpt if os.path.isdir(ckpt) else os.path.dirname(ckpt))
+        folders.append(os.path.dirname(folders[-1]))  # .../best/ckpt-N -> the run folder
+    for folder in folders:
+        path = os.path.join(folder, "model_config.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                saved = json.load(f)
+            if saved.get("task") == "ner":
+                return saved, path
+    return None
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    # Data first, TensorFlow later: bad input is reported in a second, before output_dir exists.
+    from data_prep import conll, tokenization
+    from data_prep.errors import InputError
+
+    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
+        raise app.UsageError("at least one of --do_train, --do_eval or --do_predict must be set")
+    for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
+        if not FLAGS[name].value:
+            raise app.UsageError(f"--{name} is required")
+    s = FLAGS.max_seq_length
+    if s < 3:
+        raise app.UsageError(f"--max_seq_length={s} leaves no room for [CLS] word [SEP]")
+    if not 0 <= FLAGS.window_overlap < s - 2:
+        raise app.UsageError(
+            f"--window_overlap={FLAGS.window_overlap} must be in [0, max_seq_length - 2 = {s - 2})"
+        )
+    settings = {
+        "labels": list(FLAGS.label_list),
+        "tag_scheme": FLAGS.tag_scheme,
+        "feature_mode": FLAGS.feature_mode,
+        "lstm_units": FLAGS.lstm_units,
+        "lstm_layers": FLAGS.lstm_layers,
+    }
+    if not FLAGS.do_train:
+        saved = _saved_model_settings(FLAGS.output_dir, FLAGS.init_checkpoint or "")
+        if saved:
+            for key in _MODEL_KEYS:
+                flag = "label_list" if key == "labels" else key
+                if FLAGS[flag].present and settings[key] != saved[0][key]:
+                    raise app.UsageError(
+                        f"--{flag}={FLAGS[flag].value} differs from {saved[1]}, which the model "
+                        f"was trained with ({saved[0][key]})"
+                    )
+                settings[key] = saved[0][key]
+            logging.info("model settings from %s", saved[1])
+        elif not FLAGS.label_list or FLAGS.tag_scheme == "auto":
+            raise app.UsageError(
+                "without --do_train, give --label_list and --tag_scheme, or an --output_dir "
+                "(or --init_checkpoint folder) holding the training run's model_config.json"
+            )
+    try:
+        tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+
+        def read(split, labelled=True):
+            data = conll.read_conll(conll.find_split(FLAGS.data_dir, split), FLAGS.skip_bad_lines)
+            if labelled and data.columns < 2:
+                raise InputError(
+                    f"{data.path}: expected a tag column for the {split} file, found one column"
+                )
+            logging.info(
+                "%s: %d sentences, %d tokens, %d columns, %d documents",
+                data.path,
+                len(data.sentences),
+                sum(len(x.words) for x in data.sentences),
+                data.columns,
+                data.documents,
+            )
+            return data
+
+        train = read("train") if FLAGS.do_train else None
+        if train is not None and settings["tag_scheme"] == "auto":
+            settings["tag_scheme"] = conll.detect_scheme(train.sentences)
+            logging.info("%s: tag scheme %s (detected)", train.path, settings["tag_scheme"])
+        scheme = settings["tag_scheme"]
+        repair = FLAGS.invalid_tags == "repair"
+
+        def normalize(data):
+            if data.columns < 2:
+                return data.sentences
+            done = conll.normalize_tags(data.sentences, scheme, repair)
+            if done.converted:
+                logging.info("%s: %d IOB1 tags converted to BIO", data.path, done.converted)
+            if done.violations:
+                logging.warning(
+                    "%s: %d tags broke strict %s and were repaired as conlleval reads them "
+                    "(first %s)",
+                    data.path,
+                    len(done.violations),
+                    scheme,
+                    "; ".join(done.violations[: conll.SHOWN]),
+                )
+            return done.sentences
+
+        train_sentences = normalize(train) if train else None
+        if train_sentences is not None:
+            if settings["labels"]:
+                where: dict = {}  # each tag outside --label_list -> where it first occurs
+                for x in train_sentences:
+                    for i, t in enumerate(x.tags):
+                        if t not in settings["labels"]:
+                            where.setdefault(t, x.at(i))
+                if where:
+                    first = next(iter(where))
+                    raise InputError(
+                        f"{where[first]}: expected a tag in --label_list {settings['labels']}, "
+                        f"found {first!r} ({len(where)} such tags: {list(where)[:10]})"
+                    )
+            else:
+                settings["labels"] = conll.label_list(train_sentences, conll.model_scheme(scheme))
+        labels = settings["labels"]
+        if len(labels) < 2 or len(set(labels)) != len(labels):
+            raise InputError(f"expected at least two distinct labels, found {labels}")
+        dev = read("dev") if FLAGS.do_eval else None
+        dev_sentences = normalize(dev) if dev else None
+        test = read("test", labelled=False) if FLAGS.do_predict else None
+        test_sentences = normalize(test) if test else None
+    except InputError as e:
+        raise SystemExit(f"run_ner: {e}") from None
+    except ValueError as e:  # a bad --label_list / --tag_scheme combination
+        raise app.UsageError(str(e)) from None
+    logging.info("%d labels (%s): %s", len(labels), conll.model_scheme(scheme), " ".join(labels))
+
+    def encode(sentences, name):
+        encoded = conll.encode_sentences(sentences, labels, tokenizer, s, FLAGS.window_overlap)
+        conll.log_encoding(name, encoded, s)
+        return encoded
+
+    train_enc = encode(train_sentences, train.path) if train else None
+    dev_enc = encode(dev_sentences, dev.path) if dev else None
+    test_enc = encode(test_sentences, test.path) if test else None
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from data_prep import features, glue
+    from modeling import bert, tagging
+    from training import distribute, finetune_tasks, ner_eval, optimization, trainer
+
+    config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+    try:
+        tagging.layer_indices(settings["feature_mode"], config.num_hidden_layers)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+    strategy, workers, worker_index = distribute.setup(
+        FLAGS.distribution_strategy,
+        FLAGS.tpu or "",
+        {k: FLAGS[k].value for k in ("train_batch_size", "eval_batch_size", "predict_batch_size")},
+    )
+    num_train_steps = num_warmup_steps = 0
+    if train_enc:
+        num_train_steps, num_warmup_steps = optimization.train_and_warmup_steps(
+            train_enc.num_windows,
+            FLAGS.train_batch_size,
+            FLAGS.num_train_epochs,
+            FLAGS.warmup_proportion,
+        )
+        logging.info(
+            "%d training windows from %d sentences: %d steps, %d warmup",
+            train_enc.num_windows,
+            len(train_sentences),
+            num_train_steps,
+            num_warmup_steps,
+        )
+
+    keras.utils.set_random_seed(FLAGS.random_seed)
+    with strategy.scope():
+        model = tagging.BertTagger(
+            config,
+            len(labels),
+            feature_mode=settings["feature_mode"],
+            lstm_units=settings["lstm_units"],
+            lstm_layers=settings["lstm_layers"],
+        )
+        model.build()
+        optimizer = finetune_tasks.create_finetuning_optimizer(
+            FLAGS.learning_rate,
+            max(num_train_steps, 1),
+            num_warmup_steps,
+            config.num_hidden_layers,
+            FLAGS.layerwise_lr_decay,
+        )
+        # Built under the scope before the first step (shared/NOTES.md).
+        optimizer.build(model.trainable_variables)
+    logging.info(
+        "%s tagger: %d trainable weights of %d",
+        settings["feature_mode"],
+        sum(int(np.prod(v.shape)) for v in model.trainable_variables),
+        sum(int(np.prod(v.shape)) for v in model.variables),
+    )
+    predictor = finetune_tasks.Predictor(strategy, model)
+    output_dir = FLAGS.output_dir
+    best = finetune_tasks.BestCheckpoint(os.path.join(output_dir, "best"), model)
+
+    def predict(encoded, batch_size):
+        """(tags per sentence, logits (W, S, C)) of one encoded set."""
+        batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
+        logits = predictor(batches)[: encoded.num_windows]
+        return conll.reassemble(encoded, np.argmax(logits, axis=-1), labels), logits
+
+    def score(sentences, encoded, batch_size):
+        """(flat results, full scores, predicted tags) against the gold tags."""
+        tags, logits = predict(encoded, batch_size)
+        scores = ner_eval.evaluate([x.tags for x in sentences], tags)
+        f = encoded.features
+        loss = ner_eval.tagging_loss(logits, f["label_ids"], f["label_weights"])
+        return ner_eval.flat_results(scores) | {"loss": loss}, scores, tags
+
+    last_eval: dict = {}
+
+    def eval_fn() -> dict:
+        step = int(optimizer.iterations.numpy())
+        results, scores, tags = score(dev_sentences, dev_enc, FLAGS.eval_batch_size)
+        last_eval.update(step=step, results=results, scores=scores, tags=tags)
+        # The untrained model at step 0 is no candidate: its random tags can score a sliver of
+        # F1 above a trained model that has so far learnt only O, and would then be kept.
+        if step > 0 and best.update(results["f1"], step, results):
+            logging.info("new best dev F1 %.4f at step %d, kept in %s", results["f1"], step,
+                         best.directory)  # fmt: skip
+        # The log and eval_log.jsonl get the overall scores; per-type ones go to the files.
+        return {k: v for k, v in results.items() if k in _OVERALL}
+
+    def init_fn():
+        loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
+        logging.info("initialised the %s from %s", part, loaded)
+
+    if FLAGS.do_train:
+        if tf.train.latest_checkpoint(output_dir) is None:
+            best.clear()  # a fresh run: a kept best from another run must not survive
+        if model.frozen and not FLAGS.init_checkpoint:
+            logging.warning("--feature_mode=%s without --init_checkpoint: the frozen encoder is "
+                            "random", settings["feature_mode"])  # fmt: skip
+        train_file = os.path.join(output_dir, "train.tf_record")
+        conll.write_tfrecord(train_file, train_enc.features)
+        run_config = {
+            "bert_config": config.to_dict(),
+            "task": "ner",
+            "max_seq_length": s,
+            **{k: settings[k] for k in _MODEL_KEYS},
+        }
+        trainer.run_training(
+            trainer.Trainer(strategy, finetune_tasks.token_tagging_task(model), optimizer),
+            lambda: features.tagging_dataset(
+                [train_file],
+                FLAGS.train_batch_size // workers,
+                s,
+                seed=FLAGS.random_seed,
+                num_shards=workers,
+                shard_index=worker_index,
+            ),
+            trainer.TrainSettings(
+                output_dir=output_dir,
+                num_train_steps=num_train_steps,
+                save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+                iterations_per_loop=FLAGS.iterations_per_loop,
+                config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
+            ),
+            global_batch_size=FLAGS.train_batch_size,
+            eval_fn=eval_fn if FLAGS.do_eval else None,
+            init_fn=init_fn if FLAGS.init_checkpoint else None,
+        )
+        logging.info(
+            "training curves: %s",
+            trainer.plot_training_curves(output_dir, "tagging_loss", "token_accuracy"),
+        )
+    else:
+        # Evaluate or predict with the kept best, else the latest checkpoint, else the given one.
+        source = best.prefix or tf.train.latest_checkpoint(output_dir) or FLAGS.init_checkpoint
+        if not source:
+            raise app.UsageError(
+                f"nothing to evaluate: {output_dir} holds no checkpoint and --init_checkpoint "
+                "is empty"
+            )
+        loaded, part = trainer.init_from_checkpoint(model, source)
+        if part != "model":
+            logging.warning("%s holds no tagger head: its outputs are untrained", loaded)
+        logging.info("evaluating %s", loaded)
+
+    def write_outputs(prefix, sentences, tags, scores):
+        gold = [x.tags for x in sentences] if scores is not None else None
+        path = ner_eval.write_predictions(
+            os.path.join(output_dir, f"{prefix}_predictions.txt"),
+            [x.words for x in sentences],
+            gold,
+            tags,
+        )
+        logging.info("wrote %d tagged sentences to %s", len(tags), path)
+        if scores is not None:
+            report = ner_eval.report(scores)
+            with open(os.path.join(output_dir, f"{prefix}_conlleval.txt"), "w") as f:
+                f.write(report)
+            logging.info("%s (conlleval):\n%s", prefix, report)
+
+    if FLAGS.do_eval:
+        step = int(optimizer.iterations.numpy())
+        if last_eval.get("step") != step:
+            results, scores, tags = score(dev_sentences, dev_enc, FLAGS.eval_batch_size)
+            last_eval.update(step=step, results=results, scores=scores, tags=tags)
+        results = dict(last_eval["results"], global_step=step)
+        if best.info:
+            results |= {"best_f1": best.info["score"], "best_step": best.info["step"]}
+        trainer.write_eval_results(output_dir, results)
+        write_outputs("dev", dev_sentences, last_eval["tags"], last_eval["scores"])
+
+    if FLAGS.do_predict:
+        if FLAGS.do_train and best.prefix:
+            trainer.restore_model_weights(model, best.prefix)
+            logging.info("predicting with the best dev checkpoint %s", best.prefix)
+        labelled = test.columns > 1
+        if labelled:
+            results, scores, tags = score(test_sentences, test_enc, FLAGS.predict_batch_size)
+            path = os.path.join(output_dir, "test_results.txt")
+            with open(path + ".tmp", "w") as f:
+                f.writelines(f"{k} = {results[k]}\n" for k in sorted(results))
+            os.replace(path + ".tmp", path)
+            logging.info("test entity F1 %.4f (%s)", results["f1"], path)
+        else:
+            tags, scores = predict(test_enc, FLAGS.predict_batch_size)[0], None
+        write_outputs("test", test_sentences, tags, scores)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,120 @@
+"""extract_features.py on a tiny pretrained-checkpoint: the original JSON lines format, the compact
+.npz form, their round trip, the values against the encoder itself, and bad input."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_prep import feature_files
+from data_prep.tokenization import RESERVED_TOKENS
+from modeling import bert
+from tests import helpers
+from tests.conftest import ROOT
+
+WORDS = ["john", "lives", "in", "new", "york", "un", "##aff", "##able", "."]
+LINES = ["John lives in New York.", "john ||| lives in york .", "", "john " * 12, "unaffable"]
+S = 9
+
+
+def run(args):
+    return subprocess.run(
+        [sys.executable, "extract_features.py", *args], cwd=ROOT, capture_output=True, text=True
+    )
+
+
+@pytest.fixture(scope="module")
+def extracted(tmp_path_factory):
+    d = tmp_path_factory.mktemp("features")
+    (d / "vocab.txt").write_text("\n".join([*RESERVED_TOKENS, *WORDS]) + "\n")
+    config = helpers.tiny_config(num_hidden_layers=3)
+    (d / "bert_config.json").write_text(config.to_json_string())
+    model = bert.BertPretrainer(config)
+    model.build()
+    prefix = tf.train.Checkpoint(model=model).save(str(d / "pretrain" / "ckpt"))
+    (d / "input.txt").write_text("\n".join(LINES) + "\n")
+    args = [
+        f"--input_file={d / 'input.txt'}",
+        f"--vocab_file={d / 'vocab.txt'}",
+        f"--bert_config_file={d / 'bert_config.json'}",
+        f"--init_checkpoint={d / 'pretrain'}",
+        f"--max_seq_length={S}",
+        "--batch_size=3",
+    ]
+    result = run([*args, "--layers=-1,-3", f"--output_file={d / 'out.jsonl'}",
+                  f"--npz_file={d / 'out.npz'}"])  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {"dir": d, "model": model, "prefix": prefix, "args": args, "stderr": result.stderr}
+
+
+def test_json_lines_in_the_original_format(extracted):
+    records = [json.loads(x) for x in (extracted["dir"] / "out.jsonl").read_text().splitlines()]
+    assert [r["linex_index"] for r in records] == [0, 1, 2, 3, 4]
+    tokens = [[f["token"] for f in r["features"]] for r in records]
+    assert tokens[0] == ["[CLS]", "john", "lives", "in", "new", "york", ".", "[SEP]"]
+    assert tokens[1] == ["[CLS]", "john", "[SEP]", "lives", "in", "york", ".", "[SEP]"]
+    assert tokens[2] == ["[CLS]", "[SEP]"]
+    assert tokens[3] == ["[CLS]", *["john"] * (S - 2), "[SEP]"]  # truncated as the original
+    assert tokens[4] == ["[CLS]", "un", "##aff", "##able", "[SEP]"]
+    layers = records[0]["features"][0]["layers"]
+    assert [x["index"] for x in layers] == [-1, -3] and len(layers[0]["values"]) == 12
+    values = [v for r in records for f in r["features"] for x in f["layers"] for v in x["values"]]
+    assert all(round(v, 6) == v for v in values)
+    assert "1 of 5 examples were longer than max_seq_length=9" in extracted["stderr"]
+
+
+def test_npz_round_trips_with_the_json_lines_and_equals_the_encoder(extracted):
+    d = extracted["dir"]
+    from_json = list(feature_files.read_jsonl(d / "out.jsonl"))
+    from_npz = list(feature_files.read_npz(d / "out.npz"))
+    assert len(from_json) == len(from_npz) == len(LINES)
+    for a, b in zip(from_json, from_npz):
+        assert (a.linex_index, a.tokens, a.layers) == (b.linex_index, b.tokens, b.layers)
+        assert b.values.dtype == np.float32 and b.values.shape == (len(b.tokens), 2, 12)
+        np.testing.assert_allclose(a.values, b.values, rtol=0, atol=5.1e-7)  # 6-decimal rounding
+    # Line 0 against the encoder run here: Transformer layer -1 is output 3, -3 is output 1.
+    ids = np.array([[2, 5, 6, 7, 8, 9, 13, 3]], "int32")
+    out = extracted["model"].encoder(
+        {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+    )["encoder_outputs"]
+    np.testing.assert_allclose(from_npz[0].values[:, 0], out[3][0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(from_npz[0].values[:, 1], out[1][0], rtol=1e-5, atol=1e-5)
+    with np.load(d / "out.npz", allow_pickle=False) as data:  # nothing pickled
+        assert data["offsets"].tolist() == [0, 8, 16, 18, 27, 32]
+        assert data["values"].shape == (32, 2, 12) and data["layers"].tolist() == [-1, -3]
+
+
+def test_feature_writer_round_trip_without_a_model(tmp_path):
+    rng = np.random.default_rng(0)
+    items = [
+        feature_files.LineFeatures(i, [f"t{j}" for j in range(n)],
+                                   rng.normal(size=(n, 2, 3)).astype("float32"), (-1, -2))
+        for i, n in enumerate([3, 1, 4])
+    ]  # fmt: skip
+    writer = feature_files.FeatureWriter(
+        tmp_path / "f.jsonl", tmp_path / "f.npz", 8, 3, (-1, -2), 3
+    )
+    for item in items:
+        writer.write(item)
+    assert not (tmp_path / "f.npz").exists()  # complete only after close
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.jsonl", "f.npz"]
+    for got in (feature_files.read_npz(tmp_path / "f.npz"),
+                list(feature_files.read_jsonl(tmp_path / "f.jsonl"))):  # fmt: skip
+        for a, b in zip(items, got):
+            assert (a.linex_index, a.tokens, a.layers) == (b.linex_index, b.tokens, b.layers)
+            np.testing.assert_allclose(a.values, b.values, atol=5.1e-7)
+
+
+def test_bad_input_is_named(extracted, tmp_path):
+    # (A --layers index outside the encoder is refused by tagging.transformer_layer_indices,
+    # tests/test_tagging.py; checking it here would cost a TensorFlow start.)
+    d = extracted["dir"]
+    args = [a for a in extracted["args"] if not a.startswith("--input_file")]
+    missing = tmp_path / "nope.txt"
+    result = run([*args, f"--input_file={missing}", f"--output_file={tmp_path / 'x.jsonl'}"])
+    assert result.returncode != 0 and f"{missing}: expected a readable file" in result.stderr
+    assert not (tmp_path / "x.jsonl").exists() and (d / "out.jsonl").exists()

@@ -1,0 +1,240 @@
+"""Smoke runs of run_ner.py on a tiny model: fine-tuning on CoNLL-2003-layout IOB1 files with
+sentences split into windows (train, dev eval with conlleval scores, labelled test), then predicting
+an unlabelled one-column file from the kept checkpoint; a feature-based arm (frozen encoder,
+scalar mix, BiLSTM) through the WNUT comparison driver; and bad input stopping before output_dir
+exists."""
+
+import json
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_prep import conll, fetch, wnut
+from data_prep.tokenization import RESERVED_TOKENS
+from modeling import bert, tagging
+from tests import helpers
+from tests.conftest import ROOT
+from training import ner_eval, trainer
+
+S = 11  # tiny config: max_position_embeddings 16
+NAMES = {"john": "PER", "mary": "PER", "paris": "geo-loc", "london": "geo-loc", "acme": "ORG"}
+OTHER = "the a in of went to saw works at visited city".split()
+VOCAB = [*RESERVED_TOKENS, *NAMES, *OTHER, ".", ",", "new", "york"]
+
+
+def run(args, check=True):
+    result = subprocess.run(
+        [sys.executable, "run_ner.py", *args], cwd=ROOT, capture_output=True, text=True
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(result.stderr[-4000:])
+    return result
+
+
+def sentences(rng, n):
+    """(words, BIO tags): names are entities, "new york" a two-word geo-loc."""
+    out = []
+    for _ in range(n):
+        words, spans = [], []
+        for _ in range(int(rng.integers(2, 15))):
+            r = rng.random()
+            if r < 0.25:
+                name = str(rng.choice(list(NAMES)))
+                spans.append((NAMES[name], len(words), len(words)))
+                words.append(name.capitalize())
+            elif r < 0.32:
+                spans.append(("geo-loc", len(words), len(words) + 1))
+                words += ["New", "York"]
+            else:
+                words.append(str(rng.choice(OTHER)))
+        out.append((words, conll.encode(spans, len(words), "bio")))
+    return out
+
+
+def write_conll2003(path, rows):
+    """Four columns, -DOCSTART- lines, tags in IOB1 (as the original CoNLL-2003 files)."""
+    lines = ["-DOCSTART- -X- -X- O", ""]
+    for words, tags in rows:
+        iob1 = conll.encode(conll.chunks(tags), len(tags), "iob1")
+        lines += [f"{w} NNP I-NP {t}" for w, t in zip(words, iob1)] + [""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ner")
+    (d / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    config = helpers.tiny_config(num_hidden_layers=3)
+    (d / "bert_config.json").write_text(config.to_json_string())
+    rng = np.random.default_rng(0)
+    rows = {"train": sentences(rng, 15), "dev": sentences(rng, 7), "test": sentences(rng, 5)}
+    for split, name in (("train", "eng.train"), ("dev", "eng.testa"), ("test", "eng.testb")):
+        write_conll2003(d / "conll" / name, rows[split])
+    # An unlabelled test file: one column.
+    (d / "unlabelled").mkdir()
+    (d / "unlabelled" / "test.txt").write_text(
+        "\n\n".join("\n".join(w) for w, _ in rows["test"]) + "\n"
+    )
+    # WNUT-16's layout for the driver: token<TAB>TAG, sentences separated by a tab-only line.
+    wnut_lines = []
+    for words, tags in sentences(rng, 20):
+        wnut_lines += [f"{w}\t{t}" for w, t in zip(words, tags)] + ["\t"]
+    (d / "wnut.txt").write_text("\n".join(wnut_lines) + "\n")
+    pre = bert.BertPretrainer(config)
+    pre.build()
+    prefix = tf.train.Checkpoint(model=pre).save(str(d / "pretrain" / "ckpt"))
+    return {"dir": d, "rows": rows, "config": config, "pretrain": prefix}
+
+
+def common(files, data_dir, out):
+    d = files["dir"]
+    return [
+        f"--data_dir={data_dir}",
+        f"--vocab_file={d / 'vocab.txt'}",
+        f"--bert_config_file={d / 'bert_config.json'}",
+        f"--output_dir={out}",
+        f"--max_seq_length={S}",
+        "--window_overlap=3",
+        "--eval_batch_size=4",
+        "--predict_batch_size=4",  # as eval: one traced predict step serves both
+    ]
+
+
+@pytest.fixture(scope="module")
+def smoke(files, tmp_path_factory):
+    """The fine-tune + predict-only pair and the driver's feature arm, side by side (each is
+    mostly single-core tracing)."""
+    root = tmp_path_factory.mktemp("runs")
+    d = files["dir"]
+    tuned = root / "tuned"
+    train_args = [
+        *common(files, d / "conll", tuned), "--do_train", "--do_eval", "--do_predict",
+        "--train_batch_size=3", "--learning_rate=5e-3", "--num_train_epochs=1",
+        "--save_checkpoints_steps=3", "--iterations_per_loop=3",
+    ]  # fmt: skip
+    predict_args = [*common(files, d / "unlabelled", tuned), "--do_predict"]
+
+    def finetune_then_predict():
+        first = run(train_args)
+        return first, run(predict_args)
+
+    settings = {
+        "max_seq_length": S, "window_overlap": 3, "train_batch_size": 3, "eval_batch_size": 4,
+        "predict_batch_size": 4, "num_train_epochs": 1, "save_checkpoints_steps": 2,
+        "iterations_per_loop": 2, "learning_rate": 5e-2, "lstm_units": 3,
+    }  # fmt: skip
+
+    def feature_arm():
+        wnut.prepare(root / "wnut", 1, d / "wnut.txt")
+        arm = ("features", files["pretrain"], "sum_last_four")
+        return wnut.run_arm(
+            root / "wnut", arm, [2], d / "vocab.txt", d / "bert_config.json", settings
+        )
+
+    with ThreadPoolExecutor(2) as pool:
+        pair = pool.submit(finetune_then_predict)
+        features = pool.submit(feature_arm)
+    return {"tuned": (tuned, *pair.result()), "features": (root / "wnut", features)}
+
+
+def results(path):
+    return {k: float(v) for k, v in (line.split(" = ") for line in path.read_text().splitlines())}
+
+
+def test_finetune_eval_and_labelled_test(smoke, files):
+    out, trained, _ = smoke["tuned"]
+    log = trained.stderr
+    assert "tag scheme iob1 (detected)" in log and "IOB1 tags converted to BIO" in log
+    assert "split into overlapping windows" in log and "examples/s" in log
+    r = results(out / "eval_results.txt")
+    assert {"f1", "precision", "recall", "token_accuracy", "loss", "f1_PER", "f1_geo-loc",
+            "global_step", "best_f1", "best_step"} <= set(r)  # fmt: skip
+    assert 0 <= r["f1"] <= 1 and r["loss"] > 0 and r["best_step"] > 0
+    evals = [json.loads(x) for x in (out / "eval_log.jsonl").read_text().splitlines()]
+    steps = [e["step"] for e in evals]
+    assert steps[0] == 0 and steps[-1] == r["global_step"] and len(steps) >= 3
+    best = json.loads((out / "best" / "best.json").read_text())
+    assert best["score"] == max(e["f1"] for e in evals if e["step"] > 0)
+    saved = json.loads((out / "model_config.json").read_text())
+    assert saved["tag_scheme"] == "iob1" and saved["labels"][:3] == ["O", "B-ORG", "I-ORG"]
+    # dev_predictions.txt is conlleval's input: its gold column is the dev file in BIO, and its
+    # scores are the ones reported.
+    pred = conll.read_conll(out / "dev_predictions.txt")
+    assert pred.columns == 3
+    gold = [t for _, t in files["rows"]["dev"]]
+    lines = (out / "dev_predictions.txt").read_text().split("\n\n")
+    assert [[x.split(" ")[1] for x in block.splitlines()] for block in lines if block] == gold
+    scores = ner_eval.evaluate(gold, [list(s.tags) for s in pred.sentences])
+    assert scores["f1"] == pytest.approx(r["f1"])
+    assert (out / "dev_conlleval.txt").read_text() == ner_eval.report(scores)
+    if shutil.which("perl"):
+        (script,) = fetch.fetch_package_files(
+            "seqeval==1.2.2", lambda n: n.endswith("tests/conlleval.pl"), binary=False
+        )
+        with open(out / "dev_predictions.txt") as f:
+            perl = subprocess.run(["perl", str(script)], stdin=f, capture_output=True, text=True)
+        assert perl.stdout == (out / "dev_conlleval.txt").read_text()
+    t = results(out / "test_results.txt")
+    assert 0 <= t["f1"] <= 1 and (out / "test_conlleval.txt").exists()
+    assert len(conll.read_conll(out / "test_predictions.txt").sentences) == 5
+
+
+def test_predict_only_reads_the_runs_settings_and_tags_unlabelled_text(smoke, files):
+    out, _, predicted = smoke["tuned"]
+    assert "model_config.json" in predicted.stderr and "best/ckpt" in predicted.stderr
+    data = conll.read_conll(out / "test_predictions.txt")
+    assert data.columns == 2  # token, predicted
+    assert [s.words for s in data.sentences] == [tuple(w) for w, _ in files["rows"]["test"]]
+    labels = json.loads((out / "model_config.json").read_text())["labels"]
+    assert all(t in labels for s in data.sentences for t in s.tags)
+
+
+def test_feature_arm_trains_the_mix_and_leaves_the_encoder_frozen(smoke, files):
+    out, job = smoke["features"]
+    summary = job.result()  # re-raises a failed run_ner.py
+    assert summary["feature_mode"] == "sum_last_four" and summary["test_f1"]["n"] == 1
+    run_dir = out / "ner" / "features" / "seed_2"
+    assert (run_dir / "test_predictions.txt").exists()
+    assert json.loads((run_dir / "command.json").read_text())[0] == "run_ner.py"
+    labels = json.loads((run_dir / "model_config.json").read_text())["labels"]
+    assert "B-geo-loc" in labels and "I-geo-loc" in labels
+    model = tagging.BertTagger(files["config"], len(labels), "sum_last_four", lstm_units=3)
+    model.build()
+    trainer.restore_model_weights(model, str(run_dir))
+    pre = bert.BertPretrainer(files["config"])
+    pre.build()
+    tf.train.Checkpoint(model=pre).restore(files["pretrain"]).expect_partial()
+    for a, b in zip(pre.encoder.weights, model.encoder.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())  # frozen: exactly the pretrained
+    assert np.abs(model.scalar_mix.scalar_weights.numpy()).max() > 0  # the mix did train
+    _, table = wnut.comparison_table(out)
+    assert "| features |" in table and "sum_last_four" in table
+
+
+def test_bad_input_stops_before_output_dir_exists(files, tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "train.txt").write_text("John B-PER\nlives O\n\nMary B-PER\nin\n")
+    (d / "dev.txt").write_text("John B-PER\n")
+    out = tmp_path / "out"
+    args = [*common(files, d, out), "--do_train", "--do_eval"]
+    result = run(args, check=False)
+    assert result.returncode != 0 and not out.exists()
+    assert f"{d / 'train.txt'}:5: expected 2 columns as line 1, found 1: 'in'" in result.stderr
+    (d / "train.txt").write_text("John B-PER\nlives O\n\nin O\nParis I-LOC\n")
+    result = run([*args, "--tag_scheme=bio", "--invalid_tags=reject"], check=False)
+    assert result.returncode != 0 and not out.exists()
+    assert f"{d / 'train.txt'}:5: expected tags valid in strict bio, found 'I-LOC'" in (
+        result.stderr
+    )
+    (d / "dev.txt").write_text("\n")
+    result = run([*args, "--tag_scheme=bio"], check=False)
+    assert f"{d / 'dev.txt'}: expected sentences" in result.stderr and not out.exists()
+    result = run([*args, "--label_list=O,B-PER"], check=False)
+    assert f"{d / 'train.txt'}:5: expected a tag in --label_list" in result.stderr

@@ -1,0 +1,167 @@
+"""The scalar mix (Peters et al. 2018 eq. 1) against numpy, the tagger's feature modes (which
+layers, frozen or trained, dropout), its BiLSTM option and padding, serialization, loading a
+pretraining checkpoint's encoder, the token-tagging loss, and the layer-feature extractor."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from modeling import bert, tagging
+from tests import helpers
+from training import finetune_tasks, trainer
+
+B, S, C = 3, 7, 5
+
+
+def inputs(seed=0, vocab=53):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, vocab, (B, S)).astype("int32")
+    mask = np.ones((B, S), "int32")
+    mask[1, 4:] = 0
+    mask[2, 2:] = 0
+    ids[mask == 0] = 0
+    return {"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros((B, S), "int32")}
+
+
+def config(**changes):
+    return helpers.tiny_config(num_hidden_layers=3, **changes)  # 4 outputs: the last four exist
+
+
+def test_scalar_mix_is_gamma_times_softmax_weighted_sum():
+    rng = np.random.default_rng(1)
+    layers = [rng.normal(size=(B, S, 12)).astype("float32") for _ in range(4)]
+    mix = tagging.ScalarMix(4)
+    mix.build()
+    np.testing.assert_allclose(mix(layers), np.mean(layers, axis=0), rtol=1e-6, atol=1e-6)
+    w = np.array([0.3, -1.0, 2.0, 0.5], "float32")
+    mix.scalar_weights.assign(w)
+    mix.gamma.assign(1.7)
+    s = np.exp(w) / np.exp(w).sum()
+    expected = 1.7 * sum(s[j] * layers[j] for j in range(4))
+    np.testing.assert_allclose(mix(layers), expected, rtol=1e-5, atol=1e-6)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(mix(layers) ** 2)
+    grads = tape.gradient(loss, [mix.scalar_weights, mix.gamma])
+    assert all(g is not None and np.all(np.isfinite(g)) for g in grads)
+    assert np.abs(grads[0].numpy()).sum() > 0
+    again = tagging.ScalarMix.from_config(mix.get_config())
+    assert again.num_layers == 4 and again.name == mix.name
+    with pytest.raises(ValueError, match=r"ScalarMix\(4\) got 3 layers"):
+        mix(layers[:3])
+
+
+def test_layer_indices_per_mode():
+    assert tagging.layer_indices("embeddings", 3) == [0]
+    assert tagging.layer_indices("second_to_last", 3) == [2]
+    assert tagging.layer_indices("sum_last_four", 3) == [0, 1, 2, 3]
+    assert tagging.layer_indices("sum_all", 5) == [0, 1, 2, 3, 4, 5]
+    with pytest.raises(ValueError, match="needs 4 layer outputs; a 2-layer encoder has 3"):
+        tagging.layer_indices("concat_last_four", 2)
+    with pytest.raises(ValueError, match="feature_mode: expected one of"):
+        tagging.layer_indices("mean", 2)
+
+
+@pytest.mark.parametrize("mode", list(tagging.FEATURE_MODES))
+def test_each_mode_reads_its_layers_and_trains_only_what_it_should(mode):
+    model = tagging.BertTagger(config(), C, feature_mode=mode)
+    model.build()
+    x = inputs()
+    logits = model(x)
+    assert logits.shape == (B, S, C) and logits.dtype == tf.float32
+    outs = model.encoder(x)["encoder_outputs"]
+    features = model.features(x).numpy()
+    chosen = [outs[i].numpy() for i in tagging.layer_indices(mode, 3)]
+    if mode in ("sum_last_four", "sum_all"):
+        expected = np.mean(chosen, axis=0)  # the mix starts equal, gamma 1
+    elif mode == "concat_last_four":
+        expected = np.concatenate(chosen, axis=-1)  # (B, S, 4 H)
+    else:
+        expected = chosen[0]
+    np.testing.assert_allclose(features, expected, rtol=1e-5, atol=1e-6)
+    names = {v.path.split("/", 1)[1] for v in model.trainable_variables}
+    head = {"classifier/dense/kernel", "classifier/dense/bias"}
+    if mode == "finetune":
+        assert head < names and "encoder/embeddings/word_embeddings" in names
+        assert any(n.startswith("encoder/layer_2/") for n in names)
+        assert not any(n.startswith("encoder/pooler/") for n in names)  # no gradient reaches it
+    else:
+        mix = {"scalar_mix/scalar_weights", "scalar_mix/gamma"} if "sum" in mode else set()
+        assert names == head | mix
+    assert model.classifier.dense.kernel.shape == (model.feature_width, C)
+
+
+def test_frozen_encoder_runs_without_dropout_while_finetuning_uses_it():
+    noisy = config(hidden_dropout_prob=0.5, attention_probs_dropout_prob=0.5)
+    x = inputs()
+    frozen = tagging.BertTagger(noisy, C, feature_mode="last", dropout_rate=0.0)
+    frozen.build()
+    np.testing.assert_array_equal(frozen(x, training=True), frozen(x, training=False))
+    tuned = tagging.BertTagger(noisy, C, dropout_rate=0.0)
+    tuned.build()
+    assert not np.allclose(tuned(x, training=True), tuned(x, training=False))
+
+
+def test_bilstm_option_and_padding_do_not_leak():
+    model = tagging.BertTagger(config(), C, feature_mode="sum_all", lstm_units=4, lstm_layers=2)
+    model.build()
+    names = {v.path.split("/", 1)[1] for v in model.trainable_variables}
+    assert {n.split("/")[0] for n in names} == {"scalar_mix", "lstm_0", "lstm_1", "classifier"}
+    assert model.classifier.dense.kernel.shape == (8, C)  # 2 directions x 4 units
+    x = inputs()
+    a = model(x).numpy()
+    y = dict(x, input_ids=np.where(x["input_mask"] == 1, x["input_ids"], 7).astype("int32"))
+    b = model(y).numpy()
+    real = x["input_mask"] == 1
+    np.testing.assert_allclose(a[real], b[real], rtol=1e-5, atol=1e-6)  # padding ids are ignored
+
+
+def test_get_config_round_trip_and_encoder_from_a_pretraining_checkpoint(tmp_path):
+    pre = bert.BertPretrainer(config())
+    pre.build()
+    prefix = tf.train.Checkpoint(model=pre).save(str(tmp_path / "ckpt"))
+    model = tagging.BertTagger(config(), C, feature_mode="concat_last_four", lstm_units=3)
+    model.build()
+    loaded, part = trainer.init_from_checkpoint(model, prefix)
+    assert part == "encoder" and loaded == prefix
+    for a, b in zip(pre.encoder.weights, model.encoder.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    clone = tagging.BertTagger.from_config(model.get_config())
+    clone.build()
+    assert clone.get_config() == model.get_config()
+    for a, b in zip(model.weights, clone.weights):
+        b.assign(a)
+    np.testing.assert_allclose(model(inputs()), clone(inputs()), rtol=1e-6)
+
+
+def test_token_tagging_task_sums_match_numpy():
+    model = tagging.BertTagger(config(), C)
+    model.build()
+    x = inputs()
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, C, (B, S)).astype("int32")
+    weights = (rng.random((B, S)) < 0.5).astype("float32") * x["input_mask"]
+    task = finetune_tasks.token_tagging_task(model)
+    sums = task.sums_fn(dict(x, label_ids=labels, label_weights=weights), training=False)
+    logits = model(x).numpy().astype(np.float64)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    ce = -np.take_along_axis(logp, labels[..., None], -1)[..., 0]
+    assert float(sums["loss_sum"]) == pytest.approx((ce * weights).sum(), rel=1e-5)
+    assert float(sums["weight"]) == weights.sum()
+    hits = (logits.argmax(-1) == labels) * weights
+    assert float(sums["correct"]) == hits.sum()
+
+
+def test_layer_features_are_the_chosen_transformer_layers():
+    cfg = config()
+    model = tagging.BertLayerFeatures(cfg, (-1, 0, -2))
+    model.build()
+    x = inputs()
+    out = model(x).numpy()
+    assert out.shape == (B, S, 3, 12)
+    layers = model.encoder(x)["encoder_outputs"]  # embeddings, layer 0, 1, 2
+    for k, index in enumerate((3, 1, 2)):
+        np.testing.assert_allclose(out[:, :, k], layers[index], rtol=1e-6)
+    assert not model.trainable_variables
+    assert tagging.BertLayerFeatures.from_config(model.get_config()).layers_ == (-1, 0, -2)
+    with pytest.raises(ValueError, match=r"layer index -4 is outside a 3-layer encoder"):
+        tagging.transformer_layer_indices([-4], 3)
