@@ -6,6 +6,14 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
     --output_dir=converted/minilm
 
 --from: tf1_bert  a folder with bert_model.ckpt.*, bert_config.json, vocab.txt (Google's release)
+        tf1_albert  google-research/albert's release: model.ckpt-best.* (or a `checkpoint` file),
+                  albert_config.json, and --vocab_file (ALBERT ships a SentencePiece model; a
+                  vocab is only needed for the checks and exports that use one)
+        tf1_electra google-research/electra's release folder (a `checkpoint` file and the
+                  checkpoint it names) and an ELECTRA config (--bert_config_file, e.g.
+                  configs/electra_small.json; the original ships none); the pretraining
+                  checkpoint gives generator and discriminator, a discriminator-only one the
+                  encoder. ALBERT and ELECTRA convert --to=cloze or --to=keras.
         hf        a folder with model.safetensors (or a shard index), config.json, vocab.txt
         cloze     a Cloze output folder or checkpoint prefix, with bert_config.json or
                   model_config.json beside it (or --bert_config_file)
@@ -36,7 +44,9 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
-FORMATS_IN = ["tf1_bert", "hf", "cloze", "keras_hub"]
+FORMATS_IN = ["tf1_bert", "tf1_albert", "tf1_electra", "hf", "cloze", "keras_hub"]
+# What a model of another family than BERT can be written as (the other formats are BERT's).
+FAMILY_FORMATS_OUT = ["cloze", "keras"]
 FORMATS_OUT = ["cloze", "hf", "tf1_bert", "saved_model", "keras", "keras_hub"]
 
 flags.DEFINE_enum("from", None, FORMATS_IN, "Format of the checkpoint to read.")
@@ -82,6 +92,8 @@ FLAGS = flags.FLAGS
 # Where each format keeps its config inside --input_dir, in order of preference.
 CONFIG_NAMES = {
     "tf1_bert": ("bert_config.json",),
+    "tf1_albert": ("albert_config.json",),
+    "tf1_electra": ("electra_config.json",),
     "hf": ("config.json",),
     "cloze": ("bert_config.json", "model_config.json"),
     "keras_hub": ("config.json",),
@@ -149,6 +161,12 @@ def convert(source_format: str, target_format: str) -> None:
     from modeling import checkpoints
 
     input_dir, checkpoint = FLAGS.input_dir, FLAGS.init_checkpoint
+    if source_format in ("tf1_albert", "tf1_electra") and target_format not in FAMILY_FORMATS_OUT:
+        raise input_error(
+            f"--to={target_format}",
+            f"one of {FAMILY_FORMATS_OUT} for --from={source_format}",
+            f"--to={target_format}, which writes BERT's layout only",
+        )
     if input_dir and not os.path.isdir(input_dir):
         raise input_error(input_dir, "a folder (--input_dir)", "no such folder")
     config_file = find_config(source_format, input_dir, checkpoint)
@@ -166,6 +184,14 @@ def convert(source_format: str, target_format: str) -> None:
     elif source_format == "keras_hub":
         config = checkpoints.read_keras_hub_config(config_file)
         check_keras_hub_lowercase(input_dir or checkpoint)
+    elif source_format == "tf1_albert":
+        from modeling import albert
+
+        config = albert.AlbertConfig.from_json_file(config_file)
+    elif source_format == "tf1_electra":
+        from modeling import electra
+
+        config = electra.ElectraConfig.from_json_file(config_file)
     else:
         from modeling import bert
 
@@ -178,6 +204,10 @@ def convert(source_format: str, target_format: str) -> None:
     args = (source, config, str(config_file), FLAGS.skip_variables)
     if source_format == "tf1_bert":
         model, report = checkpoints.load_tf1_bert(*args)
+    elif source_format == "tf1_albert":
+        model, report = checkpoints.load_tf1_albert(*args)
+    elif source_format == "tf1_electra":
+        model, report = checkpoints.load_tf1_electra(*args)
     elif source_format == "hf":
         model, report = checkpoints.load_hf_bert(*args, trust_pickle=FLAGS.trust_pickle)
     elif source_format == "keras_hub":

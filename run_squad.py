@@ -28,7 +28,12 @@ import os
 from absl import app, flags, logging
 
 flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary the model was trained with.")
-flags.DEFINE_string("bert_config_file", None, "JSON config of the BERT model (original fields).")
+flags.DEFINE_string(
+    "bert_config_file",
+    None,
+    "JSON config of the model (original fields): a bert_config.json, albert_config.json or an "
+    "ELECTRA config.",
+)
 flags.DEFINE_string(
     "init_checkpoint", None, "Cloze checkpoint (prefix or folder) to start from; empty = scratch."
 )
@@ -115,11 +120,11 @@ def main(argv):
     import tensorflow as tf
 
     from data_prep import features
-    from modeling import bert, span_qa
+    from modeling import albert, span_qa
     from training import distribute, finetune_tasks, optimization, squad_eval, trainer
 
     try:
-        config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+        config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
     except InputError as e:
         raise SystemExit(f"run_squad: {e}") from None
     strategy, workers, worker_index = distribute.setup(

@@ -38,7 +38,7 @@ from typing import ClassVar
 
 import keras
 
-from modeling import bert, heads, layers
+from modeling import bert, electra, heads, layers
 
 # ---------------------------------------------------------------------------------------------
 # Config
@@ -128,18 +128,29 @@ class AlbertConfig:
 
 
 def is_albert_config(values) -> bool:
-    """An ALBERT config is told from a BERT one by its `embedding_size` key."""
-    return isinstance(values, dict) and "embedding_size" in values
+    """An ALBERT config is told from a BERT one by its `embedding_size` key, and from an ELECTRA
+    one (which has embedding_size too) by the absence of ELECTRA's generator keys."""
+    return (
+        isinstance(values, dict)
+        and "embedding_size" in values
+        and not electra.is_electra_config(values)
+    )
+
+
+def encoder_config_from_dict(values, source: str = "config"):
+    """A BertConfig, AlbertConfig or ElectraConfig from its dict, told apart by its keys."""
+    if electra.is_electra_config(values):
+        return electra.ElectraConfig.from_dict(values, source=source)
+    if is_albert_config(values):
+        return AlbertConfig.from_dict(values, source=source)
+    return bert.BertConfig.from_dict(values, source=source)
 
 
 def load_encoder_config(path, max_seq_length: int, vocab_size: int | None = None):
-    """Reads a bert_config.json or albert_config.json (told apart by `embedding_size`) and checks
-    it against the run as bert.load_config does. Returns a BertConfig or an AlbertConfig."""
-    values = bert.read_config_json(path, "a bert_config.json or albert_config.json file")
-    if is_albert_config(values):
-        config = AlbertConfig.from_dict(values, source=str(path))
-    else:
-        config = bert.BertConfig.from_dict(values, source=str(path))
+    """Reads a bert_config.json, albert_config.json or ELECTRA config (told apart by their keys,
+    see encoder_config_from_dict) and checks it against the run as bert.load_config does."""
+    values = bert.read_config_json(path, "a bert_config.json, albert_config.json or ELECTRA config")
+    config = encoder_config_from_dict(values, source=str(path))
     bert.check_run_fits(config, path, max_seq_length, vocab_size)
     return config
 

@@ -435,3 +435,65 @@ def check_run_fits(config, path, max_seq_length: int, vocab_size: int | None = N
             f"{path}: vocab_size={config.vocab_size} is smaller than the vocabulary's "
             f"{vocab_size} tokens"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Distillation (DistilBERT): a smaller student initialised from its teacher
+# ---------------------------------------------------------------------------------------------
+
+# What a student must share with its teacher: the soft targets need one vocabulary, the cosine
+# loss and the copied layers one hidden size, the copied blocks their other shapes.
+STUDENT_MUST_MATCH = (
+    "vocab_size",
+    "hidden_size",
+    "num_attention_heads",
+    "intermediate_size",
+    "type_vocab_size",
+    "max_position_embeddings",
+)
+
+
+def check_student_fits_teacher(student: BertConfig, teacher: BertConfig, where: str) -> None:
+    """Raises InputError naming the student's config file (`where`) and what to change when the
+    student cannot learn from (or start from) the teacher: a differing STUDENT_MUST_MATCH field,
+    or more layers than the teacher has."""
+    for name in STUDENT_MUST_MATCH:
+        mine, theirs = getattr(student, name), getattr(teacher, name)
+        if mine != theirs:
+            raise InputError(
+                f"{where}: {name}={mine} differs from the teacher's {name}={theirs}; a student "
+                f"keeps the teacher's {name} (set it to {theirs}) and has fewer layers"
+            )
+    if student.num_hidden_layers > teacher.num_hidden_layers:
+        raise InputError(
+            f"{where}: num_hidden_layers={student.num_hidden_layers} is more than the teacher's "
+            f"{teacher.num_hidden_layers}; a student has at most the teacher's layers"
+        )
+
+
+def student_layer_sources(student_layers: int, teacher_layers: int) -> list[int]:
+    """The teacher layer each student layer starts from: one out of every k = L_t // L_s,
+    i.e. 0, 2, 4, ... for half the depth (DistilBERT sec. 3, "taking one layer out of two")."""
+    stride = teacher_layers // student_layers
+    return [i * stride for i in range(student_layers)]
+
+
+def init_student_from_teacher(student: BertPretrainer, teacher: BertPretrainer) -> list[int]:
+    """Copies the teacher's embeddings, pooler, heads and every `stride`-th layer into the
+    student (student_layer_sources). Both built; check_student_fits_teacher first. Returns the
+    teacher layer of each student layer."""
+    sources = student_layer_sources(
+        student.config.num_hidden_layers, teacher.config.num_hidden_layers
+    )
+    pairs = [(student.encoder.embeddings, teacher.encoder.embeddings)]
+    pairs += [(student.encoder.blocks[i], teacher.encoder.blocks[j]) for i, j in enumerate(sources)]
+    pairs += [
+        (student.encoder.pooler, teacher.encoder.pooler),
+        (student.masked_lm, teacher.masked_lm),
+        (student.next_sentence, teacher.next_sentence),
+    ]
+    for mine, theirs in pairs:
+        for a, b in zip(mine.weights, theirs.weights, strict=True):
+            if "seed_generator" not in a.path:
+                a.assign(b)
+    return sources

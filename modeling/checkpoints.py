@@ -2,6 +2,7 @@
 
 Formats read and written:
   tf1_bert  google-research/bert `bert_model.ckpt` (name-based TF1 checkpoint: `bert/`, `cls/`)
+  tf1_albert, tf1_electra  the original ALBERT and ELECTRA TF1 checkpoints (read only)
   hf        Hugging Face BertModel / BertForPreTraining: `model.safetensors` + `config.json`
   cloze     Cloze's own object-based tf.train.Checkpoint (`model=` a BertPretrainer, or anything
             with an `encoder`), as training/trainer.py writes it
@@ -18,13 +19,15 @@ entries run backwards (`export_arrays`) to write a format. Optimizer state (TF1 
 `optimizer/` part of a Cloze checkpoint) and non-weight buffers are the only things skipped
 silently, and they are listed in the report.
 
-Adding a family later (ALBERT, ELECTRA TF1 layouts): write its `*_entries(config, heads)` next to
-`tf1_bert_entries`. ELECTRA's discriminator is this BERT layout under scope `electra/` (so
-`tf1_bert_entries(config, heads=False, scope="electra")` plus entries for
-`discriminator_predictions/dense` and `discriminator_predictions/dense_1`); ALBERT adds
-`bert/encoder/embedding_hidden_mapping_in` and names its one shared block
-`bert/encoder/transformer/group_0/inner_group_0/...` (`attention_1/self/query`, `ffn_1/intermediate/
-dense`, `LayerNorm`, `LayerNorm_1`), which map onto its model's shared layer the same way.
+Other families' original TF1 layouts are read the same way (an `*_entries(config, heads)` each,
+sharing the block and embedding helpers): tf1_albert (google-research/albert: `bert/` with E-wide
+embeddings, `bert/encoder/embedding_hidden_mapping_in`, one scope per shared block
+`bert/encoder/transformer/group_g/inner_group_k/` with `attention_1/self/query`,
+`ffn_1/intermediate/dense`, `LayerNorm`, `LayerNorm_1`) and tf1_electra (google-research/electra:
+the discriminator as BERT's layout under `electra/` with `electra/embeddings_project` and no
+pooler, the generator under `generator/` sharing `electra/embeddings`, `generator_predictions/`,
+`discriminator_predictions/dense` and `dense_1`). Both are read only (--from), into Cloze's
+checkpoint or `.keras` file.
 
 Shapes: H hidden, I intermediate, V vocab, T type vocab, P positions, N heads, D head depth.
 """
@@ -142,72 +145,135 @@ def cloze_variable_shapes(config: bert.BertConfig, heads: bool) -> dict[str, tup
     return out
 
 
+def _block_variables(block, path: str) -> dict:
+    """A layers.TransformerBlock's variables under `path` (its attribute names)."""
+    out = {}
+    parts = {
+        "attention/qkv": block.attention.qkv,
+        "attention/output_dense": block.attention.output_dense,
+        "intermediate": block.intermediate,
+        "output_dense": block.output_dense,
+    }
+    for name, dense in parts.items():
+        out[f"{path}/{name}/kernel"] = dense.kernel
+        out[f"{path}/{name}/bias"] = dense.bias
+    for name in ("attention_layer_norm", "output_layer_norm"):
+        out[f"{path}/{name}/gamma"] = getattr(block, name).gamma
+        out[f"{path}/{name}/beta"] = getattr(block, name).beta
+    return out
+
+
+def _embedding_variables(e, path: str = "encoder/embeddings") -> dict:
+    """A bert.BertEmbeddings layer's variables."""
+    return {
+        f"{path}/word_embeddings": e.word_embeddings,
+        f"{path}/token_type_embeddings": e.token_type_embeddings,
+        f"{path}/position_embeddings": e.position_embeddings,
+        f"{path}/layer_norm/gamma": e.layer_norm.gamma,
+        f"{path}/layer_norm/beta": e.layer_norm.beta,
+    }
+
+
+def _dense_variables(dense, path: str) -> dict:
+    if dense is None:  # an optional projection the config leaves out
+        return {}
+    return {f"{path}/kernel": dense.kernel, f"{path}/bias": dense.bias}
+
+
+def _mlm_variables(head, path: str = "masked_lm") -> dict:
+    """A heads.MaskedLMHead's variables."""
+    return _dense_variables(head.transform, f"{path}/transform") | {
+        f"{path}/layer_norm/gamma": head.layer_norm.gamma,
+        f"{path}/layer_norm/beta": head.layer_norm.beta,
+        f"{path}/output_bias": head.output_bias,
+    }
+
+
+def _albert_variables(model) -> dict:
+    from modeling import albert
+
+    encoder = model if isinstance(model, albert.AlbertEncoder) else model.encoder
+    out = _embedding_variables(encoder.embeddings)
+    out |= _dense_variables(
+        encoder.embedding_hidden_mapping_in, "encoder/embedding_hidden_mapping_in"
+    )
+    for g, group in enumerate(encoder.groups):
+        for k, block in enumerate(group.blocks):
+            out |= _block_variables(block, f"encoder/group_{g}/inner_group_{k}")
+    out |= _dense_variables(encoder.pooler, "encoder/pooler")
+    if isinstance(model, albert.AlbertPretrainer):
+        out |= _mlm_variables(model.masked_lm)
+        out |= _dense_variables(model.next_sentence.dense, "next_sentence/dense")
+    return out
+
+
+def _electra_variables(model) -> dict:
+    from modeling import electra
+
+    pretrainer = isinstance(model, electra.ElectraPretrainer)
+    out = {}
+    for name in ("encoder", "generator") if pretrainer else ("encoder",):
+        encoder = getattr(model, name) if pretrainer else model
+        if name == "encoder":  # the generator's embeddings are these (shared)
+            out |= _embedding_variables(encoder.embeddings)
+        out |= _dense_variables(encoder.embeddings_project, f"{name}/embeddings_project")
+        for n, block in enumerate(encoder.blocks):
+            out |= _block_variables(block, f"{name}/layer_{n}")
+    if pretrainer:
+        out |= _mlm_variables(model.generator_predictions, "generator_predictions")
+        head = model.discriminator_predictions
+        out |= _dense_variables(head.dense, "discriminator_predictions/dense")
+        out |= _dense_variables(head.dense_1, "discriminator_predictions/dense_1")
+    return out
+
+
 def cloze_variables(model) -> dict:
-    """The variables of a BertEncoder or BertPretrainer under the names of cloze_variable_shapes.
+    """The variables of a model of any encoder family (BERT, ALBERT, ELECTRA; an encoder or its
+    pretrainer) under their attribute paths from the model, as cloze_variable_shapes names BERT's.
 
     Walks the attributes explicitly (not Keras' `v.path`, which holds layer names such as `output`
     rather than the attribute `output_dense` that checkpoints use), then checks that the walk found
     every trainable variable of the model, so a layer added later cannot be skipped silently.
     """
-    from modeling import bert
+    from modeling import albert, bert, electra
 
-    encoder = model if isinstance(model, bert.BertEncoder) else model.encoder
-    e = encoder.embeddings
-    out = {
-        "encoder/embeddings/word_embeddings": e.word_embeddings,
-        "encoder/embeddings/token_type_embeddings": e.token_type_embeddings,
-        "encoder/embeddings/position_embeddings": e.position_embeddings,
-        "encoder/embeddings/layer_norm/gamma": e.layer_norm.gamma,
-        "encoder/embeddings/layer_norm/beta": e.layer_norm.beta,
-    }
-    for n, block in enumerate(encoder.blocks):
-        b = f"encoder/layer_{n}"
-        parts = {
-            "attention/qkv": block.attention.qkv,
-            "attention/output_dense": block.attention.output_dense,
-            "intermediate": block.intermediate,
-            "output_dense": block.output_dense,
-        }
-        for name, dense in parts.items():
-            out[f"{b}/{name}/kernel"] = dense.kernel
-            out[f"{b}/{name}/bias"] = dense.bias
-        for name in ("attention_layer_norm", "output_layer_norm"):
-            out[f"{b}/{name}/gamma"] = getattr(block, name).gamma
-            out[f"{b}/{name}/beta"] = getattr(block, name).beta
-    out["encoder/pooler/kernel"] = encoder.pooler.kernel
-    out["encoder/pooler/bias"] = encoder.pooler.bias
-    if isinstance(model, bert.BertPretrainer):
-        mlm, nsp = model.masked_lm, model.next_sentence
-        out |= {
-            "masked_lm/transform/kernel": mlm.transform.kernel,
-            "masked_lm/transform/bias": mlm.transform.bias,
-            "masked_lm/layer_norm/gamma": mlm.layer_norm.gamma,
-            "masked_lm/layer_norm/beta": mlm.layer_norm.beta,
-            "masked_lm/output_bias": mlm.output_bias,
-            "next_sentence/dense/kernel": nsp.dense.kernel,
-            "next_sentence/dense/bias": nsp.dense.bias,
-        }
-    root = encoder if isinstance(model, bert.BertEncoder) else model
+    if isinstance(model, (albert.AlbertEncoder, albert.AlbertPretrainer)):
+        out = _albert_variables(model)
+    elif isinstance(model, (electra.ElectraEncoder, electra.ElectraPretrainer)):
+        out = _electra_variables(model)
+    else:
+        encoder = model if isinstance(model, bert.BertEncoder) else model.encoder
+        out = _embedding_variables(encoder.embeddings)
+        for n, block in enumerate(encoder.blocks):
+            out |= _block_variables(block, f"encoder/layer_{n}")
+        out |= _dense_variables(encoder.pooler, "encoder/pooler")
+        if isinstance(model, bert.BertPretrainer):
+            out |= _mlm_variables(model.masked_lm)
+            out |= _dense_variables(model.next_sentence.dense, "next_sentence/dense")
     walked = {id(v) for v in out.values()}
-    missed = [v.path for v in root.trainable_variables if id(v) not in walked]
+    missed = [v.path for v in model.trainable_variables if id(v) not in walked]
     if missed:
         raise RuntimeError(f"cloze_variables does not know these model variables: {missed}")
     return out
 
 
 def build_model(config: bert.BertConfig, heads: bool):
-    """A built BertPretrainer (heads=True) or BertEncoder, ready to take converted weights."""
-    from modeling import bert
+    """A built pretrainer (heads=True) or encoder of the config's family (a BertConfig,
+    AlbertConfig or ElectraConfig), ready to take converted weights."""
+    from modeling import albert, bert, electra
 
-    model = bert.BertPretrainer(config) if heads else bert.BertEncoder(config)
+    pretrainer, encoder = {
+        albert.AlbertConfig: (albert.AlbertPretrainer, albert.AlbertEncoder),
+        electra.ElectraConfig: (electra.ElectraPretrainer, electra.ElectraEncoder),
+    }.get(type(config), (bert.BertPretrainer, bert.BertEncoder))
+    model = pretrainer(config) if heads else encoder(config)
     model.build()
     return model
 
 
 def has_heads(model) -> bool:
-    from modeling import bert
-
-    return isinstance(model, bert.BertPretrainer)
+    """Whether `model` is a pretrainer (it holds its encoder as `encoder`), not a bare encoder."""
+    return hasattr(model, "encoder")
 
 
 def cloze_entries(config: bert.BertConfig, heads: bool, root: str = "model/") -> list[Entry]:
@@ -223,73 +289,176 @@ def cloze_entries(config: bert.BertConfig, heads: bool, root: str = "model/") ->
 TF1_HEAD_MARKERS = ("cls/predictions/output_bias", "cls/seq_relationship/output_weights")
 
 
+# Each Cloze TransformerBlock part and its variable scope inside one original TF1 layer: BERT's
+# (modeling.py transformer_model; ELECTRA's is the same) and ALBERT's (its attention_ffn_block).
+TF1_BERT_BLOCK = {
+    "qkv": "attention/self/{}",
+    "attention_output": "attention/output/dense",
+    "attention_norm": "attention/output/LayerNorm",
+    "intermediate": "intermediate/dense",
+    "output": "output/dense",
+    "output_norm": "output/LayerNorm",
+}
+TF1_ALBERT_BLOCK = {
+    "qkv": "attention_1/self/{}",
+    "attention_output": "attention_1/output/dense",
+    "attention_norm": "LayerNorm",
+    "intermediate": "ffn_1/intermediate/dense",
+    "output": "ffn_1/intermediate/output/dense",
+    "output_norm": "LayerNorm_1",
+}
+
+
+def _tf1_block_entries(dst: str, src: str, h: int, i: int, names: dict) -> list[Entry]:
+    """One Transformer block: Cloze `dst` (attribute path) from TF1 scope `src`; Q, K and V
+    fused into Cloze's (H, 3H) kernel, the rest copied ((in, out) kernels in both)."""
+    qkv = [f"{src}/{names['qkv'].format(part)}" for part in ("query", "key", "value")]
+    out_dense, att_norm = f"{src}/{names['attention_output']}", f"{src}/{names['attention_norm']}"
+    inter, output, norm = (f"{src}/{names[k]}" for k in ("intermediate", "output", "output_norm"))
+    return [
+        _fused(f"{dst}/attention/qkv/kernel", [f"{q}/kernel" for q in qkv], (h, h), False),
+        _fused(f"{dst}/attention/qkv/bias", [f"{q}/bias" for q in qkv], (h,), False),
+        _copy(f"{dst}/attention/output_dense/kernel", f"{out_dense}/kernel", (h, h)),
+        _copy(f"{dst}/attention/output_dense/bias", f"{out_dense}/bias", (h,)),
+        _copy(f"{dst}/attention_layer_norm/gamma", f"{att_norm}/gamma", (h,)),
+        _copy(f"{dst}/attention_layer_norm/beta", f"{att_norm}/beta", (h,)),
+        _copy(f"{dst}/intermediate/kernel", f"{inter}/kernel", (h, i)),
+        _copy(f"{dst}/intermediate/bias", f"{inter}/bias", (i,)),
+        _copy(f"{dst}/output_dense/kernel", f"{output}/kernel", (i, h)),
+        _copy(f"{dst}/output_dense/bias", f"{output}/bias", (h,)),
+        _copy(f"{dst}/output_layer_norm/gamma", f"{norm}/gamma", (h,)),
+        _copy(f"{dst}/output_layer_norm/beta", f"{norm}/beta", (h,)),
+    ]
+
+
+def _tf1_embedding_entries(config, width: int, scope: str, dst="encoder/embeddings") -> list:
+    """The word, segment and position tables (width E) and their LayerNorm under `scope`."""
+    c = config
+    return [
+        _copy(f"{dst}/word_embeddings", f"{scope}/word_embeddings", (c.vocab_size, width)),
+        _copy(
+            f"{dst}/token_type_embeddings",
+            f"{scope}/token_type_embeddings",
+            (c.type_vocab_size, width),
+        ),
+        _copy(
+            f"{dst}/position_embeddings",
+            f"{scope}/position_embeddings",
+            (c.max_position_embeddings, width),
+        ),
+        _copy(f"{dst}/layer_norm/gamma", f"{scope}/LayerNorm/gamma", (width,)),
+        _copy(f"{dst}/layer_norm/beta", f"{scope}/LayerNorm/beta", (width,)),
+    ]
+
+
+def _tf1_dense_entries(dst: str, src: str, n_in: int, n_out: int) -> list[Entry]:
+    return [
+        _copy(f"{dst}/kernel", f"{src}/kernel", (n_in, n_out)),
+        _copy(f"{dst}/bias", f"{src}/bias", (n_out,)),
+    ]
+
+
+def _tf1_mlm_entries(dst: str, src: str, h: int, e: int, v: int, dense: str, norm: str) -> list:
+    """The MLM head: transform H -> E (scope `dense`), its LayerNorm (`norm`), the output bias."""
+    return _tf1_dense_entries(f"{dst}/transform", f"{src}/{dense}", h, e) + [
+        _copy(f"{dst}/layer_norm/gamma", f"{src}/{norm}/gamma", (e,)),
+        _copy(f"{dst}/layer_norm/beta", f"{src}/{norm}/beta", (e,)),
+        _copy(f"{dst}/output_bias", f"{src}/output_bias", (v,)),
+    ]
+
+
+def _tf1_nsp_entries(h: int) -> list[Entry]:
+    # The original stores the 2-way classifier as output_weights (2, H): transposed here.
+    return [
+        _transposed("next_sentence/dense/kernel", "cls/seq_relationship/output_weights", (2, h)),
+        _copy("next_sentence/dense/bias", "cls/seq_relationship/output_bias", (2,)),
+    ]
+
+
 def tf1_bert_entries(config: bert.BertConfig, heads: bool, scope: str = "bert") -> list[Entry]:
     """google-research/bert modeling.py's variable names (scope `bert`) onto Cloze's.
 
     Kernels are (in, out) in both, so only Q|K|V is reshaped (fused) and the NSP
-    `output_weights`, which the original stores as (2, H), is transposed. `scope` lets ELECTRA's
-    discriminator (`electra/...`, the same layout) reuse this map.
+    `output_weights`, which the original stores as (2, H), is transposed.
     """
     c = config
     h, i, v = c.hidden_size, c.intermediate_size, c.vocab_size
-    emb = f"{scope}/embeddings"
-    out = [
-        _copy("encoder/embeddings/word_embeddings", f"{emb}/word_embeddings", (v, h)),
-        _copy(
-            "encoder/embeddings/token_type_embeddings",
-            f"{emb}/token_type_embeddings",
-            (c.type_vocab_size, h),
-        ),
-        _copy(
-            "encoder/embeddings/position_embeddings",
-            f"{emb}/position_embeddings",
-            (c.max_position_embeddings, h),
-        ),
-        _copy("encoder/embeddings/layer_norm/gamma", f"{emb}/LayerNorm/gamma", (h,)),
-        _copy("encoder/embeddings/layer_norm/beta", f"{emb}/LayerNorm/beta", (h,)),
-    ]
+    out = _tf1_embedding_entries(c, h, f"{scope}/embeddings")
     for n in range(c.num_hidden_layers):
-        src, dst = f"{scope}/encoder/layer_{n}", f"encoder/layer_{n}"
-        qkv = [f"{src}/attention/self/{part}" for part in ("query", "key", "value")]
-        out += [
-            _fused(f"{dst}/attention/qkv/kernel", [f"{q}/kernel" for q in qkv], (h, h), False),
-            _fused(f"{dst}/attention/qkv/bias", [f"{q}/bias" for q in qkv], (h,), False),
-            _copy(
-                f"{dst}/attention/output_dense/kernel",
-                f"{src}/attention/output/dense/kernel",
-                (h, h),
-            ),
-            _copy(f"{dst}/attention/output_dense/bias", f"{src}/attention/output/dense/bias", (h,)),
-            _copy(
-                f"{dst}/attention_layer_norm/gamma", f"{src}/attention/output/LayerNorm/gamma", (h,)
-            ),
-            _copy(
-                f"{dst}/attention_layer_norm/beta", f"{src}/attention/output/LayerNorm/beta", (h,)
-            ),
-            _copy(f"{dst}/intermediate/kernel", f"{src}/intermediate/dense/kernel", (h, i)),
-            _copy(f"{dst}/intermediate/bias", f"{src}/intermediate/dense/bias", (i,)),
-            _copy(f"{dst}/output_dense/kernel", f"{src}/output/dense/kernel", (i, h)),
-            _copy(f"{dst}/output_dense/bias", f"{src}/output/dense/bias", (h,)),
-            _copy(f"{dst}/output_layer_norm/gamma", f"{src}/output/LayerNorm/gamma", (h,)),
-            _copy(f"{dst}/output_layer_norm/beta", f"{src}/output/LayerNorm/beta", (h,)),
-        ]
-    out += [
-        _copy("encoder/pooler/kernel", f"{scope}/pooler/dense/kernel", (h, h)),
-        _copy("encoder/pooler/bias", f"{scope}/pooler/dense/bias", (h,)),
-    ]
+        src = f"{scope}/encoder/layer_{n}"
+        out += _tf1_block_entries(f"encoder/layer_{n}", src, h, i, TF1_BERT_BLOCK)
+    out += _tf1_dense_entries("encoder/pooler", f"{scope}/pooler/dense", h, h)
     if heads:
-        p = "cls/predictions"
-        out += [
-            _copy("masked_lm/transform/kernel", f"{p}/transform/dense/kernel", (h, h)),
-            _copy("masked_lm/transform/bias", f"{p}/transform/dense/bias", (h,)),
-            _copy("masked_lm/layer_norm/gamma", f"{p}/transform/LayerNorm/gamma", (h,)),
-            _copy("masked_lm/layer_norm/beta", f"{p}/transform/LayerNorm/beta", (h,)),
-            _copy("masked_lm/output_bias", f"{p}/output_bias", (v,)),
-            _transposed(
-                "next_sentence/dense/kernel", "cls/seq_relationship/output_weights", (2, h)
-            ),
-            _copy("next_sentence/dense/bias", "cls/seq_relationship/output_bias", (2,)),
-        ]
+        out += _tf1_mlm_entries(
+            "masked_lm", "cls/predictions", h, h, v, "transform/dense", "transform/LayerNorm"
+        )
+        out += _tf1_nsp_entries(h)
+    return out
+
+
+def tf1_albert_entries(config, heads: bool) -> list[Entry]:
+    """google-research/albert's names (modeling.py, run_pretraining.py) onto an AlbertEncoder or
+    AlbertPretrainer: BERT's scopes with E-wide embeddings, `embedding_hidden_mapping_in` (only
+    when E != H, as the original creates it), and one scope per shared block,
+    `bert/encoder/transformer/group_g/inner_group_k` (TF1_ALBERT_BLOCK names inside)."""
+    c = config
+    e, h, i, v = c.embedding_size, c.hidden_size, c.intermediate_size, c.vocab_size
+    out = _tf1_embedding_entries(c, e, "bert/embeddings")
+    if e != h:
+        out += _tf1_dense_entries(
+            "encoder/embedding_hidden_mapping_in", "bert/encoder/embedding_hidden_mapping_in", e, h
+        )
+    for g in range(c.num_hidden_groups):
+        for k in range(c.inner_group_num):
+            src = f"bert/encoder/transformer/group_{g}/inner_group_{k}"
+            out += _tf1_block_entries(
+                f"encoder/group_{g}/inner_group_{k}", src, h, i, TF1_ALBERT_BLOCK
+            )
+    out += _tf1_dense_entries("encoder/pooler", "bert/pooler/dense", h, h)
+    if heads:
+        out += _tf1_mlm_entries(
+            "masked_lm", "cls/predictions", h, e, v, "transform/dense", "transform/LayerNorm"
+        )
+        out += _tf1_nsp_entries(h)
+    return out
+
+
+def tf1_electra_entries(config, heads: bool) -> list[Entry]:
+    """google-research/electra's names (model/modeling.py, run_pretraining.py) onto an
+    ElectraEncoder (the discriminator) or ElectraPretrainer.
+
+    The discriminator is BERT's layout under `electra/` with E-wide embeddings, an
+    `electra/embeddings_project` when E != H, and no pooler (the original has none). With heads:
+    the generator under `generator/` (its embeddings are the shared `electra/embeddings`, the
+    original's default untied_generator_embeddings=False; a `generator/embeddings_project` when
+    E != H_g), `generator_predictions/{dense,LayerNorm,output_bias}` and
+    `discriminator_predictions/{dense,dense_1}`.
+    """
+    c = config
+    e, h, v = c.embedding_size, c.hidden_size, c.vocab_size
+    out = _tf1_embedding_entries(c, e, "electra/embeddings")
+    parts = [("encoder", "electra", c)]
+    if heads:
+        parts.append(("generator", "generator", c.generator_config()))
+    for dst, scope, part in parts:
+        hp = part.hidden_size
+        if e != hp:
+            out += _tf1_dense_entries(
+                f"{dst}/embeddings_project", f"{scope}/embeddings_project", e, hp
+            )
+        for n in range(part.num_hidden_layers):
+            src = f"{scope}/encoder/layer_{n}"
+            out += _tf1_block_entries(
+                f"{dst}/layer_{n}", src, hp, part.intermediate_size, TF1_BERT_BLOCK
+            )
+    if heads:
+        hg = c.generator_config().hidden_size
+        out += _tf1_mlm_entries(
+            "generator_predictions", "generator_predictions", hg, e, v, "dense", "LayerNorm"
+        )
+        d = "discriminator_predictions"
+        out += _tf1_dense_entries(f"{d}/dense", f"{d}/dense", h, h)
+        out += _tf1_dense_entries(f"{d}/dense_1", f"{d}/dense_1", h, 1)
     return out
 
 
@@ -910,7 +1079,7 @@ class ConversionReport:
             f"source: {self.source}",
             f"mapped {self.num_source_variables} source variables onto {len(self.entries)} "
             f"Cloze variables ({self.num_parameters:,} parameters); pre-training heads: "
-            f"{'MLM + NSP' if self.heads else 'none (encoder only)'}",
+            f"{'included' if self.heads else 'none (encoder only)'}",
         ]
         folded: dict[str, int] = {}
         for e in self.entries:
@@ -1051,7 +1220,9 @@ def describe(config: bert.BertConfig, where: str) -> str:
         f"{where} (num_hidden_layers={c.num_hidden_layers}, hidden_size={c.hidden_size}, "
         f"intermediate_size={c.intermediate_size}, vocab_size={c.vocab_size}, "
         f"type_vocab_size={c.type_vocab_size}, "
-        f"max_position_embeddings={c.max_position_embeddings})"
+        f"max_position_embeddings={c.max_position_embeddings}"
+        + (f", embedding_size={c.embedding_size}" if hasattr(c, "embedding_size") else "")
+        + ")"
     )
 
 
@@ -1076,28 +1247,75 @@ def check_vocab_size(vocab_file, config: bert.BertConfig, where: str) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_tf1_bert(checkpoint, config: bert.BertConfig, config_where: str = "the config", skip=None):
-    """A google-research/bert checkpoint (prefix or folder) -> (Cloze model, report).
-
-    With `cls/` head variables in the checkpoint the model is a BertPretrainer, else a BertEncoder.
-    """
-    source = TFCheckpointSource(resolve_checkpoint_prefix(checkpoint, "bert_model.ckpt"))
+def _load_tf1(checkpoint, config, config_where, skip, entries_fn, markers, default_name):
+    """A name-based TF1 checkpoint (prefix or folder) -> (Cloze model, report): a pretrainer when
+    any of `markers` (head variables) is in it, else an encoder; `entries_fn(config, heads)` is
+    the family's name map."""
+    source = TFCheckpointSource(resolve_checkpoint_prefix(checkpoint, default_name))
     if "_CHECKPOINTABLE_OBJECT_GRAPH" in source.shapes:
         raise input_error(
             source.label,
             "a name-based TF1 checkpoint",
             "an object-based TF2 checkpoint (Cloze's own); use --from=cloze",
         )
-    heads = any(m in source.shapes for m in TF1_HEAD_MARKERS)
+    heads = any(m in source.shapes for m in markers)
     model = build_model(config, heads)
 
     def ignore(name):
         return "optimizer state and step counter" if tf1_training_state(name) else None
 
     report = convert_into(
-        model, tf1_bert_entries(config, heads), source, describe(config, config_where), ignore, skip
+        model, entries_fn(config, heads), source, describe(config, config_where), ignore, skip
     )
     return model, report
+
+
+def load_tf1_bert(checkpoint, config: bert.BertConfig, config_where: str = "the config", skip=None):
+    """A google-research/bert checkpoint (prefix or folder) -> (Cloze model, report).
+
+    With `cls/` head variables in the checkpoint the model is a BertPretrainer, else a BertEncoder.
+    """
+    return _load_tf1(
+        checkpoint,
+        config,
+        config_where,
+        skip,
+        tf1_bert_entries,
+        TF1_HEAD_MARKERS,
+        "bert_model.ckpt",
+    )
+
+
+def load_tf1_albert(checkpoint, config, config_where: str = "the config", skip=None):
+    """A google-research/albert checkpoint (prefix or folder; the release's `model.ckpt-best`)
+    and an AlbertConfig -> (AlbertPretrainer with `cls/` heads in it, else AlbertEncoder,
+    report)."""
+    return _load_tf1(
+        checkpoint,
+        config,
+        config_where,
+        skip,
+        tf1_albert_entries,
+        TF1_HEAD_MARKERS,
+        "model.ckpt-best",
+    )
+
+
+# Present in an ELECTRA pretraining checkpoint (generator and discriminator heads).
+TF1_ELECTRA_HEAD_MARKERS = (
+    "generator_predictions/output_bias",
+    "discriminator_predictions/dense/kernel",
+)
+
+
+def load_tf1_electra(checkpoint, config, config_where: str = "the config", skip=None):
+    """A google-research/electra checkpoint (prefix or folder with a `checkpoint` file) and an
+    ElectraConfig -> (ElectraPretrainer when the generator and heads are in it, else the
+    discriminator's ElectraEncoder, report). The original's "gelu" is the exact erf form:
+    the config should say hidden_act "gelu_exact" (configs/electra_*.json do)."""
+    return _load_tf1(
+        checkpoint, config, config_where, skip, tf1_electra_entries, TF1_ELECTRA_HEAD_MARKERS, None
+    )
 
 
 def hf_weight_files(input_path) -> list[Path]:

@@ -6,7 +6,8 @@ one linear layer; with num_classes=1 it is the STS-B regressor. `BertMultipleCho
 
 Both keep the backbone in an attribute named `encoder`, the name the pre-training model uses, so a
 pretraining checkpoint's `model/encoder` loads into them (training/trainer.init_from_checkpoint).
-The backbone is a BertEncoder, or an AlbertEncoder for an AlbertConfig (same outputs).
+The backbone is a BertEncoder, an AlbertEncoder for an AlbertConfig or an ElectraEncoder (the
+discriminator) for an ElectraConfig; all three return the same outputs.
 Shapes: B batch, C choices, S length, H hidden.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from modeling import albert, heads
+from modeling import albert, electra, heads
 from modeling.bert import BertConfig, BertEncoder
 
 # The original run_classifier applies dropout with keep_prob 0.9 to the pooled output whatever the
@@ -42,17 +43,31 @@ def pool(encoder_outputs: dict, input_mask, pooling: str):
 
 
 def _config(config):
-    """A BertConfig or AlbertConfig, from itself or its dict (ALBERT's has embedding_size)."""
+    """A BertConfig, AlbertConfig or ElectraConfig, from itself or its dict (told apart by its
+    keys, albert.encoder_config_from_dict)."""
     if isinstance(config, dict):
-        family = albert.AlbertConfig if albert.is_albert_config(config) else BertConfig
-        return family.from_dict(config)
+        return albert.encoder_config_from_dict(config)
     return config
 
 
+# The backbone of each config family; all return BertEncoder's dict.
+ENCODERS = {
+    BertConfig: BertEncoder,
+    albert.AlbertConfig: albert.AlbertEncoder,
+    electra.ElectraConfig: electra.ElectraEncoder,
+}
+
+
+def encoder_for(config, name: str = "encoder"):
+    """The backbone for a BertConfig, AlbertConfig or ElectraConfig (or its dict)."""
+    config = _config(config)
+    return ENCODERS[type(config)](config, name=name)
+
+
 def _encoder(config: BertConfig, pooling: str) -> BertEncoder:
-    family = albert.AlbertEncoder if isinstance(config, albert.AlbertConfig) else BertEncoder
-    encoder = family(config, name="encoder")
-    if pooling == "mean":
+    encoder = encoder_for(config)
+    # ELECTRA has no pooler: its [CLS] vector is the pooled output.
+    if pooling == "mean" and getattr(encoder, "pooler", None) is not None:
         # The pooler gets no gradient then; frozen, its weights still load from and save to
         # checkpoints, and the train step sees no None gradient.
         encoder.pooler.trainable = False

@@ -58,3 +58,77 @@ def regression_sums(scores, targets, weights):
         "loss_sum": ops.sum(ops.square(scores - targets) * weights),
         "count": ops.sum(weights),
     }
+
+
+def causal_lm_sums(logits, input_ids, input_mask=None):
+    """Sums for next-token prediction: position t's logits score token t + 1.
+
+    logits float (B, T, V); input_ids int (B, T); input_mask (B, T) or None (every position real:
+    packed blocks have no padding). A prediction counts when its target is real. Returns float32
+    scalars loss_sum, correct and weight (the number of predictions, B * (T - 1) when unpadded).
+    """
+    targets = input_ids[:, 1:]  # (B, T-1)
+    logits = ops.cast(logits[:, :-1], "float32")  # (B, T-1, V)
+    if input_mask is None:
+        weights = ops.ones(ops.shape(targets), "float32")
+    else:
+        weights = ops.cast(input_mask[:, 1:], "float32")
+    return masked_lm_sums(logits, targets, weights)
+
+
+def replaced_token_sums(logits, labels, input_mask):
+    """Sums for ELECTRA's replaced token detection (Clark et al. 2020, sec. 2): sigmoid
+    cross-entropy at every real token, as the original's discriminator loss.
+
+    logits float (B, S), > 0 meaning replaced; labels int (B, S), 1 where replaced; input_mask
+    (B, S). Returns float32 scalars loss_sum, correct, count (real tokens), and for precision
+    and recall true_positive, predicted (tokens called replaced) and replaced (tokens that were).
+    """
+    logits = ops.cast(logits, "float32")
+    y = ops.cast(labels, "float32")
+    w = ops.cast(input_mask, "float32")
+    ce = ops.binary_crossentropy(y, logits, from_logits=True)  # (B, S)
+    called = ops.cast(logits > 0, "float32")
+    return {
+        "loss_sum": ops.sum(ce * w),
+        "correct": ops.sum(ops.cast(ops.equal(called, y), "float32") * w),
+        "count": ops.sum(w),
+        "true_positive": ops.sum(called * y * w),
+        "predicted": ops.sum(called * w),
+        "replaced": ops.sum(y * w),
+    }
+
+
+def soft_target_sums(student_logits, teacher_logits, weights, temperature: float):
+    """Sums for distillation's soft-target loss (Hinton et al. 2015; DistilBERT, Sanh et al.
+    2019, sec. 2): KL(softmax(t / T) || softmax(s / T)) * T^2 per prediction.
+
+    The KL divergence is the soft-target cross-entropy minus the teacher's entropy, which has no
+    gradient, so it trains the same and is 0 when the student matches the teacher (DistilBERT's
+    `loss_ce` computes this KL too). The T^2 factor keeps the gradient scale independent of T
+    (Hinton et al. sec. 2). student_logits, teacher_logits float (B, P, V); weights float (B, P).
+    Returns float32 scalars loss_sum and weight.
+    """
+    s = ops.cast(student_logits, "float32") / temperature
+    t = ops.cast(teacher_logits, "float32") / temperature
+    log_p_t = ops.log_softmax(t, axis=-1)
+    kl = ops.sum(ops.exp(log_p_t) * (log_p_t - ops.log_softmax(s, axis=-1)), axis=-1)  # (B, P)
+    w = ops.cast(weights, "float32")
+    return {"loss_sum": ops.sum(kl * w) * temperature**2, "weight": ops.sum(w)}
+
+
+def cosine_sums(student_hidden, teacher_hidden, input_mask):
+    """Sums for DistilBERT's cosine embedding loss: 1 - cos(student, teacher) of the last hidden
+    states at every real token (Sanh et al. 2019, sec. 2, "aligns the directions").
+
+    student_hidden, teacher_hidden float (B, S, H); input_mask (B, S). Returns float32 scalars
+    loss_sum and count.
+    """
+    a = ops.cast(student_hidden, "float32")
+    b = ops.cast(teacher_hidden, "float32")
+    dot = ops.sum(a * b, axis=-1)  # (B, S)
+    norms = ops.sqrt(ops.sum(a * a, axis=-1) * ops.sum(b * b, axis=-1))
+    # 1e-8 as torch.nn.CosineEmbeddingLoss's epsilon (DistilBERT's loss), for zero vectors.
+    cos = dot / ops.maximum(norms, 1e-8)
+    w = ops.cast(input_mask, "float32")
+    return {"loss_sum": ops.sum((1.0 - cos) * w), "count": ops.sum(w)}

@@ -13,8 +13,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from modeling import layers
-from modeling.bert import BertConfig, BertEncoder
+from modeling import finetuning, layers
+from modeling.bert import BertConfig
 
 
 @keras.saving.register_keras_serializable(package="cloze")
@@ -27,18 +27,17 @@ class BertSpanQA(keras.Model):
     not masked, as in the original: post-processing only ever reads document positions.
 
     Args:
-      config: the encoder's BertConfig (or its dict).
+      config: the encoder's BertConfig, AlbertConfig or ElectraConfig (or its dict).
     """
 
     def __init__(self, config: BertConfig | dict, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(config, dict):
-            config = BertConfig.from_dict(config)
-        self.config = config
-        self.encoder = BertEncoder(config, name="encoder")
+        self.encoder = finetuning.encoder_for(config)  # BERT, ALBERT or ELECTRA's
+        self.config = config = self.encoder.config
         # The pooler gets no gradient from a span head; frozen, it still loads and saves, and
-        # the train step sees no None gradient.
-        self.encoder.pooler.trainable = False
+        # the train step sees no None gradient. (ELECTRA's encoder has none.)
+        if getattr(self.encoder, "pooler", None) is not None:
+            self.encoder.pooler.trainable = False
         self.qa_outputs = layers.Dense(2, initializer_range=config.initializer_range, name="qa")
 
     def build(self, input_shape=None):

@@ -338,3 +338,40 @@ def test_keras_file_round_trip_and_classifier_from_a_pretraining_checkpoint(tmp_
     clone = finetuning.BertClassifier.from_config(classifier.get_config())
     assert isinstance(clone.encoder, albert.AlbertEncoder)
     assert classifier(inputs).shape == (B, 3)
+
+
+def test_original_tf1_checkpoint_converts_every_variable_once(tmp_path):
+    from modeling import checkpoints
+    from tests.test_checkpoints import random_arrays, write_tf1_checkpoint
+
+    config = tiny()
+    weights = random_arrays(original_tf1_names(config))
+    # ALBERT trained with LAMB: its slots and the step counter are in every released checkpoint.
+    state = {f"{n}/lamb_m": np.zeros_like(a) for n, a in weights.items()}
+    write_tf1_checkpoint(
+        tmp_path / "model.ckpt-best", weights | state | {"global_step": np.int64(3)}
+    )
+    model, report = checkpoints.load_tf1_albert(tmp_path, config)  # the release's default name
+    assert isinstance(model, albert.AlbertPretrainer)
+    assert report.num_source_variables == len(weights) and len(report.ignored) == len(state) + 1
+    group = "bert/encoder/transformer/group_1/inner_group_0"
+    q, k, v = (weights[f"{group}/attention_1/self/{p}/kernel"] for p in ("query", "key", "value"))
+    block = model.encoder.groups[1].blocks[0]
+    np.testing.assert_array_equal(block.attention.qkv.kernel, np.concatenate([q, k, v], -1))
+    np.testing.assert_array_equal(
+        block.output_dense.kernel, weights[f"{group}/ffn_1/intermediate/output/dense/kernel"]
+    )
+    np.testing.assert_array_equal(
+        model.next_sentence.dense.kernel, weights["cls/seq_relationship/output_weights"].T
+    )
+    back = checkpoints.export_arrays(model, checkpoints.tf1_albert_entries(config, True))
+    assert back.keys() == weights.keys()
+    for name in weights:
+        np.testing.assert_array_equal(back[name], weights[name], err_msg=name)
+    # The encoder alone (no cls/), and a config with other group counts named variable by variable.
+    encoder_only = {n: a for n, a in weights.items() if not n.startswith("cls/")}
+    write_tf1_checkpoint(tmp_path / "encoder" / "model.ckpt-best", encoder_only)
+    encoder, _ = checkpoints.load_tf1_albert(tmp_path / "encoder", config)
+    assert isinstance(encoder, albert.AlbertEncoder)
+    with pytest.raises(InputError, match="group_1/inner_group_0/LayerNorm/gamma .*no place"):
+        checkpoints.load_tf1_albert(tmp_path, config.replace(num_hidden_groups=1))

@@ -25,7 +25,7 @@ import pytest
 import tensorflow as tf
 
 from data_prep import tokenization
-from modeling import bert, checkpoints
+from modeling import bert, checkpoints, finetuning
 from tests import helpers
 from tests.conftest import ROOT
 from tests.make_minilm_golden import GOLDEN, minilm_dir
@@ -440,3 +440,51 @@ def test_tf1_release_to_keras_hub_and_back(tf1_folder, tmp_path):
     want = checkpoints.cloze_variables(original.encoder)
     for name, variable in checkpoints.cloze_variables(back).items():
         np.testing.assert_array_equal(variable.numpy(), want[name].numpy(), err_msg=name)
+
+
+def test_original_albert_and_electra_releases_to_cloze(tmp_path):
+    """--from=tf1_albert and --from=tf1_electra on checkpoints with the original names; the
+    Cloze folders they write initialise run scripts' encoders. Other outputs are refused."""
+    from modeling import albert, electra
+    from tests.test_albert import TINY as ALBERT_TINY
+    from tests.test_albert import original_tf1_names
+    from tests.test_electra import TINY as ELECTRA_TINY
+    from tests.test_electra import original_electra_names
+    from training import trainer
+
+    releases = {
+        "albert": (albert.AlbertConfig(**ALBERT_TINY), original_tf1_names, "model.ckpt-best"),
+        "electra": (electra.ElectraConfig(**ELECTRA_TINY), original_electra_names, "electra"),
+    }
+    for name, (config, names, prefix) in releases.items():
+        folder = tmp_path / name
+        write_tf1_checkpoint(folder / prefix, random_arrays(names(config)))
+        (folder / "checkpoint").write_text(f'model_checkpoint_path: "{prefix}"\n')
+        (folder / f"{name}_config.json").write_text(config.to_json_string())
+    refused = run(
+        ["--from=tf1_electra", "--to=hf", f"--input_dir={tmp_path / 'electra'}",
+         f"--output_dir={tmp_path / 'hf'}"],
+        check=False,
+    )  # fmt: skip
+    assert refused.returncode == 1 and "one of ['cloze', 'keras'] for --from=tf1_electra" in (
+        refused.stderr
+    )
+    assert not (tmp_path / "hf").exists()
+    from concurrent.futures import ThreadPoolExecutor
+
+    def convert(name):
+        return run(
+            [f"--from=tf1_{name}", "--to=cloze", f"--input_dir={tmp_path / name}",
+             f"--output_dir={tmp_path / f'{name}_cloze'}"]
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(2) as pool:
+        results = dict(zip(releases, pool.map(convert, releases)))
+    for name, (config, names, _) in releases.items():
+        out = tmp_path / f"{name}_cloze"
+        assert f"mapped {len(names(config))} source variables" in results[name].stdout
+        classifier = finetuning.BertClassifier(
+            json.loads((out / "bert_config.json").read_text()), 2
+        )
+        classifier.build()
+        assert trainer.init_from_checkpoint(classifier, str(out))[1] == "encoder"

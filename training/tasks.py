@@ -5,6 +5,8 @@ See training/trainer.py for the contract (sums_fn, loss_terms, metrics).
 
 from __future__ import annotations
 
+import tensorflow as tf
+
 from modeling import losses
 from training.trainer import Task
 
@@ -55,3 +57,130 @@ def bert_pretraining_task(model) -> Task:
         metrics["span_boundary_loss"] = ("sbo_loss_sum", "sbo_weight")
         metrics["span_boundary_accuracy"] = ("sbo_correct", "sbo_weight")
     return Task(model=model, sums_fn=sums_fn, loss_terms=loss_terms, metrics=metrics)
+
+
+def causal_lm_task(model) -> Task:
+    """Next-token prediction on language-model blocks (GPT, Radford et al. 2018 sec. 3.1): mean
+    cross-entropy over every position but the last. Perplexity is exp(lm_loss)."""
+
+    def sums_fn(batch, training):
+        out = model({"input_ids": batch["input_ids"]}, training=training)
+        return losses.causal_lm_sums(out["lm_logits"], batch["input_ids"])
+
+    return Task(
+        model=model,
+        sums_fn=sums_fn,
+        loss_terms=[("loss_sum", "weight")],
+        metrics={"lm_loss": ("loss_sum", "weight"), "lm_accuracy": ("correct", "weight")},
+    )
+
+
+# ELECTRA's discriminator loss weight lambda (Clark et al. 2020, sec. 2 and Appendix A: 50).
+ELECTRA_DISC_WEIGHT = 50.0
+
+
+def sampling_seed(seed: int, step):
+    """A stateless seed (int64 (2,)) for one step's random draws: the run's seed folded with the
+    step counter and the replica, so a resumed run draws what an uninterrupted one would and
+    replicas draw independently. `step`: the optimizer's iterations (constant during eval)."""
+    context = tf.distribute.get_replica_context()
+    replica = 0 if context is None else context.replica_id_in_sync_group
+    base = tf.constant([seed, 0], tf.int64)
+    folded = tf.random.experimental.stateless_fold_in(base, tf.cast(step, tf.int64))
+    return tf.random.experimental.stateless_fold_in(folded, tf.cast(replica, tf.int64))
+
+
+def electra_pretraining_task(
+    model, seed: int, step, disc_weight: float = ELECTRA_DISC_WEIGHT
+) -> Task:
+    """ELECTRA (Clark et al. 2020, sec. 2): L_MLM(generator) + disc_weight * L_Disc.
+
+    `model` an electra.ElectraPretrainer. The generator's loss is the mean cross-entropy over
+    real masked predictions; the discriminator's the mean sigmoid cross-entropy over real tokens.
+    Samples are drawn with sampling_seed(seed, step). Metrics keep the original's names:
+    sampled_masked_lm_accuracy is how often the sample equals the original token.
+    """
+
+    def sums_fn(batch, training):
+        out = model(batch, training=training, seed=sampling_seed(seed, step))
+        w = batch["masked_lm_weights"]
+        mlm = losses.masked_lm_sums(out["mlm_logits"], batch["masked_lm_ids"], w)
+        disc = losses.replaced_token_sums(
+            out["disc_logits"], out["disc_labels"], batch["input_mask"]
+        )
+        same = tf.cast(
+            tf.equal(out["sampled_ids"], tf.cast(batch["masked_lm_ids"], tf.int32)), tf.float32
+        )
+        sums = {f"mlm_{k}": v for k, v in mlm.items()} | {f"disc_{k}": v for k, v in disc.items()}
+        return sums | {"sampled_correct": tf.reduce_sum(same * tf.cast(w, tf.float32))}
+
+    return Task(
+        model=model,
+        sums_fn=sums_fn,
+        loss_terms=[("mlm_loss_sum", "mlm_weight"), ("disc_loss_sum", "disc_count", disc_weight)],
+        metrics={
+            "masked_lm_loss": ("mlm_loss_sum", "mlm_weight"),
+            "masked_lm_accuracy": ("mlm_correct", "mlm_weight"),
+            "sampled_masked_lm_accuracy": ("sampled_correct", "mlm_weight"),
+            "disc_loss": ("disc_loss_sum", "disc_count"),
+            "disc_accuracy": ("disc_correct", "disc_count"),
+            "disc_precision": ("disc_true_positive", "disc_predicted"),
+            "disc_recall": ("disc_true_positive", "disc_replaced"),
+        },
+    )
+
+
+def _encode_and_predict(model, batch, training):
+    """A BertPretrainer's last hidden states (B, S, H) and MLM logits (B, P, V), in one pass."""
+    out = model.encoder(batch, training=training)
+    table = model.encoder.embeddings.word_embeddings
+    logits = model.masked_lm(out["sequence_output"], batch["masked_lm_positions"], table)
+    return out["sequence_output"], logits
+
+
+def distillation_task(
+    student,
+    teacher,
+    temperature: float = 2.0,
+    alpha_ce: float = 5.0,
+    alpha_mlm: float = 2.0,
+    alpha_cos: float = 1.0,
+) -> Task:
+    """DistilBERT (Sanh et al. 2019, sec. 2): alpha_ce * soft-target loss at `temperature` +
+    alpha_mlm * masked LM + alpha_cos * cosine loss of the last hidden states.
+
+    `student` and `teacher` are BertPretrainers of one vocabulary and hidden size; the teacher
+    runs without dropout and is not trained (its variables are not the student's). The soft
+    targets are the teacher's MLM distributions at the masked positions (the MLM head scores only
+    those; DistilBERT's --restrict_ce_to_mask); the cosine loss covers every real token.
+    """
+
+    def sums_fn(batch, training):
+        hidden, logits = _encode_and_predict(student, batch, training)
+        t_hidden, t_logits = _encode_and_predict(teacher, batch, False)
+        t_hidden, t_logits = tf.stop_gradient(t_hidden), tf.stop_gradient(t_logits)
+        w = batch["masked_lm_weights"]
+        mlm = losses.masked_lm_sums(logits, batch["masked_lm_ids"], w)
+        soft = losses.soft_target_sums(logits, t_logits, w, temperature)
+        cos = losses.cosine_sums(hidden, t_hidden, batch["input_mask"])
+        return (
+            {f"mlm_{k}": v for k, v in mlm.items()}
+            | {f"soft_{k}": v for k, v in soft.items()}
+            | {f"cos_{k}": v for k, v in cos.items()}
+        )
+
+    return Task(
+        model=student,
+        sums_fn=sums_fn,
+        loss_terms=[
+            ("soft_loss_sum", "soft_weight", alpha_ce),
+            ("mlm_loss_sum", "mlm_weight", alpha_mlm),
+            ("cos_loss_sum", "cos_count", alpha_cos),
+        ],
+        metrics={
+            "masked_lm_loss": ("mlm_loss_sum", "mlm_weight"),
+            "masked_lm_accuracy": ("mlm_correct", "mlm_weight"),
+            "soft_target_loss": ("soft_loss_sum", "soft_weight"),
+            "cosine_loss": ("cos_loss_sum", "cos_count"),
+        },
+    )
