@@ -43,7 +43,7 @@ FLAGS = flags.FLAGS
 ROOT = Path(__file__).resolve().parent
 # The rt-polarity comparison's settings that the README's second command uses (see README).
 TRANSFER_FLAGS = (
-    "--dapt_steps=500,1000,2000",
+    "--dapt_steps=250,500,1000",
     "--minilm",
     "--arm_settings=minilm.learning_rate=5e-5",
 )

@@ -2,12 +2,12 @@
 text for domain-adaptive pretraining, a bag-of-words baseline, and a seeded fine-tuning comparison.
 
 Example (prepare the data and the baseline; fine-tune from scratch, from the default run's
-checkpoint, from that checkpoint after 500 / 1,000 / 2,000 steps of domain-adaptive pretraining
+checkpoint, from that checkpoint after 250 / 500 / 1,000 steps of domain-adaptive pretraining
 on the unlabelled reviews, and from the real MiniLM; three seeds each):
   python data_prep/rt_polarity.py --output_dir=default_run/rt_polarity \
     --vocab_file=default_run/vocab.txt --bert_config_file=default_run/bert_config.json \
     --arms=scratch=,pretrained=default_run/pretrain --seeds=1,2,3 \
-    --dapt_init_checkpoint=default_run/pretrain --dapt_steps=500,1000,2000 \
+    --dapt_init_checkpoint=default_run/pretrain --dapt_steps=250,500,1000 \
     --minilm --arm_settings=minilm.learning_rate=5e-5
 
 An arm whose checkpoint folder holds its own bert_config.json and vocab.txt (what

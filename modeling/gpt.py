@@ -30,6 +30,11 @@ from modeling import layers
 REQUIRED = ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer")  # OpenAI's hparams.json
 
 
+def is_gpt_config(values: dict) -> bool:
+    """Whether a config dict is a GPT one (OpenAI's names) rather than a BERT-family one."""
+    return isinstance(values, dict) and "n_vocab" in values
+
+
 @dataclasses.dataclass(frozen=True)
 class GptConfig:
     """GPT hyper-parameters with the names of OpenAI's released `hparams.json`.

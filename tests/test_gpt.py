@@ -180,3 +180,82 @@ def test_classifier_reads_the_extract_token_and_round_trips_its_config():
     np.testing.assert_allclose(again["logits"][1], out["logits"][1], atol=1e-6)
     clone = gpt.GptClassifier.from_config(model.get_config())
     assert clone.get_config() == model.get_config()
+
+
+def test_lm_data_script_and_gpt_pretraining_end_to_end(tmp_path):
+    """create_lm_data.py with a learned byte-level BPE, then run_pretraining.py on a GPT config:
+    loss and perplexity written, a rerun resumes, BERT records and BERT flags are refused."""
+    import math
+    import subprocess
+    import sys
+
+    from data_prep import bpe
+    from tests import helpers
+    from tests.conftest import ROOT
+
+    text = [
+        f"document {d}: " + " ".join(f"word{(d * 7 + i) % 13}" for i in range(40))
+        for d in range(30)
+    ]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(text) + "\n", encoding="utf-8")
+    merges = bpe.learn_bpe(bpe.byte_words(text), 40)
+    tok = bpe.ByteLevelBPE(bpe.byte_level_vocab(merges), merges)
+    enc, mer = tok.save(tmp_path / "bpe")
+    config = tmp_path / "gpt.json"
+    config.write_text(json.dumps({**TINY, "n_vocab": len(tok.encoder), "n_ctx": 16}))
+
+    def run(script, *args):
+        result = subprocess.run(
+            [sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True
+        )
+        return result
+
+    r = run(
+        "data_prep/create_lm_data.py",
+        f"--input_file={corpus}",
+        f"--output_file={tmp_path / 'lm.tfrecord'}",
+        f"--encoder_file={enc}",
+        f"--merges_file={mer}",
+        "--block_size=16",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "blocks of 16 ids (30 documents" in r.stdout
+    common = [
+        f"--bert_config_file={config}",
+        f"--input_file={tmp_path / 'lm.tfrecord'}",
+        f"--output_dir={tmp_path / 'out'}",
+        "--max_seq_length=16",
+        "--train_batch_size=4",
+        "--eval_batch_size=4",
+        "--num_warmup_steps=1",
+        "--save_checkpoints_steps=2",
+        "--iterations_per_loop=2",
+        "--max_eval_steps=2",
+        "--learning_rate=1e-2",
+    ]
+    r = run("run_pretraining.py", *common, "--num_train_steps=4", "--do_train", "--do_eval")
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = dict(
+        line.split(" = ")
+        for line in (tmp_path / "out" / "eval_results.txt").read_text().splitlines()
+    )
+    assert int(results["global_step"]) == 4
+    assert float(results["perplexity"]) == pytest.approx(math.exp(float(results["lm_loss"])))
+    first = json.loads((tmp_path / "out" / "eval_log.jsonl").read_text().splitlines()[0])
+    assert float(results["lm_loss"]) < first["lm_loss"]  # it learned something in 4 steps
+    assert (tmp_path / "out" / "training_curves.png").exists()
+    r = run("run_pretraining.py", *common, "--num_train_steps=6", "--do_train")
+    assert r.returncode == 0 and "resumed from" in r.stderr
+    bert = tmp_path / "bert.tfrecord"
+    helpers.write_synthetic_pretraining_file(bert, 8, 16, 3, 30)
+    r = run(
+        "run_pretraining.py",
+        *[a for a in common if not a.startswith("--input_file")],
+        f"--input_file={bert}",
+        "--num_train_steps=2",
+        "--do_train",
+    )
+    assert r.returncode != 0 and "bert.tfrecord: expected language-model blocks" in r.stderr
+    r = run("run_pretraining.py", *common, "--num_train_steps=2", "--do_train", "--masking=dynamic")
+    assert r.returncode != 0 and "a GPT config trains a causal LM" in r.stderr

@@ -1,0 +1,95 @@
+"""Text corpus -> left-to-right language-model TFRecords (GPT): byte-level BPE ids in full blocks.
+
+Documents (the BERT corpus format: one sentence a line, blank lines between documents) are
+tokenized with GPT-2's byte-level BPE files, joined with an end-of-text token after each, and cut
+into blocks of --block_size ids (data_prep/lm_data.py), written round-robin over the outputs.
+
+Example (the real GPT-2 vocabulary: data_prep/fetch.py's gpt2_bpe_dir(), or your own from
+data_prep/build_vocab.py --vocab_type=byte_level_bpe):
+  python data_prep/create_lm_data.py --input_file=default_run/corpus/train.txt \\
+    --output_file=lm/train.tfrecord --encoder_file=bpe/encoder.json --merges_file=bpe/vocab.bpe \\
+    --block_size=128
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from absl import app, flags, logging
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+flags.DEFINE_string("input_file", None, "Input text file(s): a comma list of files or globs.")
+flags.DEFINE_string("output_file", None, "Output TFRecord file(s): a comma list, one per shard.")
+flags.DEFINE_string("encoder_file", None, "GPT-2 style encoder.json (token -> id).")
+flags.DEFINE_string("merges_file", None, "GPT-2 style vocab.bpe (the merges).")
+flags.DEFINE_integer("block_size", 128, "Ids per block: the model's context (n_ctx) or less.")
+flags.DEFINE_string("end_of_text", "<|endoftext|>", "The separator token after each document.")
+flags.mark_flags_as_required(["input_file", "output_file", "encoder_file", "merges_file"])
+flags.register_validator("block_size", lambda b: b >= 2, "must be at least 2")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from data_prep import bpe, lm_data
+    from data_prep.errors import InputError, input_error
+    from data_prep.features import expand_input_files
+
+    try:
+        inputs = expand_input_files(FLAGS.input_file)
+        tokenizer = bpe.ByteLevelBPE.from_files(FLAGS.encoder_file, FLAGS.merges_file)
+        if FLAGS.end_of_text not in tokenizer.encoder:
+            raise input_error(FLAGS.encoder_file, f"the token {FLAGS.end_of_text!r}", "none")
+    except InputError as e:
+        raise SystemExit(f"create_lm_data: {e}") from None
+    outputs = [f.strip() for f in FLAGS.output_file.split(",") if f.strip()]
+    for path in outputs:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    eot = tokenizer.encoder[FLAGS.end_of_text]
+    stats = {"documents": 0, "tokens": 0}
+    t0 = time.time()
+
+    def documents():
+        for text in lm_data.read_lm_documents(inputs):
+            ids = tokenizer.encode(text)
+            stats["documents"] += 1
+            stats["tokens"] += len(ids)
+            if stats["documents"] % 500 == 0:
+                rate = stats["tokens"] / max(time.time() - t0, 1e-9)
+                logging.info("%d documents, %d tokens, %.0f tokens/s", *stats.values(), rate)
+            yield ids
+
+    # Written under temporary names and renamed at the end: a failed run leaves no partial file.
+    tmp = [f"{p}.tmp{os.getpid()}" for p in outputs]
+    try:
+        blocks = lm_data.write_lm_tfrecords(
+            lm_data.pack_blocks(documents(), FLAGS.block_size, eot), tmp
+        )
+    except InputError as e:
+        for t in tmp:
+            Path(t).unlink(missing_ok=True)
+        raise SystemExit(f"create_lm_data: {e}") from None
+    except BaseException:
+        for t in tmp:
+            Path(t).unlink(missing_ok=True)
+        raise
+    if blocks == 0:
+        for t in tmp:
+            Path(t).unlink(missing_ok=True)
+        raise SystemExit(
+            f"create_lm_data: {FLAGS.input_file}: expected at least {FLAGS.block_size} tokens "
+            f"for one block, found {stats['tokens']}"
+        )
+    for t, p in zip(tmp, outputs):
+        os.replace(t, p)
+    print(
+        f"wrote {blocks} blocks of {FLAGS.block_size} ids ({stats['documents']} documents, "
+        f"{stats['tokens']} tokens, {time.time() - t0:.1f}s) to {', '.join(outputs)}"
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)
