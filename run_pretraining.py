@@ -19,6 +19,16 @@ The objectives, matched to how the records were made (a mismatch is refused, nam
             records with --sentence_objective=sop --masking_scheme=ngram; SOP is the default here.
   SpanBERT  records with --masking_scheme=span, then --span_boundary_objective (and SpanBERT's
             --sentence_objective=none with single-segment records).
+  ELECTRA   an ELECTRA config (BERT's fields + embedding_size, generator_hidden_size,
+            generator_layers) as --bert_config_file, any masked records (or --masking=dynamic):
+            generator MLM + --disc_weight x replaced token detection; run scripts fine-tune the
+            discriminator from its checkpoints.
+  DistilBERT --teacher_checkpoint=<a BERT pretraining checkpoint>: the --bert_config_file
+            student (fewer layers, same widths) starts from every other teacher layer and learns
+            --alpha_ce x soft targets at --temperature + --alpha_mlm x MLM + --alpha_cos x cosine.
+  GPT       a GPT config (OpenAI's hparams.json names, told by its n_vocab key) as
+            --bert_config_file and language-model blocks from data_prep/create_lm_data.py
+            (--max_seq_length = their block size); next-token prediction, held-out perplexity.
 """
 
 from __future__ import annotations
@@ -57,6 +67,29 @@ flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval batches.")
 flags.DEFINE_bool("use_xla", False, "Compile the train step with XLA (one_device only).")
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 flags.DEFINE_enum(
+    "on_nonfinite",
+    "stop",
+    ["stop", "skip"],
+    "A step whose loss or gradient is NaN or Inf is never applied; stop: end the run (the last "
+    "checkpoint is intact), skip: go on with the next batch, counting and logging skipped steps.",
+)
+flags.DEFINE_integer(
+    "max_consecutive_nonfinite", 10, "--on_nonfinite=skip gives up after this many in a row."
+)
+flags.DEFINE_bool(
+    "skip_corrupt_records",
+    False,
+    "Train past damaged records instead of stopping: first reads every file and logs per file "
+    "what is skipped (records that do not parse; from a CRC error or truncation, the rest of "
+    "that file).",
+)
+flags.DEFINE_bool(
+    "validate_input",
+    False,
+    "Read every record of the train and eval files, check CRCs and that each parses, print a "
+    "per-file report and exit (non-zero if any file is damaged), before any model is built.",
+)
+flags.DEFINE_enum(
     "distribution_strategy",
     "one_device",
     ["one_device", "mirrored", "multi_worker_mirrored", "tpu"],
@@ -90,7 +123,113 @@ flags.DEFINE_bool(
     False,
     "Add SpanBERT's span boundary objective (records from --masking_scheme=span).",
 )
+# ELECTRA and DistilBERT settings.
+flags.DEFINE_float(
+    "disc_weight",
+    50.0,
+    "ELECTRA: weight of the replaced token detection loss (the paper's lambda = 50, sec. 2).",
+)
+flags.DEFINE_string(
+    "teacher_checkpoint",
+    None,
+    "DistilBERT: a BERT pretraining checkpoint (prefix or folder) to distil into the smaller "
+    "--bert_config_file student, which starts from the teacher's embeddings, heads and one layer "
+    "out of every L_teacher / L_student.",
+)
+flags.DEFINE_string(
+    "teacher_config_file",
+    None,
+    "DistilBERT: the teacher's bert_config.json; default model_config.json or bert_config.json "
+    "beside --teacher_checkpoint.",
+)
+flags.DEFINE_float("temperature", 2.0, "DistilBERT: softmax temperature of the soft targets.")
+flags.DEFINE_float("alpha_ce", 5.0, "DistilBERT: weight of the soft-target loss.")
+flags.DEFINE_float("alpha_mlm", 2.0, "DistilBERT: weight of the student's masked-LM loss.")
+flags.DEFINE_float("alpha_cos", 1.0, "DistilBERT: weight of the hidden-state cosine loss.")
 FLAGS = flags.FLAGS
+# The losses plotted in training_curves.png (with every accuracy).
+CURVE_LOSSES = ("masked_lm_loss", "disc_loss", "soft_target_loss")
+DISTILLATION_FLAGS = ("teacher_config_file", "temperature", "alpha_ce", "alpha_mlm", "alpha_cos")
+
+
+def check_objective_flags(family: str, objective: str) -> None:
+    """Refuses ELECTRA and DistilBERT flags that do not fit the config family or each other."""
+    teacher = FLAGS.teacher_checkpoint
+    if FLAGS["disc_weight"].present and family != "electra":
+        raise app.UsageError("--disc_weight needs an ELECTRA config as --bert_config_file")
+    unused = [f"--{n}" for n in DISTILLATION_FLAGS if FLAGS[n].present and not teacher]
+    if unused:
+        raise app.UsageError(f"{', '.join(unused)}: distillation flags need --teacher_checkpoint")
+    if family == "electra" or teacher:
+        what = "ELECTRA" if family == "electra" else "distillation (DistilBERT)"
+        if objective != "none":
+            raise app.UsageError(
+                f"--sentence_objective={objective}: {what} trains no sentence-level objective; "
+                "drop the flag"
+            )
+        if FLAGS.span_boundary_objective:
+            raise app.UsageError(f"--span_boundary_objective: not with {what}; drop the flag")
+    if teacher and family != "bert":
+        raise app.UsageError(
+            f"--teacher_checkpoint distils a BERT teacher into a BERT student; "
+            f"--bert_config_file is an {family.upper()} config"
+        )
+    if teacher and FLAGS.init_checkpoint:
+        raise app.UsageError(
+            "--teacher_checkpoint initialises the student from the teacher; drop "
+            "--init_checkpoint (or --teacher_checkpoint to start from it instead)"
+        )
+
+
+def read_teacher_config(student_config):
+    """The teacher's BertConfig (--teacher_config_file, else model_config.json or
+    bert_config.json beside --teacher_checkpoint), checked against the student's."""
+    import os
+
+    from data_prep.errors import InputError
+    from modeling import bert
+
+    path = FLAGS.teacher_checkpoint
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    config_file = FLAGS.teacher_config_file or next(
+        (
+            os.path.join(folder, name)
+            for name in ("model_config.json", "bert_config.json")
+            if os.path.isfile(os.path.join(folder, name))
+        ),
+        None,
+    )
+    if not config_file:
+        raise app.UsageError(
+            f"--teacher_config_file is required: no model_config.json or bert_config.json in "
+            f"{folder or '.'}"
+        )
+    try:
+        config = bert.BertConfig.from_json_file(config_file)
+        bert.check_student_fits_teacher(student_config, config, FLAGS.bert_config_file)
+    except InputError as e:
+        raise SystemExit(f"run_pretraining: {e} (teacher config: {config_file})") from None
+    return config
+
+
+def load_teacher(config, strategy):
+    """The frozen teacher BertPretrainer with the weights of --teacher_checkpoint."""
+    from modeling import bert
+    from training import trainer
+
+    with strategy.scope():
+        teacher = bert.BertPretrainer(config)
+        teacher.build()
+    teacher.trainable = False
+    try:
+        loaded = trainer.restore_model_weights(teacher, FLAGS.teacher_checkpoint)
+    except ValueError as e:
+        raise SystemExit(
+            f"run_pretraining: --teacher_checkpoint: {e}; a teacher is a BERT pretraining "
+            "checkpoint (with its MLM head) of --teacher_config_file"
+        ) from None
+    logging.info("teacher %s (%d layers)", loaded, config.num_hidden_layers)
+    return teacher
 
 
 def main(argv):
@@ -98,18 +237,27 @@ def main(argv):
     import keras
 
     from data_prep import features, masking, pretraining_data, tokenization
-    from modeling import albert, bert
+    from modeling import albert, bert, electra
     from training import distribute, optimization, tasks, trainer
 
-    # The model family of a config (albert_config.json has embedding_size), with the sentence
-    # objective its paper trained.
-    pretrainers = {"bert": (bert.BertPretrainer, "nsp"), "albert": (albert.AlbertPretrainer, "sop")}
+    # The model family of a config (albert_config.json has embedding_size, an ELECTRA config
+    # generator sizes), with the sentence objective its paper trained.
+    pretrainers = {
+        "bert": (bert.BertPretrainer, "nsp"),
+        "albert": (albert.AlbertPretrainer, "sop"),
+        "electra": (electra.ElectraPretrainer, "none"),
+    }
 
     if not (FLAGS.do_train or FLAGS.do_eval):
         raise app.UsageError("at least one of --do_train or --do_eval must be set")
     for name in ("bert_config_file", "input_file", "output_dir"):
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
+    from modeling import gpt
+
+    values = bert.read_config_json(FLAGS.bert_config_file, "a model config JSON file")
+    if gpt.is_gpt_config(values):
+        return pretrain_language_model(gpt.GptConfig.from_dict(values, FLAGS.bert_config_file))
     s, p = FLAGS.max_seq_length, FLAGS.max_predictions_per_seq
     dynamic = FLAGS.masking == "dynamic"
     if dynamic and not FLAGS.vocab_file:
@@ -128,11 +276,19 @@ def main(argv):
         )
     vocab = tokenization.load_vocab(FLAGS.vocab_file) if dynamic else None
     config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(vocab) if vocab else None)
-    family = "albert" if isinstance(config, albert.AlbertConfig) else "bert"
+    family = {albert.AlbertConfig: "albert", electra.ElectraConfig: "electra"}.get(
+        type(config), "bert"
+    )
     pretrainer_class, default_objective = pretrainers[family]
+    if FLAGS.teacher_checkpoint:
+        default_objective = "none"  # DistilBERT drops NSP
     objective = FLAGS.sentence_objective or default_objective
+    check_objective_flags(family, objective)
+    teacher_config = read_teacher_config(config) if FLAGS.teacher_checkpoint else None
     train_files = features.expand_input_files(FLAGS.input_file)
     eval_files = features.expand_input_files(FLAGS.eval_input_file or FLAGS.input_file)
+    spec = features.pretraining_record_spec(s, p, FLAGS.masking, FLAGS.span_boundary_objective)
+    check_input_files(sorted(set(train_files + eval_files)), spec)
     features.check_pretraining_files(
         sorted(set(train_files + eval_files)),
         s,
@@ -174,7 +330,10 @@ def main(argv):
 
     keras.utils.set_random_seed(FLAGS.random_seed)
     with strategy.scope():
-        model = pretrainer_class(config, objective, FLAGS.span_boundary_objective)
+        if family == "electra":
+            model = pretrainer_class(config)
+        else:
+            model = pretrainer_class(config, objective, FLAGS.span_boundary_objective)
         model.build()
         optimizer = optimization.create_optimizer(
             FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps
@@ -182,9 +341,18 @@ def main(argv):
         # Built under the scope before the first step, else Keras 3 under MirroredStrategy fails
         # with "You must feed a value for placeholder tensor" (shared/NOTES.md).
         optimizer.build(model.trainable_variables)
-    fit = trainer.Trainer(
-        strategy, tasks.bert_pretraining_task(model), optimizer, use_xla=FLAGS.use_xla
-    )
+    teacher = load_teacher(teacher_config, strategy) if teacher_config else None
+    if family == "electra":
+        task = tasks.electra_pretraining_task(
+            model, FLAGS.random_seed, optimizer.iterations, FLAGS.disc_weight
+        )
+    elif teacher is not None:
+        task = tasks.distillation_task(
+            model, teacher, FLAGS.temperature, FLAGS.alpha_ce, FLAGS.alpha_mlm, FLAGS.alpha_cos
+        )
+    else:
+        task = tasks.bert_pretraining_task(model)
+    fit = trainer.Trainer(strategy, task, optimizer, use_xla=FLAGS.use_xla)
 
     def eval_dataset():
         return features.pretraining_dataset(
@@ -198,12 +366,17 @@ def main(argv):
             shard_index=worker_index,
             dynamic_masking=dynamic_masking,
             span_boundaries=FLAGS.span_boundary_objective,
+            skip_corrupt_records=FLAGS.skip_corrupt_records,
         )
 
     def eval_fn():
         return fit.evaluate(eval_dataset(), FLAGS.max_eval_steps)
 
     def init_fn():
+        if teacher is not None:
+            sources = bert.init_student_from_teacher(model, teacher)
+            logging.info("initialised the student from teacher layers %s", sources)
+            return
         loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
         logging.info(
             "initialised the %s from %s",
@@ -211,45 +384,183 @@ def main(argv):
             loaded,
         )
 
+    train_and_evaluate(
+        fit,
+        lambda: features.pretraining_dataset(
+            train_files,
+            FLAGS.train_batch_size // workers,
+            s,
+            p,
+            is_training=True,
+            seed=FLAGS.random_seed,
+            num_shards=workers,
+            shard_index=worker_index,
+            dynamic_masking=dynamic_masking,
+            span_boundaries=FLAGS.span_boundary_objective,
+            skip_corrupt_records=FLAGS.skip_corrupt_records,
+        ),
+        eval_fn,
+        init_fn,
+        config.to_json_string(),
+        [k for k in fit.task.metrics if k in CURVE_LOSSES or "acc" in k],
+        (sorted(set(train_files + eval_files)), spec),
+    )
+
+
+def check_input_files(files, spec) -> None:
+    """--validate_input: prints a per-file report and exits (1 if a file is damaged).
+    --skip_corrupt_records: logs per file what training will skip."""
+    from data_prep import features
+
+    if not (FLAGS.validate_input or FLAGS.skip_corrupt_records):
+        return
+    checks = [features.validate_tfrecord_file(f, spec) for f in files]
+    if FLAGS.validate_input:
+        print("\n".join(c.describe() for c in checks))
+        error = features.damaged_files_error(checks)
+        raise SystemExit(f"run_pretraining: {error}" if error else 0)
+    for c in checks:
+        if c.skipped:
+            logging.warning("--skip_corrupt_records: skipping %d records of %s", c.skipped, c.path)
+            logging.warning("%s", c.describe())
+    total = sum(c.skipped for c in checks)
+    logging.info(
+        "--skip_corrupt_records: %d of %d records skipped",
+        total,
+        total + sum(c.good for c in checks),
+    )
+
+
+def train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, curve_keys, inputs):
+    """The run every objective shares: train with checkpoints, logs and curves (--do_train),
+    then write eval_results.txt (--do_eval). A DataLossError (TF names no file) is re-raised
+    naming the damaged files and records, found by validating `inputs` = (files, spec)."""
+    import tensorflow as tf
+
+    from data_prep import features
+
+    try:
+        _train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, curve_keys)
+    except tf.errors.DataLossError as e:
+        files, spec = inputs
+        error = features.damaged_files_error(
+            [features.validate_tfrecord_file(f, spec) for f in files]
+        )
+        raise SystemExit(
+            f"run_pretraining: damaged input ({e.message.strip()[:200]}): {error}"
+        ) from None
+
+
+def _train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, curve_keys):
+    from training import trainer
+
     output_dir = FLAGS.output_dir
     if FLAGS.do_train:
         trainer.run_training(
             fit,
-            lambda: features.pretraining_dataset(
-                train_files,
-                FLAGS.train_batch_size // workers,
-                s,
-                p,
-                is_training=True,
-                seed=FLAGS.random_seed,
-                num_shards=workers,
-                shard_index=worker_index,
-                dynamic_masking=dynamic_masking,
-                span_boundaries=FLAGS.span_boundary_objective,
-            ),
+            train_dataset_fn,
             trainer.TrainSettings(
                 output_dir=output_dir,
                 num_train_steps=FLAGS.num_train_steps,
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 max_checkpoints_to_keep=FLAGS.keep_checkpoint_max,
-                config_json=config.to_json_string(),
+                config_json=config_json,
+                on_nonfinite=FLAGS.on_nonfinite,
+                max_consecutive_nonfinite=FLAGS.max_consecutive_nonfinite,
             ),
             global_batch_size=FLAGS.train_batch_size,
             eval_fn=eval_fn if FLAGS.do_eval else None,
-            init_fn=init_fn if FLAGS.init_checkpoint else None,
+            init_fn=init_fn if FLAGS.init_checkpoint or FLAGS.teacher_checkpoint else None,
         )
-        curves = trainer.plot_training_curves(
-            output_dir, *[k for k in fit.task.metrics if k == "masked_lm_loss" or "acc" in k]
-        )
+        curves = trainer.plot_training_curves(output_dir, *curve_keys)
         logging.info("training curves: %s", curves)
     if FLAGS.do_eval:
         if not FLAGS.do_train:
-            source = FLAGS.init_checkpoint or output_dir
-            trainer.restore_model_weights(model, source)
+            trainer.restore_model_weights(fit.task.model, FLAGS.init_checkpoint or output_dir)
         results = eval_fn()
-        results["global_step"] = int(optimizer.iterations.numpy())
+        results["global_step"] = int(fit.optimizer.iterations.numpy())
         trainer.write_eval_results(output_dir, results)
+
+
+def pretrain_language_model(config) -> None:
+    """GPT: next-token prediction on the blocks of data_prep/create_lm_data.py (Radford et al.
+    2018, sec. 3.1), with held-out loss, accuracy and perplexity."""
+    import math
+
+    import keras
+
+    from data_prep import features, lm_data
+    from data_prep.errors import InputError
+    from modeling import gpt
+    from training import distribute, optimization, tasks, trainer
+
+    s = FLAGS.max_seq_length
+    if s > config.n_ctx:
+        raise app.UsageError(f"--max_seq_length={s} exceeds the config's n_ctx={config.n_ctx}")
+    bert_only = ["masking", "sentence_objective", "span_boundary_objective"]
+    changed = [f"--{n}" for n in bert_only if FLAGS[n].present]
+    if changed:
+        raise app.UsageError(
+            f"{', '.join(changed)}: masked-LM flags; a GPT config trains a causal LM"
+        )
+    train_files = features.expand_input_files(FLAGS.input_file)
+    eval_files = features.expand_input_files(FLAGS.eval_input_file or FLAGS.input_file)
+    if FLAGS.skip_corrupt_records:
+        raise app.UsageError("--skip_corrupt_records: not for GPT blocks yet")
+    check_input_files(sorted(set(train_files + eval_files)), lm_data.lm_feature_spec(s))
+    try:
+        lm_data.check_lm_files(sorted(set(train_files + eval_files)), s)
+    except InputError as e:
+        raise SystemExit(
+            f"run_pretraining: {e} (make blocks with data_prep/create_lm_data.py)"
+        ) from None
+    strategy, workers, worker_index = distribute.setup(
+        FLAGS.distribution_strategy,
+        FLAGS.tpu or "",
+        {k: FLAGS[k].value for k in ("train_batch_size", "eval_batch_size")},
+    )
+    keras.utils.set_random_seed(FLAGS.random_seed)
+    with strategy.scope():
+        model = gpt.GptLM(config)
+        model.build()
+        optimizer = optimization.create_optimizer(
+            FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps
+        )
+        optimizer.build(model.trainable_variables)
+    fit = trainer.Trainer(strategy, tasks.causal_lm_task(model), optimizer, use_xla=FLAGS.use_xla)
+
+    def dataset(files, batch_size, is_training):
+        return lm_data.lm_dataset(
+            files, batch_size // workers, s, is_training, FLAGS.random_seed, workers, worker_index
+        )
+
+    def eval_fn():
+        results = fit.evaluate(
+            dataset(eval_files, FLAGS.eval_batch_size, False), FLAGS.max_eval_steps
+        )
+        # Perplexity, exp of the mean per-token loss (capped so a diverged run still prints).
+        return results | {"perplexity": math.exp(min(results["lm_loss"], 50.0))}
+
+    def init_fn():
+        loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
+        logging.info("initialised the %s from %s", part, loaded)
+
+    logging.info(
+        "GPT (%s-LN), blocks of %d, %d parameters",
+        config.layer_norm_position,
+        s,
+        model.count_params(),
+    )
+    train_and_evaluate(
+        fit,
+        lambda: dataset(train_files, FLAGS.train_batch_size, True),
+        eval_fn,
+        init_fn,
+        config.to_json_string(),
+        ["lm_loss", "lm_accuracy"],
+        (sorted(set(train_files + eval_files)), lm_data.lm_feature_spec(s)),
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ original's: int64 features everywhere except the float `masked_lm_weights`.
 
 from __future__ import annotations
 
+import dataclasses
+import struct
+
 import tensorflow as tf
 
 from data_prep.errors import input_error
@@ -277,6 +280,146 @@ def _check_objectives(path, feats, masking, span_boundaries, sentence_pairs) -> 
             )
 
 
+# ---------------------------------------------------------------------------------------------
+# Damaged files: a full validation pass, and what training skips with skip_corrupt_records
+# ---------------------------------------------------------------------------------------------
+
+# A TFRecord is, per record: uint64 length, uint32 CRC of it, the data, uint32 CRC of the data.
+_RECORD_OVERHEAD = 16
+
+
+@dataclasses.dataclass
+class FileCheck:
+    """What validate_tfrecord_file found in one file.
+
+    good: records that read (CRCs right) and parse with the spec. bad: records that read but do
+    not parse. unreadable: records from the first framing or CRC error to the end of the file,
+    counted from their length headers where those are intact (at least 1): no TFRecord reader
+    goes past such an error, so training with skip_corrupt_records loses all of them.
+    problems: (record index, byte offset of the record, what is wrong), the first few.
+    """
+
+    path: str
+    good: int = 0
+    bad: int = 0
+    unreadable: int = 0
+    problems: list = dataclasses.field(default_factory=list)
+
+    @property
+    def skipped(self) -> int:
+        return self.bad + self.unreadable
+
+    def describe(self) -> str:
+        head = f"{self.path}: {self.good} good records"
+        if not self.problems:
+            return head
+        lost = f", {self.bad} that do not parse, {self.unreadable} unreadable"
+        where = "; ".join(f"record {i} (byte {o}): {what}" for i, o, what in self.problems)
+        return head + lost + "; " + where
+
+
+def _count_records_from(path: str, offset: int, size: int) -> int:
+    """Records from `offset` to the end by their length headers (at least 1: the damaged one)."""
+    n = 0
+    with tf.io.gfile.GFile(path, "rb") as f:
+        while offset + 8 <= size:
+            f.seek(offset)
+            (length,) = struct.unpack("<Q", f.read(8))
+            n += 1
+            offset += length + _RECORD_OVERHEAD
+    return max(n, 1)
+
+
+def validate_tfrecord_file(path: str, spec: dict, max_problems: int = 5) -> FileCheck:
+    """Reads every record of `path`, checking its CRCs and that it parses with `spec`
+    (tf.io.parse_example's feature spec). Never raises for damaged data; returns a FileCheck."""
+    check = FileCheck(path)
+    size = tf.io.gfile.stat(path).length
+    if size == 0:
+        check.problems.append((0, 0, "an empty file"))
+        return check
+    offset, pending = 0, []  # (index, offset, serialized) not yet parsed
+
+    def parse_pending():
+        if not pending:
+            return
+        try:
+            tf.io.parse_example([r for _, _, r in pending], spec)
+            check.good += len(pending)
+        except tf.errors.InvalidArgumentError:  # find which, one by one
+            for i, o, r in pending:
+                try:
+                    tf.io.parse_single_example(r, spec)
+                    check.good += 1
+                except tf.errors.InvalidArgumentError as e:
+                    check.bad += 1
+                    if len(check.problems) < max_problems:
+                        what = e.message.split(";")[0].split("\n")[0][:200]
+                        check.problems.append((i, o, f"does not parse ({what})"))
+        pending.clear()
+
+    index = 0
+    try:
+        for record in tf.data.TFRecordDataset(path):
+            data = record.numpy()
+            pending.append((index, offset, data))
+            index += 1
+            offset += len(data) + _RECORD_OVERHEAD
+            if len(pending) == 512:
+                parse_pending()
+    except tf.errors.DataLossError as e:
+        check.unreadable = _count_records_from(path, offset, size)
+        what = "truncated" if "truncated" in e.message else "corrupted (CRC mismatch)"
+        if index == 0 and "Is this even a TFRecord" in e.message:
+            what = "not a TFRecord file"
+        check.problems.insert(
+            0, (index, offset, f"{what}; this and everything after it in the file is lost")
+        )
+    parse_pending()
+    return check
+
+
+def validate_pretraining_files(
+    files, max_seq_length, max_predictions_per_seq, masking="static", span_boundaries=False
+) -> list[FileCheck]:
+    """validate_tfrecord_file over pretraining files with the run's record spec."""
+    spec = pretraining_record_spec(
+        max_seq_length, max_predictions_per_seq, masking, span_boundaries
+    )
+    return [validate_tfrecord_file(f, spec) for f in files]
+
+
+def damaged_files_error(checks: list[FileCheck]):
+    """An InputError naming every damaged file, its first damaged record and byte offset and
+    what is lost, or None when all files are sound."""
+    damaged = [c for c in checks if c.problems]
+    if not damaged:
+        return None
+    return input_error(
+        "; ".join(c.describe() for c in damaged),
+        "readable TFRecords that parse as the run's records",
+        f"{len(damaged)} damaged file(s) of {len(checks)}; rewrite them, or pass "
+        "--skip_corrupt_records to train on the rest (the counts above are what it skips)",
+    )
+
+
+def _records_skipping_corrupt(path, spec):
+    """One file's records, dropping those that do not parse and, at a framing or CRC error, the
+    rest of the file (what validate_tfrecord_file counts), with a logged warning."""
+
+    def checked(serialized):
+        parsed = tf.io.parse_single_example(serialized, spec)
+        # tf.data prunes a parse whose values nothing reads (and folds its static sizes), so an
+        # always-true Assert (stateful, kept) reads a sum of its values.
+        total = tf.add_n([tf.reduce_sum(tf.cast(v, tf.float64)) for v in parsed.values()])
+        known = tf.math.is_finite(total) | tf.math.is_nan(total) | tf.math.is_inf(total)
+        with tf.control_dependencies([tf.debugging.Assert(known, [serialized])]):
+            return tf.identity(serialized)
+
+    records = tf.data.TFRecordDataset(path).map(checked)
+    return records.ignore_errors(log_warning=True)
+
+
 def pretraining_dataset(
     input_files: list[str],
     batch_size: int,
@@ -288,6 +431,7 @@ def pretraining_dataset(
     shard_index: int = 0,
     dynamic_masking=None,
     span_boundaries: bool = False,
+    skip_corrupt_records: bool = False,
 ) -> tf.data.Dataset:
     """Batches of parsed pretraining examples, deterministic for a given seed.
 
@@ -301,7 +445,9 @@ def pretraining_dataset(
     batch index is counted by the pipeline and saved with the iterator, so a resumed run masks
     exactly as an uninterrupted one, and every epoch masks the same sequence anew. Eval
     (is_training=False) masks the same way each time it runs. `span_boundaries` adds the span
-    boundary features of static span-masked records.
+    boundary features of static span-masked records. `skip_corrupt_records` drops records that
+    do not parse and, per file, everything from a framing or CRC error on (validate_tfrecord_file
+    counts both), instead of failing.
 
     Returns a dataset of dicts of int32 (B, S) / (B, P) / (B, 1) tensors and float32 (B, P)
     `masked_lm_weights`, with B = batch_size.
@@ -312,8 +458,20 @@ def pretraining_dataset(
         files = files.shard(num_shards, shard_index)
     if is_training:
         files = files.shuffle(len(input_files), seed=seed, reshuffle_each_iteration=False)
+    read = tf.data.TFRecordDataset
+    if skip_corrupt_records:
+        spec = pretraining_record_spec(
+            max_seq_length,
+            max_predictions_per_seq,
+            "dynamic" if dynamic_masking is not None else "static",
+            span_boundaries,
+        )
+
+        def read(path):
+            return _records_skipping_corrupt(path, spec)
+
     records = files.interleave(
-        tf.data.TFRecordDataset,
+        read,
         cycle_length=min(4, len(input_files)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,

@@ -245,3 +245,177 @@ def test_recipes_pretrain_and_fine_tune_from_their_checkpoints(tmp_path):
         assert result.returncode == 0, result.stderr[-4000:]
         assert "initialised the encoder from" in result.stderr
         assert 0.0 <= float(eval_results(d / f"{name}-sst2")["accuracy"]) <= 1.0
+
+
+def test_electra_and_distilbert_pretrain_and_fine_tune_from_their_checkpoints(setup, tmp_path):
+    """ELECTRA from an ELECTRA config and DistilBERT from a teacher checkpoint, two steps each on
+    the static records; each checkpoint then fine-tunes through run_classifier (ELECTRA's
+    discriminator, the student). Incompatible flags and a teacher of another vocabulary fail
+    fast, saying what to change."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from data_prep import glue
+    from modeling import bert
+    from tests.test_electra import TINY as ELECTRA_TINY
+    from tests.test_glue import VOCAB, write_task
+
+    d, _ = setup
+    # Vocabulary 53 as the synthetic records; fine-tuning's 28-token vocab fits in it.
+    (tmp_path / "electra.json").write_text(json.dumps(ELECTRA_TINY))
+    teacher_config = helpers.tiny_config(num_hidden_layers=4)
+    student = tmp_path / "student.json"
+    student.write_text(teacher_config.replace(num_hidden_layers=2).to_json_string())
+    (tmp_path / "bad_student.json").write_text(
+        teacher_config.replace(num_hidden_layers=2, vocab_size=55).to_json_string()
+    )
+    teacher_dir = tmp_path / "teacher"
+    teacher = bert.BertPretrainer(teacher_config)
+    teacher.build()
+    tf.train.Checkpoint(model=teacher).save(str(teacher_dir / "ckpt"))
+    (teacher_dir / "model_config.json").write_text(teacher_config.to_json_string())
+
+    def pretrain(config, out, *extra):
+        return run([*common(d, config, tmp_path / out, 2), "--do_train", *extra], check=False)
+
+    jobs = [
+        (tmp_path / "electra.json", "electra", "--disc_weight=40"),
+        (student, "student", f"--teacher_checkpoint={teacher_dir}", "--do_eval"),
+        (tmp_path / "electra.json", "electra_nsp", "--sentence_objective=nsp"),
+        (tmp_path / "bad_student.json", "bad_student", f"--teacher_checkpoint={teacher_dir}"),
+    ]
+    with ThreadPoolExecutor(4) as pool:
+        electra_run, student_run, nsp_run, bad_run = pool.map(lambda j: pretrain(*j), jobs)
+    assert electra_run.returncode == 0, electra_run.stderr[-4000:]
+    log = [
+        json.loads(x) for x in (tmp_path / "electra" / "train_log.jsonl").read_text().splitlines()
+    ]
+    r = log[-1]
+    assert {"sampled_masked_lm_accuracy", "disc_accuracy", "disc_precision"} <= set(r)
+    assert r["loss"] == pytest.approx(r["masked_lm_loss"] + 40 * r["disc_loss"], rel=1e-6)
+    assert student_run.returncode == 0, student_run.stderr[-4000:]
+    assert "initialised the student from teacher layers [0, 2]" in student_run.stderr
+    results = eval_results(tmp_path / "student")
+    assert {"soft_target_loss", "cosine_loss", "masked_lm_loss"} <= set(results)
+    assert nsp_run.returncode != 0
+    assert "--sentence_objective=nsp: ELECTRA trains no sentence-level objective" in nsp_run.stderr
+    assert bad_run.returncode != 0 and not list((tmp_path / "bad_student").glob("ckpt-*"))
+    assert "bad_student.json: vocab_size=55 differs from the teacher's vocab_size=53" in (
+        bad_run.stderr
+    )
+
+    data = tmp_path / "SST-2"
+    write_task(data, glue.get_task("sst-2"), sizes=(6, 4, 3))
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+
+    def fine_tune(config, pretrained):
+        return run_script(
+            "run_classifier.py",
+            [
+                "--task_name=sst-2",
+                f"--data_dir={data}",
+                f"--vocab_file={tmp_path / 'vocab.txt'}",
+                f"--bert_config_file={config}",
+                f"--init_checkpoint={tmp_path / pretrained}",
+                f"--output_dir={tmp_path / pretrained}-sst2",
+                "--max_seq_length=13",
+                "--train_batch_size=3",
+                "--eval_batch_size=4",
+                "--num_train_epochs=1",
+                "--save_checkpoints_steps=2",
+                "--iterations_per_loop=2",
+                "--do_train",
+                "--do_eval",
+            ],
+        )
+
+    with ThreadPoolExecutor(2) as pool:
+        tuned = list(
+            pool.map(fine_tune, [tmp_path / "electra.json", student], ["electra", "student"])
+        )
+    for result, name in zip(tuned, ("electra", "student")):
+        assert result.returncode == 0, result.stderr[-4000:]
+        assert "initialised the encoder from" in result.stderr
+        assert 0.0 <= float(eval_results(tmp_path / f"{name}-sst2")["accuracy"]) <= 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Reliability (#10): damaged records, SIGTERM
+
+
+def test_damaged_records_are_named_validated_and_skipped(setup, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    d, config = setup
+    data = (d / "a.tfrecord").read_bytes()
+    size = len(data) // 30  # fixed-length records
+    flipped = bytearray(data)
+    flipped[20 * size + 20] ^= 0x01  # a payload byte of record 20
+    (tmp_path / "flipped.tfrecord").write_bytes(bytes(flipped))
+    (tmp_path / "b.tfrecord").write_bytes((d / "b.tfrecord").read_bytes())
+
+    def job(out, *extra):
+        args = [a for a in common(tmp_path, config, tmp_path / out, 4) if "input_file" not in a]
+        return run([*args, f"--input_file={tmp_path}/*.tfrecord", "--do_train", *extra], False)
+
+    with ThreadPoolExecutor(3) as pool:
+        check, plain, skipping = pool.map(
+            lambda a: job(*a), [("v", "--validate_input"), ("p",), ("s", "--skip_corrupt_records")]
+        )
+    assert check.returncode == 1, check.stderr[-2000:]
+    assert f"{tmp_path}/b.tfrecord: 30 good records" in check.stdout
+    assert f"record 20 (byte {20 * size}): corrupted (CRC mismatch)" in check.stderr
+    assert not (tmp_path / "v").exists()  # before any model is built
+    # Without skipping, training stops (no record is lost silently) and names the file.
+    assert plain.returncode == 1 and "flipped.tfrecord: 20 good records" in plain.stderr
+    assert not list((tmp_path / "p").glob("ckpt-*"))
+    assert skipping.returncode == 0, skipping.stderr[-3000:]
+    assert "skipping 10 records of" in skipping.stderr and "flipped.tfrecord" in skipping.stderr
+    assert "10 of 60 records skipped" in skipping.stderr
+    assert (tmp_path / "s" / "ckpt-4.index").exists()
+
+
+def test_sigterm_checkpoints_exits_42_and_resume_matches_an_uninterrupted_run(setup, tmp_path):
+    import signal
+
+    d, config = setup
+    steps = 300
+
+    def args(out):
+        flags_ = common(d, config, tmp_path / out, steps)
+        flags_ = [a for a in flags_ if "save_checkpoints_steps" not in a and "iterations" not in a]
+        return [*flags_, "--do_train", "--save_checkpoints_steps=100", "--iterations_per_loop=1"]
+
+    straight_log = open(tmp_path / "straight.log", "w")  # a pipe nobody reads would fill up
+    straight = subprocess.Popen(
+        [sys.executable, "run_pretraining.py", *args("straight")], cwd=ROOT,
+        stdout=subprocess.DEVNULL, stderr=straight_log, text=True,
+    )  # fmt: skip
+    killed = subprocess.Popen(
+        [sys.executable, "run_pretraining.py", *args("killed")], cwd=ROOT,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    seen = []
+    for line in killed.stderr:
+        seen.append(line)
+        if f"step 3/{steps}" in line:
+            killed.send_signal(signal.SIGTERM)
+            break
+    rest = killed.communicate(timeout=300)[1]
+    assert killed.returncode == 42, "".join(seen)[-2000:] + rest[-3000:]
+    saved = [int(p.name[5:-6]) for p in (tmp_path / "killed").glob("ckpt-*.index")]
+    assert len(saved) == 1 and 3 <= saved[0] < 100, saved  # between two periodic saves
+    assert "SIGTERM: saved" in rest and f"at step {saved[0]}" in rest
+    resumed = run(args("killed"))
+    assert f"ckpt-{saved[0]} at step {saved[0]}" in resumed.stderr
+    assert straight.wait(timeout=300) == 0, (tmp_path / "straight.log").read_text()[-3000:]
+    straight_log.close()
+    a = tf.train.load_checkpoint(str(tmp_path / "straight"))
+    b = tf.train.load_checkpoint(str(tmp_path / "killed"))
+    names = [
+        n
+        for n in a.get_variable_to_shape_map()
+        if n.endswith("VARIABLE_VALUE") and not n.startswith(("save_counter", "iterator"))
+    ]  # the weights, Adam's moments and iteration, the step, the dropout seeds
+    assert len(names) > 50 and "global_step/.ATTRIBUTES/VARIABLE_VALUE" in names
+    for name in names:
+        assert (a.get_tensor(name) == b.get_tensor(name)).all(), name

@@ -22,14 +22,14 @@ def data_file(tmp_path_factory):
     return str(path)
 
 
-def build(strategy, config, seed=7, steps=20):
+def build(strategy, config, seed=7, steps=20, use_xla=False):
     keras.utils.set_random_seed(seed)
     with strategy.scope():
         model = bert.BertPretrainer(config)
         model.build()
         opt = optimization.create_optimizer(1e-2, steps, 2)
         opt.build(model.trainable_variables)
-    return trainer.Trainer(strategy, tasks.bert_pretraining_task(model), opt)
+    return trainer.Trainer(strategy, tasks.bert_pretraining_task(model), opt, use_xla=use_xla)
 
 
 def dataset(path):
@@ -65,21 +65,34 @@ def test_loss_decreases_on_repeated_batch(data_file):
     fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.tiny_config(), steps=60)
     one_batch = features.pretraining_dataset([data_file], B, S, P, is_training=False).take(1)
     rows = fit.train_steps(iter(one_batch.repeat()), 60)
-    metrics = [fit.metrics_from_sums(r[:-2]) for r in rows]
+    metrics = [fit.metrics_from_sums(r) for r in rows]
     assert metrics[-1]["masked_lm_loss"] < 0.5 * metrics[0]["masked_lm_loss"]
 
 
-def _run(out_dir, data_file, steps, config):
+def poisoned(path, bad_steps):
+    """`dataset(path)` with NaN masked_lm_weights in the batches of `bad_steps` (1-based), so
+    those steps' loss and gradients are NaN."""
+
+    def poison(i, batch):
+        bad = tf.reduce_any(tf.equal(i + 1, tf.constant(list(bad_steps) or [-1], tf.int64)))
+        w = batch["masked_lm_weights"]
+        return batch | {"masked_lm_weights": tf.where(bad, w * np.nan, w)}
+
+    return dataset(path).enumerate().map(poison)
+
+
+def _run(out_dir, data_file, steps, config, bad_steps=(), **settings):
     fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config, steps=12)
     trainer.run_training(
         fit,
-        lambda: dataset(data_file),
+        lambda: poisoned(data_file, bad_steps) if bad_steps else dataset(data_file),
         trainer.TrainSettings(
             str(out_dir),
             steps,
             save_checkpoints_steps=3,
             iterations_per_loop=2,
             config_json=config.to_json_string(),
+            **settings,
         ),
         global_batch_size=B,
     )
@@ -186,3 +199,69 @@ def test_train_and_warmup_steps_as_the_original():
     assert optimization.train_and_warmup_steps(1000, 32, 3.0, 0.1) == (93, 9)
     with pytest.raises(ValueError, match="give no training step"):
         optimization.train_and_warmup_steps(10, 32, 1.0, 0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Non-finite steps: checked before the update, never applied, never saved
+
+
+@pytest.mark.parametrize("where", ["one_device", "mirrored", "xla"])
+def test_nonfinite_step_changes_nothing_and_training_goes_on(data_file, where):
+    strategy = (
+        helpers.mirrored_strategy()
+        if where == "mirrored"
+        else tf.distribute.OneDeviceStrategy("/cpu:0")
+    )
+    fit = build(strategy, helpers.tiny_config(), use_xla=where == "xla")
+    batches = iter(poisoned(data_file, [3]))
+    assert fit.train_steps(batches, 2)[:, -1].tolist() == [1.0, 1.0]
+    model_before = weights(fit.task.model)
+    optimizer_before = [np.array(v.numpy()) for v in fit.optimizer.variables]
+    row = fit.train_steps(batches, 1)[0]
+    assert row[-1] == 0.0 and not np.isfinite(fit.loss_from_sums(row))
+    for a, b in zip(model_before, weights(fit.task.model)):
+        np.testing.assert_array_equal(a, b)
+    # Adam's moments and the iteration (hence the learning rate) are untouched too.
+    for a, v in zip(optimizer_before, fit.optimizer.variables):
+        np.testing.assert_array_equal(a, v.numpy(), err_msg=v.path)
+    assert int(fit.optimizer.iterations.numpy()) == 2
+    rows = fit.train_steps(batches, 2)
+    assert rows[:, -1].tolist() == [1.0, 1.0] and np.isfinite(rows).all()
+    assert int(fit.optimizer.iterations.numpy()) == 4
+    after = weights(fit.task.model)
+    assert all(np.isfinite(w).all() for w in after)
+    assert any(not np.array_equal(a, b) for a, b in zip(model_before, after))
+
+
+def test_skip_counts_and_logs_nonfinite_steps(tmp_path, data_file):
+    fit = _run(tmp_path, data_file, 8, helpers.tiny_config(), [4, 5], on_nonfinite="skip")
+    log = trainer.read_jsonl(str(tmp_path / "train_log.jsonl"))
+    assert [r["step"] for r in log] == list(range(1, 9))
+    assert [r["step"] for r in log if r.get("skipped")] == [4, 5]
+    assert all(np.isfinite(r["loss"]) for r in log if not r.get("skipped"))
+    assert int(fit.optimizer.iterations.numpy()) == 6  # 8 batches, 6 updates
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-8")
+
+
+def test_stop_names_the_step_and_saves_nothing_after_it(tmp_path, data_file):
+    with pytest.raises(FloatingPointError, match=r"at step 5, with --on_nonfinite=stop.*ckpt-3"):
+        _run(tmp_path, data_file, 8, helpers.tiny_config(), [5])
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*.index")) == ["ckpt-3.index"]
+    # A rerun resumes at the intact checkpoint (and here stops at the same batch again).
+    with pytest.raises(FloatingPointError, match="at step 5"):
+        _run(tmp_path, data_file, 8, helpers.tiny_config(), [5])
+
+
+def test_skip_gives_up_after_too_many_in_a_row(tmp_path, data_file):
+    with pytest.raises(FloatingPointError, match=r"at step 4, 3 in a row.*giving up"):
+        _run(
+            tmp_path,
+            data_file,
+            8,
+            helpers.tiny_config(),
+            [2, 3, 4],
+            on_nonfinite="skip",
+            max_consecutive_nonfinite=3,
+        )
+    # Step 3 (saved) was skipped too, but its weights are step 1's, finite; nothing after step 4.
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*.index")) == ["ckpt-3.index"]

@@ -2,9 +2,9 @@
 
 A *task* says what a step computes: `sums_fn(batch, training) -> dict of float32 scalars` (sums
 and counts over the replica's slice of the batch, see modeling/losses.py), `loss_terms` (pairs of
-a numerator and a denominator key; the loss is the sum of numerator / *global* denominator) and
-`metrics` (name -> (numerator, denominator) key pairs). Dividing by global totals makes N replicas
-compute exactly the one-device gradient.
+a numerator and a denominator key, or triples with a weight; the loss is the sum of
+weight * numerator / *global* denominator) and `metrics` (name -> (numerator, denominator) key
+pairs). Dividing by global totals makes N replicas compute exactly the one-device gradient.
 
 Input: one plain tf.data iterator per worker feeds the global batch, and each replica takes its
 slice (experimental_distribute_values_from_function). A plain iterator can be saved in a
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +52,55 @@ class TrainSettings:
     clip_norm: float = 1.0
     max_checkpoints_to_keep: int = 5
     config_json: str = ""  # the model config, kept in output_dir to refuse mismatched resumes
+    # A step with a non-finite loss or gradient is never applied (see Trainer); "stop" then ends
+    # the run, "skip" goes on and gives up after max_consecutive_nonfinite such steps in a row.
+    on_nonfinite: str = "stop"
+    max_consecutive_nonfinite: int = 10
+
+
+# The exit code after SIGTERM: the checkpoint at the current step is saved, rerun to continue.
+# 42 is what tf.distribute's PreemptionCheckpointHandler exits with, so a scheduler set up for it
+# restarts Cloze the same way.
+PREEMPTED_EXIT_CODE = 42
+
+
+class Preempted(SystemExit):
+    """Raised by run_training after a SIGTERM, once the checkpoint at the current step is saved.
+
+    A SystemExit with code PREEMPTED_EXIT_CODE, so an entrypoint exits cleanly with that code
+    without handling it; a library caller can catch it.
+    """
+
+    def __init__(self, step: int, checkpoint: str):
+        super().__init__(PREEMPTED_EXIT_CODE)
+        self.step = step
+        self.checkpoint = checkpoint
+
+
+class _SigtermFlag:
+    """Records a SIGTERM instead of dying of it, while the training loop runs.
+
+    Python runs the handler between bytecodes, so a signal that arrives during a compiled loop
+    is seen when the loop returns. Only the main thread can install handlers; elsewhere (a run
+    started from a worker thread) SIGTERM keeps its default action.
+    """
+
+    def __init__(self):
+        self.received = False
+        self._previous = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        del signum, frame
+        self.received = True
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
 
 
 def seed_states(model) -> list:
@@ -92,10 +142,18 @@ class Trainer:
         self.task = task
         self.optimizer = optimizer
         self.clip_norm = clip_norm
-        self.sum_keys = sorted({k for pair in task.metrics.values() for k in pair})
+        # (numerator, denominator, weight): a pair is weighted 1.
+        self.loss_terms = [
+            (t[0], t[1], float(t[2]) if len(t) > 2 else 1.0) for t in task.loss_terms
+        ]
+        self.sum_keys = sorted(
+            {k for pair in task.metrics.values() for k in pair}
+            | {k for n, d, _ in self.loss_terms for k in (n, d)}
+        )
         self._train_fn = None
         self._eval_fn = None
         self._step = self._replica_train_step
+        self._apply = self._replica_apply_step
         if use_xla:
             if strategy.num_replicas_in_sync > 1:
                 raise ValueError(
@@ -103,6 +161,7 @@ class Trainer:
                     f"this strategy has {strategy.num_replicas_in_sync}"
                 )
             self._step = tf.function(self._replica_train_step, jit_compile=True)
+            self._apply = tf.function(self._replica_apply_step, jit_compile=True)
 
     # -- one step, in replica context ----------------------------------------------------------
     def _replica_train_step(self, batch):
@@ -111,9 +170,10 @@ class Trainer:
         variables = model.trainable_variables
         with tf.GradientTape() as tape:
             sums = self.task.sums_fn(batch, training=True)
-            dens = ctx.all_reduce("sum", [sums[d] for _, d in self.task.loss_terms])
+            dens = ctx.all_reduce("sum", [sums[d] for _, d, _ in self.loss_terms])
+            terms = [sums[n] / tf.maximum(d, 1.0) for (n, _, _), d in zip(self.loss_terms, dens)]
             loss = tf.add_n(
-                [sums[n] / tf.maximum(d, 1.0) for (n, _), d in zip(self.task.loss_terms, dens)]
+                [t if w == 1.0 else w * t for t, (_, _, w) in zip(terms, self.loss_terms)]
             )
         grads = tape.gradient(loss, variables)
         # A variable the loss does not reach (a pooler under mean pooling) has no gradient; a
@@ -121,13 +181,21 @@ class Trainer:
         grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
         # Sum over replicas here, once: clipping must see the global gradient (the optimizer's
         # own all-reduce is off, see training/optimization.py).
-        grads = ctx.all_reduce("sum", grads)
+        # The loss rides along so every replica sees the same global loss for the check below.
+        *grads, global_loss = ctx.all_reduce("sum", [*grads, loss])
         grads, norm = optimization.clip_by_global_norm(grads, self.clip_norm)
         lr = tf.cast(self.optimizer.learning_rate, tf.float32)  # the rate this step applies
-        self.optimizer.apply(grads, variables)
-        # Every replica holds the same global norm and rate; the caller sums over replicas.
-        extra = tf.stack([norm, lr]) / tf.cast(self.strategy.num_replicas_in_sync, tf.float32)
-        return _stack_sums(sums, self.sum_keys), extra
+        # Checked before the update (in train_steps), on global values, so every replica decides
+        # alike.
+        finite = tf.cast(tf.math.is_finite(global_loss) & tf.math.is_finite(norm), tf.float32)
+        # Every replica holds the same global norm, rate and flag; the caller sums over replicas.
+        extra = tf.stack([norm, lr, finite]) / tf.cast(
+            self.strategy.num_replicas_in_sync, tf.float32
+        )
+        return _stack_sums(sums, self.sum_keys), extra, grads
+
+    def _replica_apply_step(self, grads):
+        self.optimizer.apply(grads, self.task.model.trainable_variables)
 
     def _replica_eval_step(self, batch):
         return _stack_sums(self.task.sums_fn(batch, training=False), self.sum_keys)
@@ -136,8 +204,9 @@ class Trainer:
     def train_steps(self, iterator, num_steps: int) -> np.ndarray:
         """Runs `num_steps` steps in one tf.function call (no Python between steps).
 
-        Returns a float64 array (num_steps, len(sum_keys) + 2): the per-step metric sums over the
-        global batch, then the global gradient norm before clipping and the learning rate.
+        Returns a float64 array (num_steps, len(sum_keys) + 3): the per-step metric sums over the
+        global batch, then the global gradient norm before clipping, the learning rate and 1.0
+        where the update was applied or 0.0 where it was skipped (a non-finite loss or gradient).
         """
         if self._train_fn is None:
 
@@ -146,11 +215,25 @@ class Trainer:
                 out = tf.TensorArray(tf.float32, size=n)
                 for i in tf.range(n):
                     dist = slice_for_replica(self.strategy, next(iterator))
-                    sums, extra = self.strategy.run(self._step, args=(dist,))
+                    sums, extra, grads = self.strategy.run(self._step, args=(dist,))
+                    extra = self.strategy.reduce("sum", extra, axis=None)  # norm, lr, finite
+                    # A non-finite step is skipped whole: no variable or Adam moment changes and
+                    # the optimizer's iteration (hence the learning-rate schedule) stays; the
+                    # input and the dropout seeds have moved on. Zeroing the gradient would not
+                    # do: Adam's moments and weight decay would still move. The cond sits
+                    # outside the replica function since MirroredStrategy refuses the
+                    # optimizer's merge_call inside control flow there.
+                    tf.cond(
+                        extra[2] > 0.5,
+                        lambda grads=grads: (
+                            self.strategy.run(self._apply, args=(grads,)) or tf.no_op()
+                        ),
+                        tf.no_op,
+                    )
                     row = tf.concat(
                         [
                             self.strategy.reduce("sum", sums, axis=None),
-                            self.strategy.reduce("sum", extra, axis=None),
+                            extra,
                         ],
                         axis=0,
                     )
@@ -184,8 +267,14 @@ class Trainer:
         return self.metrics_from_sums(total) | {"eval_steps": steps}
 
     def metrics_from_sums(self, sums) -> dict:
-        s = dict(zip(self.sum_keys, [float(x) for x in sums]))
+        """The task's metrics from summed values (a row of train_steps: its leading sums)."""
+        s = dict(zip(self.sum_keys, [float(x) for x in sums[: len(self.sum_keys)]]))
         return {name: s[n] / max(s[d], 1e-12) for name, (n, d) in self.task.metrics.items()}
+
+    def loss_from_sums(self, sums) -> float:
+        """The loss the step minimised, from one row of summed metrics (train_steps)."""
+        s = dict(zip(self.sum_keys, [float(x) for x in sums[: len(self.sum_keys)]]))
+        return sum(w * s[n] / max(s[d], 1.0) for n, d, w in self.loss_terms)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,66 +456,120 @@ def run_training(
         if eval_fn:
             _log_eval(eval_fn, 0, eval_log, out)
 
+    if settings.on_nonfinite not in ("stop", "skip"):
+        raise ValueError(f"on_nonfinite must be 'stop' or 'skip', not {settings.on_nonfinite!r}")
     writer = tf.summary.create_file_writer(os.path.join(out, "train"))
     metric_names = list(trainer.task.metrics)
     rate, loops = 0.0, 0  # examples/s: a moving average over loops, seeded by the second loop
     last: dict = {}
-    while int(step_var) < settings.num_train_steps:
-        t_loop = time.time()
-        step = int(step_var)
-        to_save = settings.save_checkpoints_steps - step % settings.save_checkpoints_steps
-        n = min(settings.iterations_per_loop, to_save, settings.num_train_steps - step)
-        rows = trainer.train_steps(iterator, n)
-        records = []
-        for i, row in enumerate(rows):
-            metrics = trainer.metrics_from_sums(row[:-2])
-            loss = sum(metrics[k] for k in metric_names if k.endswith("_loss"))
-            rec = {"step": step + i + 1, "loss": loss, **metrics}
-            rec |= {"grad_norm": float(row[-2]), "learning_rate": float(row[-1])}
-            records.append(rec)
-        if not all(math.isfinite(r["loss"]) for r in records):
-            bad = next(r for r in records if not math.isfinite(r["loss"]))
-            raise FloatingPointError(
-                f"non-finite loss at step {bad['step']} ({bad}); nothing was saved after the last "
-                f"checkpoint {manager.latest_checkpoint}, which is intact. Lower --learning_rate "
-                "or check the input data."
+    # Skipped (non-finite) steps so far, counted from the log so a resumed run keeps the total.
+    skipped = sum(1 for r in read_jsonl(train_log) if r.get("skipped"))
+    in_a_row = 0
+    with _SigtermFlag() as sigterm:
+        while True:
+            if sigterm.received:
+                _exit_preempted(manager, model, int(step_var))
+            if int(step_var) >= settings.num_train_steps:
+                break
+            t_loop = time.time()
+            step = int(step_var)
+            to_save = settings.save_checkpoints_steps - step % settings.save_checkpoints_steps
+            n = min(settings.iterations_per_loop, to_save, settings.num_train_steps - step)
+            rows = trainer.train_steps(iterator, n)
+            records = []
+            for i, row in enumerate(rows):
+                metrics = trainer.metrics_from_sums(row)
+                rec = {"step": step + i + 1, "loss": trainer.loss_from_sums(row), **metrics}
+                rec |= {"grad_norm": float(row[-3]), "learning_rate": float(row[-2])}
+                records.append(rec)
+                if row[-1] > 0.5:  # applied
+                    in_a_row = 0
+                    continue
+                rec["skipped"] = True
+                skipped += 1
+                in_a_row += 1
+                logging.warning(
+                    "step %d: non-finite loss %s or gradient norm %s; the update was not applied "
+                    "(%d in a row, %d skipped in this run)",
+                    rec["step"],
+                    rec["loss"],
+                    rec["grad_norm"],
+                    in_a_row,
+                    skipped,
+                )
+                stop = settings.on_nonfinite == "stop"
+                if stop or in_a_row >= settings.max_consecutive_nonfinite:
+                    _append_jsonl(train_log, records)  # up to the bad step, for the post-mortem
+                    why = (
+                        "with --on_nonfinite=stop"
+                        if stop
+                        else f"{in_a_row} in a row (--max_consecutive_nonfinite), giving up"
+                    )
+                    raise FloatingPointError(
+                        f"non-finite loss ({rec['loss']}) or gradient norm ({rec['grad_norm']}) "
+                        f"at step {rec['step']}, {why}. Its update was not applied and nothing "
+                        "was saved after the last checkpoint, "
+                        f"{manager.latest_checkpoint or 'none (no checkpoint yet)'}, which is "
+                        "intact; a rerun resumes there. Lower --learning_rate, check the input "
+                        "data, or pass --on_nonfinite=skip."
+                    )
+            step_var.assign_add(n)
+            step = int(step_var)
+            _append_jsonl(train_log, records)
+            applied = [r for r in records if not r.get("skipped")]
+            with writer.as_default(step=step):
+                for key in applied[-1] if applied else ():
+                    if key != "step":
+                        tf.summary.scalar(key, np.mean([r[key] for r in applied]))
+                tf.summary.scalar("skipped_steps", skipped)
+            last = records[-1]
+            loop_rate = n * global_batch_size / max(time.time() - t_loop, 1e-9)
+            loops += 1
+            # The first loop also traces and compiles the step, so the second one replaces it.
+            rate = loop_rate if loops <= 2 else 0.7 * rate + 0.3 * loop_rate
+            eta = (settings.num_train_steps - step) * global_batch_size / max(rate, 1e-9)
+            shown = " ".join(
+                f"{k} {np.mean([r[k] for r in applied]):.4f}" for k in ["loss", *metric_names]
             )
-        step_var.assign_add(n)
-        step = int(step_var)
-        with open(train_log, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
-        with writer.as_default(step=step):
-            for key in records[-1]:
-                if key != "step":
-                    tf.summary.scalar(key, np.mean([r[key] for r in records]))
-        last = records[-1]
-        loop_rate = n * global_batch_size / max(time.time() - t_loop, 1e-9)
-        loops += 1
-        # The first loop also traces and compiles the step, so the second one replaces it.
-        rate = loop_rate if loops <= 2 else 0.7 * rate + 0.3 * loop_rate
-        eta = (settings.num_train_steps - step) * global_batch_size / max(rate, 1e-9)
-        shown = " ".join(
-            f"{k} {np.mean([r[k] for r in records]):.4f}" for k in ["loss", *metric_names]
-        )
-        logging.info(
-            "step %d/%d | %s | %.1f examples/s | ETA %s",
-            step,
-            settings.num_train_steps,
-            shown,
-            rate,
-            _fmt_duration(eta),
-        )
-        if step % settings.save_checkpoints_steps == 0 or step >= settings.num_train_steps:
-            _save(manager, model, step)
-            if eval_fn:
-                _log_eval(eval_fn, step, eval_log, out)
+            logging.info(
+                "step %d/%d | %s | %.1f examples/s | ETA %s%s",
+                step,
+                settings.num_train_steps,
+                shown or "all steps skipped",
+                rate,
+                _fmt_duration(eta),
+                f" | {skipped} non-finite steps skipped" if skipped else "",
+            )
+            if step % settings.save_checkpoints_steps == 0 or step >= settings.num_train_steps:
+                _save(manager, model, step)
+                if eval_fn and not sigterm.received:
+                    _log_eval(eval_fn, step, eval_log, out)
     writer.flush()
     return last
 
 
+def _append_jsonl(path: str, records: list[dict]) -> None:
+    with open(path, "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def _exit_preempted(manager, model, step: int) -> None:
+    """Saves the checkpoint at `step` (unless there is one) and raises Preempted."""
+    latest = manager.latest_checkpoint
+    if not latest or not latest.endswith(f"ckpt-{step}"):
+        _save(manager, model, step)
+    logging.warning(
+        "SIGTERM: saved %s at step %d; exiting with code %d, rerun to continue",
+        manager.latest_checkpoint,
+        step,
+        PREEMPTED_EXIT_CODE,
+    )
+    raise Preempted(step, manager.latest_checkpoint)
+
+
 def _save(manager, model, step: int) -> None:
-    # Never overwrite good state with bad: non-finite weights are not saved (the loss check above
-    # stops first in practice; this guards weights that went bad without a bad loss).
+    # Never overwrite good state with bad: non-finite weights are not saved (the step's finiteness
+    # check keeps them finite in practice; this guards weights that went bad another way).
     if not weights_are_finite(model.trainable_variables):
         raise FloatingPointError(
             f"non-finite weights at step {step}; not saved. Last good checkpoint: "
