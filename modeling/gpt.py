@@ -14,14 +14,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from pathlib import Path
+from typing import ClassVar
 
 import keras
 import numpy as np
 from keras import ops
 
-from data_prep.errors import InputError
-from modeling import layers
+from modeling import bert, layers
 
 # ---------------------------------------------------------------------------------------------
 # Config
@@ -60,6 +59,20 @@ class GptConfig:
     layer_norm_epsilon: float = 1e-5
     initializer_range: float = 0.02
 
+    # bert.config_from_dict requires every field but these: OpenAI's file has only REQUIRED.
+    OPTIONAL: ClassVar[frozenset] = frozenset(
+        {
+            "n_inner",
+            "activation_function",
+            "layer_norm_position",
+            "embd_pdrop",
+            "attn_pdrop",
+            "resid_pdrop",
+            "layer_norm_epsilon",
+            "initializer_range",
+        }
+    )
+
     def __post_init__(self):
         for name in REQUIRED:
             value = getattr(self, name)
@@ -80,29 +93,13 @@ class GptConfig:
 
     @classmethod
     def from_dict(cls, values: dict, source: str = "config") -> GptConfig:
-        if not isinstance(values, dict):
-            raise InputError(f"{source}: expected a JSON object, found {type(values).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(values) - set(names))
-        missing = [n for n in REQUIRED if n not in values]
-        if unknown:
-            raise InputError(f"{source}: unknown key(s) {unknown}; a GPT config has {names}")
-        if missing:
-            raise InputError(f"{source}: missing key(s) {missing}; a GPT config needs {REQUIRED}")
-        try:
-            return cls(**values)
-        except (ValueError, TypeError) as e:
-            raise InputError(f"{source}: {e}") from None
+        """Builds a config from a dict (the five hparams.json keys required, the rest optional);
+        errors name `source`."""
+        return bert.config_from_dict(cls, values, source, "GPT")
 
     @classmethod
     def from_json_file(cls, path) -> GptConfig:
-        try:
-            values = json.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(f"{path}: expected a GPT config file, found no such file") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise InputError(f"{path}: expected UTF-8 JSON, found {e}") from None
-        return cls.from_dict(values, source=str(path))
+        return cls.from_dict(bert.read_config_json(path, "a GPT config file"), source=str(path))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -13,15 +13,14 @@ length, H d_model, N heads, D d_kv, F d_ff, V vocab.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from pathlib import Path
+from typing import ClassVar
 
 import keras
 import numpy as np
 from keras import ops
 
-from data_prep.errors import InputError
+from modeling import bert
 
 FEED_FORWARD = ("relu", "gated-relu", "gated-gelu")
 
@@ -52,6 +51,28 @@ class T5Config:
     eos_token_id: int = 1
     decoder_start_token_id: int = 0
 
+    # bert.config_from_dict requires every field but these: only vocab_size is required.
+    OPTIONAL: ClassVar[frozenset] = frozenset(
+        {
+            "d_model",
+            "d_kv",
+            "d_ff",
+            "num_layers",
+            "num_heads",
+            "num_decoder_layers",
+            "relative_attention_num_buckets",
+            "relative_attention_max_distance",
+            "dropout_rate",
+            "layer_norm_epsilon",
+            "initializer_factor",
+            "feed_forward_proj",
+            "tie_word_embeddings",
+            "pad_token_id",
+            "eos_token_id",
+            "decoder_start_token_id",
+        }
+    )
+
     def __post_init__(self):
         if self.feed_forward_proj not in FEED_FORWARD:
             raise ValueError(
@@ -69,28 +90,13 @@ class T5Config:
 
     @classmethod
     def from_dict(cls, values: dict, source: str = "config") -> T5Config:
-        if not isinstance(values, dict):
-            raise InputError(f"{source}: expected a JSON object, found {type(values).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(values) - set(names))
-        if unknown:
-            raise InputError(f"{source}: unknown key(s) {unknown}; a T5 config has {names}")
-        if "vocab_size" not in values:
-            raise InputError(f"{source}: missing key vocab_size")
-        try:
-            return cls(**values)
-        except (ValueError, TypeError) as e:
-            raise InputError(f"{source}: {e}") from None
+        """Builds a config from a dict (vocab_size required, the rest optional); errors name
+        `source`."""
+        return bert.config_from_dict(cls, values, source, "T5")
 
     @classmethod
     def from_json_file(cls, path) -> T5Config:
-        try:
-            values = json.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(f"{path}: expected a T5 config file, found no such file") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise InputError(f"{path}: expected UTF-8 JSON, found {e}") from None
-        return cls.from_dict(values, source=str(path))
+        return cls.from_dict(bert.read_config_json(path, "a T5 config file"), source=str(path))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
