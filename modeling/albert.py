@@ -379,32 +379,10 @@ class AlbertPretrainer(keras.Model):
             )
 
     def build(self, input_shape=None):
-        h, v = self.config.hidden_size, self.config.vocab_size
-        self.encoder.build()
-        self.masked_lm.build((None, None, h), v)
-        self.next_sentence.build((None, h))
-        if self.span_boundary:
-            self.span_boundary_head.build((None, None, h), v)
-        self.built = True
+        bert.build_pretraining_heads(self)
 
     def call(self, inputs, training=False):
-        out = self.encoder(inputs, training=training)
-        table = self.encoder.embeddings.word_embeddings  # (V, E)
-        result = {
-            "mlm_logits": self.masked_lm(
-                out["sequence_output"], inputs["masked_lm_positions"], table
-            ),
-            "nsp_logits": self.next_sentence(out["pooled_output"]),
-        }
-        if self.span_boundary:
-            result["sbo_logits"] = self.span_boundary_head(
-                out["sequence_output"],
-                inputs["masked_lm_positions"],
-                inputs["masked_lm_span_left"],
-                inputs["masked_lm_span_right"],
-                table,
-            )
-        return result
+        return bert.pretraining_outputs(self, inputs, training)
 
     def get_config(self):
         return {

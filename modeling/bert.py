@@ -319,6 +319,40 @@ def check_pretrainer_options(sentence_objective: str) -> None:
         )
 
 
+def build_pretraining_heads(model) -> None:
+    """Builds a pretrainer's encoder and heads (BertPretrainer, albert.AlbertPretrainer): the
+    heads read hidden-size vectors and project to the vocabulary through the tied table."""
+    h, v = model.config.hidden_size, model.config.vocab_size
+    model.encoder.build()
+    model.masked_lm.build((None, None, h), v)
+    model.next_sentence.build((None, h))
+    if model.span_boundary:
+        model.span_boundary_head.build((None, None, h), v)
+    model.built = True
+
+
+def pretraining_outputs(model, inputs, training: bool) -> dict:
+    """The forward pass every masked-LM pretrainer shares (see BertPretrainer's docstring): the
+    MLM head at the masked positions through the tied word table ((V, H) for BERT, (V, E) for
+    ALBERT), the 2-way sentence head on the pooled vector, and optionally the span boundary
+    head."""
+    out = model.encoder(inputs, training=training)
+    table = model.encoder.embeddings.word_embeddings
+    result = {
+        "mlm_logits": model.masked_lm(out["sequence_output"], inputs["masked_lm_positions"], table),
+        "nsp_logits": model.next_sentence(out["pooled_output"]),
+    }
+    if model.span_boundary:
+        result["sbo_logits"] = model.span_boundary_head(
+            out["sequence_output"],
+            inputs["masked_lm_positions"],
+            inputs["masked_lm_span_left"],
+            inputs["masked_lm_span_right"],
+            table,
+        )
+    return result
+
+
 @keras.saving.register_keras_serializable(package="cloze")
 class BertPretrainer(keras.Model):
     """BERT with its pre-training heads (Devlin et al. 2019, sec. 3.1).
@@ -372,32 +406,10 @@ class BertPretrainer(keras.Model):
             )
 
     def build(self, input_shape=None):
-        h = self.config.hidden_size
-        self.encoder.build()
-        self.masked_lm.build((None, None, h), self.config.vocab_size)
-        self.next_sentence.build((None, h))
-        if self.span_boundary:
-            self.span_boundary_head.build((None, None, h), self.config.vocab_size)
-        self.built = True
+        build_pretraining_heads(self)
 
     def call(self, inputs, training=False):
-        out = self.encoder(inputs, training=training)
-        table = self.encoder.embeddings.word_embeddings
-        result = {
-            "mlm_logits": self.masked_lm(
-                out["sequence_output"], inputs["masked_lm_positions"], table
-            ),
-            "nsp_logits": self.next_sentence(out["pooled_output"]),
-        }
-        if self.span_boundary:
-            result["sbo_logits"] = self.span_boundary_head(
-                out["sequence_output"],
-                inputs["masked_lm_positions"],
-                inputs["masked_lm_span_left"],
-                inputs["masked_lm_span_right"],
-                table,
-            )
-        return result
+        return pretraining_outputs(self, inputs, training)
 
     def get_config(self):
         return {
