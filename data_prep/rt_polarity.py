@@ -461,20 +461,7 @@ def finetune_arm(
         args = classifier_args(
             out / "sst2", run_dir, vocab_file, bert_config_file, init_checkpoint, seed, settings
         )
-        record = run_dir / "command.json"
-        if record.exists() and json.loads(record.read_text()) != args:
-            raise ValueError(
-                f"{run_dir} holds a run made with other settings ({record}); use another "
-                "--output_dir or remove that folder"
-            )
-        if not (record.exists() and (run_dir / "SST-2.tsv").exists()):
-            cmd = [sys.executable, *args]
-            print(f"\n=== {arm}, seed {seed}\n$ {shlex.join(cmd)}", flush=True)
-            t0 = time.time()
-            if subprocess.run(cmd, cwd=ROOT).returncode != 0:
-                raise RuntimeError(f"run_classifier.py failed for arm {arm} seed {seed}")
-            record.write_text(json.dumps(args, indent=2) + "\n")
-            print(f"=== {arm}, seed {seed}: done in {time.time() - t0:.0f}s", flush=True)
+        run_recorded(args, run_dir, run_dir / "SST-2.tsv", f"{arm}, seed {seed}")
         results.append({"seed": seed, **run_result(run_dir, labels_file)})
     summary = {
         "arm": arm,
@@ -602,6 +589,24 @@ def _run_script(args: list[str], title: str) -> float:
     return seconds
 
 
+def run_recorded(args: list[str], run_dir: Path, done: Path, title: str) -> float | None:
+    """Runs a project script at most once per run folder: the command line is kept in
+    run_dir/command.json (written before it runs, so an interrupted run is continued only by the
+    same command), a folder holding another command's run is refused (ValueError), and a run whose
+    `done` file exists is skipped. Returns the seconds it ran, None when skipped."""
+    record = run_dir / "command.json"
+    if record.exists() and json.loads(record.read_text()) != args:
+        raise ValueError(
+            f"{run_dir} holds a run made with other settings ({record}); use another "
+            "--output_dir or remove that folder"
+        )
+    if record.exists() and done.exists():
+        return None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(args, indent=2) + "\n")
+    return _run_script(args, title)
+
+
 def dapt_schedule(budgets: Sequence[int]) -> dict:
     """One pretraining run serves every budget: it runs to the largest and keeps a checkpoint at
     each (saving every gcd of the budgets). Returns run_pretraining settings."""
@@ -682,17 +687,9 @@ def domain_adapt(
         "--use_xla",
         f"--random_seed={seed}",
     ]
-    record = run_dir / "command.json"
     timing = run_dir / "timing.json"
-    if record.exists() and json.loads(record.read_text()) != args:
-        raise ValueError(
-            f"{run_dir} holds a pretraining run made with other settings ({record}); use "
-            "another --output_dir or remove that folder"
-        )
-    if not timing.exists():
-        run_dir.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps(args, indent=2) + "\n")
-        seconds = _run_script(args, "domain-adaptive pretraining on the reviews")
+    seconds = run_recorded(args, run_dir, timing, "domain-adaptive pretraining on the reviews")
+    if seconds is not None:
         _write_lines(timing, [json.dumps({"seconds": seconds, "steps": plan["num_train_steps"]})])
     # The run's folder describes itself for run_classifier (see arm_model_files).
     shutil.copyfile(vocab_file, run_dir / "vocab.txt")
