@@ -234,11 +234,10 @@ def load_teacher(config, strategy):
 
 def main(argv):
     del argv
-    import keras
 
     from data_prep import features, masking, pretraining_data, tokenization
     from modeling import albert, bert, electra
-    from training import distribute, optimization, tasks, trainer
+    from training import tasks, trainer
 
     # The model family of a config (albert_config.json has embedding_size, an ELECTRA config
     # generator sizes), with the sentence objective its paper trained.
@@ -315,32 +314,14 @@ def main(argv):
         ", span boundary objective" if FLAGS.span_boundary_objective else "",
     )
 
-    strategy, workers, worker_index = distribute.setup(
-        FLAGS.distribution_strategy,
-        FLAGS.tpu or "",
-        {k: FLAGS[k].value for k in ("train_batch_size", "eval_batch_size")},
-    )
-    replicas = strategy.num_replicas_in_sync
-    logging.info(
-        "strategy %s with %d replica(s), %d worker(s)",
-        FLAGS.distribution_strategy,
-        replicas,
-        workers,
-    )
-
-    keras.utils.set_random_seed(FLAGS.random_seed)
-    with strategy.scope():
-        if family == "electra":
-            model = pretrainer_class(config)
-        else:
-            model = pretrainer_class(config, objective, FLAGS.span_boundary_objective)
-        model.build()
-        optimizer = optimization.create_optimizer(
-            FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps
+    strategy, workers, worker_index = setup_strategy()
+    if family == "electra":
+        model, optimizer = build_model(strategy, lambda: pretrainer_class(config))
+    else:
+        model, optimizer = build_model(
+            strategy,
+            lambda: pretrainer_class(config, objective, FLAGS.span_boundary_objective),
         )
-        # Built under the scope before the first step, else Keras 3 under MirroredStrategy fails
-        # with "You must feed a value for placeholder tensor" (shared/NOTES.md).
-        optimizer.build(model.trainable_variables)
     teacher = load_teacher(teacher_config, strategy) if teacher_config else None
     if family == "electra":
         task = tasks.electra_pretraining_task(
@@ -431,6 +412,44 @@ def check_input_files(files, spec) -> None:
     )
 
 
+def setup_strategy():
+    """The tf.distribute strategy of the flags; returns (strategy, workers, worker_index)."""
+    from training import distribute
+
+    strategy, workers, worker_index = distribute.setup(
+        FLAGS.distribution_strategy,
+        FLAGS.tpu or "",
+        {k: FLAGS[k].value for k in ("train_batch_size", "eval_batch_size")},
+    )
+    logging.info(
+        "strategy %s with %d replica(s), %d worker(s)",
+        FLAGS.distribution_strategy,
+        strategy.num_replicas_in_sync,
+        workers,
+    )
+    return strategy, workers, worker_index
+
+
+def build_model(strategy, make_model):
+    """The model (from make_model) and its AdamW, both built under the strategy's scope after
+    seeding, so every objective initialises the same way. Returns (model, optimizer)."""
+    import keras
+
+    from training import optimization
+
+    keras.utils.set_random_seed(FLAGS.random_seed)
+    with strategy.scope():
+        model = make_model()
+        model.build()
+        optimizer = optimization.create_optimizer(
+            FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps
+        )
+        # Built under the scope before the first step, else Keras 3 under MirroredStrategy fails
+        # with "You must feed a value for placeholder tensor" (shared/NOTES.md).
+        optimizer.build(model.trainable_variables)
+    return model, optimizer
+
+
 def train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, curve_keys, inputs):
     """The run every objective shares: train with checkpoints, logs and curves (--do_train),
     then write eval_results.txt (--do_eval). A DataLossError (TF names no file) is re-raised
@@ -488,12 +507,10 @@ def pretrain_language_model(config) -> None:
     2018, sec. 3.1), with held-out loss, accuracy and perplexity."""
     import math
 
-    import keras
-
     from data_prep import features, lm_data
     from data_prep.errors import InputError
     from modeling import gpt
-    from training import distribute, optimization, tasks, trainer
+    from training import tasks, trainer
 
     s = FLAGS.max_seq_length
     if s > config.n_ctx:
@@ -515,19 +532,8 @@ def pretrain_language_model(config) -> None:
         raise SystemExit(
             f"run_pretraining: {e} (make blocks with data_prep/create_lm_data.py)"
         ) from None
-    strategy, workers, worker_index = distribute.setup(
-        FLAGS.distribution_strategy,
-        FLAGS.tpu or "",
-        {k: FLAGS[k].value for k in ("train_batch_size", "eval_batch_size")},
-    )
-    keras.utils.set_random_seed(FLAGS.random_seed)
-    with strategy.scope():
-        model = gpt.GptLM(config)
-        model.build()
-        optimizer = optimization.create_optimizer(
-            FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps
-        )
-        optimizer.build(model.trainable_variables)
+    strategy, workers, worker_index = setup_strategy()
+    model, optimizer = build_model(strategy, lambda: gpt.GptLM(config))
     fit = trainer.Trainer(strategy, tasks.causal_lm_task(model), optimizer, use_xla=FLAGS.use_xla)
 
     def dataset(files, batch_size, is_training):
