@@ -59,19 +59,8 @@ class GptConfig:
     layer_norm_epsilon: float = 1e-5
     initializer_range: float = 0.02
 
-    # bert.config_from_dict requires every field but these: OpenAI's file has only REQUIRED.
-    OPTIONAL: ClassVar[frozenset] = frozenset(
-        {
-            "n_inner",
-            "activation_function",
-            "layer_norm_position",
-            "embd_pdrop",
-            "attn_pdrop",
-            "resid_pdrop",
-            "layer_norm_epsilon",
-            "initializer_range",
-        }
-    )
+    # bert.config_from_dict requires every field not in OPTIONAL: set below the class.
+    OPTIONAL: ClassVar[frozenset] = frozenset()
 
     def __post_init__(self):
         for name in REQUIRED:
@@ -106,6 +95,10 @@ class GptConfig:
 
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+# Only the REQUIRED keys must be given; every other field has its default.
+GptConfig.OPTIONAL = frozenset(f.name for f in dataclasses.fields(GptConfig)) - set(REQUIRED)
 
 
 # ---------------------------------------------------------------------------------------------

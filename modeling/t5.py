@@ -51,27 +51,8 @@ class T5Config:
     eos_token_id: int = 1
     decoder_start_token_id: int = 0
 
-    # bert.config_from_dict requires every field but these: only vocab_size is required.
-    OPTIONAL: ClassVar[frozenset] = frozenset(
-        {
-            "d_model",
-            "d_kv",
-            "d_ff",
-            "num_layers",
-            "num_heads",
-            "num_decoder_layers",
-            "relative_attention_num_buckets",
-            "relative_attention_max_distance",
-            "dropout_rate",
-            "layer_norm_epsilon",
-            "initializer_factor",
-            "feed_forward_proj",
-            "tie_word_embeddings",
-            "pad_token_id",
-            "eos_token_id",
-            "decoder_start_token_id",
-        }
-    )
+    # bert.config_from_dict requires every field not in OPTIONAL: set below the class.
+    OPTIONAL: ClassVar[frozenset] = frozenset()
 
     def __post_init__(self):
         if self.feed_forward_proj not in FEED_FORWARD:
@@ -100,6 +81,10 @@ class T5Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+# Only vocab_size must be given; every other field has its default.
+T5Config.OPTIONAL = frozenset(f.name for f in dataclasses.fields(T5Config)) - {"vocab_size"}
 
 
 def relative_bucket(relative_position, bidirectional: bool, num_buckets: int, max_distance: int):
