@@ -5,7 +5,10 @@ The original is run unchanged from PyPI's `bert-tensorflow` wheel (bench/require
 ships google-research/bert's scripts; it runs on TF 2.21 as is through `tensorflow.compat.v1`.
 Both run as separate processes; the peak resident memory of each is the kernel's ru_maxrss of
 that child (os.wait4). Each runs at 1x and Nx a base corpus (the base text repeated N times), so
-memory that grows with the corpus shows in the second row.
+memory that grows with the corpus shows in the second row. instances/s is over each whole run
+(reading, tokenizing, creating, writing; both import TensorFlow at start-up), which at a small
+corpus is mostly that start-up. At the first scale the two outputs are also compared record by
+record: the same text, vocabulary, flags and seed must give the same records.
 """
 
 from __future__ import annotations

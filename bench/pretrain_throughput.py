@@ -107,16 +107,9 @@ class KerasHubPretrainer:
         import keras
         import keras_hub
 
-        backbone = keras_hub.models.BertBackbone(
-            vocabulary_size=config.vocab_size,
-            num_layers=config.num_hidden_layers,
-            num_heads=config.num_attention_heads,
-            hidden_dim=config.hidden_size,
-            intermediate_dim=config.intermediate_size,
-            dropout=config.hidden_dropout_prob,
-            max_sequence_length=config.max_position_embeddings,
-            num_segments=config.type_vocab_size,
-        )
+        from modeling import checkpoints
+
+        backbone = checkpoints.keras_hub_backbone(config)
         masked_lm = keras_hub.models.BertMaskedLM(backbone, preprocessor=None)
         nsp = keras.layers.Dense(
             2,
