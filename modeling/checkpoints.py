@@ -1684,6 +1684,23 @@ def export_keras(model, path) -> None:
     model.save(str(path))
 
 
+def keras_hub_backbone(config: bert.BertConfig):
+    """A fresh keras_hub.models.BertBackbone of the config's sizes (the export target here, the
+    peer model in bench/)."""
+    import keras_hub
+
+    return keras_hub.models.BertBackbone(
+        vocabulary_size=config.vocab_size,
+        num_layers=config.num_hidden_layers,
+        num_heads=config.num_attention_heads,
+        hidden_dim=config.hidden_size,
+        intermediate_dim=config.intermediate_size,
+        dropout=config.hidden_dropout_prob,
+        max_sequence_length=config.max_position_embeddings,
+        num_segments=config.type_vocab_size,
+    )
+
+
 def export_keras_hub(
     model,
     output_dir,
@@ -1709,16 +1726,7 @@ def export_keras_hub(
     notes = check_keras_hub_config(c, "the model config", allow_gelu_approximation)
     if has_heads(model):
         notes.append("not exported: the MLM and NSP heads (a keras-hub BertBackbone has none)")
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=c.vocab_size,
-        num_layers=c.num_hidden_layers,
-        num_heads=c.num_attention_heads,
-        hidden_dim=c.hidden_size,
-        intermediate_dim=c.intermediate_size,
-        dropout=c.hidden_dropout_prob,
-        max_sequence_length=c.max_position_embeddings,
-        num_segments=c.type_vocab_size,
-    )
+    backbone = keras_hub_backbone(c)
     arrays = export_arrays(encoder, keras_hub_entries(c))
     variables = {v.path: v for v in backbone.weights}
     if sorted(arrays) != sorted(variables):

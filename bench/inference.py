@@ -1,0 +1,188 @@
+"""Inference throughput, sequences/s: Cloze's exported SavedModel and its Keras encoder against
+keras-hub's BertBackbone, all three holding the same weights and fed the same batch.
+
+One seeded Cloze BertEncoder is saved as a Cloze checkpoint, then exported by convert_checkpoint.py
+--to=saved_model (its serve_ids signature is timed) and --to=keras_hub (a keras-hub preset that
+keras_hub.models.BertBackbone.from_preset loads). The three outputs are compared first (max abs
+difference of the sequence output at real positions, and of the pooled output), so the timed
+models provably compute the same function. The Keras models are timed as tf.functions (traced
+once, like a serving graph), with jit_compile following `use_xla`; timed rounds alternate and the
+best of each is reported.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def write_vocab(path, size: int) -> Path:
+    """A stand-in WordPiece vocabulary of `size` entries (the special tokens, then w0, w1, ...):
+    exports need one, and throughput does not depend on which strings the ids stand for."""
+    tokens = list(SPECIAL_TOKENS) + [f"w{i}" for i in range(size - len(SPECIAL_TOKENS))]
+    Path(path).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+    return Path(path)
+
+
+def padded_batch(batch: int, seq: int, vocab_size: int, seed: int = 0) -> dict:
+    """int32 (B, S) inputs: [CLS] ids [SEP] with random lengths from S/2 to S, then padding."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(max(seq // 2, 3), seq + 1, batch)
+    ids = rng.integers(len(SPECIAL_TOKENS), vocab_size, (batch, seq)).astype(np.int32)
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int32)
+    ids[:, 0] = SPECIAL_TOKENS.index("[CLS]")
+    ids[np.arange(batch), lengths - 1] = SPECIAL_TOKENS.index("[SEP]")
+    return {"input_ids": ids * mask, "input_mask": mask, "segment_ids": np.zeros_like(ids)}
+
+
+def export(model_dir: Path, target: str, out: Path, seq: int, in_process: bool) -> None:
+    """convert_checkpoint.py --from=cloze --to=`target` of the checkpoint in model_dir; with
+    in_process the same library call it makes (checkpoints.export_*) runs here instead."""
+    if not in_process:
+        cmd = [
+            sys.executable,
+            str(REPO / "convert_checkpoint.py"),
+            "--from=cloze",
+            f"--to={target}",
+            f"--input_dir={model_dir}",
+            f"--output_dir={out}",
+            f"--max_seq_length={seq}",
+        ]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{result.stderr[-3000:]}")
+        return
+    from modeling import bert, checkpoints
+
+    config = bert.BertConfig.from_json_file(model_dir / "bert_config.json")
+    model, _ = checkpoints.load_cloze(str(model_dir), config)
+    out.mkdir(parents=True)
+    if target == "saved_model":
+        checkpoints.export_saved_model(model, out, model_dir / "vocab.txt", True, seq)
+    else:
+        checkpoints.export_keras_hub(model, out, model_dir / "vocab.txt", True)
+
+
+def build_models(config, work_dir, seq: int, use_xla: bool, in_process: bool) -> dict:
+    """{"cloze_keras", "saved_model", "keras_hub"}: callables of the batch dict returning
+    (sequence_output, pooled_output), all with one set of weights."""
+    import keras
+    import keras_hub
+    import tensorflow as tf
+
+    from modeling import bert, checkpoints
+
+    work = Path(work_dir)
+    model_dir = work / "cloze"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    keras.utils.set_random_seed(12345)
+    encoder = bert.BertEncoder(config)
+    encoder.build()
+    checkpoints.save_cloze(encoder, model_dir)
+    (model_dir / "bert_config.json").write_text(config.to_json_string())
+    write_vocab(model_dir / "vocab.txt", config.vocab_size)
+    export(model_dir, "saved_model", work / "saved_model", seq, in_process)
+    export(model_dir, "keras_hub", work / "keras_hub", seq, in_process)
+    served = tf.saved_model.load(str(work / "saved_model")).signatures["serve_ids"]
+    backbone = keras_hub.models.BertBackbone.from_preset(str(work / "keras_hub"))
+
+    @tf.function(jit_compile=use_xla)
+    def cloze_keras(batch):
+        out = encoder(batch, training=False)
+        return out["sequence_output"], out["pooled_output"]
+
+    @tf.function(jit_compile=use_xla)
+    def hub(batch):
+        out = backbone(
+            {
+                "token_ids": batch["input_ids"],
+                "segment_ids": batch["segment_ids"],
+                "padding_mask": batch["input_mask"],
+            },
+            training=False,
+        )
+        return out["sequence_output"], out["pooled_output"]
+
+    def saved_model(batch):
+        out = served(**batch)
+        return out["sequence_output"], out["pooled_output"]
+
+    return {"cloze_keras": cloze_keras, "saved_model": saved_model, "keras_hub": hub}
+
+
+def max_differences(models: dict, batch: dict) -> dict:
+    """Max abs difference of each model's outputs from cloze_keras's: sequence output at real
+    positions, pooled output."""
+    ref_seq, ref_pool = (x.numpy() for x in models["cloze_keras"](batch))
+    real = np.asarray(batch["input_mask"]).astype(bool)
+    out = {}
+    for name, fn in models.items():
+        if name == "cloze_keras":
+            continue
+        seq_out, pool = (x.numpy() for x in fn(batch))
+        out[name] = {
+            "sequence_output": float(np.abs(seq_out[real] - ref_seq[real]).max()),
+            "pooled_output": float(np.abs(pool - ref_pool).max()),
+        }
+    return out
+
+
+def run(
+    size: str = "L4/H256/A4/I1024",
+    batch: int = 32,
+    seq: int = 128,
+    steps: int = 10,
+    rounds: int = 3,
+    use_xla: bool = False,
+    work_dir=None,
+    vocab_size: int = 30522,
+    in_process: bool = False,
+    tolerance: float = 1e-4,
+) -> dict:
+    """The benchmark; raises if the three models' outputs differ by more than `tolerance`."""
+    import tempfile
+
+    import tensorflow as tf
+
+    from bench import pretrain_throughput
+
+    config = pretrain_throughput.parse_size(size, vocab_size, seq)
+    work = Path(work_dir or tempfile.mkdtemp(prefix="cloze_bench_inference_"))
+    models = build_models(config, work, seq, use_xla, in_process)
+    data = {k: tf.constant(v) for k, v in padded_batch(batch, seq, vocab_size).items()}
+    diffs = max_differences(models, data)
+    worst = max(v for d in diffs.values() for v in d.values())
+    if worst > tolerance:
+        raise ValueError(f"outputs differ by up to {worst:g} > {tolerance:g}: {diffs}")
+    times = {name: [] for name in models}
+    for r in range(rounds):
+        order = list(models) if r % 2 == 0 else list(reversed(models))
+        for name in order:
+            start = time.perf_counter()
+            for _ in range(steps):
+                out = models[name](data)
+            out[0].numpy()  # wait for the last batch
+            times[name].append((time.perf_counter() - start) / steps)
+    result = {
+        "size": size,
+        "batch": batch,
+        "seq": seq,
+        "use_xla": use_xla,
+        "padding_fraction": 1.0 - float(np.mean(data["input_mask"].numpy())),
+        "max_abs_difference": diffs,
+        "tolerance": tolerance,
+    }
+    for name, t in times.items():
+        result[name] = {"batch_s": min(t), "batch_s_rounds": t, "sequences_per_s": batch / min(t)}
+    for name in ("cloze_keras", "saved_model"):
+        result[f"ratio_{name}"] = (
+            result[name]["sequences_per_s"] / result["keras_hub"]["sequences_per_s"]
+        )
+    return result

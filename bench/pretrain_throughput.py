@@ -1,0 +1,280 @@
+"""Pretraining step throughput: Cloze's MLM + NSP train step against keras-hub's BERT, same work.
+
+Both models run through the one train step run_pretraining.py uses (training/trainer.py's Trainer
+with training/tasks.py's bert_pretraining_task: forward, loss, backward, global-norm clipping,
+AdamW from training/optimization.py, all steps in one tf.function), so only the network differs:
+
+  cloze      modeling/bert.BertPretrainer (encoder + MLM head at the masked positions + NSP head)
+  keras_hub  keras_hub.models.BertBackbone + the MaskedLMHead of a keras_hub BertMaskedLM built on
+             it (it, too, projects only the masked positions, through the tied table) + a Dense(2)
+             NSP head on the backbone's pooled output, which BertMaskedLM lacks.
+
+Same sizes, dropout 0.1, batch, sequence length, predictions, precision and input batch (a fixed
+synthetic batch: throughput does not depend on the token values). Timed rounds alternate
+between the two in one process; the best round of each is reported (the machine is shared).
+MFU = bench/flops.bert_pretraining_flops per step / step time / the dense fp32 matmul peak
+measured in the same run (bench/flops.matmul_peak_flops).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+
+import numpy as np
+
+# --precision -> Keras dtype policy. fp16 would also need loss scaling in the train step, which
+# training/trainer.py does not have yet, so it is refused rather than measured wrongly.
+PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
+
+# The issue's two sizes: BERT-mini-like and BERT-base.
+DEFAULT_SIZES = ("L4/H256/A4/I1024", "L12/H768/A12/I3072")
+SIZE_RE = re.compile(r"^L(\d+)/H(\d+)/A(\d+)/I(\d+)$")
+
+
+def parse_size(spec: str, vocab_size: int = 30522, max_seq_length: int = 512):
+    """'L4/H256/A4/I1024' -> a modeling.bert.BertConfig (layers, hidden, heads, intermediate)."""
+    from modeling import bert
+
+    m = SIZE_RE.match(spec)
+    if not m:
+        raise ValueError(f"size {spec!r}: expected L<layers>/H<hidden>/A<heads>/I<intermediate>")
+    n_layers, h, a, i = (int(x) for x in m.groups())
+    return bert.BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=h,
+        num_hidden_layers=n_layers,
+        num_attention_heads=a,
+        intermediate_size=i,
+        max_position_embeddings=max(max_seq_length, 512),
+        type_vocab_size=2,
+    )
+
+
+@contextlib.contextmanager
+def dtype_policy(precision: str):
+    """Builds models under the Keras dtype policy of `precision`, restoring the old one after."""
+    import keras
+
+    if precision not in PRECISION_POLICIES:
+        raise ValueError(
+            f"precision {precision!r}: expected one of {sorted(PRECISION_POLICIES)} (fp16 needs "
+            "loss scaling, which the train step does not have yet)"
+        )
+    old = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(PRECISION_POLICIES[precision])
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(old)
+
+
+def synthetic_batch(batch: int, seq: int, predictions: int, vocab_size: int, seed: int = 0):
+    """A pretraining batch with the TFRecord feature names: every position real, segment B the
+    second half, `predictions` distinct masked positions per row (never [CLS] at 0)."""
+    rng = np.random.default_rng(seed)
+    if predictions > seq - 1:
+        raise ValueError(f"{predictions} predictions do not fit a sequence of {seq}")
+    positions = np.sort(
+        np.stack([rng.choice(np.arange(1, seq), predictions, replace=False) for _ in range(batch)]),
+        axis=1,
+    )
+    segment = np.zeros((batch, seq), np.int32)
+    segment[:, seq // 2 :] = 1
+    return {
+        "input_ids": rng.integers(5, vocab_size, (batch, seq)).astype(np.int32),
+        "input_mask": np.ones((batch, seq), np.int32),
+        "segment_ids": segment,
+        "masked_lm_positions": positions.astype(np.int32),
+        "masked_lm_ids": rng.integers(5, vocab_size, (batch, predictions)).astype(np.int32),
+        "masked_lm_weights": np.ones((batch, predictions), np.float32),
+        "next_sentence_labels": rng.integers(0, 2, (batch, 1)).astype(np.int32),
+    }
+
+
+class KerasHubPretrainer:
+    """keras-hub's BERT with BertPretrainer's inputs and outputs (see the module docstring).
+
+    A plain holder, not a Keras layer: `model` is a functional keras.Model over keras-hub layers,
+    and calling this object feeds it the four inputs it takes out of a whole pretraining batch.
+    """
+
+    sentence_objective = "nsp"
+    span_boundary = False
+
+    def __init__(self, config):
+        import keras
+        import keras_hub
+
+        from modeling import checkpoints
+
+        backbone = checkpoints.keras_hub_backbone(config)
+        masked_lm = keras_hub.models.BertMaskedLM(backbone, preprocessor=None)
+        nsp = keras.layers.Dense(
+            2,
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=config.initializer_range),
+            name="next_sentence",
+        )
+        self.input_names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
+        inputs = {n: keras.Input((None,), dtype="int32", name=n) for n in self.input_names}
+        out = backbone(
+            {
+                "token_ids": inputs["input_ids"],
+                "segment_ids": inputs["segment_ids"],
+                "padding_mask": inputs["input_mask"],
+            }
+        )
+        outputs = {
+            "mlm_logits": masked_lm.masked_lm_head(
+                out["sequence_output"], inputs["masked_lm_positions"]
+            ),
+            "nsp_logits": nsp(out["pooled_output"]),
+        }
+        self.model = keras.Model(inputs, outputs, name="keras_hub_pretrainer")
+
+    @property
+    def trainable_variables(self):
+        return self.model.trainable_variables
+
+    @property
+    def non_trainable_variables(self):
+        return self.model.non_trainable_variables
+
+    def count_params(self) -> int:
+        return self.model.count_params()
+
+    def __call__(self, batch, training=False):
+        return self.model({k: batch[k] for k in self.input_names}, training=training)
+
+
+def _trainer(strategy, model, use_xla: bool):
+    from training import optimization, tasks, trainer
+
+    # run_pretraining.build_model's optimizer (AdamW, BERT's settings), built before the first step.
+    optimizer = optimization.create_optimizer(1e-4, 10_000, 0)
+    optimizer.build(model.trainable_variables)
+    task = tasks.bert_pretraining_task(model)
+    return trainer.Trainer(strategy, task, optimizer, use_xla=use_xla)
+
+
+def build_trainers(config, precision: str, use_xla: bool, seed: int = 12345) -> dict:
+    """{"cloze": Trainer, "keras_hub": Trainer} of `config`, built seeded under `precision`."""
+    import keras
+
+    from modeling import bert
+    from training import distribute
+
+    # run_pretraining's default --distribution_strategy=one_device (first GPU, else the CPU).
+    strategy = distribute.get_strategy("one_device")
+    with dtype_policy(precision), strategy.scope():
+        keras.utils.set_random_seed(seed)
+        cloze = bert.BertPretrainer(config, "nsp")
+        cloze.build()
+        keras.utils.set_random_seed(seed)
+        hub = KerasHubPretrainer(config)
+        return {
+            "cloze": _trainer(strategy, cloze, use_xla),
+            "keras_hub": _trainer(strategy, hub, use_xla),
+        }
+
+
+def time_trainers(trainers: dict, batch: dict, steps: int, rounds: int) -> dict:
+    """Alternates timed rounds of `steps` train steps between the trainers (after one untimed
+    warm-up round each, which traces and compiles). Returns {name: [seconds per step, ...]}."""
+    import tensorflow as tf
+
+    iterators = {name: iter(tf.data.Dataset.from_tensors(batch).repeat()) for name in trainers}
+    for name, fit in trainers.items():
+        fit.train_steps(iterators[name], 1)
+    times = {name: [] for name in trainers}
+    for r in range(rounds):
+        # Swap the order every round so neither side always runs right after the other.
+        order = list(trainers) if r % 2 == 0 else list(reversed(trainers))
+        for name in order:
+            start = time.perf_counter()
+            rows = trainers[name].train_steps(iterators[name], steps)
+            times[name].append((time.perf_counter() - start) / steps)
+            if not np.all(rows[:, -1] > 0.5):
+                raise RuntimeError(f"{name}: a non-finite step during the benchmark")
+    return times
+
+
+def padding_fraction(path: str, max_seq_length: int, max_records: int = 100_000) -> dict:
+    """Share of the positions of pretraining records that are padding (input_mask 0), over the
+    first `max_records` records of a TFRecord file."""
+    import tensorflow as tf
+
+    spec = {"input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64)}
+    ds = tf.data.TFRecordDataset(path).take(max_records).batch(1024)
+    real = total = records = 0
+    for serialized in ds:
+        mask = tf.io.parse_example(serialized, spec)["input_mask"].numpy()
+        real += int(mask.sum())
+        total += mask.size
+        records += mask.shape[0]
+    if records == 0:
+        raise ValueError(f"{path}: no records")
+    return {
+        "file": str(path),
+        "records": records,
+        "max_seq_length": max_seq_length,
+        "padding_fraction": 1.0 - real / total,
+        "mean_real_tokens": real / records,
+    }
+
+
+def run(
+    sizes=DEFAULT_SIZES,
+    batch: int = 8,
+    seq: int = 128,
+    predictions: int = 20,
+    steps=(10, 2),
+    rounds: int = 3,
+    precision: str = "fp32",
+    use_xla: bool = False,
+    peak: dict | None = None,
+    vocab_size: int = 30522,
+) -> dict:
+    """The benchmark: per size, tokens/s, step time and MFU of both, and their ratio.
+
+    `steps`: timed steps per round for each size (one int for all sizes). `peak`: a result of
+    bench/flops.matmul_peak_flops, measured here when None.
+    """
+    from bench import flops
+
+    steps = [steps] * len(sizes) if isinstance(steps, int) else list(steps)
+    if len(steps) != len(sizes):
+        raise ValueError(f"{len(steps)} step counts for {len(sizes)} sizes")
+    peak = peak or flops.matmul_peak_flops()
+    results = []
+    for spec, n in zip(sizes, steps):
+        config = parse_size(spec, vocab_size, seq)
+        trainers = build_trainers(config, precision, use_xla)
+        data = synthetic_batch(batch, seq, predictions, vocab_size)
+        times = time_trainers(trainers, data, n, rounds)
+        bert_flops = flops.bert_pretraining_flops(config, batch, seq, predictions)
+        row = {"size": spec, "flops_per_step": bert_flops, "steps_per_round": n}
+        for name, t in times.items():
+            best = min(t)
+            row[name] = {
+                "step_s": best,
+                "step_s_rounds": t,
+                "tokens_per_s": batch * seq / best,
+                "model_flops_per_s": bert_flops / best,
+                "mfu": bert_flops / best / peak["flops_per_s"],
+                "params": int(trainers[name].task.model.count_params()),
+            }
+        row["ratio"] = row["cloze"]["tokens_per_s"] / row["keras_hub"]["tokens_per_s"]
+        results.append(row)
+        del trainers
+    return {
+        "batch": batch,
+        "seq": seq,
+        "predictions": predictions,
+        "precision": precision,
+        "use_xla": use_xla,
+        "rounds": rounds,
+        "peak": peak,
+        "sizes": results,
+    }

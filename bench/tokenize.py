@@ -1,0 +1,140 @@
+"""Tokenization throughput: Cloze's tokenizers against Hugging Face `tokenizers` (Rust), ids equal.
+
+WordPiece: data_prep/tokenization.InGraphTokenizer.batch_tokenize_ids, the path
+create_pretraining_data.py takes (via pretraining_data.read_documents), against
+tokenizers.BertWordPieceTokenizer with the same vocabulary and the original BERT's normalization,
+both tokenizing the same non-blank corpus lines in bulk. Byte-level BPE: data_prep/bpe.ByteLevelBPE
+against a tokenizers BPE model with GPT-2's byte-level pre-tokenizer on GPT-2's own files.
+
+Every line's ids must be identical; a difference raises ValueError naming the corpus line. Each
+side's best of `repeats` timed passes is reported (a warm-up pass first: tracing, caches).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+def read_lines(path, max_lines: int | None = None) -> list[tuple[int, str]]:
+    """(1-based line number, stripped text) of the non-blank lines of a UTF-8 corpus file."""
+    from data_prep.tokenization import read_utf8_lines
+
+    out = []
+    for number, text in read_utf8_lines(path):
+        text = text.strip()
+        if text:
+            out.append((number, text))
+            if max_lines is not None and len(out) >= max_lines:
+                break
+    if not out:
+        raise ValueError(f"{path}: no non-blank line to tokenize")
+    return out
+
+
+def _best_time(fn, repeats: int):
+    result = fn()  # warm-up: traces the graphs, fills caches
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def check_identical(path, numbered, ours, theirs, what: str) -> int:
+    """Compares two id lists per line; raises naming the first differing corpus line. Returns the
+    number of lines compared."""
+    if len(ours) != len(theirs) or len(ours) != len(numbered):
+        raise ValueError(f"{what}: {len(ours)} vs {len(theirs)} tokenized lines")
+    for (number, text), a, b in zip(numbered, ours, theirs):
+        if list(a) != list(b):
+            raise ValueError(
+                f"{path}:{number}: {what} ids differ for {text[:80]!r}: cloze {list(a)[:12]}..., "
+                f"tokenizers {list(b)[:12]}..."
+            )
+    return len(ours)
+
+
+def _report(path, lines, tokens, cloze_s, peer_s, compared) -> dict:
+    return {
+        "corpus": str(path),
+        "lines": lines,
+        "tokens": tokens,
+        "ids_identical": True,
+        "lines_compared": compared,
+        "cloze": {"seconds": cloze_s, "tokens_per_s": tokens / cloze_s},
+        "hf_tokenizers": {"seconds": peer_s, "tokens_per_s": tokens / peer_s},
+        "ratio": peer_s / cloze_s,
+    }
+
+
+def _hf_encode(tokenizer, lines, **kwargs):
+    # encode_batch_fast (tokenizers >= 0.20) skips the character offsets neither side needs here,
+    # so the peer is timed on its fastest bulk path.
+    fast = getattr(tokenizer, "encode_batch_fast", None)
+    if fast is None and hasattr(tokenizer, "_tokenizer"):  # the BertWordPieceTokenizer wrapper
+        fast = getattr(tokenizer._tokenizer, "encode_batch_fast", None)
+    return (fast or tokenizer.encode_batch)(lines, **kwargs)
+
+
+def wordpiece(corpus, vocab_file, do_lower_case: bool = True, repeats: int = 2, max_lines=None):
+    """WordPiece tokens/s of Cloze's bulk path and of Hugging Face's BertWordPieceTokenizer."""
+    import tokenizers
+
+    from data_prep.tokenization import InGraphTokenizer
+
+    numbered = read_lines(corpus, max_lines)
+    lines = [t for _, t in numbered]
+    cloze = InGraphTokenizer(str(vocab_file), do_lower_case=do_lower_case)
+    # The original BasicTokenizer's steps: clean control characters, split CJK, lower-case and
+    # strip accents together (tests/test_tokenization.py lists where the two still differ).
+    hf = tokenizers.BertWordPieceTokenizer(
+        str(vocab_file),
+        lowercase=do_lower_case,
+        strip_accents=do_lower_case,
+        clean_text=True,
+        handle_chinese_chars=True,
+    )
+    cloze_s, ours = _best_time(lambda: cloze.batch_tokenize_ids(lines), repeats)
+    peer_s, encodings = _best_time(lambda: _hf_encode(hf, lines, add_special_tokens=False), repeats)
+    theirs = [e.ids for e in encodings]
+    compared = check_identical(corpus, numbered, ours, theirs, "WordPiece")
+    tokens = sum(len(ids) for ids in ours)
+    return _report(corpus, len(lines), tokens, cloze_s, peer_s, compared) | {
+        "vocab": str(vocab_file)
+    }
+
+
+def byte_level_bpe(corpus, bpe_dir, repeats: int = 2, max_lines=None):
+    """GPT-2 byte-level BPE tokens/s of data_prep/bpe.ByteLevelBPE and of Hugging Face's BPE with
+    the byte-level pre-tokenizer, on GPT-2's encoder.json / vocab.bpe in `bpe_dir`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from data_prep import bpe
+
+    numbered = read_lines(corpus, max_lines)
+    lines = [t for _, t in numbered]
+    encoder, merges = Path(bpe_dir) / "encoder.json", Path(bpe_dir) / "vocab.bpe"
+    vocab = bpe.ByteLevelBPE.from_files(encoder, merges)  # read once; parsed files are reused
+    pairs = list(vocab.merges)
+
+    # Each pass builds both tokenizers afresh from the parsed vocabulary and merges, so neither
+    # runs on a word cache warmed by an earlier pass (both keep one).
+    def cloze_pass():
+        tok = bpe.ByteLevelBPE(vocab.encoder, pairs)
+        return [tok.encode(t) for t in lines]
+
+    def hf_pass():
+        tok = Tokenizer(models.BPE(dict(vocab.encoder), pairs))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        return _hf_encode(tok, lines)
+
+    cloze_s, ours = _best_time(cloze_pass, repeats)
+    peer_s, encodings = _best_time(hf_pass, repeats)
+    theirs = [e.ids for e in encodings]
+    compared = check_identical(corpus, numbered, ours, theirs, "byte-level BPE")
+    tokens = sum(len(ids) for ids in ours)
+    return _report(corpus, len(lines), tokens, cloze_s, peer_s, compared) | {
+        "bpe_dir": str(bpe_dir)
+    }

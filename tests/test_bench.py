@@ -1,0 +1,146 @@
+"""Smoke runs of the benchmarks (bench/) on tiny sizes, and the checks their figures rest on.
+
+No timed assertions: the figures are asserted to exist and be positive, the peers to do the same
+work (equal parameter counts, equal outputs, equal records, identical token ids).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from bench import flops, pretrain_throughput, tokenize
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = "the a cat dog sat ran on mat big small red house garden tree bird sang".split()
+SUFFIXES = ["##s", "##ing", "##ed"]
+
+
+def write_default_run(folder: Path, num_docs: int = 120, seed: int = 5) -> Path:
+    """A stand-in for run_default.py's work_dir: corpus/train.txt and vocab.txt (no records)."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(num_docs):
+        for _ in range(rng.randint(2, 6)):
+            words = [rng.choice(WORDS) + rng.choice(["", "s", "ing"]) for _ in range(7)]
+            lines.append(" ".join(words).capitalize() + rng.choice(".!?,"))
+        lines.append("")
+    (folder / "corpus").mkdir(parents=True)
+    (folder / "corpus" / "train.txt").write_text("\n".join(lines), encoding="utf-8")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *SUFFIXES, ".", "!", "?", ","]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    return folder
+
+
+def test_pretraining_flops_match_a_hand_count():
+    # L=1, H=2, I=3, V=5, B=1, S=2, P=1:
+    # encoder 2*S*(4H^2 + 2HI) + 4*S^2*H = 4*(16 + 12) + 32 = 144; MLM 2H^2 + 2HV = 8 + 20 = 28;
+    # NSP 2H^2 + 2H*2 = 8 + 8 = 16; forward 188, training step 3x = 564.
+    config = pretrain_throughput.parse_size("L1/H2/A1/I3", vocab_size=5)
+    assert flops.bert_pretraining_flops(config, 1, 2, 1, train=False) == 188
+    assert flops.bert_pretraining_flops(config, 1, 2, 1) == 564
+    assert flops.bert_pretraining_flops(config, 1, 2, 1, sentence_head=False) == 3 * 172
+    assert flops.bert_pretraining_flops(config, 3, 2, 1) == 3 * 564  # linear in the batch
+    assert flops.bert_encoder_flops(config, 1, 2) == 144
+
+
+def test_parse_size_refuses_a_bad_spec():
+    with pytest.raises(ValueError, match="L<layers>"):
+        pretrain_throughput.parse_size("4 layers")
+    with pytest.raises(ValueError, match="fp16"):
+        with pretrain_throughput.dtype_policy("fp16"):
+            pass
+
+
+def test_ids_check_compares_every_line_and_names_the_first_difference():
+    numbered = [(1, "a b"), (4, "c d"), (9, "e")]
+    assert tokenize.check_identical("c.txt", numbered, [[1, 2], [3], [4]], [[1, 2], [3], [4]], "X")
+    with pytest.raises(ValueError, match=r"c\.txt:9: X ids differ"):
+        tokenize.check_identical("c.txt", numbered, [[1, 2], [3], [4]], [[1, 2], [3], [5]], "X")
+    with pytest.raises(ValueError, match="3 vs 2 tokenized lines"):
+        tokenize.check_identical("c.txt", numbered, [[1], [2], [3]], [[1], [2]], "X")
+
+
+def test_padding_fraction_counts_zero_mask_positions(tmp_path):
+    path = str(tmp_path / "r.tfrecord")
+    with tf.io.TFRecordWriter(path) as w:
+        for mask in ([1, 1, 0, 0], [1, 1, 1, 0]):
+            feature = {"input_mask": tf.train.Feature(int64_list=tf.train.Int64List(value=mask))}
+            w.write(
+                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            )
+    result = pretrain_throughput.padding_fraction(path, 4)
+    assert result["records"] == 2 and result["padding_fraction"] == pytest.approx(3 / 8)
+    assert result["mean_real_tokens"] == pytest.approx(2.5)
+
+
+def test_run_all_quick_writes_every_figure(tmp_path):
+    default_run = write_default_run(tmp_path / "default_run")
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "bench/run_all.py",
+            "--quick",
+            f"--output_dir={out}",
+            f"--default_run_dir={default_run}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    r = json.loads((out / "results.json").read_text())
+    assert r["quick"] is True and r["machine"]["cpus"] >= 1
+
+    p = r["pretrain"]
+    assert p["peak"]["flops_per_s"] > 0
+    for row in p["sizes"]:
+        for side in ("cloze", "keras_hub"):
+            assert row[side]["tokens_per_s"] > 0 and 0 < row[side]["mfu"]
+            assert len(row[side]["step_s_rounds"]) == p["rounds"]
+        # Equal work: the two networks have the same parameters, to the last one.
+        assert row["cloze"]["params"] == row["keras_hub"]["params"]
+        assert row["ratio"] > 0
+    assert r["padding"]["records"] > 0 and 0 <= r["padding"]["padding_fraction"] < 1
+
+    non_blank = [
+        line
+        for line in (default_run / "corpus" / "train.txt").read_text().splitlines()
+        if line.strip()
+    ]
+    for key in ("tokenize_wordpiece", "tokenize_bpe"):
+        t = r[key]
+        assert t["ids_identical"] is True and t["tokens"] > t["lines"]
+        assert t["lines_compared"] == t["lines"] == min(200, len(non_blank))
+        assert t["cloze"]["tokens_per_s"] > 0 and t["hf_tokenizers"]["tokens_per_s"] > 0
+
+    d = r["create_data"]
+    assert [row["scale"] for row in d["scales"]] == [1, 2]
+    for row in d["scales"]:
+        for side in ("cloze", "original"):
+            assert row[side]["instances"] > 0 and row[side]["peak_rss_mb"] > 0
+        # The same algorithm, flags and seed: the same number of instances ...
+        assert row["cloze"]["instances"] == row["original"]["instances"]
+    assert d["scales"][1]["cloze"]["instances"] > d["scales"][0]["cloze"]["instances"]
+    # ... and, compared record by record, the same records.
+    same = d["scales"][0]["same_records"]
+    assert same["records_compared"] == d["scales"][0]["cloze"]["instances"]
+    assert same["records_differing"] == 0
+
+    i = r["inference"]
+    for side in ("cloze_keras", "saved_model", "keras_hub"):
+        assert i[side]["sequences_per_s"] > 0
+    for diffs in i["max_abs_difference"].values():
+        assert max(diffs.values()) <= i["tolerance"]
+
+    for label in ("pretrain L2/H36/A3/I37", "WordPiece", "GPT-2 BPE", "create_pretraining_data 2x"):
+        assert label in result.stdout
+    assert "cloze_keras" in result.stdout and "saved_model" in result.stdout
