@@ -1,4 +1,4 @@
-"""Optimization as the original BERT recipe: AdamW, linear warmup then linear decay, clipping.
+"""Optimization as the original BERT recipe: AdamW (or LAMB), linear warmup then decay, clipping.
 
 Differences from the original `optimization.py`, on purpose: Keras' AdamW applies Adam's bias
 correction (the original AdamWeightDecayOptimizer does not); with beta2 = 0.999 the two agree after
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
+from keras import ops
 
 # Variables the original excludes from weight decay ("LayerNorm", "layer_norm", "bias"); in Keras 3
 # the LayerNorm weights are named gamma / beta.
@@ -45,34 +46,126 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+@keras.saving.register_keras_serializable(package="cloze")
+class Lamb(keras.optimizers.Optimizer):
+    """LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning", Algorithm 2).
+
+    Per variable x with gradient g, at step t (bias-corrected Adam moments):
+      m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2
+      r = m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * x
+      x = x - lr * ratio * r,  ratio = ||x|| / ||r|| (1 where either norm is 0)
+    Variables matching `exclude_from_weight_decay` (BERT: LayerNorm and biases) get neither the
+    decay term nor the trust ratio (ratio 1), as the LAMB used for BERT in the paper's sec. 4
+    and NVIDIA's / TF-Addons' implementations (exclude_from_layer_adaptation defaults to the
+    weight-decay exclusions).
+
+    Written here rather than taken from keras.optimizers.Lamb because that one (Keras 3.15)
+    differs from the paper in both respects: its weight decay is the base optimizer's decoupled
+    `x -= lr * wd * x` outside the trust ratio, and it applies the trust ratio to every variable,
+    LayerNorm and biases included (tests/test_optimization.py pins the difference).
+    """
+
+    def __init__(
+        self,
+        learning_rate=0.001,
+        weight_decay_rate=0.01,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        name="lamb",
+        **kwargs,
+    ):
+        # The base class's weight_decay stays None: its decoupled decay is not LAMB's.
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        self.weight_decay_rate = float(weight_decay_rate)
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        self._momentums, self._velocities = self.add_optimizer_variables(
+            var_list, ["momentum", "velocity"]
+        )
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        g = ops.cast(gradient, dtype)
+        t = ops.cast(self.iterations + 1, dtype)
+        m = self._momentums[self._get_variable_index(variable)]
+        v = self._velocities[self._get_variable_index(variable)]
+        self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * g)
+        self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(g))
+        m_hat = m / (1.0 - ops.power(ops.cast(self.beta_1, dtype), t))
+        v_hat = v / (1.0 - ops.power(ops.cast(self.beta_2, dtype), t))
+        r = m_hat / (ops.sqrt(v_hat) + self.epsilon)
+        if self._use_weight_decay(variable):  # also decides the layer adaptation (docstring)
+            r = r + self.weight_decay_rate * variable
+            w_norm = ops.sqrt(ops.sum(ops.square(variable)))
+            r_norm = ops.sqrt(ops.sum(ops.square(r)))
+            positive = ops.logical_and(w_norm > 0, r_norm > 0)
+            ratio = ops.where(positive, w_norm / ops.where(positive, r_norm, 1.0), 1.0)
+            r = ratio * r
+        self.assign_sub(variable, lr * r)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "weight_decay_rate": self.weight_decay_rate,
+            "beta_1": self.beta_1,
+            "beta_2": self.beta_2,
+            "epsilon": self.epsilon,
+        }
+
+
+OPTIMIZERS = ("adamw", "lamb")
+
+
 def create_optimizer(
     learning_rate: float,
     num_train_steps: int,
     num_warmup_steps: int,
     weight_decay: float = 0.01,
+    optimizer: str = "adamw",
 ) -> keras.optimizers.Optimizer:
-    """AdamW with BERT's hyper-parameters (beta1 0.9, beta2 0.999, epsilon 1e-6, decay 0.01).
+    """AdamW (or LAMB) with BERT's hyper-parameters (beta1 0.9, beta2 0.999, epsilon 1e-6,
+    decay 0.01), LayerNorm and biases excluded from weight decay.
 
     Gradients reach `apply` already summed over replicas and clipped by the train step (see
     training/trainer.py), so the optimizer's own cross-replica sum is turned off here; clipping
     inside the optimizer would act per replica, not on the global gradient.
     """
-    optimizer = keras.optimizers.AdamW(
-        learning_rate=WarmupLinearDecay(learning_rate, num_train_steps, num_warmup_steps),
-        weight_decay=weight_decay,
-        beta_1=0.9,
-        beta_2=0.999,
-        epsilon=1e-6,
-    )
-    optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY_PATTERNS))
-    if not hasattr(optimizer, "_all_reduce_sum_gradients"):
+    schedule = WarmupLinearDecay(learning_rate, num_train_steps, num_warmup_steps)
+    if optimizer == "adamw":
+        opt = keras.optimizers.AdamW(
+            learning_rate=schedule,
+            weight_decay=weight_decay,
+            beta_1=0.9,
+            beta_2=0.999,
+            epsilon=1e-6,
+        )
+    elif optimizer == "lamb":
+        opt = Lamb(
+            learning_rate=schedule,
+            weight_decay_rate=weight_decay,
+            beta_1=0.9,
+            beta_2=0.999,
+            epsilon=1e-6,
+        )
+    else:
+        raise ValueError(f"optimizer: expected one of {OPTIMIZERS}, found {optimizer!r}")
+    opt.exclude_from_weight_decay(var_names=list(NO_DECAY_PATTERNS))
+    if not hasattr(opt, "_all_reduce_sum_gradients"):
         raise RuntimeError(
             "this Keras version has no optimizer._all_reduce_sum_gradients; the train step's "
             "own all-reduce would be applied twice. Pin keras as requirements.txt does."
         )
     # The train step sums gradients over replicas itself, before clipping (see docstring).
-    optimizer._all_reduce_sum_gradients = lambda grads_and_vars: grads_and_vars
-    return optimizer
+    opt._all_reduce_sum_gradients = lambda grads_and_vars: grads_and_vars
+    return opt
 
 
 def clip_by_global_norm(grads, clip_norm: float):
