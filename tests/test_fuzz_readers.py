@@ -5,7 +5,8 @@ or raises Cloze's own InputError naming the file (and the line or JSON path). An
 Inputs are built near the valid formats (real headers, tabs, JSON skeletons, config keys) and
 then damaged, so the fuzzer reaches the deep checks and not only "not UTF-8". A derandomized
 profile with few examples keeps the suite fast and repeatable; set HYPOTHESIS_PROFILE=fuzz-long
-for a longer random search.
+(CLOZE_FUZZ_EXAMPLES examples per test, default 2000) for a longer random search, as
+bench/reliability.py does.
 """
 
 import json
@@ -29,7 +30,12 @@ settings.register_profile(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.register_profile("fuzz-long", max_examples=2000, deadline=None)
+settings.register_profile(
+    "fuzz-long",
+    max_examples=int(os.environ.get("CLOZE_FUZZ_EXAMPLES", "2000")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "fuzz-ci"))
 
 # Pieces of text that matter to the formats: separators, line ends, quotes, JSON punctuation,
