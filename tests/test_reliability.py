@@ -377,3 +377,33 @@ def test_two_workers_train_as_one_survive_a_kill_and_resume(tmp_path):
     for a, b in zip(got, weights(fit.task.model)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     assert any(not np.allclose(a, b, atol=1e-4) for a, b in zip(got, weights(alone.task.model)))
+
+
+# ---------------------------------------------------------------------------------------------
+# bench/reliability.py --quick: one kill of each kind, the corruption cases, a short fuzz run
+
+
+@pytest.mark.slow
+def test_reliability_bench_quick_counts(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "bench/reliability.py", "--quick", f"--work_dir={tmp_path / 'work'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout[result.stdout.index("{") :])
+    kill = report["kill_resume"]
+    assert kill["kills"] == 1 and kill["restarts"] == 2
+    assert kill["loss_log_bitwise_equal"] and kill["checkpoint_tensors_compared"] > 100
+    assert kill["checkpoint_tensors_differing"] == 0
+    save = report["save_kill"]
+    assert save["kills"] == save["latest_restored_intact"] == save["temp_folders_cleaned"] == 1
+    for name, case in report["corruption"].items():
+        assert case["detected_by_validation"] and case["message_names_file"], name
+        assert case["records_lost_silently_without_skipping"] == 0, name
+        assert case["skip_count_matches"], name
+    assert report["corruption"]["bit_flipped"]["records_skipped_with_skipping"] == 13
+    assert report["fuzz"]["fuzz_tests_failed"] == 0 and report["fuzz"]["cases_tried"] >= 100
