@@ -150,6 +150,8 @@ def load_squad_json(path: str | os.PathLike) -> dict:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise input_error(f"{path}:{e.lineno}:{e.colno}", "JSON", e.msg) from None
+    except RecursionError:  # found by tests/test_fuzz_readers.py
+        raise input_error(str(path), "SQuAD JSON", "JSON nested too deeply") from None
     _field(data, "data", list, str(path), "")
     return data
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import ClassVar
 
@@ -26,18 +27,40 @@ from modeling import heads, layers
 # ---------------------------------------------------------------------------------------------
 
 
+# Sizes that must be at least 1: a 0 or negative one would divide by zero or build an empty
+# weight long after the config was read (found by tests/test_fuzz_readers.py).
+POSITIVE_FIELDS = frozenset(
+    {
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "max_position_embeddings",
+        "type_vocab_size",
+        "embedding_size",
+    }
+)
+
+
 def check_field_types(config) -> None:
-    """Raises ValueError naming the first field of a config dataclass with a wrong JSON type."""
+    """Raises ValueError naming the first field of a config dataclass with a wrong JSON type,
+    a size below 1 or a non-finite number."""
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
+        where = f"{type(config).__name__}.{f.name}"
         if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-            raise ValueError(
-                f"{type(config).__name__}.{f.name}: expected an integer, found {value!r}"
-            )
-        if f.type == "float" and not isinstance(value, int | float):
-            raise ValueError(
-                f"{type(config).__name__}.{f.name}: expected a number, found {value!r}"
-            )
+            raise ValueError(f"{where}: expected an integer, found {value!r}")
+        if f.type == "int" and f.name in POSITIVE_FIELDS and value < 1:
+            raise ValueError(f"{where}: expected a positive integer, found {value!r}")
+        if f.type == "float" and (
+            not isinstance(value, int | float)
+            or isinstance(value, bool)
+            or not math.isfinite(value)
+        ):
+            raise ValueError(f"{where}: expected a finite number, found {value!r}")
+        if f.type == "str" and not isinstance(value, str):
+            raise ValueError(f"{where}: expected a string, found {value!r}")
 
 
 def config_from_dict(cls, values: dict, source: str, family: str):
@@ -60,7 +83,7 @@ def config_from_dict(cls, values: dict, source: str, family: str):
         )
     try:
         return cls(**values)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:  # TypeError: a JSON list or object where a name belongs
         raise InputError(f"{source}: {e}") from None
 
 
@@ -72,12 +95,16 @@ def read_config_json(path, what: str = "a bert_config.json file") -> dict:
         raise InputError(f"{path}: expected {what}, found no such file") from None
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: expected UTF-8 JSON, found byte at offset {e.start}") from None
+    except OSError as e:  # a folder, no permission
+        raise InputError(f"{path}: expected {what}, found {e.strerror or e}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(
             f"{path}:{e.lineno}: expected JSON, found a syntax error ({e.msg})"
         ) from None
+    except RecursionError:
+        raise InputError(f"{path}: expected {what}, found JSON nested too deeply") from None
 
 
 @dataclasses.dataclass(frozen=True)
