@@ -285,21 +285,21 @@ def _tf1_block_entries(dst: str, src: str, h: int, i: int, names: dict) -> list[
     ]
 
 
+def _embedding_tables(config, width: int, name: Callable[[str], str], dst: str) -> list:
+    """The word, token-type and position tables (width E); `name(table)` is each one's source
+    name in the format."""
+    c = config
+    rows = {
+        "word_embeddings": c.vocab_size,
+        "token_type_embeddings": c.type_vocab_size,
+        "position_embeddings": c.max_position_embeddings,
+    }
+    return [_copy(f"{dst}/{table}", name(table), (n, width)) for table, n in rows.items()]
+
+
 def _tf1_embedding_entries(config, width: int, scope: str, dst="encoder/embeddings") -> list:
     """The word, segment and position tables (width E) and their LayerNorm under `scope`."""
-    c = config
-    return [
-        _copy(f"{dst}/word_embeddings", f"{scope}/word_embeddings", (c.vocab_size, width)),
-        _copy(
-            f"{dst}/token_type_embeddings",
-            f"{scope}/token_type_embeddings",
-            (c.type_vocab_size, width),
-        ),
-        _copy(
-            f"{dst}/position_embeddings",
-            f"{scope}/position_embeddings",
-            (c.max_position_embeddings, width),
-        ),
+    return _embedding_tables(config, width, lambda t: f"{scope}/{t}", dst) + [
         _copy(f"{dst}/layer_norm/gamma", f"{scope}/LayerNorm/gamma", (width,)),
         _copy(f"{dst}/layer_norm/beta", f"{scope}/LayerNorm/beta", (width,)),
     ]
@@ -503,21 +503,9 @@ def _hf_block_entries(dst: str, src: str, h: int, i: int, names: dict) -> list[E
 
 def _hf_embedding_entries(config, width: int, scope: str, dst="encoder/embeddings") -> list:
     """The word, token-type and position tables (width E) and their LayerNorm under `scope`."""
-    c = config
-    return [
-        _copy(f"{dst}/word_embeddings", f"{scope}.word_embeddings.weight", (c.vocab_size, width)),
-        _copy(
-            f"{dst}/token_type_embeddings",
-            f"{scope}.token_type_embeddings.weight",
-            (c.type_vocab_size, width),
-        ),
-        _copy(
-            f"{dst}/position_embeddings",
-            f"{scope}.position_embeddings.weight",
-            (c.max_position_embeddings, width),
-        ),
-        *_hf_norm_entries(f"{dst}/layer_norm", f"{scope}.LayerNorm", width),
-    ]
+    return _embedding_tables(config, width, lambda t: f"{scope}.{t}.weight", dst) + (
+        _hf_norm_entries(f"{dst}/layer_norm", f"{scope}.LayerNorm", width)
+    )
 
 
 def hf_bert_entries(config: bert.BertConfig, heads: bool, prefix: str = "") -> list[Entry]:

@@ -12,21 +12,10 @@ import tensorflow as tf
 
 from bench import objectives
 from modeling import albert, bert, electra
+from tests import helpers
 
 B, S, P = 3, 7, 2
-BERT_VALUES = dict(
-    vocab_size=53,
-    hidden_size=12,
-    num_hidden_layers=2,
-    num_attention_heads=3,
-    intermediate_size=17,
-    hidden_act="gelu",
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-    max_position_embeddings=16,
-    type_vocab_size=2,
-    initializer_range=0.02,
-)
+BERT_VALUES = helpers.TINY  # odd sizes (shared/STYLE.md)
 
 
 def graph_matmul_flops(fn, spec) -> int:
@@ -138,9 +127,11 @@ def test_arm_configs_are_the_families_the_run_scripts_detect(tmp_path):
             "learning_rate": 1e-3,
             "pretrain_seed": 5,
             "use_xla": False,
+            "eval_steps": 9,
         },
     )
-    assert {"--masking=dynamic", "--vocab_file=vocab.txt", "--num_train_steps=17"} <= set(args)
+    wanted = {"--masking=dynamic", "--vocab_file=vocab.txt", "--num_train_steps=17"}
+    assert wanted | {"--max_eval_steps=9"} <= set(args)
     assert "--sentence_objective=none" in args and "--use_xla" not in args
 
 
