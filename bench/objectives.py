@@ -295,6 +295,8 @@ def markdown_table(rows: Sequence[dict], budget: float, bow: dict) -> str:
     """The comparison as Markdown: one row per arm (see run())."""
 
     def cell(stats):
+        if stats is None:  # not fine-tuned (--seeds empty)
+            return "-"
         return f"{stats['mean']:.3f} ± {stats['std']:.3f} [{stats['min']:.3f}, {stats['max']:.3f}]"
 
     lines = [
@@ -311,11 +313,12 @@ def markdown_table(rows: Sequence[dict], budget: float, bow: dict) -> str:
         held = r["pretraining"]["heldout"]
         mlm = held.get("masked_lm_accuracy")
         note = " (generator)" if r["arm"] == "electra" else ""
+        tuned = r["finetune"] or {}
         lines.append(
             f"| {ARM_TITLES[r['arm']]} | {r['parameters']:,} | {r['step_flops'] / 1e9:.1f} "
             f"| {r['pretraining']['steps']:,} | {r['pretraining']['minutes']:.1f} "
             f"| {'-' if mlm is None else f'{mlm:.3f}'}{note} "
-            f"| {cell(r['finetune']['dev_accuracy'])} | {cell(r['finetune']['test_accuracy'])} |"
+            f"| {cell(tuned.get('dev_accuracy'))} | {cell(tuned.get('test_accuracy'))} |"
         )
     return "\n".join(lines)
 
@@ -374,6 +377,18 @@ def run(
         )
         pre["flops"] = steps[arm] * flops[arm].total
         pre["tokens"] = steps[arm] * b * s
+        row = {
+            "arm": arm,
+            "title": ARM_TITLES[arm],
+            "config": configs[arm],
+            "parameters": count_parameters(arm, configs[arm]),
+            "step_flops": flops[arm].total,
+            "step_flops_parts": flops[arm].parts,
+            "pretraining": pre,
+            "finetune": None,
+        }
+        if not seeds:  # pretraining only
+            return row
         summary = rt_polarity.finetune_arm(
             out / "rt_polarity",
             arm,
@@ -384,14 +399,7 @@ def run(
             finetune_settings,
             pre,
         )
-        return {
-            "arm": arm,
-            "title": ARM_TITLES[arm],
-            "config": configs[arm],
-            "parameters": count_parameters(arm, configs[arm]),
-            "step_flops": flops[arm].total,
-            "step_flops_parts": flops[arm].parts,
-            "pretraining": pre,
+        return row | {
             "finetune": {
                 k: summary[k] for k in ("dev_accuracy", "dev_accuracy_final", "test_accuracy")
             }
@@ -509,7 +517,9 @@ def _define_flags():
     flags.DEFINE_integer(
         "parallel_arms", 1, "Arms run at once (pretraining then fine-tuning each); 1 = in turn."
     )
-    flags.DEFINE_list("seeds", ["1", "2"], "Fine-tuning seeds, the same for every arm.")
+    flags.DEFINE_list(
+        "seeds", ["1", "2"], "Fine-tuning seeds, the same for every arm; empty = pretrain only."
+    )
     flags.DEFINE_integer("split_seed", 12345, "Seed of rt-polarity's 80/10/10 split.")
     flags.DEFINE_float("finetune_learning_rate", 3e-4, "Fine-tuning peak learning rate.")
     flags.DEFINE_string("pooling", "cls", "Fine-tuning sentence vector: cls or mean.")

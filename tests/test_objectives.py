@@ -151,3 +151,33 @@ def test_corpus_slice_keeps_whole_documents_evenly_spaced(tmp_path):
         (corpus / "heldout.txt").unlink()
         objectives.write_corpus_slice(corpus, tmp_path / "again", 0)
     assert json.loads(json.dumps(objectives.RECIPES))  # plain data, as written to command.json
+
+
+def test_table_rows_with_and_without_fine_tuning():
+    stats = {"mean": 0.7, "std": 0.01, "min": 0.69, "max": 0.71, "n": 2}
+    rows = [
+        {
+            "arm": arm,
+            "parameters": 1234,
+            "step_flops": 15.2e9,
+            "pretraining": {"steps": 150, "minutes": 3.5, "heldout": held},
+            "finetune": tuned,
+        }
+        for arm, held, tuned in (
+            (
+                "bert",
+                {"masked_lm_accuracy": 0.0512},
+                {"dev_accuracy": stats, "test_accuracy": stats},
+            ),
+            ("electra", {"masked_lm_accuracy": 0.04, "disc_accuracy": 0.9}, None),
+        )
+    ]
+    table = objectives.markdown_table(
+        rows, 150 * 15.2e9, {"c": 0.3, "dev_accuracy": 0.75, "test_accuracy": 0.76}
+    ).splitlines()
+    assert table[0] == "Budget: 0.002 PFLOP of pretraining per arm (analytic, bench/objectives.py)."
+    assert table[5] == (
+        "| BERT (MLM + NSP, static masks) | 1,234 | 15.2 | 150 | 3.5 | 0.051 "
+        "| 0.700 ± 0.010 [0.690, 0.710] | 0.700 ± 0.010 [0.690, 0.710] |"
+    )
+    assert table[6].endswith("| 0.040 (generator) | - | - |")
