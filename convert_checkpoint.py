@@ -13,16 +13,27 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
                   checkpoint it names) and an ELECTRA config (--bert_config_file, e.g.
                   configs/electra_small.json; the original ships none); the pretraining
                   checkpoint gives generator and discriminator, a discriminator-only one the
-                  encoder. ALBERT and ELECTRA convert --to=cloze or --to=keras.
-        hf        a folder with model.safetensors (or a shard index), config.json, vocab.txt
+                  encoder.
+        hf        a folder with model.safetensors (or a shard index), config.json, vocab.txt;
+                  config.json's model_type says the family: bert, roberta (positions from
+                  pad_token_id + 1), albert or electra (the discriminator; its head and a
+                  generator, a separate model there, are not read)
         cloze     a Cloze output folder or checkpoint prefix, with bert_config.json or
-                  model_config.json beside it (or --bert_config_file)
+                  model_config.json beside it (or --bert_config_file); BERT, ALBERT or ELECTRA,
+                  told by the config's keys
         keras_hub a keras-hub BertBackbone preset folder (config.json, model.weights.h5,
                   assets/tokenizer/vocabulary.txt), e.g. one written by --to=keras_hub
 --to:   cloze        ckpt-1 + bert_config.json + vocab.txt; any run script takes the folder as
                      --init_checkpoint
-        hf           model.safetensors + config.json + vocab.txt + tokenizer_config.json
+        hf           model.safetensors + config.json + vocab.txt + tokenizer_config.json, as
+                     transformers writes the family: BertModel / BertForPreTraining, RobertaModel /
+                     RobertaForMaskedLM (a config with position_offset), AlbertModel /
+                     AlbertForPreTraining, ElectraModel / ElectraForPreTraining (a pretrainer's
+                     generator goes to generator/ as an ElectraForMaskedLM)
         tf1_bert     bert_model.ckpt.* with the original names + bert_config.json + vocab.txt
+        tf1_albert   model.ckpt.* with google-research/albert's names + albert_config.json
+        tf1_electra  model.ckpt.* with google-research/electra's names + electra_config.json
+                     (Cloze's ELECTRA config; the original ships none)
         saved_model  a SavedModel with raw-string signatures (needs --vocab_file or vocab.txt)
         keras        model.keras (+ bert_config.json, vocab.txt)
         keras_hub    a keras-hub preset: keras_hub.models.BertBackbone.from_preset(output_dir)
@@ -45,9 +56,30 @@ from pathlib import Path
 from absl import app, flags, logging
 
 FORMATS_IN = ["tf1_bert", "tf1_albert", "tf1_electra", "hf", "cloze", "keras_hub"]
-# What a model of another family than BERT can be written as (the other formats are BERT's).
-FAMILY_FORMATS_OUT = ["cloze", "keras"]
-FORMATS_OUT = ["cloze", "hf", "tf1_bert", "saved_model", "keras", "keras_hub"]
+FORMATS_OUT = [
+    "cloze",
+    "hf",
+    "tf1_bert",
+    "tf1_albert",
+    "tf1_electra",
+    "saved_model",
+    "keras",
+    "keras_hub",
+]
+# The formats that hold one family only; cloze, hf and keras hold every family.
+FAMILY_OF_FORMAT = {
+    "tf1_bert": "bert",
+    "tf1_albert": "albert",
+    "tf1_electra": "electra",
+    "saved_model": "bert",
+    "keras_hub": "bert",
+}
+# The config file written beside each TF1 format's checkpoint (the name its --from reads).
+TF1_CONFIG_NAMES = {
+    "tf1_bert": "bert_config.json",
+    "tf1_albert": "albert_config.json",
+    "tf1_electra": "electra_config.json",
+}
 
 flags.DEFINE_enum("from", None, FORMATS_IN, "Format of the checkpoint to read.")
 flags.DEFINE_enum("to", None, FORMATS_OUT, "Format to write.")
@@ -156,17 +188,38 @@ def check_keras_hub_lowercase(preset_dir) -> None:
         )
 
 
+def check_target_family(config, target_format: str, where: str) -> None:
+    """Refuses writing a model into a format of another family (e.g. ALBERT as --to=tf1_bert),
+    and a RoBERTa position offset into a format that cannot hold it."""
+    from data_prep.errors import input_error
+    from modeling import albert, electra
+
+    family = {albert.AlbertConfig: "albert", electra.ElectraConfig: "electra"}.get(
+        type(config), "bert"
+    )
+    want = FAMILY_OF_FORMAT.get(target_format)
+    if want and want != family:
+        fits = [f for f in FORMATS_OUT if FAMILY_OF_FORMAT.get(f, family) == family]
+        raise input_error(
+            f"--to={target_format}",
+            f"a format for this {family.upper()} model of {where}: one of {fits}",
+            f"--to={target_format}, which holds {want.upper()} models only",
+        )
+    offset = getattr(config, "position_offset", 0)
+    if offset and target_format in ("tf1_bert", "keras_hub"):
+        raise input_error(
+            f"--to={target_format}",
+            f"a format that keeps position_offset={offset} of {where} (cloze, hf as RoBERTa, "
+            "keras, saved_model)",
+            f"--to={target_format}, whose BERT numbers positions from 0",
+        )
+
+
 def convert(source_format: str, target_format: str) -> None:
     from data_prep.errors import input_error
     from modeling import checkpoints
 
     input_dir, checkpoint = FLAGS.input_dir, FLAGS.init_checkpoint
-    if source_format in ("tf1_albert", "tf1_electra") and target_format not in FAMILY_FORMATS_OUT:
-        raise input_error(
-            f"--to={target_format}",
-            f"one of {FAMILY_FORMATS_OUT} for --from={source_format}",
-            f"--to={target_format}, which writes BERT's layout only",
-        )
     if input_dir and not os.path.isdir(input_dir):
         raise input_error(input_dir, "a folder (--input_dir)", "no such folder")
     config_file = find_config(source_format, input_dir, checkpoint)
@@ -179,7 +232,8 @@ def convert(source_format: str, target_format: str) -> None:
         )
     checkpoints.check_output_dir(FLAGS.output_dir)  # before the slow part
 
-    if source_format == "hf":
+    if source_format in ("hf", "cloze"):
+        # Either field set and any family, told by the keys (checkpoints.read_any_config).
         config = checkpoints.read_any_config(config_file)
     elif source_format == "keras_hub":
         config = checkpoints.read_keras_hub_config(config_file)
@@ -196,6 +250,7 @@ def convert(source_format: str, target_format: str) -> None:
         from modeling import bert
 
         config = bert.BertConfig.from_json_file(config_file)
+    check_target_family(config, target_format, str(config_file))
     if vocab_file is not None:
         checkpoints.check_vocab_size(vocab_file, config, str(config_file))
     if target_format == "keras_hub":  # refused here, before the slow part
@@ -209,7 +264,7 @@ def convert(source_format: str, target_format: str) -> None:
     elif source_format == "tf1_electra":
         model, report = checkpoints.load_tf1_electra(*args)
     elif source_format == "hf":
-        model, report = checkpoints.load_hf_bert(*args, trust_pickle=FLAGS.trust_pickle)
+        model, report = checkpoints.load_hf(*args, trust_pickle=FLAGS.trust_pickle)
     elif source_format == "keras_hub":
         model, report = checkpoints.load_keras_hub(*args)
     else:
@@ -218,10 +273,11 @@ def convert(source_format: str, target_format: str) -> None:
     with checkpoints.AtomicOutputDir(FLAGS.output_dir) as tmp:
         if target_format == "cloze":
             checkpoints.save_cloze(model, tmp)
-        elif target_format == "tf1_bert":
-            checkpoints.save_tf1_bert(model, tmp)
+        elif target_format in TF1_CONFIG_NAMES:
+            checkpoints.save_tf1(model, tmp)
         elif target_format == "hf":
-            checkpoints.save_hf_bert(model, tmp, do_lower_case=FLAGS.do_lower_case)
+            _, notes = checkpoints.save_hf(model, tmp, do_lower_case=FLAGS.do_lower_case)
+            report.notes += notes
         elif target_format == "saved_model":
             checkpoints.export_saved_model(
                 model, tmp, vocab_file, FLAGS.do_lower_case, FLAGS.max_seq_length
@@ -232,8 +288,9 @@ def convert(source_format: str, target_format: str) -> None:
             )
         else:
             checkpoints.export_keras(model, tmp / "model.keras")
-        if target_format in ("cloze", "tf1_bert", "keras"):
-            (tmp / "bert_config.json").write_text(config.to_json_string())
+        if target_format in ("cloze", "keras", *TF1_CONFIG_NAMES):
+            name = TF1_CONFIG_NAMES.get(target_format, "bert_config.json")
+            (tmp / name).write_text(config.to_json_string())
         # saved_model and keras_hub keep the vocab in their assets/.
         if vocab_file is not None and target_format not in ("saved_model", "keras_hub"):
             shutil.copyfile(vocab_file, tmp / "vocab.txt")

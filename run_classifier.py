@@ -26,7 +26,10 @@ flags.DEFINE_string("task_name", None, "The task: cola, sst-2, mrpc, sts-b, qqp,
 flags.DEFINE_string("data_dir", None, "Folder with the task's files (train.tsv, dev.tsv, ...).")
 flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary the model was trained with.")
 flags.DEFINE_string(
-    "bert_config_file", None, "JSON config of the model: a bert_config.json or albert_config.json."
+    "bert_config_file",
+    None,
+    "JSON config of the model (original fields): a bert_config.json, albert_config.json or an "
+    "ELECTRA config, told apart by their keys (albert.load_encoder_config).",
 )
 flags.DEFINE_string(
     "init_checkpoint",

@@ -103,48 +103,6 @@ def _fused(target: str, sources: Iterable[str], shape, transpose: bool) -> Entry
 # ---------------------------------------------------------------------------------------------
 
 
-def cloze_variable_shapes(config: bert.BertConfig, heads: bool) -> dict[str, tuple[int, ...]]:
-    """Every Cloze BERT variable by its attribute path from the model (as tf.train.Checkpoint names
-    it under `model/`), with its shape. `heads`: include the MLM and NSP heads (BertPretrainer)."""
-    c = config
-    h, i, v = c.hidden_size, c.intermediate_size, c.vocab_size
-    out = {
-        "encoder/embeddings/word_embeddings": (v, h),
-        "encoder/embeddings/token_type_embeddings": (c.type_vocab_size, h),
-        "encoder/embeddings/position_embeddings": (c.max_position_embeddings, h),
-        "encoder/embeddings/layer_norm/gamma": (h,),
-        "encoder/embeddings/layer_norm/beta": (h,),
-    }
-    for n in range(c.num_hidden_layers):
-        b = f"encoder/layer_{n}"
-        out |= {
-            f"{b}/attention/qkv/kernel": (h, 3 * h),
-            f"{b}/attention/qkv/bias": (3 * h,),
-            f"{b}/attention/output_dense/kernel": (h, h),
-            f"{b}/attention/output_dense/bias": (h,),
-            f"{b}/attention_layer_norm/gamma": (h,),
-            f"{b}/attention_layer_norm/beta": (h,),
-            f"{b}/intermediate/kernel": (h, i),
-            f"{b}/intermediate/bias": (i,),
-            f"{b}/output_dense/kernel": (i, h),
-            f"{b}/output_dense/bias": (h,),
-            f"{b}/output_layer_norm/gamma": (h,),
-            f"{b}/output_layer_norm/beta": (h,),
-        }
-    out |= {"encoder/pooler/kernel": (h, h), "encoder/pooler/bias": (h,)}
-    if heads:
-        out |= {
-            "masked_lm/transform/kernel": (h, h),
-            "masked_lm/transform/bias": (h,),
-            "masked_lm/layer_norm/gamma": (h,),
-            "masked_lm/layer_norm/beta": (h,),
-            "masked_lm/output_bias": (v,),
-            "next_sentence/dense/kernel": (h, 2),
-            "next_sentence/dense/bias": (2,),
-        }
-    return out
-
-
 def _block_variables(block, path: str) -> dict:
     """A layers.TransformerBlock's variables under `path` (its attribute names)."""
     out = {}
@@ -229,7 +187,8 @@ def _electra_variables(model) -> dict:
 
 def cloze_variables(model) -> dict:
     """The variables of a model of any encoder family (BERT, ALBERT, ELECTRA; an encoder or its
-    pretrainer) under their attribute paths from the model, as cloze_variable_shapes names BERT's.
+    pretrainer) under their attribute paths from the model (`encoder/layer_0/attention/qkv/kernel`),
+    the names a Cloze checkpoint holds under `model/`.
 
     Walks the attributes explicitly (not Keras' `v.path`, which holds layer names such as `output`
     rather than the attribute `output_dense` that checkpoints use), then checks that the walk found
@@ -274,11 +233,6 @@ def build_model(config: bert.BertConfig, heads: bool):
 def has_heads(model) -> bool:
     """Whether `model` is a pretrainer (it holds its encoder as `encoder`), not a bare encoder."""
     return hasattr(model, "encoder")
-
-
-def cloze_entries(config: bert.BertConfig, heads: bool, root: str = "model/") -> list[Entry]:
-    """The Cloze checkpoint layout: the same attribute paths under `root` (identity map)."""
-    return [_copy(n, root + n, s) for n, s in cloze_variable_shapes(config, heads).items()]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,21 +285,21 @@ def _tf1_block_entries(dst: str, src: str, h: int, i: int, names: dict) -> list[
     ]
 
 
+def _embedding_tables(config, width: int, name: Callable[[str], str], dst: str) -> list:
+    """The word, token-type and position tables (width E); `name(table)` is each one's source
+    name in the format."""
+    c = config
+    rows = {
+        "word_embeddings": c.vocab_size,
+        "token_type_embeddings": c.type_vocab_size,
+        "position_embeddings": c.max_position_embeddings,
+    }
+    return [_copy(f"{dst}/{table}", name(table), (n, width)) for table, n in rows.items()]
+
+
 def _tf1_embedding_entries(config, width: int, scope: str, dst="encoder/embeddings") -> list:
     """The word, segment and position tables (width E) and their LayerNorm under `scope`."""
-    c = config
-    return [
-        _copy(f"{dst}/word_embeddings", f"{scope}/word_embeddings", (c.vocab_size, width)),
-        _copy(
-            f"{dst}/token_type_embeddings",
-            f"{scope}/token_type_embeddings",
-            (c.type_vocab_size, width),
-        ),
-        _copy(
-            f"{dst}/position_embeddings",
-            f"{scope}/position_embeddings",
-            (c.max_position_embeddings, width),
-        ),
+    return _embedding_tables(config, width, lambda t: f"{scope}/{t}", dst) + [
         _copy(f"{dst}/layer_norm/gamma", f"{scope}/LayerNorm/gamma", (width,)),
         _copy(f"{dst}/layer_norm/beta", f"{scope}/LayerNorm/beta", (width,)),
     ]
@@ -494,6 +448,66 @@ def hf_prefix(names: Iterable[str]) -> str:
     return "bert." if any(n.startswith("bert.") for n in names) else ""
 
 
+# Each Cloze TransformerBlock part and its name inside one Hugging Face layer: BertLayer's (also
+# ELECTRA's and RoBERTa's) and AlbertLayer's.
+HF_BERT_BLOCK = {
+    "qkv": "attention.self.{}",
+    "attention_output": "attention.output.dense",
+    "attention_norm": "attention.output.LayerNorm",
+    "intermediate": "intermediate.dense",
+    "output": "output.dense",
+    "output_norm": "output.LayerNorm",
+}
+HF_ALBERT_BLOCK = {
+    "qkv": "attention.{}",
+    "attention_output": "attention.dense",
+    "attention_norm": "attention.LayerNorm",
+    "intermediate": "ffn",
+    "output": "ffn_output",
+    "output_norm": "full_layer_layer_norm",
+}
+
+
+def _hf_linear_entries(dst: str, src: str, n_in: int, n_out: int) -> list[Entry]:
+    """An nn.Linear `src` ((out, in) weight, transposed) onto a Cloze Dense `dst`."""
+    return [
+        _transposed(f"{dst}/kernel", f"{src}.weight", (n_out, n_in)),
+        _copy(f"{dst}/bias", f"{src}.bias", (n_out,)),
+    ]
+
+
+def _hf_norm_entries(dst: str, src: str, width: int) -> list[Entry]:
+    """An nn.LayerNorm (`weight`, `bias`) onto a Keras LayerNormalization (`gamma`, `beta`)."""
+    return [
+        _copy(f"{dst}/gamma", f"{src}.weight", (width,)),
+        _copy(f"{dst}/beta", f"{src}.bias", (width,)),
+    ]
+
+
+def _hf_block_entries(dst: str, src: str, h: int, i: int, names: dict) -> list[Entry]:
+    """One Transformer block: Cloze `dst` from Hugging Face layer `src`; Q, K and V ((out, in)
+    each) transposed and fused into Cloze's (H, 3H) kernel."""
+    qkv = [f"{src}.{names['qkv'].format(part)}" for part in ("query", "key", "value")]
+    return [
+        _fused(f"{dst}/attention/qkv/kernel", [f"{q}.weight" for q in qkv], (h, h), True),
+        _fused(f"{dst}/attention/qkv/bias", [f"{q}.bias" for q in qkv], (h,), False),
+        *_hf_linear_entries(
+            f"{dst}/attention/output_dense", f"{src}.{names['attention_output']}", h, h
+        ),
+        *_hf_norm_entries(f"{dst}/attention_layer_norm", f"{src}.{names['attention_norm']}", h),
+        *_hf_linear_entries(f"{dst}/intermediate", f"{src}.{names['intermediate']}", h, i),
+        *_hf_linear_entries(f"{dst}/output_dense", f"{src}.{names['output']}", i, h),
+        *_hf_norm_entries(f"{dst}/output_layer_norm", f"{src}.{names['output_norm']}", h),
+    ]
+
+
+def _hf_embedding_entries(config, width: int, scope: str, dst="encoder/embeddings") -> list:
+    """The word, token-type and position tables (width E) and their LayerNorm under `scope`."""
+    return _embedding_tables(config, width, lambda t: f"{scope}.{t}.weight", dst) + (
+        _hf_norm_entries(f"{dst}/layer_norm", f"{scope}.LayerNorm", width)
+    )
+
+
 def hf_bert_entries(config: bert.BertConfig, heads: bool, prefix: str = "") -> list[Entry]:
     """Hugging Face BertModel (`prefix=""`) or BertForPreTraining (`prefix="bert."`) names.
 
@@ -502,60 +516,17 @@ def hf_bert_entries(config: bert.BertConfig, heads: bool, prefix: str = "") -> l
     """
     c = config
     h, i, v = c.hidden_size, c.intermediate_size, c.vocab_size
-    e = f"{prefix}embeddings"
-    out = [
-        _copy("encoder/embeddings/word_embeddings", f"{e}.word_embeddings.weight", (v, h)),
-        _copy(
-            "encoder/embeddings/token_type_embeddings",
-            f"{e}.token_type_embeddings.weight",
-            (c.type_vocab_size, h),
-        ),
-        _copy(
-            "encoder/embeddings/position_embeddings",
-            f"{e}.position_embeddings.weight",
-            (c.max_position_embeddings, h),
-        ),
-        _copy("encoder/embeddings/layer_norm/gamma", f"{e}.LayerNorm.weight", (h,)),
-        _copy("encoder/embeddings/layer_norm/beta", f"{e}.LayerNorm.bias", (h,)),
-    ]
+    out = _hf_embedding_entries(c, h, f"{prefix}embeddings")
     for n in range(c.num_hidden_layers):
-        src, dst = f"{prefix}encoder.layer.{n}", f"encoder/layer_{n}"
-        qkv = [f"{src}.attention.self.{part}" for part in ("query", "key", "value")]
-        out += [
-            _fused(f"{dst}/attention/qkv/kernel", [f"{q}.weight" for q in qkv], (h, h), True),
-            _fused(f"{dst}/attention/qkv/bias", [f"{q}.bias" for q in qkv], (h,), False),
-            _transposed(
-                f"{dst}/attention/output_dense/kernel",
-                f"{src}.attention.output.dense.weight",
-                (h, h),
-            ),
-            _copy(f"{dst}/attention/output_dense/bias", f"{src}.attention.output.dense.bias", (h,)),
-            _copy(
-                f"{dst}/attention_layer_norm/gamma",
-                f"{src}.attention.output.LayerNorm.weight",
-                (h,),
-            ),
-            _copy(
-                f"{dst}/attention_layer_norm/beta", f"{src}.attention.output.LayerNorm.bias", (h,)
-            ),
-            _transposed(f"{dst}/intermediate/kernel", f"{src}.intermediate.dense.weight", (i, h)),
-            _copy(f"{dst}/intermediate/bias", f"{src}.intermediate.dense.bias", (i,)),
-            _transposed(f"{dst}/output_dense/kernel", f"{src}.output.dense.weight", (h, i)),
-            _copy(f"{dst}/output_dense/bias", f"{src}.output.dense.bias", (h,)),
-            _copy(f"{dst}/output_layer_norm/gamma", f"{src}.output.LayerNorm.weight", (h,)),
-            _copy(f"{dst}/output_layer_norm/beta", f"{src}.output.LayerNorm.bias", (h,)),
-        ]
-    out += [
-        _transposed("encoder/pooler/kernel", f"{prefix}pooler.dense.weight", (h, h)),
-        _copy("encoder/pooler/bias", f"{prefix}pooler.dense.bias", (h,)),
-    ]
+        out += _hf_block_entries(
+            f"encoder/layer_{n}", f"{prefix}encoder.layer.{n}", h, i, HF_BERT_BLOCK
+        )
+    out += _hf_linear_entries("encoder/pooler", f"{prefix}pooler.dense", h, h)
     if heads:
         p = "cls.predictions"
         out += [
-            _transposed("masked_lm/transform/kernel", f"{p}.transform.dense.weight", (h, h)),
-            _copy("masked_lm/transform/bias", f"{p}.transform.dense.bias", (h,)),
-            _copy("masked_lm/layer_norm/gamma", f"{p}.transform.LayerNorm.weight", (h,)),
-            _copy("masked_lm/layer_norm/beta", f"{p}.transform.LayerNorm.bias", (h,)),
+            *_hf_linear_entries("masked_lm/transform", f"{p}.transform.dense", h, h),
+            *_hf_norm_entries("masked_lm/layer_norm", f"{p}.transform.LayerNorm", h),
             _copy("masked_lm/output_bias", f"{p}.bias", (v,)),
             _transposed("next_sentence/dense/kernel", "cls.seq_relationship.weight", (2, h)),
             _copy("next_sentence/dense/bias", "cls.seq_relationship.bias", (2,)),
@@ -616,35 +587,16 @@ def hf_config_to_bert_config(values: dict, source: str = "config.json") -> bert.
 
     A key that changes the computation and that Cloze does not implement (e.g. relative position
     embeddings, another layer-norm epsilon) is an error, as is an unknown key: a config that
-    computes something else must not load as if it were BERT.
+    computes something else must not load as if it were BERT. Other families:
+    hf_config_to_config.
     """
-    from modeling import bert
-
-    if not isinstance(values, dict):
-        raise input_error(source, "a JSON object", type(values).__name__)
-    for key, want in _HF_FIXED.items():
-        if key in values and values[key] != want:
-            raise input_error(
-                f"{source}: {key}",
-                f"{want!r} (the only value Cloze's BERT computes)",
-                repr(values[key]),
-            )
-    fields = [f.name for f in dataclasses.fields(bert.BertConfig)]
-    unknown = sorted(set(values) - set(fields) - set(_HF_FIXED) - _HF_IGNORED)
-    if unknown:
+    if isinstance(values, dict) and values.get("model_type", "bert") != "bert":
         raise input_error(
-            source,
-            "the keys of a Hugging Face BERT config",
-            f"unknown key(s) {unknown}; remove them if they do not change the model",
+            f"{source}: model_type",
+            "'bert' (the only value Cloze's BERT computes)",
+            repr(values["model_type"]),
         )
-    act = values.get("hidden_act")
-    if act not in HF_TO_CLOZE_ACTIVATION:
-        raise input_error(
-            f"{source}: hidden_act", f"one of {sorted(HF_TO_CLOZE_ACTIVATION)}", repr(act)
-        )
-    config = {k: values[k] for k in fields if k in values}
-    config["hidden_act"] = HF_TO_CLOZE_ACTIVATION[act]
-    return bert.BertConfig.from_dict(config, source=source)
+    return hf_config_to_config(values, source)
 
 
 def bert_config_to_hf_config(config: bert.BertConfig, heads: bool) -> dict:
@@ -660,6 +612,222 @@ def bert_config_to_hf_config(config: bert.BertConfig, heads: bool) -> dict:
         "position_embedding_type": "absolute",
         "pad_token_id": 0,
     }
+
+
+# Hugging Face model types Cloze reads and writes, and the keys of each family's config.json that
+# do not change what the encoder computes, beyond _HF_IGNORED. RoBERTa's `pad_token_id` is read:
+# its positions start at pad_token_id + 1 (BertConfig.position_offset).
+HF_MODEL_TYPES = ("bert", "roberta", "albert", "electra")
+_HF_FAMILY_IGNORED = {
+    "bert": frozenset(),
+    "roberta": frozenset(),
+    "albert": frozenset({"classifier_dropout_prob"}),
+    "electra": frozenset(
+        {"summary_type", "summary_use_proj", "summary_activation", "summary_last_dropout"}
+    ),
+}
+# ELECTRA's generator size is a pretraining hparam, not in a Hugging Face discriminator config:
+# the original's defaults (ElectraConfig) are used, with a generator as wide as the
+# discriminator when a quarter of it does not divide into 64-unit heads.
+_ELECTRA_GENERATOR_FIELDS = ("generator_hidden_size", "generator_layers")
+
+
+def hf_config_to_config(values: dict, source: str = "config.json"):
+    """A Hugging Face `config.json` (as a dict) of model_type bert, roberta, albert or electra ->
+    BertConfig (RoBERTa: with position_offset = pad_token_id + 1), AlbertConfig or ElectraConfig
+    (the discriminator's; see _ELECTRA_GENERATOR_FIELDS). Checks as hf_config_to_bert_config."""
+    from modeling import albert, bert, electra
+
+    if not isinstance(values, dict):
+        raise input_error(source, "a JSON object", type(values).__name__)
+    model_type = values.get("model_type", "bert")
+    if model_type not in HF_MODEL_TYPES:
+        raise input_error(f"{source}: model_type", f"one of {list(HF_MODEL_TYPES)}", model_type)
+    family = {"albert": albert.AlbertConfig, "electra": electra.ElectraConfig}.get(
+        model_type, bert.BertConfig
+    )
+    for key, want in _HF_FIXED.items():
+        if key != "model_type" and key in values and values[key] != want:
+            raise input_error(
+                f"{source}: {key}",
+                f"{want!r} (the only value Cloze's {model_type} computes)",
+                repr(values[key]),
+            )
+    skipped = {"position_offset", *_ELECTRA_GENERATOR_FIELDS, *albert.AlbertConfig.OPTIONAL}
+    fields = [f.name for f in dataclasses.fields(family) if f.name not in skipped]
+    ignored = _HF_IGNORED | _HF_FAMILY_IGNORED[model_type]
+    unknown = sorted(set(values) - set(fields) - set(_HF_FIXED) - ignored)
+    if unknown:
+        raise input_error(
+            source,
+            f"the keys of a Hugging Face {model_type} config",
+            f"unknown key(s) {unknown}; remove them if they do not change the model",
+        )
+    act = values.get("hidden_act")
+    if act not in HF_TO_CLOZE_ACTIVATION:
+        raise input_error(
+            f"{source}: hidden_act", f"one of {sorted(HF_TO_CLOZE_ACTIVATION)}", repr(act)
+        )
+    config = {k: values[k] for k in fields if k in values}
+    config["hidden_act"] = HF_TO_CLOZE_ACTIVATION[act]
+    if model_type == "roberta":
+        pad = values.get("pad_token_id", 1)
+        if not isinstance(pad, int) or pad < 0:
+            raise input_error(f"{source}: pad_token_id", "a token id >= 0", repr(pad))
+        config["position_offset"] = pad + 1  # positions are numbered from padding_idx + 1
+    if model_type == "electra":
+        config |= {"generator_hidden_size": 0.25, "generator_layers": 1.0}
+        h = config.get("hidden_size", 0)
+        quarter = int(round(h * 0.25))
+        if quarter < 1 or quarter % electra.generator_heads(quarter):
+            config["generator_hidden_size"] = 1.0
+    return family.from_dict(config, source=source)
+
+
+def config_to_hf_config(config, heads: bool) -> dict:
+    """A Cloze config -> the Hugging Face `config.json` dict of the same computation: BERT,
+    RoBERTa (a BertConfig with position_offset > 0: pad_token_id = offset - 1), ALBERT or ELECTRA
+    (the discriminator's; electra_generator_hf_config gives the generator's)."""
+    from modeling import albert, electra
+
+    if isinstance(config, albert.AlbertConfig):
+        values = {
+            k: v for k, v in config.to_dict().items() if k not in albert.AlbertConfig.OPTIONAL
+        }
+        model_type, arch = "albert", "AlbertForPreTraining" if heads else "AlbertModel"
+        pad = 0
+    elif isinstance(config, electra.ElectraConfig):
+        values = {k: v for k, v in config.to_dict().items() if k not in _ELECTRA_GENERATOR_FIELDS}
+        model_type, arch = "electra", "ElectraForPreTraining" if heads else "ElectraModel"
+        pad = 0
+    elif config.position_offset:
+        values = {k: v for k, v in config.to_dict().items() if k != "position_offset"}
+        model_type, arch = "roberta", "RobertaForMaskedLM" if heads else "RobertaModel"
+        pad = config.position_offset - 1
+    else:
+        return bert_config_to_hf_config(config, heads)
+    values["hidden_act"] = CLOZE_TO_HF_ACTIVATION[config.hidden_act]
+    return {
+        "architectures": [arch],
+        "model_type": model_type,
+        **values,
+        "layer_norm_eps": 1e-12,
+        "position_embedding_type": "absolute",
+        "pad_token_id": pad,
+    }
+
+
+def electra_generator_hf_config(config) -> dict:
+    """The Hugging Face config.json of an ELECTRA pretrainer's generator (ElectraForMaskedLM):
+    the generator's own sizes (ElectraConfig.generator_config) with the shared embedding width."""
+    values = config_to_hf_config(config.generator_config(), heads=True)
+    return values | {"architectures": ["ElectraForMaskedLM"]}
+
+
+def hf_albert_entries(config, heads: bool, prefix: str = "") -> list[Entry]:
+    """Hugging Face AlbertModel (`prefix=""`) or AlbertForPreTraining (`prefix="albert."`) names
+    onto an AlbertEncoder or AlbertPretrainer. `encoder.embedding_hidden_mapping_in` maps only
+    when E != H (Hugging Face always has it; load_hf_albert checks it is the identity otherwise);
+    `predictions.*` is the MLM head (dense H -> E), `sop_classifier.classifier` the SOP head."""
+    c = config
+    e, h, i, v = c.embedding_size, c.hidden_size, c.intermediate_size, c.vocab_size
+    out = _hf_embedding_entries(c, e, f"{prefix}embeddings")
+    if e != h:
+        out += _hf_linear_entries(
+            "encoder/embedding_hidden_mapping_in",
+            f"{prefix}encoder.embedding_hidden_mapping_in",
+            e,
+            h,
+        )
+    for g in range(c.num_hidden_groups):
+        for k in range(c.inner_group_num):
+            out += _hf_block_entries(
+                f"encoder/group_{g}/inner_group_{k}",
+                f"{prefix}encoder.albert_layer_groups.{g}.albert_layers.{k}",
+                h,
+                i,
+                HF_ALBERT_BLOCK,
+            )
+    out += _hf_linear_entries("encoder/pooler", f"{prefix}pooler", h, h)
+    if heads:
+        out += [
+            *_hf_linear_entries("masked_lm/transform", "predictions.dense", h, e),
+            *_hf_norm_entries("masked_lm/layer_norm", "predictions.LayerNorm", e),
+            _copy("masked_lm/output_bias", "predictions.bias", (v,)),
+            *_hf_linear_entries("next_sentence/dense", "sop_classifier.classifier", h, 2),
+        ]
+    return out
+
+
+# Where save_hf puts an ELECTRA pretrainer's generator: its own Hugging Face folder (as the
+# released google/electra-*-generator), its variables named with this prefix in the name map.
+HF_GENERATOR_DIR = "generator"
+
+
+def hf_electra_entries(config, heads: bool, prefix: str = "") -> list[Entry]:
+    """Hugging Face ElectraModel (`prefix=""`) or ElectraForPreTraining (`prefix="electra."`)
+    names onto an ElectraEncoder (the discriminator: BERT's layer names, E-wide embeddings,
+    `embeddings_project` when E != H, no pooler). With heads (an ElectraPretrainer), also the
+    discriminator head (`discriminator_predictions.dense`, `dense_prediction`) and the
+    generator as an ElectraForMaskedLM, its names under `generator/` (HF_GENERATOR_DIR)."""
+    c = config
+    e, h, i, v = c.embedding_size, c.hidden_size, c.intermediate_size, c.vocab_size
+    out = _hf_embedding_entries(c, e, f"{prefix}embeddings")
+    if e != h:
+        out += _hf_linear_entries("encoder/embeddings_project", f"{prefix}embeddings_project", e, h)
+    for n in range(c.num_hidden_layers):
+        out += _hf_block_entries(
+            f"encoder/layer_{n}", f"{prefix}encoder.layer.{n}", h, i, HF_BERT_BLOCK
+        )
+    if heads:
+        d = "discriminator_predictions"
+        out += _hf_linear_entries(f"{d}/dense", f"{d}.dense", h, h)
+        out += _hf_linear_entries(f"{d}/dense_1", f"{d}.dense_prediction", h, 1)
+        g = c.generator_config()
+        hg, gp = g.hidden_size, f"{HF_GENERATOR_DIR}/electra."
+        if e != hg:
+            out += _hf_linear_entries(
+                "generator/embeddings_project", f"{gp}embeddings_project", e, hg
+            )
+        for n in range(g.num_hidden_layers):
+            out += _hf_block_entries(
+                f"generator/layer_{n}",
+                f"{gp}encoder.layer.{n}",
+                hg,
+                g.intermediate_size,
+                HF_BERT_BLOCK,
+            )
+        p = f"{HF_GENERATOR_DIR}/generator_predictions"
+        out += [
+            *_hf_linear_entries("generator_predictions/transform", f"{p}.dense", hg, e),
+            *_hf_norm_entries("generator_predictions/layer_norm", f"{p}.LayerNorm", e),
+            _copy(
+                "generator_predictions/output_bias",
+                f"{HF_GENERATOR_DIR}/generator_lm_head.bias",
+                (v,),
+            ),
+        ]
+    return out
+
+
+def hf_roberta_entries(config: bert.BertConfig, heads: bool, prefix: str = "") -> list[Entry]:
+    """Hugging Face RobertaModel (`prefix=""`) or RobertaForMaskedLM (`prefix="roberta."`) names:
+    BERT's encoder names (the position table is the whole table, offset rows included), the
+    pooler kept under `pooler.dense` also with heads (transformers drops it with a warning), and
+    `lm_head.{dense,layer_norm,bias}` as the MLM head. RoBERTa has no next-sentence head."""
+    h, v = config.hidden_size, config.vocab_size
+    out = [
+        e
+        for e in hf_bert_entries(config, heads=False, prefix=prefix)
+        if not e.target.startswith(("masked_lm/", "next_sentence/"))
+    ]
+    if heads:
+        out += [
+            *_hf_linear_entries("masked_lm/transform", "lm_head.dense", h, h),
+            *_hf_norm_entries("masked_lm/layer_norm", "lm_head.layer_norm", h),
+            _copy("masked_lm/output_bias", "lm_head.bias", (v,)),
+        ]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -816,15 +984,19 @@ def read_json(path) -> dict:
         raise input_error(f"{path}:{e.lineno}", "JSON", f"a syntax error ({e.msg})") from None
 
 
-def read_any_config(path) -> bert.BertConfig:
+def read_any_config(path):
     """A config file in either field set: Hugging Face's `config.json` (it has `model_type` or
-    `layer_norm_eps`) or the original `bert_config.json`."""
-    from modeling import bert
+    `layer_norm_eps`; bert, roberta, albert or electra) or the original names (bert_config.json,
+    albert_config.json or an ELECTRA config). Returns a BertConfig, AlbertConfig or
+    ElectraConfig."""
+
+    from modeling import albert
 
     values = read_json(path)
     if isinstance(values, dict) and ({"model_type", "layer_norm_eps"} & set(values)):
-        return hf_config_to_bert_config(values, source=str(path))
-    return bert.BertConfig.from_dict(values, source=str(path))
+        return hf_config_to_config(values, source=str(path))
+    # The original field names: told apart by their keys (albert.encoder_config_from_dict).
+    return albert.encoder_config_from_dict(values, source=str(path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1193,12 +1365,15 @@ def convert_into(
     return ConversionReport(source.label, entries, has_heads(model), ignored)
 
 
-def export_arrays(model, entries: list[Entry]) -> dict[str, np.ndarray]:
+def export_arrays(model, entries: list[Entry], leave_out=()) -> dict[str, np.ndarray]:
     """The model's weights under the source format's names (the map run backwards).
 
-    Raises RuntimeError when the map does not cover every model variable exactly once.
+    leave_out: prefixes of Cloze variables the format has no place for (written nowhere).
+    Raises RuntimeError when the map does not cover every other model variable exactly once.
     """
-    targets = cloze_variables(model)
+    targets = {
+        k: v for k, v in cloze_variables(model).items() if not k.startswith(tuple(leave_out))
+    }
     covered = [e.target for e in entries]
     if sorted(covered) != sorted(targets):
         raise RuntimeError(
@@ -1401,6 +1576,146 @@ def load_hf_bert(
     return model, report
 
 
+def _hf_source(weights, trust_pickle: bool):
+    source = open_hf_weights(hf_weight_files(weights), trust_pickle)
+    if isinstance(source, ArraySource):  # only pickles are read into memory whole
+        source.label += " (WARNING: a pickle, loaded because of --trust_pickle)"
+    return source
+
+
+def _hf_ignore(tied: dict, source: Source, extra: dict | None = None):
+    """The `ignore` of convert_into for Hugging Face files: buffers, tied copies (checked equal
+    here, before anything is assigned) and `extra` names with their reasons."""
+    extra = extra or {}
+    for name, partner in tied.items():
+        if name in source.shapes and partner in source.shapes:
+            if not np.array_equal(source.read(name), source.read(partner)):
+                raise input_error(
+                    f"{source.label}: {name}",
+                    f"a copy of {partner} (Cloze ties the MLM output to the embedding)",
+                    "different values",
+                )
+
+    def ignore(name):
+        if hf_buffer(name) or name.endswith("embeddings.token_type_ids"):
+            return "a buffer, not a weight"
+        if name in tied:
+            return f"tied to {tied[name]}, checked equal"
+        return extra.get(name)
+
+    return ignore
+
+
+def _prefix_of(names, prefix: str) -> str:
+    return prefix if any(n.startswith(prefix) for n in names) else ""
+
+
+def load_hf(weights, config, config_where: str = "config.json", skip=None, trust_pickle=False):
+    """Hugging Face weights (folder, file or shard index) of any family Cloze reads -> (Cloze
+    model, report), by the config's type (hf_config_to_config / read_any_config):
+      BERT     load_hf_bert.
+      RoBERTa  (position_offset > 0) RobertaModel or RobertaForMaskedLM weights -> BertEncoder;
+               an `lm_head` is listed as not converted (the encoder is what fine-tunes).
+      ALBERT   AlbertModel -> AlbertEncoder, AlbertForPreTraining -> AlbertPretrainer. With
+               E == H the always-present `embedding_hidden_mapping_in` must be the identity.
+      ELECTRA  ElectraModel or ElectraForPreTraining (the discriminator) -> ElectraEncoder; the
+               discriminator head is listed as not converted (Cloze keeps it with the generator,
+               which Hugging Face stores as a separate model).
+    """
+    from modeling import albert, electra
+
+    if isinstance(config, albert.AlbertConfig):
+        return load_hf_albert(weights, config, config_where, skip, trust_pickle)
+    if isinstance(config, electra.ElectraConfig):
+        return load_hf_electra(weights, config, config_where, skip, trust_pickle)
+    if config.position_offset:
+        return load_hf_roberta(weights, config, config_where, skip, trust_pickle)
+    return load_hf_bert(weights, config, config_where, skip, trust_pickle)
+
+
+def load_hf_albert(weights, config, config_where="config.json", skip=None, trust_pickle=False):
+    """Hugging Face ALBERT weights -> (AlbertEncoder or AlbertPretrainer, report); see load_hf."""
+    source = _hf_source(weights, trust_pickle)
+    prefix = _prefix_of(source.shapes, "albert.")
+    heads = "predictions.bias" in source.shapes
+    model = build_model(config, heads)
+    tied = {
+        "predictions.decoder.weight": f"{prefix}embeddings.word_embeddings.weight",
+        "predictions.decoder.bias": "predictions.bias",
+    }
+    extra = {}
+    mapping = f"{prefix}encoder.embedding_hidden_mapping_in"
+    if config.embedding_size == config.hidden_size and f"{mapping}.weight" in source.shapes:
+        # Cloze's AlbertEncoder has no projection when E == H (as the original): exact only
+        # when Hugging Face's is the identity.
+        weight = source.read(f"{mapping}.weight")
+        bias = source.read(f"{mapping}.bias") if f"{mapping}.bias" in source.shapes else 0
+        if weight.shape != (config.hidden_size,) * 2 or not (
+            np.array_equal(weight, np.eye(config.hidden_size)) and not np.any(bias)
+        ):
+            raise input_error(
+                f"{source.label}: {mapping}.weight",
+                "the identity with a zero bias (embedding_size == hidden_size: Cloze's ALBERT "
+                "has no projection then)",
+                "a trained projection",
+            )
+        extra = {
+            f"{mapping}.{k}": "identity projection (E == H), checked" for k in ("weight", "bias")
+        }
+    report = convert_into(
+        model,
+        hf_albert_entries(config, heads, prefix),
+        source,
+        describe(config, config_where),
+        _hf_ignore(tied, source, extra),
+        skip,
+    )
+    return model, report
+
+
+def load_hf_electra(weights, config, config_where="config.json", skip=None, trust_pickle=False):
+    """Hugging Face ELECTRA weights -> (ElectraEncoder, report); see load_hf. A generator's
+    folder (ElectraForMaskedLM) gives the generator's encoder, its MLM head listed as not
+    converted."""
+    source = _hf_source(weights, trust_pickle)
+    prefix = _prefix_of(source.shapes, "electra.")
+    model = build_model(config, heads=False)
+    why = {
+        "discriminator_predictions.": "the discriminator head; Cloze keeps it in an "
+        "ElectraPretrainer with the generator, which Hugging Face stores as a separate model",
+        "generator_": "a generator's MLM head (this folder is an ElectraForMaskedLM: its "
+        "encoder is read)",
+    }
+    extra = {n: r for n in source.shapes for k, r in why.items() if n.startswith(k)}
+    report = convert_into(
+        model,
+        hf_electra_entries(config, False, prefix),
+        source,
+        describe(config, config_where),
+        _hf_ignore({}, source, extra),
+        skip,
+    )
+    return model, report
+
+
+def load_hf_roberta(weights, config, config_where="config.json", skip=None, trust_pickle=False):
+    """Hugging Face RoBERTa weights -> (BertEncoder with position_offset, report); see load_hf."""
+    source = _hf_source(weights, trust_pickle)
+    prefix = _prefix_of(source.shapes, "roberta.")
+    model = build_model(config, heads=False)
+    why = "RoBERTa's MLM head; Cloze loads the encoder"
+    extra = {n: why for n in source.shapes if n.startswith("lm_head.")}
+    report = convert_into(
+        model,
+        hf_roberta_entries(config, False, prefix),
+        source,
+        describe(config, config_where) + f" with position_offset={config.position_offset}",
+        _hf_ignore({}, source, extra),
+        skip,
+    )
+    return model, report
+
+
 def load_cloze(checkpoint, config: bert.BertConfig, config_where: str = "the config", skip=None):
     """A Cloze checkpoint (prefix or folder: its latest) -> (Cloze model, report).
 
@@ -1417,16 +1732,17 @@ def load_cloze(checkpoint, config: bert.BertConfig, config_where: str = "the con
         source.shapes = {"model/encoder/" + n[len("model/") :]: s for n, s in source.shapes.items()}
         source.dtypes = {"model/encoder/" + n[len("model/") :]: d for n, d in source.dtypes.items()}
         source.keys = {"model/encoder/" + n[len("model/") :]: k for n, k in source.keys.items()}
-    heads = any(n.startswith(("model/masked_lm/", "model/next_sentence/")) for n in source.shapes)
+    head_paths = ("model/masked_lm/", "model/next_sentence/", "model/generator_predictions/")
+    heads = any(n.startswith(head_paths) for n in source.shapes)
     model = build_model(config, heads)
+    # The identity map over the model's own variables (any family: BERT, ALBERT, ELECTRA).
+    entries = [_copy(n, f"model/{n}", tuple(v.shape)) for n, v in cloze_variables(model).items()]
 
     def ignore(name):
         # Dropout's random-number state is not a weight (and absent when dropout is 0).
         return "dropout seed state" if "seed_generator" in name else None
 
-    report = convert_into(
-        model, cloze_entries(config, heads), source, describe(config, config_where), ignore, skip
-    )
+    report = convert_into(model, entries, source, describe(config, config_where), ignore, skip)
     if source.training_state:
         report.notes.append(
             f"not converted: {source.training_state} training-state variable(s) outside `model` "
@@ -1531,22 +1847,8 @@ def save_tf1_bert(model, output_dir, name: str = "bert_model.ckpt") -> str:
     """Writes a google-research/bert checkpoint (`bert_model.ckpt.index` / `.data-*` and a
     `checkpoint` file) with the original names, readable by the original code's
     `init_from_checkpoint` and by load_tf1_bert."""
-    import tensorflow as tf
-
     arrays = export_arrays(model, tf1_bert_entries(model.config, has_heads(model)))
-    prefix = os.path.join(str(output_dir), name)
-    names = sorted(arrays)
-    # SaveV2 writes a name-based checkpoint with exactly these names, as TF1's Saver did.
-    tf.raw_ops.SaveV2(
-        prefix=prefix,
-        tensor_names=names,
-        shape_and_slices=[""] * len(names),
-        tensors=[tf.constant(arrays[n]) for n in names],
-    )
-    Path(output_dir, "checkpoint").write_text(
-        f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'
-    )
-    return prefix
+    return _save_tf1_arrays(arrays, output_dir, name)
 
 
 def save_hf_bert(model, output_dir, do_lower_case: bool = True) -> list[Path]:
@@ -1568,6 +1870,109 @@ def save_hf_bert(model, output_dir, do_lower_case: bool = True) -> list[Path]:
     tokenizer_config = {"do_lower_case": do_lower_case, "tokenizer_class": "BertTokenizer"}
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
     return [out / "model.safetensors", out / "config.json", out / "tokenizer_config.json"]
+
+
+def save_tf1(model, output_dir, name: str = "model.ckpt") -> str:
+    """Writes the original TF1 checkpoint of the model's family: google-research/bert's names
+    (save_tf1_bert), ALBERT's (tf1_albert_entries) or ELECTRA's (tf1_electra_entries), which
+    load_tf1_* read back variable for variable."""
+    from modeling import albert, electra
+
+    entries_fn = {
+        albert.AlbertConfig: tf1_albert_entries,
+        electra.ElectraConfig: tf1_electra_entries,
+    }.get(type(model.config))
+    if entries_fn is None:
+        return save_tf1_bert(model, output_dir)
+    return _save_tf1_arrays(
+        export_arrays(model, entries_fn(model.config, has_heads(model))), output_dir, name
+    )
+
+
+def _save_tf1_arrays(arrays: dict, output_dir, name: str) -> str:
+    import tensorflow as tf
+
+    prefix = os.path.join(str(output_dir), name)
+    names = sorted(arrays)
+    # SaveV2 writes a name-based checkpoint with exactly these names, as TF1's Saver did.
+    tf.raw_ops.SaveV2(
+        prefix=prefix,
+        tensor_names=names,
+        shape_and_slices=[""] * len(names),
+        tensors=[tf.constant(arrays[n]) for n in names],
+    )
+    Path(output_dir, "checkpoint").write_text(
+        f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'
+    )
+    return prefix
+
+
+def _write_hf_folder(arrays: dict, config: dict, out: Path, do_lower_case: bool) -> list[Path]:
+    from safetensors.numpy import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    # transformers refuses safetensors files whose metadata lacks a known "format".
+    save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tokenizer_config = {"do_lower_case": do_lower_case, "tokenizer_class": "BertTokenizer"}
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+    return [out / "model.safetensors", out / "config.json", out / "tokenizer_config.json"]
+
+
+def save_hf(model, output_dir, do_lower_case: bool = True) -> tuple[list[Path], list[str]]:
+    """Writes the model as transformers' save_pretrained would for its family; returns (files,
+    notes). BERT: save_hf_bert. RoBERTa (position_offset > 0): RobertaModel, or
+    RobertaForMaskedLM with the pooler kept and the (unused) next-sentence head left out.
+    ALBERT: AlbertModel or AlbertForPreTraining (with E == H an identity
+    `embedding_hidden_mapping_in`, which Hugging Face always has). ELECTRA: ElectraModel, or
+    ElectraForPreTraining plus the generator as an ElectraForMaskedLM in generator/. Tied MLM
+    decoders are not written; transformers ties them on load."""
+    from modeling import albert, electra
+
+    config, heads, out = model.config, has_heads(model), Path(output_dir)
+    notes = []
+    if isinstance(config, albert.AlbertConfig):
+        prefix = "albert." if heads else ""
+        arrays = export_arrays(model, hf_albert_entries(config, heads, prefix))
+        if config.embedding_size == config.hidden_size:
+            mapping = f"{prefix}encoder.embedding_hidden_mapping_in"
+            arrays[f"{mapping}.weight"] = np.eye(config.hidden_size, dtype=np.float32)
+            arrays[f"{mapping}.bias"] = np.zeros(config.hidden_size, np.float32)
+            notes.append("embedding_size == hidden_size: wrote an identity projection")
+    elif isinstance(config, electra.ElectraConfig):
+        prefix = "electra." if heads else ""
+        arrays = export_arrays(model, hf_electra_entries(config, heads, prefix))
+    elif config.position_offset:
+        prefix = "roberta." if heads else ""
+        arrays = export_arrays(
+            model, hf_roberta_entries(config, heads, prefix), leave_out=("next_sentence/",)
+        )
+        if heads:
+            notes.append("not written: the next-sentence head (RoBERTa has none)")
+    else:
+        return save_hf_bert(model, output_dir, do_lower_case), notes
+    generator = {
+        k[len(HF_GENERATOR_DIR) + 1 :]: a
+        for k, a in arrays.items()
+        if k.startswith(HF_GENERATOR_DIR + "/")
+    }
+    arrays = {k: a for k, a in arrays.items() if not k.startswith(HF_GENERATOR_DIR + "/")}
+    files = _write_hf_folder(arrays, config_to_hf_config(config, heads), out, do_lower_case)
+    if generator:
+        # The generator shares the discriminator's embeddings (ELECTRA sec. 3.2): a copy in its
+        # own folder, as the released generator checkpoints hold them.
+        for k, a in arrays.items():
+            if k.startswith("electra.embeddings."):
+                generator[k] = a
+        files += _write_hf_folder(
+            generator, electra_generator_hf_config(config), out / HF_GENERATOR_DIR, do_lower_case
+        )
+        if config.hidden_act != "gelu_exact":
+            notes.append(
+                "WARNING: transformers' ElectraGeneratorPredictions always computes the exact "
+                f"GELU; this generator's head computes hidden_act={config.hidden_act!r}"
+            )
+    return files, notes
 
 
 # ---------------------------------------------------------------------------------------------

@@ -375,3 +375,138 @@ def test_original_tf1_checkpoint_converts_every_variable_once(tmp_path):
     assert isinstance(encoder, albert.AlbertEncoder)
     with pytest.raises(InputError, match="group_1/inner_group_0/LayerNorm/gamma .*no place"):
         checkpoints.load_tf1_albert(tmp_path, config.replace(num_hidden_groups=1))
+
+
+def hf_albert_shapes(config: albert.AlbertConfig) -> dict:
+    """Hugging Face AlbertForPreTraining's state-dict names and shapes (transformers'
+    modeling_albert: nn.Linear weights are (out, in)), written from the published layout."""
+    c = config
+    e, h, i, v = c.embedding_size, c.hidden_size, c.intermediate_size, c.vocab_size
+    out = {
+        "albert.embeddings.word_embeddings.weight": (v, e),
+        "albert.embeddings.position_embeddings.weight": (c.max_position_embeddings, e),
+        "albert.embeddings.token_type_embeddings.weight": (c.type_vocab_size, e),
+        "albert.embeddings.LayerNorm.weight": (e,),
+        "albert.embeddings.LayerNorm.bias": (e,),
+        "albert.encoder.embedding_hidden_mapping_in.weight": (h, e),
+        "albert.encoder.embedding_hidden_mapping_in.bias": (h,),
+        "albert.pooler.weight": (h, h),
+        "albert.pooler.bias": (h,),
+        "predictions.LayerNorm.weight": (e,),
+        "predictions.LayerNorm.bias": (e,),
+        "predictions.dense.weight": (e, h),
+        "predictions.dense.bias": (e,),
+        "predictions.bias": (v,),
+        "sop_classifier.classifier.weight": (2, h),
+        "sop_classifier.classifier.bias": (2,),
+    }
+    for g in range(c.num_hidden_groups):
+        for k in range(c.inner_group_num):
+            p = f"albert.encoder.albert_layer_groups.{g}.albert_layers.{k}."
+            for name in ("query", "key", "value", "dense"):
+                out |= {f"{p}attention.{name}.weight": (h, h), f"{p}attention.{name}.bias": (h,)}
+            out |= {
+                f"{p}attention.LayerNorm.weight": (h,),
+                f"{p}attention.LayerNorm.bias": (h,),
+                f"{p}ffn.weight": (i, h),
+                f"{p}ffn.bias": (i,),
+                f"{p}ffn_output.weight": (h, i),
+                f"{p}ffn_output.bias": (h,),
+                f"{p}full_layer_layer_norm.weight": (h,),
+                f"{p}full_layer_layer_norm.bias": (h,),
+            }
+    return out
+
+
+def write_hf_albert(folder, config: albert.AlbertConfig, arrays: dict) -> None:
+    """A Hugging Face ALBERT folder as save_pretrained writes it (safetensors + config.json)."""
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(arrays, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    c = config
+    hf_config = {
+        "architectures": ["AlbertForPreTraining"],
+        "model_type": "albert",
+        **{k: v for k, v in c.to_dict().items() if k not in albert.AlbertConfig.OPTIONAL},
+        "hidden_act": "gelu_new",  # transformers' name for the tanh GELU (Cloze's "gelu")
+        "layer_norm_eps": 1e-12,
+        "classifier_dropout_prob": 0.1,
+        "position_embedding_type": "absolute",
+        "pad_token_id": 0,
+        "bos_token_id": 2,
+        "eos_token_id": 3,
+    }
+    (folder / "config.json").write_text(json.dumps(hf_config))
+
+
+def test_hugging_face_albert_matches_keras_hubs_own_converter(tmp_path):
+    """The same Hugging Face ALBERT folder loaded by keras-hub (AlbertBackbone.from_preset with
+    its transformers converter) and by Cloze (checkpoints.load_hf): the same outputs; and Cloze
+    writes the folder back (save_hf) tensor for tensor."""
+    from modeling import checkpoints
+    from tests.test_checkpoints import random_arrays
+
+    config = tiny()
+    arrays = random_arrays(hf_albert_shapes(config), seed=3)
+    write_hf_albert(tmp_path / "hf", config, arrays)
+    read = checkpoints.read_any_config(tmp_path / "hf" / "config.json")
+    assert read == config
+    model, report = checkpoints.load_hf(tmp_path / "hf", read)
+    assert isinstance(model, albert.AlbertPretrainer)
+    assert report.num_source_variables == len(arrays)
+    np.testing.assert_array_equal(
+        model.next_sentence.dense.kernel, arrays["sop_classifier.classifier.weight"].T
+    )
+    hub = keras_hub.models.AlbertBackbone.from_preset(str(tmp_path / "hf"))
+    inputs = random_inputs(seed=4)
+    theirs = hub(
+        {
+            "token_ids": inputs["input_ids"],
+            "segment_ids": inputs["segment_ids"],
+            "padding_mask": inputs["input_mask"],
+        }
+    )
+    ours = model.encoder(inputs)
+    real = inputs["input_mask"].astype(bool)
+    np.testing.assert_allclose(
+        np.array(ours["sequence_output"])[real],
+        np.array(theirs["sequence_output"])[real],
+        atol=2e-5,
+    )
+    np.testing.assert_allclose(ours["pooled_output"], theirs["pooled_output"], atol=2e-5)
+
+    _, notes = checkpoints.save_hf(model, tmp_path / "back")
+    assert notes == []
+    from safetensors.numpy import load_file
+
+    back = load_file(str(tmp_path / "back" / "model.safetensors"))
+    assert back.keys() == arrays.keys()
+    for name in arrays:
+        np.testing.assert_array_equal(back[name], arrays[name], err_msg=name)
+    assert checkpoints.read_any_config(tmp_path / "back" / "config.json") == config
+
+
+def test_hugging_face_albert_with_equal_widths_needs_an_identity_projection(tmp_path):
+    """Hugging Face ALBERT always has embedding_hidden_mapping_in; Cloze's (as the original's)
+    exists only when E != H. With E == H an identity maps (and is written back); a trained one
+    is refused, naming the tensor."""
+    from modeling import checkpoints
+
+    config = tiny(embedding_size=12)
+    encoder = albert.AlbertEncoder(config)
+    encoder.build()
+    _, notes = checkpoints.save_hf(encoder, tmp_path / "hf")
+    assert notes and "identity" in notes[0]
+    loaded, _ = checkpoints.load_hf(tmp_path / "hf", config)
+    inputs = random_inputs(seed=5)
+    np.testing.assert_array_equal(
+        loaded(inputs)["sequence_output"], encoder(inputs)["sequence_output"]
+    )
+    from safetensors.numpy import load_file, save_file
+
+    arrays = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    arrays["encoder.embedding_hidden_mapping_in.weight"][0, 1] = 0.5
+    save_file(arrays, str(tmp_path / "hf" / "model.safetensors"))
+    with pytest.raises(InputError, match="embedding_hidden_mapping_in.weight.*identity"):
+        checkpoints.load_hf(tmp_path / "hf", config)

@@ -504,6 +504,48 @@ def test_hf_config_translation():
         assert "some/config.json" in str(err.value)
 
 
+def test_roberta_position_offset_is_written_as_hugging_face_roberta(tmp_path):
+    """A BERT config with position_offset (RoBERTa) goes to Hugging Face as model_type roberta
+    with pad_token_id = offset - 1 (its positions start at padding_idx + 1), not as a BERT that
+    would number positions from 0: keras-hub's own RoBERTa converter reads the folder and
+    computes what Cloze computes, and it reads back into the same config and encoder."""
+    import keras_hub
+
+    config = helpers.tiny_config(
+        position_offset=2, type_vocab_size=1, max_position_embeddings=S + 2, hidden_act="gelu_exact"
+    )
+    model = bert.BertPretrainer(config, "none")
+    model.build()
+    # keras-hub's RobertaBackbone has no token-type table; RoBERTa's single row is zeroed here so
+    # both compute the same sum.
+    table = model.encoder.embeddings.token_type_embeddings
+    table.assign(np.zeros(table.shape, "float32"))
+    _, notes = checkpoints.save_hf(model, tmp_path / "hf")
+    assert notes == ["not written: the next-sentence head (RoBERTa has none)"]
+    hf = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert (hf["model_type"], hf["pad_token_id"]) == ("roberta", 1)
+    hub = keras_hub.models.RobertaBackbone.from_preset(str(tmp_path / "hf"))
+    inputs = random_inputs(config, seed=4)
+    inputs["segment_ids"] = np.zeros_like(inputs["segment_ids"])
+    theirs = np.array(hub({"token_ids": inputs["input_ids"], "padding_mask": inputs["input_mask"]}))
+    ours = np.array(model.encoder(inputs)["sequence_output"])
+    real = inputs["input_mask"].astype(bool)
+    # keras-hub's RoBERTa layer norms use epsilon 1e-5, Cloze's 1e-12: a 1e-5 relative change.
+    np.testing.assert_allclose(ours[real], theirs[real], atol=1e-4)
+    shifted = bert.BertEncoder(config.replace(position_offset=0))
+    shifted.build()
+    shifted.set_weights(model.encoder.get_weights())
+    assert np.abs(np.array(shifted(inputs)["sequence_output"])[real] - theirs[real]).max() > 1e-2
+
+    read = checkpoints.read_any_config(tmp_path / "hf" / "config.json")
+    assert read == config
+    encoder, report = checkpoints.load_hf(tmp_path / "hf", read)
+    assert any("RoBERTa's MLM head" in why for why in report.ignored.values())
+    np.testing.assert_array_equal(
+        encoder(inputs)["sequence_output"], model.encoder(inputs)["sequence_output"]
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Cloze's own checkpoints
 # ---------------------------------------------------------------------------------------------

@@ -444,7 +444,9 @@ def test_tf1_release_to_keras_hub_and_back(tf1_folder, tmp_path):
 
 def test_original_albert_and_electra_releases_to_cloze(tmp_path):
     """--from=tf1_albert and --from=tf1_electra on checkpoints with the original names; the
-    Cloze folders they write initialise run scripts' encoders. Other outputs are refused."""
+    Cloze folders they write initialise run scripts' encoders and convert back (--from=cloze
+    --to=tf1_albert / tf1_electra) to the same variables by name and value. BERT-only outputs
+    are refused."""
     from modeling import albert, electra
     from tests.test_albert import TINY as ALBERT_TINY
     from tests.test_albert import original_tf1_names
@@ -456,20 +458,22 @@ def test_original_albert_and_electra_releases_to_cloze(tmp_path):
         "albert": (albert.AlbertConfig(**ALBERT_TINY), original_tf1_names, "model.ckpt-best"),
         "electra": (electra.ElectraConfig(**ELECTRA_TINY), original_electra_names, "electra"),
     }
+    written = {}
     for name, (config, names, prefix) in releases.items():
         folder = tmp_path / name
-        write_tf1_checkpoint(folder / prefix, random_arrays(names(config)))
+        written[name] = random_arrays(names(config))
+        write_tf1_checkpoint(folder / prefix, written[name])
         (folder / "checkpoint").write_text(f'model_checkpoint_path: "{prefix}"\n')
         (folder / f"{name}_config.json").write_text(config.to_json_string())
     refused = run(
-        ["--from=tf1_electra", "--to=hf", f"--input_dir={tmp_path / 'electra'}",
-         f"--output_dir={tmp_path / 'hf'}"],
+        ["--from=tf1_electra", "--to=tf1_bert", f"--input_dir={tmp_path / 'electra'}",
+         f"--output_dir={tmp_path / 'bert'}"],
         check=False,
     )  # fmt: skip
-    assert refused.returncode == 1 and "one of ['cloze', 'keras'] for --from=tf1_electra" in (
-        refused.stderr
-    )
-    assert not (tmp_path / "hf").exists()
+    assert refused.returncode == 1, refused.stderr
+    assert "a format for this ELECTRA model" in refused.stderr
+    assert "--to=tf1_bert, which holds BERT models only" in refused.stderr
+    assert not (tmp_path / "bert").exists()
     from concurrent.futures import ThreadPoolExecutor
 
     def convert(name):
@@ -488,3 +492,22 @@ def test_original_albert_and_electra_releases_to_cloze(tmp_path):
         )
         classifier.build()
         assert trainer.init_from_checkpoint(classifier, str(out))[1] == "encoder"
+
+    # And back: --from=cloze tells ALBERT and ELECTRA by their config's keys, and --to=tf1_albert /
+    # tf1_electra writes the original names with the original values, every one of them.
+    def back(name):
+        return run(
+            ["--from=cloze", f"--to=tf1_{name}", f"--input_dir={tmp_path / f'{name}_cloze'}",
+             f"--output_dir={tmp_path / f'{name}_tf1'}"]
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(back, releases))
+    for name, (config, _, _) in releases.items():
+        out = tmp_path / f"{name}_tf1"
+        reader = tf.train.load_checkpoint(str(out))  # through the `checkpoint` file
+        shapes = reader.get_variable_to_shape_map()
+        assert set(shapes) == set(written[name]), name
+        for variable, value in written[name].items():
+            np.testing.assert_array_equal(reader.get_tensor(variable), value, err_msg=variable)
+        assert json.loads((out / f"{name}_config.json").read_text()) == config.to_dict()

@@ -381,3 +381,181 @@ def test_dynamically_masked_batches_feed_the_task(tmp_path):
     np.testing.assert_array_equal(
         labels[predicted], (corrupted.numpy() != original)[predicted].astype(int)
     )
+
+
+def hf_electra_shapes(config: electra.ElectraConfig) -> dict:
+    """Hugging Face ElectraForPreTraining's state-dict names and shapes (transformers'
+    modeling_electra: nn.Linear weights are (out, in); no pooler), from the published layout."""
+    c = config
+    e, h, i, v = c.embedding_size, c.hidden_size, c.intermediate_size, c.vocab_size
+    out = {
+        "electra.embeddings.word_embeddings.weight": (v, e),
+        "electra.embeddings.position_embeddings.weight": (c.max_position_embeddings, e),
+        "electra.embeddings.token_type_embeddings.weight": (c.type_vocab_size, e),
+        "electra.embeddings.LayerNorm.weight": (e,),
+        "electra.embeddings.LayerNorm.bias": (e,),
+        "electra.embeddings_project.weight": (h, e),
+        "electra.embeddings_project.bias": (h,),
+        "discriminator_predictions.dense.weight": (h, h),
+        "discriminator_predictions.dense.bias": (h,),
+        "discriminator_predictions.dense_prediction.weight": (1, h),
+        "discriminator_predictions.dense_prediction.bias": (1,),
+    }
+    for n in range(c.num_hidden_layers):
+        p = f"electra.encoder.layer.{n}."
+        for name in ("self.query", "self.key", "self.value", "output.dense"):
+            out |= {f"{p}attention.{name}.weight": (h, h), f"{p}attention.{name}.bias": (h,)}
+        out |= {
+            f"{p}attention.output.LayerNorm.weight": (h,),
+            f"{p}attention.output.LayerNorm.bias": (h,),
+            f"{p}intermediate.dense.weight": (i, h),
+            f"{p}intermediate.dense.bias": (i,),
+            f"{p}output.dense.weight": (h, i),
+            f"{p}output.dense.bias": (h,),
+            f"{p}output.LayerNorm.weight": (h,),
+            f"{p}output.LayerNorm.bias": (h,),
+        }
+    return out
+
+
+def hub_from_hf_arrays(config, arrays):
+    """keras-hub's independent ElectraBackbone holding the Hugging Face tensors, each put in
+    place here from its published name (keras-hub ships no ELECTRA converter)."""
+    import keras_hub
+
+    c = config
+    h, n = c.hidden_size, c.num_attention_heads
+    d = h // n
+    hub = keras_hub.models.ElectraBackbone(
+        vocab_size=c.vocab_size,
+        num_layers=c.num_hidden_layers,
+        num_heads=n,
+        hidden_dim=h,
+        embedding_dim=c.embedding_size,
+        intermediate_dim=c.intermediate_size,
+        dropout=0.0,
+        max_sequence_length=c.max_position_embeddings,
+        num_segments=c.type_vocab_size,
+    )
+    a = {k.removeprefix("electra."): x for k, x in arrays.items()}
+    hub.token_embedding.embeddings.assign(a["embeddings.word_embeddings.weight"])
+    hub.position_embedding.position_embeddings.assign(a["embeddings.position_embeddings.weight"])
+    hub.segment_embedding.embeddings.assign(a["embeddings.token_type_embeddings.weight"])
+    ln = ("LayerNorm.weight", "LayerNorm.bias")
+    hub.embeddings_layer_norm.set_weights([a[f"embeddings.{x}"] for x in ln])
+    hub.embeddings_projection.set_weights(
+        [a["embeddings_project.weight"].T, a["embeddings_project.bias"]]
+    )
+    for k, layer in enumerate(hub.transformer_layers):
+        p = f"encoder.layer.{k}."
+        att = layer._self_attention_layer
+        for part, dense in (("query", att._query_dense), ("key", att._key_dense)) + (
+            ("value", att._value_dense),
+        ):
+            w = a[f"{p}attention.self.{part}.weight"].T.reshape(h, n, d)  # (H, H) -> (H, N, D)
+            dense.set_weights([w, a[f"{p}attention.self.{part}.bias"].reshape(n, d)])
+        out_w = a[f"{p}attention.output.dense.weight"].T.reshape(n, d, h)  # (H, H) -> (N, D, H)
+        att._output_dense.set_weights([out_w, a[f"{p}attention.output.dense.bias"]])
+        layer._self_attention_layer_norm.set_weights([a[f"{p}attention.output.{x}"] for x in ln])
+        layer._feedforward_intermediate_dense.set_weights(
+            [a[f"{p}intermediate.dense.weight"].T, a[f"{p}intermediate.dense.bias"]]
+        )
+        layer._feedforward_output_dense.set_weights(
+            [a[f"{p}output.dense.weight"].T, a[f"{p}output.dense.bias"]]
+        )
+        layer._feedforward_layer_norm.set_weights([a[f"{p}output.{x}"] for x in ln])
+    return hub
+
+
+def write_hf_electra(folder, config: electra.ElectraConfig, arrays: dict) -> None:
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(arrays, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    generator = ("generator_hidden_size", "generator_layers")
+    hf_config = {
+        "architectures": ["ElectraForPreTraining"],
+        "model_type": "electra",
+        **{k: v for k, v in config.to_dict().items() if k not in generator},
+        "hidden_act": "gelu_new",  # the tanh GELU, which keras-hub's backbone computes
+        "layer_norm_eps": 1e-12,
+        "summary_type": "first",
+        "summary_use_proj": True,
+        "summary_activation": "gelu",
+        "summary_last_dropout": 0.1,
+        "position_embedding_type": "absolute",
+        "pad_token_id": 0,
+    }
+    (folder / "config.json").write_text(json.dumps(hf_config))
+
+
+def test_hugging_face_electra_matches_keras_hub_electra_backbone(tmp_path):
+    """A Hugging Face ELECTRA discriminator folder read by Cloze (load_hf) computes what
+    keras-hub's ElectraBackbone computes with the same tensors; the discriminator head is listed
+    as not converted, and an encoder written back (save_hf) has every tensor unchanged."""
+    config = tiny(hidden_act="gelu")
+    arrays = random_arrays(hf_electra_shapes(config), seed=7)
+    write_hf_electra(tmp_path / "hf", config, arrays)
+    read = checkpoints.read_any_config(tmp_path / "hf" / "config.json")
+    assert read == config  # generator fields: the original's defaults, as TINY
+    encoder, report = checkpoints.load_hf(tmp_path / "hf", read)
+    assert isinstance(encoder, electra.ElectraEncoder)
+    assert sum("discriminator head" in why for why in report.ignored.values()) == 4
+    features, _ = batch(seed=2)
+    inputs = {k: features[k] for k in ("input_ids", "input_mask")}
+    inputs["segment_ids"] = np.repeat([[0, 0, 0, 0, 1, 1, 1]], B, axis=0).astype("int32")
+    ours = np.array(encoder(inputs)["sequence_output"])
+    hub = hub_from_hf_arrays(config, arrays)
+    theirs = hub(
+        {
+            "token_ids": inputs["input_ids"],
+            "segment_ids": inputs["segment_ids"],
+            "padding_mask": inputs["input_mask"],
+        }
+    )
+    real = np.asarray(inputs["input_mask"]).astype(bool)
+    np.testing.assert_allclose(ours[real], np.array(theirs["sequence_output"])[real], atol=2e-5)
+
+    checkpoints.save_hf(encoder, tmp_path / "back")
+    from safetensors.numpy import load_file
+
+    back = load_file(str(tmp_path / "back" / "model.safetensors"))
+    mine = {k.removeprefix("electra."): a for k, a in arrays.items() if k.startswith("electra.")}
+    assert back.keys() == mine.keys()
+    for name in mine:
+        np.testing.assert_array_equal(back[name], mine[name], err_msg=name)
+
+
+def test_electra_pretrainer_to_hugging_face_discriminator_and_generator(tmp_path):
+    """An ElectraPretrainer written as Hugging Face folders: the discriminator
+    (ElectraForPreTraining, with its head) and the generator (generator/, ElectraForMaskedLM
+    with the shared embeddings and its own sizes); each reads back into the same encoder."""
+    config = tiny()
+    model = electra.ElectraPretrainer(config)
+    model.build()
+    files, _ = checkpoints.save_hf(model, tmp_path / "hf")
+    from safetensors.numpy import load_file
+
+    disc = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    np.testing.assert_array_equal(
+        disc["discriminator_predictions.dense_prediction.weight"],
+        model.discriminator_predictions.dense_1.kernel.numpy().T,
+    )
+    gen_config = checkpoints.read_any_config(tmp_path / "hf" / "generator" / "config.json")
+    h_g, l_g = config.generator_sizes()
+    assert (gen_config.hidden_size, gen_config.num_hidden_layers) == (h_g, l_g)
+    assert gen_config.embedding_size == config.embedding_size
+    generator, report = checkpoints.load_hf(tmp_path / "hf" / "generator", gen_config)
+    assert any("generator's MLM head" in why for why in report.ignored.values())
+    discriminator, _ = checkpoints.load_hf(
+        tmp_path / "hf", checkpoints.read_any_config(tmp_path / "hf" / "config.json")
+    )
+    inputs, _ = batch(seed=3)
+    for ours, theirs in ((discriminator, model.encoder), (generator, model.generator)):
+        np.testing.assert_array_equal(
+            ours(inputs)["sequence_output"], theirs(inputs)["sequence_output"]
+        )
+    gen = load_file(str(tmp_path / "hf" / "generator" / "model.safetensors"))
+    np.testing.assert_array_equal(
+        gen["generator_lm_head.bias"], model.generator_predictions.output_bias.numpy()
+    )
