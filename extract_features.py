@@ -73,30 +73,41 @@ def main(argv):
 
     import numpy as np
 
-    from modeling import bert, tagging
+    from modeling import bert, elmo, tagging
     from training import distribute, finetune_tasks, trainer
 
-    config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
-    try:
-        tagging.transformer_layer_indices(layers, config.num_hidden_layers)
-    except ValueError as e:
-        raise app.UsageError(f"--layers: {e}") from None
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy, FLAGS.tpu or "", {"batch_size": FLAGS.batch_size}
     )
-    with strategy.scope():
-        model = tagging.BertLayerFeatures(config, layers)
-        model.build()
+    try:
+        values = bert.read_config_json(FLAGS.bert_config_file, "a model config JSON file")
+    except InputError as e:
+        raise SystemExit(f"extract_features: {e}") from None
+    if elmo.is_elmo_config(values):  # the chosen biLM layers (default all) and their scalar mix
+        try:
+            with strategy.scope():
+                model, layers, width = elmo.build_features_model(
+                    elmo.ElmoConfig.from_dict(values, FLAGS.bert_config_file),
+                    layers if FLAGS["layers"].present else None,
+                    len(tokenizer.vocab),
+                )
+        except (InputError, ValueError) as e:
+            raise app.UsageError(f"{FLAGS.bert_config_file}: {e}") from None
+    else:
+        config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+        try:
+            tagging.transformer_layer_indices(layers, config.num_hidden_layers)
+        except ValueError as e:
+            raise app.UsageError(f"--layers: {e}") from None
+        with strategy.scope():
+            model = tagging.BertLayerFeatures(config, layers)
+            model.build()
+        width = config.hidden_size
     loaded, _ = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
     logging.info("extracting layers %s of %s", layers, loaded)
 
     writer = feature_files.FeatureWriter(
-        FLAGS.output_file,
-        FLAGS.npz_file,
-        int(lengths.sum()),
-        len(lines),
-        layers,
-        config.hidden_size,
+        FLAGS.output_file, FLAGS.npz_file, int(lengths.sum()), len(lines), layers, width
     )
     predictor = finetune_tasks.Predictor(strategy, model)
     ids = encoded.features["input_ids"]
