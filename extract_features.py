@@ -12,6 +12,9 @@ of --layers, rounded to 6 decimals); --npz_file (optional) the same unrounded in
 file (data_prep/feature_files.py describes both). --layers counts as the original's: -1 is the
 last Transformer layer, 0 the first. A line longer than max_seq_length is truncated as the
 original does (longer text first) and counted in a warning naming its line.
+An ELMo options.json (modeling/elmo.py) as --bert_config_file writes its biLM's representations
+instead (--layers: 0 the token layer, k the k-th biLSTM layer, -1 the top; default all) followed
+by the ELMo vector, their scalar mix, under index L + 1.
 """
 
 from __future__ import annotations
