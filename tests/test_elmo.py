@@ -286,6 +286,33 @@ def test_features_are_the_chosen_layers_and_their_scalar_mix():
                                atol=1e-5)  # fmt: skip
 
 
+def test_two_replicas_train_as_one_device():
+    """bilm_task under MirroredStrategy (two logical CPUs, the char table a mirrored int32
+    variable) takes the steps one device takes."""
+    import tensorflow as tf
+
+    from tests import helpers
+    from training import optimization, trainer
+
+    def train(strategy):
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            model = elmo.ElmoLM(config())
+            model.build()
+            optimizer = optimization.create_optimizer(1e-2, 10, 1)
+            optimizer.build(model.trainable_variables)
+        model.encoder.set_char_table(tokens())
+        fit = trainer.Trainer(strategy, bilm_tasks.bilm_task(model), optimizer)
+        batch = tf.data.Dataset.from_tensors({"input_ids": ids(9, (4, S))}).repeat()
+        fit.train_steps(iter(batch), 2)
+        return [v.numpy() for v in model.trainable_variables]
+
+    one = train(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    two = train(helpers.mirrored_strategy())
+    assert max(np.abs(a - b).max() for a, b in zip(one, two)) < 1e-5
+    assert max(np.abs(a - b).max() for a, b in zip(one, lm().trainable_variables)) > 1e-3
+
+
 def run(script, *args):
     return subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True)
 
