@@ -12,6 +12,9 @@ of --layers, rounded to 6 decimals); --npz_file (optional) the same unrounded in
 file (data_prep/feature_files.py describes both). --layers counts as the original's: -1 is the
 last Transformer layer, 0 the first. A line longer than max_seq_length is truncated as the
 original does (longer text first) and counted in a warning naming its line.
+An ELMo options.json (modeling/elmo.py) as --bert_config_file writes its biLM's representations
+instead (--layers: 0 the token layer, k the k-th biLSTM layer, -1 the top; default all) followed
+by the ELMo vector, their scalar mix, under index L + 1.
 """
 
 from __future__ import annotations
@@ -73,30 +76,41 @@ def main(argv):
 
     import numpy as np
 
-    from modeling import bert, tagging
+    from modeling import bert, elmo, tagging
     from training import distribute, finetune_tasks, trainer
 
-    config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
-    try:
-        tagging.transformer_layer_indices(layers, config.num_hidden_layers)
-    except ValueError as e:
-        raise app.UsageError(f"--layers: {e}") from None
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy, FLAGS.tpu or "", {"batch_size": FLAGS.batch_size}
     )
-    with strategy.scope():
-        model = tagging.BertLayerFeatures(config, layers)
-        model.build()
+    try:
+        values = bert.read_config_json(FLAGS.bert_config_file, "a model config JSON file")
+    except InputError as e:
+        raise SystemExit(f"extract_features: {e}") from None
+    if elmo.is_elmo_config(values):  # the chosen biLM layers (default all) and their scalar mix
+        try:
+            with strategy.scope():
+                model, layers, width = elmo.build_features_model(
+                    elmo.ElmoConfig.from_dict(values, FLAGS.bert_config_file),
+                    layers if FLAGS["layers"].present else None,
+                    len(tokenizer.vocab),
+                )
+        except (InputError, ValueError) as e:
+            raise app.UsageError(f"{FLAGS.bert_config_file}: {e}") from None
+    else:
+        config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+        try:
+            tagging.transformer_layer_indices(layers, config.num_hidden_layers)
+        except ValueError as e:
+            raise app.UsageError(f"--layers: {e}") from None
+        with strategy.scope():
+            model = tagging.BertLayerFeatures(config, layers)
+            model.build()
+        width = config.hidden_size
     loaded, _ = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
     logging.info("extracting layers %s of %s", layers, loaded)
 
     writer = feature_files.FeatureWriter(
-        FLAGS.output_file,
-        FLAGS.npz_file,
-        int(lengths.sum()),
-        len(lines),
-        layers,
-        config.hidden_size,
+        FLAGS.output_file, FLAGS.npz_file, int(lengths.sum()), len(lines), layers, width
     )
     predictor = finetune_tasks.Predictor(strategy, model)
     ids = encoded.features["input_ids"]

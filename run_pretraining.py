@@ -252,11 +252,13 @@ def main(argv):
     for name in ("bert_config_file", "input_file", "output_dir"):
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
-    from modeling import gpt
+    from modeling import elmo, gpt
 
     values = bert.read_config_json(FLAGS.bert_config_file, "a model config JSON file")
     if gpt.is_gpt_config(values):
         return pretrain_language_model(gpt.GptConfig.from_dict(values, FLAGS.bert_config_file))
+    if elmo.is_elmo_config(values):
+        return pretrain_bilm(elmo.ElmoConfig.from_dict(values, FLAGS.bert_config_file))
     s, p = FLAGS.max_seq_length, FLAGS.max_predictions_per_seq
     dynamic = FLAGS.masking == "dynamic"
     if dynamic and not FLAGS.vocab_file:
@@ -566,6 +568,80 @@ def pretrain_language_model(config) -> None:
         config.to_json_string(),
         ["lm_loss", "lm_accuracy"],
         (sorted(set(train_files + eval_files)), lm_data.lm_feature_spec(s)),
+    )
+
+
+def pretrain_bilm(config) -> None:
+    """ELMo: the forward and backward LMs together on the blocks of data_prep/create_lm_data.py
+    (Peters et al. 2018, sec. 3.1), with each direction's held-out loss and perplexity. A
+    char-CNN config spells the ids of --vocab_file (whose size must be n_tokens_vocab)."""
+    import math
+
+    from data_prep import features, lm_data, tokenization
+    from data_prep.errors import InputError
+    from modeling import elmo
+    from training import bilm_tasks, trainer
+
+    s = FLAGS.max_seq_length
+    bert_only = ["masking", "sentence_objective", "span_boundary_objective"]
+    changed = [f"--{n}" for n in [*bert_only, "skip_corrupt_records"] if FLAGS[n].present]
+    if changed:
+        raise app.UsageError(f"{', '.join(changed)}: not for an ELMo biLM")
+    if config.n_tokens_vocab is None:
+        raise app.UsageError("an ELMo config needs n_tokens_vocab (its softmax) to pretrain")
+    tokens = None
+    if FLAGS.vocab_file:
+        tokens = list(tokenization.load_vocab(FLAGS.vocab_file))
+        if len(tokens) != config.n_tokens_vocab:
+            raise app.UsageError(
+                f"--vocab_file has {len(tokens)} entries, the config's n_tokens_vocab is "
+                f"{config.n_tokens_vocab}"
+            )
+    elif config.char_cnn is not None:
+        raise app.UsageError("a char_cnn config needs --vocab_file: the strings it spells")
+    train_files = features.expand_input_files(FLAGS.input_file)
+    eval_files = features.expand_input_files(FLAGS.eval_input_file or FLAGS.input_file)
+    inputs = (sorted(set(train_files + eval_files)), lm_data.lm_feature_spec(s))
+    check_input_files(*inputs)
+    try:
+        lm_data.check_lm_files(inputs[0], s)
+    except InputError as e:
+        raise SystemExit(
+            f"run_pretraining: {e} (make blocks with data_prep/create_lm_data.py)"
+        ) from None
+    strategy, workers, worker_index = setup_strategy()
+    model, optimizer = build_model(strategy, lambda: elmo.ElmoLM(config))
+    if tokens is not None:
+        model.encoder.set_char_table(tokens)
+    fit = trainer.Trainer(strategy, bilm_tasks.bilm_task(model), optimizer, use_xla=FLAGS.use_xla)
+
+    def dataset(files, batch_size, is_training):
+        return lm_data.lm_dataset(
+            files, batch_size // workers, s, is_training, FLAGS.random_seed, workers, worker_index
+        )
+
+    def eval_fn():
+        results = fit.evaluate(
+            dataset(eval_files, FLAGS.eval_batch_size, False), FLAGS.max_eval_steps
+        )
+        # Perplexity per direction, exp of its mean per-token loss (capped for a diverged run).
+        for d in ("forward", "backward"):
+            results[f"{d}_perplexity"] = math.exp(min(results[f"{d}_lm_loss"], 50.0))
+        return results
+
+    def init_fn():
+        loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
+        logging.info("initialised the %s from %s", part, loaded)
+
+    logging.info("ELMo biLM, blocks of %d, %d parameters", s, model.count_params())
+    train_and_evaluate(
+        fit,
+        lambda: dataset(train_files, FLAGS.train_batch_size, True),
+        eval_fn,
+        init_fn,
+        config.to_json_string(),
+        ["forward_lm_loss", "backward_lm_loss", "forward_lm_accuracy"],
+        inputs,
     )
 
 

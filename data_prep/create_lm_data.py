@@ -9,6 +9,8 @@ data_prep/build_vocab.py --vocab_type=byte_level_bpe):
   python data_prep/create_lm_data.py --input_file=default_run/corpus/train.txt \\
     --output_file=lm/train.tfrecord --encoder_file=bpe/encoder.json --merges_file=bpe/vocab.bpe \\
     --block_size=128
+With --vocab_file=default_run/vocab.txt instead of the two BPE files, the units are WordPieces of
+a BERT vocabulary and [SEP] ends each document (ELMo's biLM in run_pretraining.py reads these).
 """
 
 import os
@@ -25,8 +27,19 @@ flags.DEFINE_string("output_file", None, "Output TFRecord file(s): a comma list,
 flags.DEFINE_string("encoder_file", None, "GPT-2 style encoder.json (token -> id).")
 flags.DEFINE_string("merges_file", None, "GPT-2 style vocab.bpe (the merges).")
 flags.DEFINE_integer("block_size", 128, "Ids per block: the model's context (n_ctx) or less.")
+flags.DEFINE_string(
+    "vocab_file",
+    None,
+    "A WordPiece vocab.txt instead of the BPE files (ELMo on BERT's units); [SEP] ends documents.",
+)
+flags.DEFINE_bool("do_lower_case", True, "With --vocab_file: lower-case (uncased vocabularies).")
 flags.DEFINE_string("end_of_text", "<|endoftext|>", "The separator token after each document.")
-flags.mark_flags_as_required(["input_file", "output_file", "encoder_file", "merges_file"])
+flags.mark_flags_as_required(["input_file", "output_file"])
+flags.register_multi_flags_validator(
+    ["encoder_file", "merges_file", "vocab_file"],
+    lambda f: bool(f["vocab_file"]) != bool(f["encoder_file"] and f["merges_file"]),
+    "give --encoder_file and --merges_file (byte-level BPE) or --vocab_file (WordPiece)",
+)
 flags.register_validator("block_size", lambda b: b >= 2, "must be at least 2")
 FLAGS = flags.FLAGS
 
@@ -34,27 +47,35 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from data_prep import bpe, lm_data
+    from data_prep import bpe, lm_data, tokenization
     from data_prep.errors import InputError, input_error
     from data_prep.features import expand_input_files
 
     try:
         inputs = expand_input_files(FLAGS.input_file)
-        tokenizer = bpe.ByteLevelBPE.from_files(FLAGS.encoder_file, FLAGS.merges_file)
-        if FLAGS.end_of_text not in tokenizer.encoder:
-            raise input_error(FLAGS.encoder_file, f"the token {FLAGS.end_of_text!r}", "none")
+        if FLAGS.vocab_file:
+            wordpiece = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+            encode, vocab, vocab_path = wordpiece.tokenize_to_ids, wordpiece.vocab, FLAGS.vocab_file
+        else:
+            tokenizer = bpe.ByteLevelBPE.from_files(FLAGS.encoder_file, FLAGS.merges_file)
+            encode, vocab, vocab_path = tokenizer.encode, tokenizer.encoder, FLAGS.encoder_file
+        end = FLAGS.end_of_text
+        if FLAGS.vocab_file and not FLAGS["end_of_text"].present:
+            end = "[SEP]"
+        if end not in vocab:
+            raise input_error(vocab_path, f"the token {end!r}", "none")
     except InputError as e:
         raise SystemExit(f"create_lm_data: {e}") from None
     outputs = [f.strip() for f in FLAGS.output_file.split(",") if f.strip()]
     for path in outputs:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    eot = tokenizer.encoder[FLAGS.end_of_text]
+    eot = vocab[end]
     stats = {"documents": 0, "tokens": 0}
     t0 = time.time()
 
     def documents():
         for text in lm_data.read_lm_documents(inputs):
-            ids = tokenizer.encode(text)
+            ids = encode(text)
             stats["documents"] += 1
             stats["tokens"] += len(ids)
             if stats["documents"] % 500 == 0:

@@ -1,0 +1,46 @@
+"""The biLM pretraining task (ELMo, Peters et al. 2018, sec. 3.1) for the Trainer.
+
+See training/trainer.py for the contract (sums_fn, loss_terms, metrics).
+"""
+
+from __future__ import annotations
+
+from keras import ops
+
+from modeling import losses
+from training.trainer import Task
+
+
+def bilm_sums(forward_logits, backward_logits, input_ids) -> dict:
+    """Sums of both directions' language-model losses on one block.
+
+    forward_logits, backward_logits float (B, S, V): position t of the forward LM scores token
+    t + 1, of the backward LM token t - 1; input_ids int (B, S), packed blocks without padding.
+    Flipping the time axis turns the backward LM into next-token prediction, so both use
+    losses.causal_lm_sums. Returns float32 scalars forward_* and backward_* (loss_sum, correct,
+    weight) and their totals loss_sum and weight.
+    """
+    forward = losses.causal_lm_sums(forward_logits, input_ids)
+    backward = losses.causal_lm_sums(ops.flip(backward_logits, axis=1), ops.flip(input_ids, axis=1))
+    sums = {f"forward_{k}": v for k, v in forward.items()}
+    sums |= {f"backward_{k}": v for k, v in backward.items()}
+    # Both directions make B * (S - 1) predictions, so the pooled mean is their average:
+    # bilm-tf's loss, 0.5 * (forward + backward).
+    sums["loss_sum"] = forward["loss_sum"] + backward["loss_sum"]
+    sums["weight"] = forward["weight"] + backward["weight"]
+    return sums
+
+
+def bilm_task(model) -> Task:
+    """Joint forward and backward LM on language-model blocks (an elmo.ElmoLM): the mean
+    cross-entropy over both directions' predictions. Perplexities are exp(*_lm_loss)."""
+
+    def sums_fn(batch, training):
+        out = model({"input_ids": batch["input_ids"]}, training=training)
+        return bilm_sums(out["forward_logits"], out["backward_logits"], batch["input_ids"])
+
+    metrics = {"lm_loss": ("loss_sum", "weight")}
+    for d in ("forward", "backward"):
+        metrics[f"{d}_lm_loss"] = (f"{d}_loss_sum", f"{d}_weight")
+        metrics[f"{d}_lm_accuracy"] = (f"{d}_correct", f"{d}_weight")
+    return Task(model=model, sums_fn=sums_fn, loss_terms=[("loss_sum", "weight")], metrics=metrics)
