@@ -17,6 +17,7 @@ there is one. An empty --init_checkpoint trains from scratch. A rerun resumes tr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -83,6 +84,35 @@ flags.DEFINE_enum(
 FLAGS = flags.FLAGS
 
 
+flags.DEFINE_float(
+    "lm_coef", 0.5, "GPT configs: weight of the auxiliary LM loss (Radford et al. 2018, sec. 3.2)."
+)
+
+
+def is_gpt_config_file(path) -> bool:
+    from data_prep.errors import InputError
+    from modeling import bert, gpt
+
+    try:
+        return gpt.is_gpt_config(bert.read_config_json(path, "a model config JSON file"))
+    except InputError as e:
+        raise SystemExit(f"run_classifier: {e}") from None
+
+
+def run_gpt(task):
+    """GPT-1 fine-tuning (training/gpt_finetuning.py): --vocab_file is the BPE folder."""
+    from data_prep.errors import InputError
+    from training import gpt_finetuning
+
+    names = [f.name for f in dataclasses.fields(gpt_finetuning.GptFinetuneSettings)]
+    values = {n: FLAGS[n].value for n in names if n in FLAGS and n != "config_file"}
+    settings = gpt_finetuning.GptFinetuneSettings(config_file=FLAGS.bert_config_file, **values)
+    try:
+        gpt_finetuning.run_gpt_classifier(task, settings)
+    except (InputError, ValueError) as e:
+        raise SystemExit(f"run_classifier: {e}") from None
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -106,6 +136,8 @@ def main(argv):
             f"{task.name} has test data only: use --do_predict with a model "
             "fine-tuned on MNLI as --init_checkpoint"
         )
+    if is_gpt_config_file(FLAGS.bert_config_file):
+        return run_gpt(task)
     s = FLAGS.max_seq_length
     if s < 3:
         raise app.UsageError(f"--max_seq_length={s} leaves no room for [CLS] a [SEP] b [SEP]")

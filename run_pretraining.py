@@ -252,13 +252,15 @@ def main(argv):
     for name in ("bert_config_file", "input_file", "output_dir"):
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
-    from modeling import elmo, gpt
+    from modeling import elmo, gpt, t5
 
     values = bert.read_config_json(FLAGS.bert_config_file, "a model config JSON file")
     if gpt.is_gpt_config(values):
         return pretrain_language_model(gpt.GptConfig.from_dict(values, FLAGS.bert_config_file))
     if elmo.is_elmo_config(values):
         return pretrain_bilm(elmo.ElmoConfig.from_dict(values, FLAGS.bert_config_file))
+    if t5.is_t5_config(values):
+        return pretrain_seq2seq(t5.T5Config.from_dict(values, FLAGS.bert_config_file))
     s, p = FLAGS.max_seq_length, FLAGS.max_predictions_per_seq
     dynamic = FLAGS.masking == "dynamic"
     if dynamic and not FLAGS.vocab_file:
@@ -642,6 +644,91 @@ def pretrain_bilm(config) -> None:
         config.to_json_string(),
         ["forward_lm_loss", "backward_lm_loss", "forward_lm_accuracy"],
         inputs,
+    )
+
+
+def pretrain_seq2seq(config) -> None:
+    """T5 / BART denoising: an encoder-decoder trained on the records of
+    data_prep/create_seq2seq_data.py (span corruption or text infilling), with held-out target
+    loss, token accuracy and perplexity. --max_seq_length is the records' encoder length; their
+    target length is read from the files."""
+    import math
+
+    from data_prep import features, seq2seq_data
+    from data_prep.errors import InputError
+    from modeling import t5
+    from training import seq2seq_tasks, trainer
+
+    changed = [
+        f"--{n}"
+        for n in (
+            "masking",
+            "sentence_objective",
+            "span_boundary_objective",
+            "skip_corrupt_records",
+        )
+        if FLAGS[n].present
+    ]
+    if changed:
+        raise app.UsageError(f"{', '.join(changed)}: not for a T5 config (denoising records)")
+    train_files = features.expand_input_files(FLAGS.input_file)
+    eval_files = features.expand_input_files(FLAGS.eval_input_file or FLAGS.input_file)
+    files = sorted(set(train_files + eval_files))
+    try:
+        s, t, largest = seq2seq_data.seq2seq_file_lengths(files)
+        if s != FLAGS.max_seq_length:
+            raise InputError(
+                f"{files[0]}: expected inputs of --max_seq_length={FLAGS.max_seq_length} ids, "
+                f"found {s}"
+            )
+        if largest >= config.vocab_size:
+            raise InputError(
+                f"{files[0]}: expected ids below the config's vocab_size {config.vocab_size}, "
+                f"found {largest}"
+            )
+    except InputError as e:
+        raise SystemExit(
+            f"run_pretraining: {e} (make records with data_prep/create_seq2seq_data.py)"
+        ) from None
+    spec = seq2seq_data.seq2seq_feature_spec(s, t)
+    check_input_files(files, spec)
+    strategy, workers, worker_index = setup_strategy()
+    model, optimizer = build_model(strategy, lambda: t5.T5Model(config))
+    task = seq2seq_tasks.seq2seq_task(model)
+    fit = trainer.Trainer(strategy, task, optimizer, use_xla=FLAGS.use_xla)
+
+    def dataset(files, batch_size, is_training):
+        return seq2seq_data.seq2seq_dataset(
+            files,
+            batch_size // workers,
+            s,
+            t,
+            is_training,
+            FLAGS.random_seed,
+            workers,
+            worker_index,
+        )
+
+    def eval_fn():
+        results = fit.evaluate(
+            dataset(eval_files, FLAGS.eval_batch_size, False), FLAGS.max_eval_steps
+        )
+        # Perplexity of the targets, exp of the mean per-token loss (capped for a diverged run).
+        return results | {"perplexity": math.exp(min(results["target_loss"], 50.0))}
+
+    def init_fn():
+        loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
+        logging.info("initialised the %s from %s", part, loaded)
+
+    logging.info("T5, inputs %d, targets %d, %d parameters", s, t, model.count_params())
+    train_and_evaluate(
+        fit,
+        lambda: dataset(train_files, FLAGS.train_batch_size, True),
+        eval_fn,
+        init_fn,
+        config.to_json_string(),
+        ["target_loss", "target_accuracy"],
+        (files, spec),
     )
 
 

@@ -13,6 +13,7 @@ length, H d_model, N heads, D d_kv, F d_ff, V vocab.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import ClassVar
 
@@ -23,6 +24,12 @@ from keras import ops
 from modeling import bert
 
 FEED_FORWARD = ("relu", "gated-relu", "gated-gelu")
+
+
+def is_t5_config(values: dict) -> bool:
+    """Whether a config dict is a T5 one (its config.json names d_model / d_kv) rather than a
+    BERT-family or GPT one."""
+    return isinstance(values, dict) and ("d_model" in values or "d_kv" in values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +88,9 @@ class T5Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
 
 # Only vocab_size must be given; every other field has its default.

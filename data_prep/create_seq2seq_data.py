@@ -1,0 +1,127 @@
+"""Text corpus -> encoder-decoder denoising TFRecords (T5 span corruption or BART text infilling).
+
+Documents (the BERT corpus format: one sentence a line, blank lines between documents) are
+tokenized with byte-level BPE files (GPT-2's format), cut into chunks of consecutive sentences and
+noised (data_prep/noising.py through data_prep/seq2seq_data.py) with one seeded rng; records hold
+input_ids, input_mask (encoder) and target_ids, target_mask (decoder), written round-robin.
+The special ids (<pad>, </s>, <mask>, <extra_id_i>) follow the BPE vocabulary; the printed
+summary gives the T5 config values they need (vocab_size, pad/eos/decoder start ids).
+
+Example (the 8k-merge BPE of data_prep/build_vocab.py --vocab_type=byte_level_bpe):
+  python data_prep/create_seq2seq_data.py --input_file=default_run/corpus/train.txt \\
+    --output_file=t5/train.tfrecord --encoder_file=bpe/encoder.json --merges_file=bpe/vocab.bpe \\
+    --noising=t5_span --max_seq_length=128 --max_target_length=32 --random_seed=12345
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from absl import app, flags, logging
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+flags.DEFINE_string("input_file", None, "Input text file(s): a comma list of files or globs.")
+flags.DEFINE_string("output_file", None, "Output TFRecord file(s): a comma list, one per shard.")
+flags.DEFINE_string("encoder_file", None, "GPT-2 style encoder.json (token -> id).")
+flags.DEFINE_string("merges_file", None, "GPT-2 style vocab.bpe (the merges).")
+flags.DEFINE_enum(
+    "noising", "t5_span", ["t5_span", "bart_infill"], "T5 span corruption or BART text infilling."
+)
+flags.DEFINE_bool("permute_sentences", False, "BART: shuffle each chunk's sentences first.")
+flags.DEFINE_integer("max_seq_length", 128, "Encoder input ids per record (padded).")
+flags.DEFINE_integer("max_target_length", 32, "Decoder target ids per record (padded).")
+flags.DEFINE_float("noise_density", 0.15, "T5: fraction of tokens corrupted (sec. 3.3.4).")
+flags.DEFINE_float("mean_noise_span_length", 3.0, "T5: mean corrupted span length.")
+flags.DEFINE_float("mask_ratio", 0.3, "BART: fraction of tokens masked by infilling.")
+flags.DEFINE_float("poisson_lambda", 3.0, "BART: Poisson mean of the infilled span lengths.")
+flags.DEFINE_integer("num_sentinels", 100, "T5: sentinel tokens after the BPE vocabulary.")
+flags.DEFINE_integer("random_seed", 12345, "Seed of the noising: same seed, same records.")
+flags.mark_flags_as_required(["input_file", "output_file", "encoder_file", "merges_file"])
+flags.register_validator("max_seq_length", lambda n: n >= 3, "must be at least 3")
+flags.register_validator("max_target_length", lambda n: n >= 3, "must be at least 3")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    import numpy as np
+
+    from data_prep import seq2seq_data
+    from data_prep.errors import InputError
+    from data_prep.features import expand_input_files
+
+    try:
+        settings = seq2seq_data.NoisingSettings(
+            noising=FLAGS.noising,
+            max_seq_length=FLAGS.max_seq_length,
+            max_target_length=FLAGS.max_target_length,
+            noise_density=FLAGS.noise_density,
+            mean_noise_span_length=FLAGS.mean_noise_span_length,
+            mask_ratio=FLAGS.mask_ratio,
+            poisson_lambda=FLAGS.poisson_lambda,
+            permute_sentences=FLAGS.permute_sentences,
+        )
+        settings.chunk_length()
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+    try:
+        inputs = expand_input_files(FLAGS.input_file)
+        vocab = seq2seq_data.Seq2SeqVocab.from_files(
+            FLAGS.encoder_file, FLAGS.merges_file, FLAGS.num_sentinels
+        )
+    except InputError as e:
+        raise SystemExit(f"create_seq2seq_data: {e}") from None
+    outputs = [f.strip() for f in FLAGS.output_file.split(",") if f.strip()]
+    for path in outputs:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    stats = {"documents": 0}
+    t0 = time.time()
+
+    def documents():
+        for sentences in seq2seq_data.read_sentence_documents(inputs):
+            stats["documents"] += 1
+            if stats["documents"] % 500 == 0:
+                logging.info("%d documents, %d instances", stats["documents"], stats["instances"])
+            yield seq2seq_data.encode_sentences(vocab, sentences)
+
+    rng = np.random.default_rng(FLAGS.random_seed)
+    # Written under temporary names and renamed at the end: a failed run leaves no partial file.
+    tmp = [f"{p}.tmp{os.getpid()}" for p in outputs]
+    try:
+        n = seq2seq_data.write_seq2seq_tfrecords(
+            seq2seq_data.create_instances(documents(), vocab, settings, rng, stats),
+            tmp,
+            FLAGS.max_seq_length,
+            FLAGS.max_target_length,
+            vocab.pad_id,
+        )
+    except InputError as e:
+        for t in tmp:
+            Path(t).unlink(missing_ok=True)
+        raise SystemExit(f"create_seq2seq_data: {e}") from None
+    except BaseException:
+        for t in tmp:
+            Path(t).unlink(missing_ok=True)
+        raise
+    if n == 0:
+        for t in tmp:
+            Path(t).unlink(missing_ok=True)
+        raise SystemExit(
+            f"create_seq2seq_data: {FLAGS.input_file}: expected text for at least one instance "
+            f"of 2 or more tokens, found {stats['documents']} documents"
+        )
+    for t, p in zip(tmp, outputs):
+        os.replace(t, p)
+    print(
+        f"wrote {n} {FLAGS.noising} instances ({stats['documents']} documents, "
+        f"{stats['too_long']} too long dropped, {time.time() - t0:.1f}s) to {', '.join(outputs)}\n"
+        f"T5 config: vocab_size >= {vocab.size}, pad_token_id={vocab.pad_id}, "
+        f"eos_token_id={vocab.eos_id}, decoder_start_token_id={vocab.pad_id}"
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,224 @@
+"""Fine-tunes a T5 checkpoint where the target is text: classification as label words, or a
+summarisation-style `source<TAB>target` task scored with ROUGE-L; greedy or beam decoding.
+
+Example (a T5 pretrained by run_pretraining.py on create_seq2seq_data.py records):
+  python run_text2text.py --task_name=sst-2 --data_dir=default_run/rt_polarity/data \
+    --bert_config_file=configs/t5_tiny.json --encoder_file=bpe/encoder.json \
+    --merges_file=bpe/vocab.bpe --init_checkpoint=t5_pretrain --do_train --do_eval \
+    --do_predict --max_seq_length=64 --max_target_length=8 --train_batch_size=16 \
+    --learning_rate=1e-3 --num_train_epochs=3 --num_beams=1 --output_dir=out/sst2_t5
+
+Tasks: a GLUE-style classification task of data_prep/glue.py (sst-2, cola, mrpc, qqp, mnli, qnli,
+rte, wnli; its files from --data_dir), scored by exact match of the decoded label word
+(data_prep/text2text.py lists the words; --label_words overrides), or `tsv_seq2seq`
+(train.tsv, dev.tsv, test.tsv of source<TAB>target lines) scored by ROUGE-L F and exact match.
+--do_eval writes eval_results.txt and dev_predictions.tsv (index, prediction, target);
+--do_predict writes test_predictions.tsv (index, prediction). The BPE files and --num_sentinels
+must be those the checkpoint was pretrained with (the config's special ids are checked).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import app, flags, logging
+
+flags.DEFINE_string("task_name", None, "sst-2, cola, mrpc, qqp, mnli, ... or tsv_seq2seq.")
+flags.DEFINE_string("data_dir", None, "Folder with the task's train / dev / test files.")
+flags.DEFINE_string("bert_config_file", None, "The T5 config JSON (T5's config.json names).")
+flags.DEFINE_string("encoder_file", None, "GPT-2 style encoder.json of the pretraining data.")
+flags.DEFINE_string("merges_file", None, "GPT-2 style vocab.bpe of the pretraining data.")
+flags.DEFINE_integer("num_sentinels", 100, "Sentinels the pretraining data appended.")
+flags.DEFINE_string("init_checkpoint", None, "T5 checkpoint (prefix or folder); empty = scratch.")
+flags.DEFINE_string("output_dir", None, "Where checkpoints, predictions and results go.")
+flags.DEFINE_list("label_words", [], "Classification: one word per label, in label order.")
+flags.DEFINE_bool("do_train", False, "Whether to fine-tune on the train split.")
+flags.DEFINE_bool("do_eval", False, "Whether to decode and score the dev split.")
+flags.DEFINE_bool("do_predict", False, "Whether to decode the test split.")
+flags.DEFINE_integer("max_seq_length", 128, "Source ids, </s> included (longer is cut).")
+flags.DEFINE_integer("max_target_length", 16, "Target ids, </s> included; the decoding limit.")
+flags.DEFINE_integer("train_batch_size", 32, "Batch size for training.")
+flags.DEFINE_integer("eval_batch_size", 8, "Batch size for decoding.")
+flags.DEFINE_float("learning_rate", 1e-3, "Peak learning rate for AdamW.")
+flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the train split.")
+flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of steps with a linear warmup.")
+flags.DEFINE_integer("num_beams", 1, "1: greedy decoding; more: beam search of that width.")
+flags.DEFINE_float("length_penalty", 0.6, "Beam search: GNMT length penalty alpha.")
+flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save a checkpoint.")
+flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop between host logs.")
+flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
+FLAGS = flags.FLAGS
+
+
+def decode_texts(model, vocab, features: dict, batch_size: int, settings: dict) -> list[str]:
+    """The decoded text of every row of `features` (greedy or beam search)."""
+    from modeling import t5
+
+    texts = []
+    n = len(features["input_ids"])
+    for start in range(0, n, batch_size):
+        ids = features["input_ids"][start : start + batch_size]
+        mask = features["input_mask"][start : start + batch_size]
+        if settings["num_beams"] > 1:
+            out = t5.beam_search(
+                model, ids, mask, settings["max_length"], settings["num_beams"], settings["alpha"]
+            )
+        else:
+            out = t5.greedy_decode(model, ids, mask, settings["max_length"])
+        texts.extend(vocab.decode(row).strip() for row in out)
+    return texts
+
+
+def write_predictions(path: str, pairs, predictions, with_targets: bool) -> None:
+    """index<TAB>prediction[<TAB>target] lines under a header; tabs and newlines in texts become
+    spaces so each example stays one line."""
+
+    def clean(text):
+        return " ".join((text or "").split())
+
+    header = "index\tprediction" + ("\ttarget" if with_targets else "")
+    rows = [
+        "\t".join([p.index, clean(pred)] + ([clean(p.target)] if with_targets else []))
+        for p, pred in zip(pairs, predictions)
+    ]
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write("\n".join([header, *rows]) + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from data_prep import seq2seq_data, text2text
+    from data_prep.errors import InputError
+
+    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
+        raise app.UsageError("at least one of --do_train, --do_eval or --do_predict must be set")
+    required = ("task_name", "data_dir", "bert_config_file", "encoder_file", "merges_file")
+    for name in (*required, "output_dir"):
+        if not FLAGS[name].value:
+            raise app.UsageError(f"--{name} is required")
+    if FLAGS.num_beams < 1 or FLAGS.max_seq_length < 2 or FLAGS.max_target_length < 2:
+        raise app.UsageError("--num_beams >= 1, --max_seq_length and --max_target_length >= 2")
+    is_seq2seq = FLAGS.task_name.lower().replace("-", "_") == text2text.TSV_SEQ2SEQ
+    if is_seq2seq and FLAGS.label_words:
+        raise app.UsageError("--label_words is for classification tasks, not tsv_seq2seq")
+    from modeling import t5
+
+    try:
+        vocab = seq2seq_data.Seq2SeqVocab.from_files(
+            FLAGS.encoder_file, FLAGS.merges_file, FLAGS.num_sentinels
+        )
+        config = t5.T5Config.from_json_file(FLAGS.bert_config_file)
+        vocab.check_config(config, FLAGS.bert_config_file)
+    except InputError as e:
+        raise SystemExit(f"run_text2text: {e}") from None
+
+    def load(split):
+        try:
+            pairs, source = text2text.read_pairs(
+                FLAGS.task_name, split, FLAGS.data_dir, FLAGS.label_words
+            )
+        except InputError as e:
+            raise SystemExit(f"run_text2text: {e}") from None
+        except ValueError as e:
+            raise app.UsageError(str(e)) from None
+        features, cut = text2text.encode_pairs(
+            pairs, vocab, FLAGS.max_seq_length, FLAGS.max_target_length
+        )
+        logging.info("%s: %d examples, %d truncated", source, len(pairs), cut)
+        return pairs, features
+
+    train = load("train") if FLAGS.do_train else None
+    dev = load("dev") if FLAGS.do_eval else None
+    test = load("test") if FLAGS.do_predict else None
+
+    import keras
+    import tensorflow as tf
+
+    from training import distribute, optimization, rouge, seq2seq_tasks, trainer
+
+    strategy, _, _ = distribute.setup("one_device", "", {})
+    steps = warmup = 0
+    if train:
+        steps, warmup = optimization.train_and_warmup_steps(
+            len(train[0]), FLAGS.train_batch_size, FLAGS.num_train_epochs, FLAGS.warmup_proportion
+        )
+        logging.info("%d training steps, %d warmup", steps, warmup)
+    keras.utils.set_random_seed(FLAGS.random_seed)
+    with strategy.scope():
+        model = t5.T5Model(config)
+        model.build()
+        optimizer = optimization.create_optimizer(FLAGS.learning_rate, max(steps, 1), warmup)
+        optimizer.build(model.trainable_variables)  # before the first step (shared/NOTES.md)
+    fit = trainer.Trainer(strategy, seq2seq_tasks.seq2seq_task(model), optimizer)
+    output_dir = FLAGS.output_dir
+    decoding = {
+        "num_beams": FLAGS.num_beams,
+        "max_length": FLAGS.max_target_length,
+        "alpha": FLAGS.length_penalty,
+    }
+
+    def evaluate() -> dict:
+        pairs, features = dev
+        predictions = decode_texts(model, vocab, features, FLAGS.eval_batch_size, decoding)
+        write_predictions(os.path.join(output_dir, "dev_predictions.tsv"), pairs, predictions, True)
+        targets = [p.target for p in pairs]
+        exact = sum(p == t for p, t in zip(predictions, targets)) / len(pairs)
+        if is_seq2seq:
+            return {"rouge_l": rouge.mean_rouge_l(predictions, targets), "exact_match": exact}
+        words = set(targets)
+        return {"accuracy": exact, "invalid": sum(p not in words for p in predictions) / len(pairs)}
+
+    def init_fn():
+        logging.info(
+            "initialised from %s", trainer.restore_model_weights(model, FLAGS.init_checkpoint)
+        )
+
+    if FLAGS.do_train:
+        features = train[1]
+
+        def dataset():
+            data = tf.data.Dataset.from_tensor_slices(features).repeat()
+            data = data.shuffle(len(train[0]), seed=FLAGS.random_seed)
+            return data.batch(FLAGS.train_batch_size, drop_remainder=True)
+
+        run_config = {"t5_config": config.to_dict(), "task": FLAGS.task_name}
+        trainer.run_training(
+            fit,
+            dataset,
+            trainer.TrainSettings(
+                output_dir=output_dir,
+                num_train_steps=steps,
+                save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+                iterations_per_loop=FLAGS.iterations_per_loop,
+                config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
+            ),
+            global_batch_size=FLAGS.train_batch_size,
+            init_fn=init_fn if FLAGS.init_checkpoint else None,
+        )
+    else:
+        source = tf.train.latest_checkpoint(output_dir) or FLAGS.init_checkpoint
+        if not source:
+            raise app.UsageError(
+                f"nothing to decode with: {output_dir} holds no checkpoint and --init_checkpoint "
+                "is empty"
+            )
+        try:
+            logging.info("decoding with %s", trainer.restore_model_weights(model, source))
+        except ValueError as e:
+            raise SystemExit(f"run_text2text: {e}") from None
+    if FLAGS.do_eval:
+        results = evaluate() | {"global_step": int(optimizer.iterations.numpy())}
+        trainer.write_eval_results(output_dir, results)
+    if FLAGS.do_predict:
+        pairs, features = test
+        predictions = decode_texts(model, vocab, features, FLAGS.eval_batch_size, decoding)
+        path = os.path.join(output_dir, "test_predictions.tsv")
+        write_predictions(path, pairs, predictions, False)
+        logging.info("wrote %d predictions to %s", len(predictions), path)
+
+
+if __name__ == "__main__":
+    app.run(main)

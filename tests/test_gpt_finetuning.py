@@ -1,0 +1,95 @@
+"""GPT-1 fine-tuning (training/gpt_finetuning.py): delimiter layout, the auxiliary LM loss weight,
+and run_classifier.py taking the GPT path for a GPT config."""
+
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_prep import bpe, glue
+from modeling import gpt
+from tests.conftest import ROOT
+from training import gpt_finetuning
+
+TEXT = ["The cat sat.", "The dog barked.", "A bird sang twice.", "Fish swim."]
+
+
+def tiny_bpe(tmp_path, specials=(bpe.GPT2_END_OF_TEXT,)):
+    merges = bpe.learn_bpe(bpe.byte_words(TEXT), 20)
+    tok = bpe.ByteLevelBPE(bpe.byte_level_vocab(merges, specials), merges)
+    tok.save(tmp_path / "bpe")
+    return tok
+
+
+def test_delimiters_and_layout(tmp_path):
+    tok = tiny_bpe(tmp_path)
+    loaded = gpt_finetuning.load_bpe(str(tmp_path / "bpe"))
+    assert loaded.encoder == gpt_finetuning.load_bpe(str(tmp_path / "bpe/encoder.json")).encoder
+    eot = tok.encoder[bpe.GPT2_END_OF_TEXT]
+    assert gpt_finetuning.delimiter_ids(tok) == (eot, eot, eot)
+    own = tiny_bpe(tmp_path / "own", (*gpt_finetuning.DELIMITERS, bpe.GPT2_END_OF_TEXT))
+    start, delim, extract = gpt_finetuning.delimiter_ids(own)
+    assert len({start, delim, extract, own.encoder[bpe.GPT2_END_OF_TEXT]}) == 4
+    ids = gpt_finetuning.encode_example(own, (start, delim, extract), "The cat", "Fish", 64)
+    assert ids == [start, *own.encode("The cat"), delim, *own.encode("Fish"), extract]
+    short = gpt_finetuning.encode_example(own, (start, delim, extract), "The cat sat.", None, 5)
+    assert short == [start, *own.encode("The cat sat.")[:3], extract]
+    with pytest.raises(Exception, match="encoder.json and vocab.bpe"):
+        gpt_finetuning.load_bpe(str(tmp_path / "nothing"))
+
+
+def test_the_lm_loss_is_added_with_its_weight():
+    keras.utils.set_random_seed(0)
+    config = gpt.GptConfig(n_vocab=29, n_ctx=13, n_embd=12, n_head=3, n_layer=2, n_inner=17)
+    model = gpt.GptClassifier(config, 3)
+    model.build()
+    rng = np.random.default_rng(0)
+    batch = {
+        "input_ids": tf.constant(rng.integers(0, 29, (3, 7)), tf.int32),
+        "input_mask": tf.constant([[1] * 7, [1] * 4 + [0] * 3, [1] * 6 + [0]], tf.int32),
+        "label_ids": tf.constant([0, 2, 1], tf.int32),
+    }
+    task = gpt_finetuning.gpt_classification_task(model, 0.5)
+    assert task.loss_terms == [("cls_loss_sum", "cls_count"), ("lm_loss_sum", "lm_weight", 0.5)]
+    sums = task.sums_fn(batch, False)
+    assert float(sums["lm_weight"]) == 6 + 3 + 5  # next-token targets at real positions only
+    assert float(sums["cls_count"]) == 3
+    assert gpt_finetuning.gpt_classification_task(model, 0.0).loss_terms == [
+        ("cls_loss_sum", "cls_count")
+    ]
+
+
+def test_run_classifier_fine_tunes_a_gpt_config(tmp_path):
+    tok = tiny_bpe(tmp_path)
+    config = tmp_path / "gpt.json"
+    config.write_text(
+        json.dumps(dict(n_vocab=len(tok.encoder), n_ctx=16, n_embd=12, n_head=3, n_layer=1))
+    )
+    data = tmp_path / "sst"
+    data.mkdir()
+    rows = ["The cat sat.\t1", "The dog barked.\t0"] * 6
+    (data / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    (data / "dev.tsv").write_text("sentence\tlabel\nThe cat sat.\t1\nThe dog barked.\t0\n")
+    (data / "test.tsv").write_text("index\tsentence\n4\tThe dog barked.\n8\tThe cat sat.\n")
+    out = tmp_path / "out"
+    args = [
+        sys.executable, "run_classifier.py", "--task_name=sst-2", f"--data_dir={data}",
+        f"--vocab_file={tmp_path / 'bpe'}", f"--bert_config_file={config}",
+        f"--output_dir={out}", "--max_seq_length=16", "--train_batch_size=4",
+        "--learning_rate=1e-2", "--num_train_epochs=10", "--iterations_per_loop=10",
+        "--do_train", "--do_eval", "--do_predict",
+    ]  # fmt: skip
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = dict(
+        line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
+    )
+    assert int(results["global_step"]) == 30
+    assert float(results["accuracy"]) == 1.0  # two sentences, learnt in 30 steps
+    assert glue.read_submission(out / "SST-2.tsv") == [("4", "0"), ("8", "1")]
+    log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    assert "lm_loss" in log[-1] and log[-1]["lm_loss"] < log[0]["lm_loss"]

@@ -1,0 +1,152 @@
+"""Text-to-text fine-tuning: the readers and encoding of data_prep/text2text.py, and smoke runs of
+run_text2text.py on label-word classification (greedy) and tsv_seq2seq (beam search)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from data_prep import glue, seq2seq_data, text2text
+from data_prep.errors import InputError
+from tests.conftest import ROOT
+from tests.test_seq2seq_data import tiny_bpe
+
+
+def vocab_and_config(tmp_path):
+    encoder, merges = tiny_bpe(tmp_path)
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(encoder, merges, num_sentinels=3)
+    config = dict(
+        vocab_size=vocab.size, d_model=16, d_kv=4, d_ff=19, num_layers=1, num_heads=3,
+        dropout_rate=0.0, pad_token_id=vocab.pad_id, eos_token_id=vocab.eos_id,
+        decoder_start_token_id=vocab.pad_id,
+    )  # fmt: skip
+    path = tmp_path / "t5.json"
+    path.write_text(json.dumps(config))
+    return vocab, path, encoder, merges
+
+
+def test_label_words_and_sources_follow_t5():
+    sst = glue.get_task("sst-2")
+    assert text2text.label_words(sst) == ("negative", "positive")
+    assert text2text.label_words(glue.get_task("mnli")) == (
+        "contradiction",
+        "entailment",
+        "neutral",
+    )
+    assert text2text.label_words(sst, ["bad", "good"]) == ("bad", "good")
+    with pytest.raises(ValueError, match="2 distinct"):
+        text2text.label_words(sst, ["same", "same"])
+    with pytest.raises(ValueError, match="regression"):
+        text2text.label_words(glue.get_task("sts-b"))
+    assert text2text.source_text("sst-2", "a b", None) == "sst2 sentence: a b"
+    assert text2text.source_text("rte", "x", "y") == "rte sentence1: x sentence2: y"
+
+
+def test_tsv_pairs_name_the_bad_line(tmp_path):
+    path = tmp_path / "train.tsv"
+    path.write_text("a long text\tshort\n\nsecond\tone\n", encoding="utf-8")
+    pairs = text2text.read_tsv_pairs(path)
+    assert [(p.index, p.source, p.target) for p in pairs] == [
+        ("0", "a long text", "short"),
+        ("1", "second", "one"),
+    ]
+    assert pairs[1].guid == f"{path}:3"
+    path.write_text("ok\tfine\nno tab here\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"train.tsv:2: expected source<TAB>target"):
+        text2text.read_tsv_pairs(path)
+    path.write_text("ok\t\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"train.tsv:1: expected a non-empty source and target"):
+        text2text.read_tsv_pairs(path)
+    assert text2text.read_tsv_pairs(path, labelled=False)[0].target is None
+
+
+def test_encoding_cuts_each_side_and_keeps_eos_last(tmp_path):
+    vocab, *_ = vocab_and_config(tmp_path)
+    pairs = [
+        text2text.Pair("g:1", "0", "The cat sat on the mat.", "The cat"),
+        text2text.Pair("g:2", "1", "Short.", None),
+    ]
+    s = len(vocab.encode("Short.")) + 2  # room for the short source, not the long one
+    assert len(vocab.encode("The cat sat on the mat.")) > s
+    features, cut = text2text.encode_pairs(pairs, vocab, s, 9)
+    assert cut == 1
+    assert features["input_ids"].shape == (2, s) and features["target_ids"].shape == (2, 9)
+    assert features["input_ids"][0, -1] == vocab.eos_id
+    assert (
+        features["input_ids"][0, :-1].tolist() == vocab.encode("The cat sat on the mat.")[: s - 1]
+    )
+    target = features["target_ids"][0][features["target_mask"][0] == 1]
+    assert vocab.decode(target) == "The cat" and target[-1] == vocab.eos_id
+    assert features["target_ids"][1].tolist() == [vocab.eos_id] + [vocab.pad_id] * 8
+    n = len(vocab.encode("Short.")) + 1
+    assert features["input_mask"][1].tolist() == [1] * n + [0] * (s - n)
+
+
+def run(args):
+    return subprocess.run(
+        [sys.executable, "run_text2text.py", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def read_tsv(path):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return lines[0].split("\t"), [line.split("\t") for line in lines[1:]]
+
+
+def test_run_text2text_classification_and_tsv_seq2seq(tmp_path):
+    vocab, config, encoder, merges = vocab_and_config(tmp_path)
+    sst = tmp_path / "sst"
+    sst.mkdir()
+    rows = ["The cat sat.\t1", "The dog barked.\t0"] * 6
+    (sst / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    (sst / "dev.tsv").write_text("sentence\tlabel\nThe cat sat.\t1\nThe dog barked.\t0\n")
+    (sst / "test.tsv").write_text("index\tsentence\n7\tThe dog barked.\n9\tThe cat sat.\n")
+    common = [
+        f"--bert_config_file={config}", f"--encoder_file={encoder}", f"--merges_file={merges}",
+        "--num_sentinels=3", "--max_seq_length=29", "--max_target_length=10",
+        "--train_batch_size=4", "--eval_batch_size=3", "--learning_rate=1e-2",
+        "--warmup_proportion=0.1", "--iterations_per_loop=10",
+    ]  # fmt: skip
+    out = tmp_path / "out_sst"
+    r = run([*common, "--task_name=sst-2", f"--data_dir={sst}", f"--output_dir={out}",
+             "--num_train_epochs=30", "--do_train", "--do_eval", "--do_predict"])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = dict(
+        line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
+    )
+    assert int(results["global_step"]) == 90
+    # Two sentences, two label words, 90 steps: the decoded words must be the right ones.
+    assert float(results["accuracy"]) == 1.0 and float(results["invalid"]) == 0.0
+    header, dev_rows = read_tsv(out / "dev_predictions.tsv")
+    assert header == ["index", "prediction", "target"]
+    assert [row[1:] for row in dev_rows] == [["positive"] * 2, ["negative"] * 2]
+    header, test_rows = read_tsv(out / "test_predictions.tsv")
+    assert header == ["index", "prediction"] and test_rows == [["7", "negative"], ["9", "positive"]]
+
+    summ = tmp_path / "summ"
+    summ.mkdir()
+    rows = ["The cat sat on the mat.\tcat sat", "The dog barked twice at noon.\tdog barked"]
+    (summ / "train.tsv").write_text("\n".join(rows * 6) + "\n")
+    (summ / "dev.tsv").write_text("\n".join(rows) + "\n")
+    (summ / "test.tsv").write_text("Birds sing in the early morning.\n")
+    out = tmp_path / "out_summ"
+    r = run([*common, "--task_name=tsv_seq2seq", f"--data_dir={summ}", f"--output_dir={out}",
+             "--num_train_epochs=2", "--num_beams=2", "--do_train", "--do_eval",
+             "--do_predict"])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = dict(
+        line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
+    )
+    assert 0.0 <= float(results["rouge_l"]) <= 1.0
+    header, dev_rows = read_tsv(out / "dev_predictions.tsv")
+    from training import rouge
+
+    got = rouge.mean_rouge_l([row[1] for row in dev_rows], [row[2] for row in dev_rows])
+    assert float(results["rouge_l"]) == pytest.approx(got)
+    assert [row[2] for row in dev_rows] == ["cat sat", "dog barked"]
+    header, test_rows = read_tsv(out / "test_predictions.tsv")
+    assert len(test_rows) == 1 and test_rows[0][0] == "0"
+    assert np.isfinite(float(results["exact_match"]))

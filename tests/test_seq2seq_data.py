@@ -1,0 +1,191 @@
+"""Encoder-decoder denoising data: the special-id layout, chunking, and create_seq2seq_data's
+records round-tripping back to the corpus text (T5 by reconstruction, BART by its target)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data_prep import bpe, noising, seq2seq_data
+from data_prep.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = (
+    "The cat sat on the mat.\nIt was a sunny day.\nThe dog barked twice at noon.\n\n"
+    "Birds sing in the early morning.\nA quiet river runs past the old mill.\n"
+    "Children play near the water.\nThe mill wheel turns slowly.\n\n"
+    "Short.\n"
+)
+
+
+def tiny_bpe(tmp_path, special_tokens=(bpe.GPT2_END_OF_TEXT,)) -> tuple[str, str]:
+    merges = bpe.learn_bpe(bpe.byte_words([CORPUS]), 40, 2)
+    tok = bpe.ByteLevelBPE(bpe.byte_level_vocab(merges, special_tokens), merges)
+    return tok.save(tmp_path / "bpe")
+
+
+def test_special_ids_follow_the_bpe_vocabulary_with_sentinels_counted_down(tmp_path):
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(*tiny_bpe(tmp_path), num_sentinels=5)
+    n = len(vocab.tokenizer.encoder)
+    assert (vocab.pad_id, vocab.eos_id, vocab.mask_id) == (n, n + 1, n + 2)
+    assert vocab.sentinel_ids == (n + 7, n + 6, n + 5, n + 4, n + 3)
+    assert vocab.size == n + 8
+    ids = vocab.encode("The cat") + [vocab.sentinel_ids[1], vocab.eos_id, 5]
+    assert vocab.decode(ids) == "The cat<extra_id_1>"
+    assert vocab.decode(ids, stop_at_eos=False).startswith("The cat<extra_id_1></s>")
+
+
+def test_special_tokens_already_in_the_encoder_keep_their_ids(tmp_path):
+    specials = ("<pad>", "</s>", "<mask>", "<extra_id_0>", "<extra_id_1>")
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(*tiny_bpe(tmp_path, specials), num_sentinels=3)
+    enc = vocab.tokenizer.encoder
+    assert (vocab.pad_id, vocab.eos_id, vocab.mask_id) == (enc["<pad>"], enc["</s>"], enc["<mask>"])
+    assert vocab.sentinel_ids[:2] == (enc["<extra_id_0>"], enc["<extra_id_1>"])
+    assert vocab.sentinel_ids[2] == len(enc) and vocab.size == len(enc) + 1
+
+
+def test_config_must_fit_the_vocabulary(tmp_path):
+    from modeling import t5
+
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(*tiny_bpe(tmp_path), num_sentinels=5)
+    good = t5.T5Config(
+        vocab.size,
+        pad_token_id=vocab.pad_id,
+        eos_token_id=vocab.eos_id,
+        decoder_start_token_id=vocab.pad_id,
+    )
+    vocab.check_config(good, "c.json")
+    with pytest.raises(InputError, match=r"c.json: .*vocab_size 3"):
+        vocab.check_config(t5.T5Config(3), "c.json")
+
+
+def test_chunks_keep_every_token_in_order_within_the_length():
+    sentences = [[1, 2, 3], [4], [5, 6, 7, 8, 9, 10, 11], [12, 13]]
+    chunks = seq2seq_data.chunk_sentences(sentences, 4)
+    assert [t for c in chunks for s in c for t in s] == list(range(1, 14))
+    assert all(sum(len(s) for s in c) <= 4 for c in chunks)
+    assert chunks[0] == [[1, 2, 3], [4]]
+
+
+def test_t5_chunk_length_is_the_longest_that_fits():
+    n = seq2seq_data.t5_chunk_length(41, 11)
+    assert seq2seq_data.t5_lengths(n, 0.15, 3.0)[0] <= 41
+    assert seq2seq_data.t5_lengths(n, 0.15, 3.0)[1] <= 11
+    longer = seq2seq_data.t5_lengths(n + 1, 0.15, 3.0)
+    assert longer[0] > 41 or longer[1] > 11
+    # T5's own setting: 568 raw tokens -> 512 inputs and 114 targets (random_spans_helper).
+    assert seq2seq_data.t5_chunk_length(512, 114) == 568
+
+
+def test_degenerate_bart_rates_give_the_original_or_its_permutation(tmp_path):
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(*tiny_bpe(tmp_path), num_sentinels=5)
+    sentences = [[1, 2], [3, 4, 5], [6]]
+    rng = np.random.default_rng(3)
+    inputs, targets = seq2seq_data.bart_instance(sentences, vocab, rng, mask_ratio=0.0)
+    assert inputs == targets == [1, 2, 3, 4, 5, 6, vocab.eos_id]
+    inputs, targets = seq2seq_data.bart_instance(
+        sentences, vocab, np.random.default_rng(3), mask_ratio=0.0, permute=True
+    )
+    assert targets == [1, 2, 3, 4, 5, 6, vocab.eos_id]
+    order = noising.permute_sentences(sentences, np.random.default_rng(3))[0]
+    assert inputs == [t for s in order for t in s] + [vocab.eos_id]
+
+
+def run_create(tmp_path, *extra) -> subprocess.CompletedProcess:
+    encoder, merges = tiny_bpe(tmp_path)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
+    args = [
+        sys.executable,
+        str(ROOT / "data_prep/create_seq2seq_data.py"),
+        f"--input_file={corpus}",
+        f"--encoder_file={encoder}",
+        f"--merges_file={merges}",
+        "--num_sentinels=10",
+        *extra,
+    ]
+    return subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+
+
+def _in_order(pieces, sequence) -> bool:
+    """Whether the pieces occur in `sequence` in order and without overlap."""
+    pos = 0
+    for piece in pieces:
+        for start in range(pos, len(sequence) - len(piece) + 1):
+            if sequence[start : start + len(piece)] == piece:
+                pos = start + len(piece)
+                break
+        else:
+            return False
+    return True
+
+
+def test_create_seq2seq_data_round_trips_to_the_corpus(tmp_path):
+    out_t5 = tmp_path / "t5.tfrecord"
+    result = run_create(
+        tmp_path, f"--output_file={out_t5}", "--max_seq_length=13", "--max_target_length=7"
+    )
+    assert result.returncode == 0, result.stderr
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(
+        tmp_path / "bpe/encoder.json", tmp_path / "bpe/vocab.bpe", 10
+    )
+    assert f"vocab_size >= {vocab.size}" in result.stdout
+    texts = []
+    records = list(seq2seq_data.read_seq2seq_records(str(out_t5)))
+    assert len(records) > 5
+    for inputs, targets in records:
+        assert len(inputs) <= 13 and len(targets) <= 7
+        assert inputs[-1] == targets[-1] == vocab.eos_id
+        assert any(t in vocab.sentinel_ids for t in inputs)
+        texts.append(vocab.decode(noising.t5_reconstruct(inputs, targets, vocab.sentinel_ids)))
+    assert "".join(texts).replace("\n", "") == CORPUS.replace("\n", "")
+
+    # BART through the same writer in-process (one entrypoint start per test is slow enough).
+    out_bart = tmp_path / "bart.tfrecord"
+    docs = [
+        seq2seq_data.encode_sentences(vocab, d)
+        for d in seq2seq_data.read_sentence_documents([str(tmp_path / "corpus.txt")])
+    ]
+    settings = seq2seq_data.NoisingSettings("bart_infill", 17, 17)
+    instances = seq2seq_data.create_instances(docs, vocab, settings, np.random.default_rng(7))
+    seq2seq_data.write_seq2seq_tfrecords(instances, [str(out_bart)], 17, 17, vocab.pad_id)
+    texts = []
+    for inputs, targets in seq2seq_data.read_seq2seq_records(str(out_bart)):
+        assert vocab.mask_id in inputs
+        # The input is the target with spans replaced by masks: the unmasked runs in order.
+        runs, run = [], []
+        for t in inputs[:-1]:
+            if t == vocab.mask_id:
+                runs.append(run)
+                run = []
+            else:
+                run.append(t)
+        assert _in_order([r for r in runs + [run] if r], targets[:-1])
+        texts.append(vocab.decode(targets))
+    assert "".join(texts).replace("\n", "") == CORPUS.replace("\n", "")
+
+
+def test_same_seed_same_instances_and_bad_settings_are_refused(tmp_path):
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(*tiny_bpe(tmp_path), num_sentinels=10)
+    docs = [seq2seq_data.encode_sentences(vocab, d.split("\n")) for d in CORPUS.split("\n\n")]
+    for noising_name in seq2seq_data.NOISINGS:
+        settings = seq2seq_data.NoisingSettings(noising_name, 19, 11)
+        runs = [
+            list(seq2seq_data.create_instances(docs, vocab, settings, np.random.default_rng(5)))
+            for _ in range(2)
+        ]
+        assert runs[0] == runs[1] and len(runs[0]) > 3
+    with pytest.raises(ValueError, match="bart_infill"):
+        seq2seq_data.NoisingSettings("t5_span", 19, 11, permute_sentences=True)
+    with pytest.raises(ValueError, match="no chunk"):
+        seq2seq_data.NoisingSettings("t5_span", 3, 2).chunk_length()
+    a, b = tmp_path / "a.tfrecord", tmp_path / "b.tfrecord"
+    seq2seq_data.write_seq2seq_tfrecords(runs[0], [str(a)], 19, 11, vocab.pad_id)
+    assert seq2seq_data.seq2seq_file_lengths([str(a)])[:2] == (19, 11)
+    from data_prep import lm_data
+
+    lm_data.write_lm_tfrecords([np.arange(5)], [str(b)])
+    with pytest.raises(InputError, match="b.tfrecord: expected seq2seq records"):
+        seq2seq_data.seq2seq_file_lengths([str(a), str(b)])

@@ -1,0 +1,125 @@
+"""T5 denoising pre-training: the task's teacher forcing, learning on a repeated batch, and
+run_pretraining.py dispatching a T5 config to the encoder-decoder path."""
+
+import json
+import math
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_prep import seq2seq_data
+from modeling import t5
+from tests.conftest import ROOT
+from training import seq2seq_tasks
+
+TINY = dict(
+    vocab_size=37,
+    d_model=12,
+    d_kv=4,
+    d_ff=17,
+    num_layers=2,
+    num_heads=3,
+    dropout_rate=0.0,
+    pad_token_id=0,
+    eos_token_id=1,
+    decoder_start_token_id=0,
+)
+
+
+def batch(rng, b=3, s=7, t=5, vocab=37):
+    ids = rng.integers(2, vocab, (b, s)).astype(np.int32)
+    mask = np.ones((b, s), np.int32)
+    mask[0, 5:] = 0
+    ids[0, 5:] = 0
+    targets = rng.integers(2, vocab, (b, t)).astype(np.int32)
+    targets[:, -1] = 1
+    target_mask = np.ones((b, t), np.int32)
+    target_mask[1, 3:] = 0
+    targets[1, 2], targets[1, 3:] = 1, 0
+    return {"input_ids": ids, "input_mask": mask, "target_ids": targets, "target_mask": target_mask}
+
+
+def test_is_t5_config_tells_the_families_apart():
+    assert t5.is_t5_config(TINY)
+    assert not t5.is_t5_config({"n_vocab": 5, "n_ctx": 8})
+    assert not t5.is_t5_config({"vocab_size": 5, "hidden_size": 8})
+
+
+def test_decoder_inputs_are_the_targets_shifted_right():
+    targets = np.array([[5, 6, 1], [7, 1, 0]], np.int32)
+    got = seq2seq_tasks.decoder_input_ids(tf.constant(targets), 3).numpy()
+    np.testing.assert_array_equal(got, t5.shift_right(targets, 3))
+    np.testing.assert_array_equal(got, [[3, 5, 6], [3, 7, 1]])
+
+
+def test_the_task_learns_a_repeated_batch_and_ignores_padded_targets():
+    keras.utils.set_random_seed(4)
+    model = t5.T5Model(t5.T5Config(**TINY))
+    model.build()
+    task = seq2seq_tasks.seq2seq_task(model)
+    data = {k: tf.constant(v) for k, v in batch(np.random.default_rng(0)).items()}
+    sums = task.sums_fn(data, False)
+    assert float(sums["weight"]) == 3 * 5 - 2  # row 1 has 3 real targets
+    # Changing a padded target changes nothing; changing a real one changes the loss.
+    padded = dict(data, target_ids=tf.tensor_scatter_nd_update(data["target_ids"], [[1, 4]], [9]))
+    assert float(task.sums_fn(padded, False)["loss_sum"]) == pytest.approx(float(sums["loss_sum"]))
+    real = dict(data, target_ids=tf.tensor_scatter_nd_update(data["target_ids"], [[0, 0]], [9]))
+    assert float(task.sums_fn(real, False)["loss_sum"]) != pytest.approx(float(sums["loss_sum"]))
+    optimizer = keras.optimizers.Adam(1e-2)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            s = task.sums_fn(data, True)
+            loss = s["loss_sum"] / s["weight"]
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    losses = [float(step()) for _ in range(25)]
+    assert losses[-1] < 0.3 * losses[0], losses
+    s = task.sums_fn(data, False)
+    assert float(s["correct"]) / float(s["weight"]) > 0.9
+
+
+def test_run_pretraining_trains_a_t5_config_on_denoising_records(tmp_path):
+    rng = np.random.default_rng(1)
+    instances = []
+    for _ in range(8):
+        b = batch(rng, 3, 9, 6)
+        for row in range(3):
+            instances.append(
+                (
+                    b["input_ids"][row][b["input_mask"][row] == 1].tolist(),
+                    b["target_ids"][row][b["target_mask"][row] == 1].tolist(),
+                )
+            )
+    records = tmp_path / "t5.tfrecord"
+    seq2seq_data.write_seq2seq_tfrecords(instances, [str(records)], 9, 6, 0)
+    config = tmp_path / "t5.json"
+    config.write_text(json.dumps(TINY))
+    out = tmp_path / "out"
+    args = [
+        sys.executable, "run_pretraining.py", f"--bert_config_file={config}",
+        f"--input_file={records}", f"--output_dir={out}", "--max_seq_length=9",
+        "--train_batch_size=4", "--eval_batch_size=4", "--num_train_steps=6",
+        "--num_warmup_steps=1", "--save_checkpoints_steps=3", "--iterations_per_loop=3",
+        "--max_eval_steps=6", "--learning_rate=1e-2", "--do_train", "--do_eval",
+    ]  # fmt: skip
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = dict(
+        line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
+    )
+    assert int(results["global_step"]) == 6
+    assert float(results["perplexity"]) == pytest.approx(math.exp(float(results["target_loss"])))
+    first = json.loads((out / "eval_log.jsonl").read_text().splitlines()[0])
+    assert float(results["target_loss"]) < first["target_loss"]
+    assert 0.0 <= float(results["target_accuracy"]) <= 1.0
+    bad = [a if not a.startswith("--max_seq_length") else "--max_seq_length=8" for a in args]
+    r = subprocess.run(bad, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "t5.tfrecord: expected inputs of --max_seq_length=8" in r.stderr

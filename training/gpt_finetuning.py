@@ -1,0 +1,236 @@
+"""GPT-1 fine-tuning for GLUE-style classification (Radford et al. 2018, sec. 3.2-3.3), the path
+run_classifier.py takes when --bert_config_file is a GPT config.
+
+Inputs are byte-level BPE ids `start text_a [delim text_b] extract`: the classifier reads the
+last block's vector at the extract token (modeling/gpt.GptClassifier) and the language-model loss
+on the same text is added with weight lm_coef (the paper's lambda = 0.5, sec. 3.2). The three
+delimiters are the encoder's `<|start|>`, `<|delim|>` and `<|extract|>` when it holds them (GPT-1
+added them as new embeddings); a vocabulary without them, such as one a GPT was pretrained on by
+create_lm_data.py, uses its `<|endoftext|>` for each missing role, whose embedding pretraining
+learned as a document boundary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from absl import logging
+
+from data_prep import bpe, glue
+from data_prep.errors import input_error
+from modeling import losses
+from training.trainer import Task
+
+DELIMITERS = ("<|start|>", "<|delim|>", "<|extract|>")
+# Radford et al. 2018, sec. 3.2: L3 = L2 + lambda * L1 with lambda 0.5.
+LM_COEF = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class GptFinetuneSettings:
+    """Plain run settings, read from run_classifier.py's flags."""
+
+    data_dir: str
+    vocab_file: str  # a folder with encoder.json and vocab.bpe, or encoder.json (vocab.bpe beside)
+    config_file: str
+    output_dir: str
+    init_checkpoint: str | None = None
+    do_train: bool = False
+    do_eval: bool = False
+    do_predict: bool = False
+    max_seq_length: int = 128
+    train_batch_size: int = 32
+    eval_batch_size: int = 8
+    learning_rate: float = 6.25e-5  # GPT-1 sec. 4.1
+    num_train_epochs: float = 3.0
+    warmup_proportion: float = 0.002  # GPT-1 sec. 4.1: warmup over 0.2% of training
+    save_checkpoints_steps: int = 1000
+    iterations_per_loop: int = 100
+    random_seed: int = 12345
+    lm_coef: float = LM_COEF
+    skip_bad_rows: bool = False
+
+
+def load_bpe(vocab_file: str) -> bpe.ByteLevelBPE:
+    """The byte-level BPE of `vocab_file`: a folder holding encoder.json and vocab.bpe, or the
+    encoder.json itself with vocab.bpe beside it."""
+    path = Path(vocab_file)
+    folder = path if path.is_dir() else path.parent
+    encoder = path if path.is_file() else folder / "encoder.json"
+    merges = folder / "vocab.bpe"
+    if not encoder.is_file() or not merges.is_file():
+        raise input_error(
+            vocab_file, "a GPT BPE folder with encoder.json and vocab.bpe", "no such files"
+        )
+    return bpe.ByteLevelBPE.from_files(encoder, merges)
+
+
+def delimiter_ids(tokenizer: bpe.ByteLevelBPE) -> tuple[int, int, int]:
+    """(start, delim, extract) ids; see the module docstring for the fallback."""
+    enc = tokenizer.encoder
+    fallback = enc.get(bpe.GPT2_END_OF_TEXT)
+    ids = tuple(enc.get(name, fallback) for name in DELIMITERS)
+    if None in ids:
+        raise ValueError(
+            f"the BPE vocabulary has neither {list(DELIMITERS)} nor {bpe.GPT2_END_OF_TEXT!r} "
+            "for the delimiter tokens"
+        )
+    return ids
+
+
+def encode_example(tokenizer, ids3, text_a: str, text_b: str | None, max_seq_length: int):
+    """`start a [delim b] extract` ids; when too long, the longer text loses its last token
+    first (glue.truncate_pair, as the BERT packing)."""
+    start, delim, extract = ids3
+    a = tokenizer.encode(text_a)
+    b = tokenizer.encode(text_b) if text_b is not None else None
+    specials = 3 if b is not None else 2
+    a, b2 = glue.truncate_pair(a, list(b or []), max_seq_length - specials)
+    if b is None:
+        return [start, *a, extract]
+    return [start, *a, delim, *b2, extract]
+
+
+def encode_split(tokenizer, ids3, task, examples, max_seq_length: int) -> dict:
+    """input_ids, input_mask int32 (N, S) (right padded with 0) and label_ids int32 (N,)."""
+    n = len(examples)
+    out = {
+        "input_ids": np.zeros((n, max_seq_length), np.int32),
+        "input_mask": np.zeros((n, max_seq_length), np.int32),
+        "label_ids": np.array([glue.label_id(task, ex.label) for ex in examples], np.int32),
+    }
+    for row, ex in enumerate(examples):
+        ids = encode_example(tokenizer, ids3, ex.text_a, ex.text_b, max_seq_length)
+        out["input_ids"][row, : len(ids)] = ids
+        out["input_mask"][row, : len(ids)] = 1
+    return out
+
+
+def gpt_classification_task(model, lm_coef: float = LM_COEF) -> Task:
+    """Classification cross-entropy plus lm_coef x the causal LM loss on the input text (GPT-1
+    sec. 3.2). Metrics: loss (the classification part), accuracy, lm_loss."""
+
+    def sums_fn(batch, training):
+        inputs = {"input_ids": batch["input_ids"], "input_mask": batch["input_mask"]}
+        out = model(inputs, training=training)
+        cls = losses.classification_sums(out["logits"], batch["label_ids"])
+        lm = losses.causal_lm_sums(out["lm_logits"], batch["input_ids"], batch["input_mask"])
+        return {f"cls_{k}": v for k, v in cls.items()} | {f"lm_{k}": v for k, v in lm.items()}
+
+    terms = [("cls_loss_sum", "cls_count")]
+    if lm_coef:
+        terms.append(("lm_loss_sum", "lm_weight", lm_coef))
+    return Task(
+        model=model,
+        sums_fn=sums_fn,
+        loss_terms=terms,
+        metrics={
+            "loss": ("cls_loss_sum", "cls_count"),
+            "accuracy": ("cls_correct", "cls_count"),
+            "lm_loss": ("lm_loss_sum", "lm_weight"),
+        },
+    )
+
+
+def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
+    """Fine-tunes, evaluates and predicts as run_classifier.py does for BERT; returns the dev
+    results (empty without do_eval). Writes eval_results.txt and the task's submission files."""
+    import keras
+    import tensorflow as tf
+
+    from modeling import gpt
+    from training import distribute, finetune_tasks, optimization, trainer
+
+    if task.kind != glue.CLASSIFICATION:
+        raise ValueError(f"GPT fine-tuning covers classification; {task.name} is {task.kind}")
+    config = gpt.GptConfig.from_json_file(s.config_file)
+    if s.max_seq_length > config.n_ctx:
+        raise ValueError(f"max_seq_length {s.max_seq_length} exceeds the config's n_ctx")
+    tokenizer = load_bpe(s.vocab_file)
+    if len(tokenizer.encoder) > config.n_vocab:
+        raise input_error(
+            s.vocab_file, f"at most n_vocab={config.n_vocab} tokens", f"{len(tokenizer.encoder)}"
+        )
+    ids3 = delimiter_ids(tokenizer)
+
+    def load(split):
+        data = glue.read_split(task, split, s.data_dir, skip_bad_rows=s.skip_bad_rows)
+        if data is None:
+            return None
+        logging.info("%s: %d examples", data.source, len(data.examples))
+        return data, encode_split(tokenizer, ids3, task, data.examples, s.max_seq_length)
+
+    train = load(task.train) if s.do_train else None
+    dev = load(task.dev[0]) if s.do_eval else None
+    tests = [t for t in (load(x) for x in task.test) if t] if s.do_predict else []
+    strategy, _, _ = distribute.setup("one_device", "", {})
+    steps = warmup = 0
+    if train:
+        steps, warmup = optimization.train_and_warmup_steps(
+            len(train[0].examples), s.train_batch_size, s.num_train_epochs, s.warmup_proportion
+        )
+    keras.utils.set_random_seed(s.random_seed)
+    with strategy.scope():
+        model = gpt.GptClassifier(config, task.num_outputs)
+        model.build()
+        optimizer = optimization.create_optimizer(s.learning_rate, max(steps, 1), warmup)
+        optimizer.build(model.trainable_variables)  # before the first step (shared/NOTES.md)
+    fit = trainer.Trainer(strategy, gpt_classification_task(model, s.lm_coef), optimizer)
+
+    def logits(features):
+        out = []
+        for i in range(0, len(features["input_ids"]), s.eval_batch_size):
+            batch = {k: features[k][i : i + s.eval_batch_size] for k in ("input_ids", "input_mask")}
+            out.append(np.asarray(model(batch, training=False)["logits"]))
+        return np.concatenate(out)
+
+    if s.do_train:
+        features = train[1]
+
+        def dataset():
+            data = tf.data.Dataset.from_tensor_slices(features).repeat()
+            data = data.shuffle(len(train[0].examples), seed=s.random_seed)
+            return data.batch(s.train_batch_size, drop_remainder=True)
+
+        def init_fn():
+            loaded, part = trainer.init_from_checkpoint(model, s.init_checkpoint)
+            logging.info("initialised the %s from %s", part, loaded)
+
+        run_config = {"gpt_config": config.to_dict(), "task": task.name, "lm_coef": s.lm_coef}
+        trainer.run_training(
+            fit,
+            dataset,
+            trainer.TrainSettings(
+                output_dir=s.output_dir,
+                num_train_steps=steps,
+                save_checkpoints_steps=s.save_checkpoints_steps,
+                iterations_per_loop=s.iterations_per_loop,
+                config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
+            ),
+            global_batch_size=s.train_batch_size,
+            init_fn=init_fn if s.init_checkpoint else None,
+        )
+    else:
+        source = tf.train.latest_checkpoint(s.output_dir) or s.init_checkpoint
+        if not source:
+            raise ValueError(f"{s.output_dir} holds no checkpoint and init_checkpoint is empty")
+        trainer.init_from_checkpoint(model, source)
+    results = {}
+    if s.do_eval:
+        data, features = dev
+        results = finetune_tasks.output_metrics(
+            logits(features), features["label_ids"], task.metrics
+        )
+        trainer.write_eval_results(
+            s.output_dir, results | {"global_step": int(optimizer.iterations.numpy())}
+        )
+    for data, features in tests:
+        path = os.path.join(s.output_dir, data.split.submission)
+        texts = glue.prediction_texts(task, logits(features))
+        glue.write_submission(path, [ex.index for ex in data.examples], texts)
+        logging.info("wrote %d predictions to %s", len(texts), path)
+    return results

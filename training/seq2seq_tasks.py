@@ -1,0 +1,47 @@
+"""The encoder-decoder task for the Trainer: teacher-forced cross-entropy on the decoder targets.
+
+One task serves denoising pre-training (T5 span corruption, BART infilling) and text-to-text
+fine-tuning: both are batches of input_ids, input_mask, target_ids, target_mask (see
+data_prep/seq2seq_data.py). See training/trainer.py for the contract (sums_fn, loss_terms,
+metrics).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from modeling import losses
+from training.trainer import Task
+
+
+def decoder_input_ids(target_ids, start_id: int):
+    """Teacher forcing: int (B, T) targets moved one right after start_id (T5's shift_right)."""
+    start = tf.fill([tf.shape(target_ids)[0], 1], tf.cast(start_id, target_ids.dtype))  # (B, 1)
+    return tf.concat([start, target_ids[:, :-1]], axis=1)  # (B, T)
+
+
+def seq2seq_task(model) -> Task:
+    """Mean cross-entropy over the real target tokens (every target token is predicted, </s>
+    included; Raffel et al. 2020 sec. 3.1.4, Lewis et al. 2020 sec. 2.2). `model` a
+    t5.T5Model. Metrics: target_loss, target_accuracy (argmax == target, teacher forced);
+    perplexity is exp(target_loss)."""
+
+    def sums_fn(batch, training):
+        out = model(
+            {
+                "input_ids": batch["input_ids"],
+                "input_mask": batch["input_mask"],
+                "decoder_input_ids": decoder_input_ids(
+                    batch["target_ids"], model.config.decoder_start_token_id
+                ),
+            },
+            training=training,
+        )
+        return losses.masked_lm_sums(out["lm_logits"], batch["target_ids"], batch["target_mask"])
+
+    return Task(
+        model=model,
+        sums_fn=sums_fn,
+        loss_terms=[("loss_sum", "weight")],
+        metrics={"target_loss": ("loss_sum", "weight"), "target_accuracy": ("correct", "weight")},
+    )
