@@ -272,3 +272,82 @@ def test_classifier_reads_the_last_real_token():
     changed[2, 1] = (changed[2, 1] + 1) % 29
     again = model({"input_ids": changed, "input_mask": mask})
     np.testing.assert_allclose(again[1:], out[1:], atol=1e-6)
+
+
+def test_pretraining_through_run_pretraining_then_classification_from_its_checkpoint(tmp_path):
+    """run_pretraining.py with an XLNet config on LM blocks: the held-out PLM loss falls on a
+    repeated batch, perplexity is exp(loss). Then the classifier starts
+    from that checkpoint's encoder (the library path run_classifier would take) and learns a
+    repeated batch."""
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
+    from data_prep import lm_data
+    from tests.conftest import ROOT
+    from training import finetune_tasks, optimization, trainer
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "lm.tfrecord"
+    # Three distinct tokens only, so 8 steps can move the loss well below ln(29).
+    lm_data.write_lm_tfrecords([rng.integers(3, 6, 9) for _ in range(4)], [str(data)])
+    config = tmp_path / "xlnet_config.json"
+    config.write_text(json.dumps(TINY))  # the eight released keys only
+    out_dir = tmp_path / "out"
+    args = [
+        f"--bert_config_file={config}",
+        f"--input_file={data}",
+        f"--output_dir={out_dir}",
+        "--max_seq_length=9",
+        "--max_predictions_per_seq=3",
+        "--train_batch_size=4",  # the 4 blocks: one batch, repeated
+        "--eval_batch_size=4",
+        "--num_train_steps=8",
+        "--num_warmup_steps=1",
+        "--save_checkpoints_steps=8",
+        "--iterations_per_loop=4",
+        "--max_eval_steps=1",
+        "--learning_rate=1e-2",
+    ]
+
+    r = subprocess.run(
+        [sys.executable, "run_pretraining.py", *args, "--do_train", "--do_eval"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = dict(
+        line.split(" = ") for line in (out_dir / "eval_results.txt").read_text().split("\n") if line
+    )
+    first = json.loads((out_dir / "eval_log.jsonl").read_text().splitlines()[0])
+    assert int(results["global_step"]) == 8
+    assert float(results["plm_loss"]) < first["plm_loss"] - 0.5  # from about ln(29) = 3.37
+    assert float(results["perplexity"]) == pytest.approx(np.exp(float(results["plm_loss"])))
+
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    keras.utils.set_random_seed(2)
+    with strategy.scope():
+        model = xlnet.XLNetClassifier(tiny_config(), num_classes=3)  # TINY without dropout
+        model.build()
+        opt = optimization.create_optimizer(1e-2, 40, 2)
+        opt.build(model.trainable_variables)
+    _, part = trainer.init_from_checkpoint(model, str(out_dir))
+    assert part == "encoder"
+    reader = tf.train.load_checkpoint(str(out_dir))
+    key = next(k for k in reader.get_variable_to_shape_map() if "encoder/word_embedding" in k)
+    np.testing.assert_array_equal(model.encoder.word_embedding.numpy(), reader.get_tensor(key))
+    x = ids(batch=6, length=9, seed=5)
+    mask = np.ones_like(x)
+    mask[2, 6:] = 0
+    batch = {
+        "input_ids": x,
+        "input_mask": mask,
+        "segment_ids": np.zeros_like(x),
+        "label_ids": np.array([0, 1, 2, 2, 1, 0], np.int32),
+    }
+    fit = trainer.Trainer(strategy, finetune_tasks.classification_task(model), opt)
+    rows = fit.train_steps(iter(tf.data.Dataset.from_tensors(batch).repeat()), 40)
+    start, end = (fit.metrics_from_sums(rows[i]) for i in (0, -1))
+    assert end["classifier_loss"] < 0.3 * start["classifier_loss"] and end["accuracy"] == 1.0
