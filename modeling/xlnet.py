@@ -61,10 +61,10 @@ class XLNetConfig:
 
     Those eight fields are required, so a released config loads unchanged. The optional ones are
     flags of the original train scripts, under the same names: `dropout`, `dropatt` (attention
-    probabilities), `init_range` (stddev of the normal initializer) and `clamp_len` (relative
-    distances are clipped to +-clamp_len; -1: no clipping). `ff_activation` "gelu" is the tanh
-    approximation the original code computes; `untie_r` gives every layer its own r_w_bias,
-    r_r_bias and r_s_bias (one shared set otherwise).
+    probabilities), `init_std` (stddev of the normal initializer, the original's default
+    init="normal") and `clamp_len` (relative distances are clipped to +-clamp_len; -1: none).
+    `ff_activation` "gelu" is the tanh approximation the original code computes; `untie_r` gives
+    every layer its own r_w_bias, r_r_bias and r_s_bias (one shared set otherwise).
     """
 
     d_head: int
@@ -77,7 +77,7 @@ class XLNetConfig:
     untie_r: bool
     dropout: float = 0.1
     dropatt: float = 0.1
-    init_range: float = 0.02
+    init_std: float = 0.02
     clamp_len: int = -1
 
     OPTIONAL: ClassVar[frozenset] = frozenset()  # set below the class
@@ -165,7 +165,8 @@ def relative_positional_encoding(length, d_model: int, clamp_len: int = -1, dtyp
 
 
 def _normal(stddev):
-    # The original initializes every XLNet weight from a normal of stddev init_range.
+    # The original's default (init="normal"): every weight from a normal of stddev init_std.
+    # layers.Dense (the feed-forward and heads) draws a truncated normal of the same stddev.
     return keras.initializers.RandomNormal(stddev=stddev)
 
 
@@ -194,10 +195,10 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
     Returns (attention output for h (B, S, H), for g (B, P, H) or None), before the residual.
     """
 
-    def __init__(self, d_model, n_head, d_head, dropatt=0.1, init_range=0.02, **kwargs):
+    def __init__(self, d_model, n_head, d_head, dropatt=0.1, init_std=0.02, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.n_head, self.d_head = d_model, n_head, d_head
-        self.dropatt, self.init_range = dropatt, init_range
+        self.dropatt, self.init_std = dropatt, init_std
         self.attn_dropout = keras.layers.Dropout(dropatt)
 
     def build(self, input_shape=None):
@@ -206,7 +207,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             setattr(
                 self,
                 name,
-                self.add_weight(name=name, shape=shape, initializer=_normal(self.init_range)),
+                self.add_weight(name=name, shape=shape, initializer=_normal(self.init_std)),
             )
 
     def _attend(self, q, k, v, pos_k, biases, allowed, seg_mat, training):
@@ -271,7 +272,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             "n_head": self.n_head,
             "d_head": self.d_head,
             "dropatt": self.dropatt,
-            "init_range": self.init_range,
+            "init_std": self.init_std,
         }
 
 
@@ -290,13 +291,13 @@ class XLNetLayer(keras.layers.Layer):
         c = XLNetConfig.from_dict(config) if isinstance(config, dict) else config
         self.config = c
         self.rel_attn = TwoStreamRelativeAttention(
-            c.d_model, c.n_head, c.d_head, c.dropatt, c.init_range, name="rel_attn"
+            c.d_model, c.n_head, c.d_head, c.dropatt, c.init_std, name="rel_attn"
         )
         # epsilon 1e-12: the original's tf.contrib.layers.layer_norm default.
         self.attn_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="attn_ln")
         self.ff_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="ff_ln")
-        self.layer_1 = layers.Dense(c.d_inner, c.ff_activation, c.init_range, name="layer_1")
-        self.layer_2 = layers.Dense(c.d_model, initializer_range=c.init_range, name="layer_2")
+        self.layer_1 = layers.Dense(c.d_inner, c.ff_activation, c.init_std, name="layer_1")
+        self.layer_2 = layers.Dense(c.d_model, initializer_range=c.init_std, name="layer_2")
         self.dropout = keras.layers.Dropout(c.dropout)
 
     def build(self, input_shape=None):
@@ -374,7 +375,7 @@ class XLNetModel(keras.Model):
 
     def build(self, input_shape=None):
         c = self.config
-        init = _normal(c.init_range)
+        init = _normal(c.init_std)
         self.word_embedding = self.add_weight(
             name="word_embedding", shape=(c.n_token, c.d_model), initializer=init
         )
@@ -508,9 +509,9 @@ class XLNetClassifier(keras.Model):
         c = XLNetConfig.from_dict(config) if isinstance(config, dict) else config
         self.config, self.num_classes = c, num_classes
         self.encoder = XLNetModel(c, name="encoder")
-        self.summary = layers.Dense(c.d_model, "tanh", c.init_range, name="summary")
+        self.summary = layers.Dense(c.d_model, "tanh", c.init_std, name="summary")
         self.dropout = keras.layers.Dropout(c.dropout)
-        self.classifier = layers.Dense(num_classes, initializer_range=c.init_range, name="logit")
+        self.classifier = layers.Dense(num_classes, initializer_range=c.init_std, name="logit")
 
     def build(self, input_shape=None):
         self.encoder.build()
