@@ -154,9 +154,6 @@ def test_equals_keras_hub_xlnet_two_streams_and_backbone():
     Both streams with a permutation mask and two segments, and the backbone (content stream,
     padding, segments), agree to 2e-5."""
     import keras_hub
-    from keras_hub.src.models.xlnet.xlnet_content_and_query_embedding import (
-        ContentAndQueryEmbedding,
-    )
 
     # keras-hub ties d_head to hidden / heads and computes exact-erf GELU.
     config = tiny_config(d_head=4, ff_activation="gelu_exact")
@@ -204,7 +201,8 @@ def test_equals_keras_hub_xlnet_two_streams_and_backbone():
     f = permutation.permutation_lm_features(x, [3, 9], num_predict=3)
     mine = enc({**{k: f[k] for k in PLM_INPUTS}, "segment_ids": segments})
     content, query = xlnet.attention_masks(7, f["perm_mask"])
-    pos = ContentAndQueryEmbedding(29, 12, 0.0).relative_positional_encoding(7, 7, bsz=1)
+    embedding = ref.get_layer("content_query_embedding")
+    pos = embedding.relative_positional_encoding(7, 7, bsz=1)  # (2S, 1, H)
     pos = np.repeat(np.asarray(pos).transpose(1, 0, 2), 3, axis=0)  # (B, 2S, H)
     h = np.asarray(enc.word_embedding)[x]
     g = np.broadcast_to(np.asarray(enc.mask_emb), (3, 3, 12))
