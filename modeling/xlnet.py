@@ -231,10 +231,12 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             )  # (B, N, S, S): s_ij is seg_embed[1] across segments, seg_embed[0] within
         scores = scores / math.sqrt(self.d_head)
         allowed = allowed[:, None]  # (B, 1, S, S)
-        # -1e30 as the original (float32 only here); the product below makes a row with nothing
-        # to see (the first position of the order, in the query stream) attend to nothing
-        # instead of spreading evenly over hidden keys, so no content can leak through it.
-        probs = ops.softmax(ops.where(allowed, scores, -1e30), axis=-1)
+        # -1e30 as the original in float32 (-3e4 stays finite in half precision); the product
+        # below makes a row with nothing to see (the first position of the order, in the query
+        # stream) attend to nothing instead of spreading evenly over hidden keys, so no content
+        # can leak through it.
+        hidden = -1e30 if str(scores.dtype) in ("float32", "float64") else -3e4
+        probs = ops.softmax(ops.where(allowed, scores, hidden), axis=-1)
         probs = probs * ops.cast(allowed, probs.dtype)
         probs = self.attn_dropout(probs, training=training)
         return ops.einsum("bnij,bjnd->bind", probs, v)  # (B, S, N, D)
