@@ -252,7 +252,7 @@ def main(argv):
     for name in ("bert_config_file", "input_file", "output_dir"):
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
-    from modeling import elmo, gpt, t5
+    from modeling import elmo, gpt, t5, xlnet
 
     values = bert.read_config_json(FLAGS.bert_config_file, "a model config JSON file")
     if gpt.is_gpt_config(values):
@@ -261,6 +261,8 @@ def main(argv):
         return pretrain_bilm(elmo.ElmoConfig.from_dict(values, FLAGS.bert_config_file))
     if t5.is_t5_config(values):
         return pretrain_seq2seq(t5.T5Config.from_dict(values, FLAGS.bert_config_file))
+    if xlnet.is_xlnet_config(values):
+        return pretrain_permutation_lm(xlnet.XLNetConfig.from_dict(values, FLAGS.bert_config_file))
     s, p = FLAGS.max_seq_length, FLAGS.max_predictions_per_seq
     dynamic = FLAGS.masking == "dynamic"
     if dynamic and not FLAGS.vocab_file:
@@ -729,6 +731,82 @@ def pretrain_seq2seq(config) -> None:
         config.to_json_string(),
         ["target_loss", "target_accuracy"],
         (files, spec),
+    )
+
+
+def pretrain_permutation_lm(config) -> None:
+    """XLNet: permutation language modelling (Yang et al. 2019, sec. 2.3) on the blocks of
+    data_prep/create_lm_data.py, with held-out loss, accuracy and perplexity of the predicted
+    tokens. Each batch draws a factorisation order per block in tf.data (seeded by
+    --random_seed and the batch number); --max_predictions_per_seq is how many tokens of a block
+    are predicted (the last of the order: the paper's partial prediction, |z| / K tokens)."""
+    import math
+
+    from data_prep import features, lm_data, permutation
+    from data_prep.errors import InputError
+    from modeling import xlnet
+    from training import plm_tasks, trainer
+
+    s, p = FLAGS.max_seq_length, FLAGS.max_predictions_per_seq
+    if not 1 <= p <= s:
+        raise app.UsageError(
+            f"--max_predictions_per_seq={p}: XLNet predicts 1 .. --max_seq_length={s} tokens "
+            "per block"
+        )
+    bert_only = ["masking", "sentence_objective", "span_boundary_objective", "teacher_checkpoint"]
+    changed = [f"--{n}" for n in bert_only if FLAGS[n].present]
+    if changed:
+        raise app.UsageError(f"{', '.join(changed)}: not for XLNet's permutation LM")
+    if FLAGS.skip_corrupt_records:
+        raise app.UsageError("--skip_corrupt_records: not for XLNet blocks yet")
+    train_files = features.expand_input_files(FLAGS.input_file)
+    eval_files = features.expand_input_files(FLAGS.eval_input_file or FLAGS.input_file)
+    features_files = sorted(set(train_files + eval_files))
+    check_input_files(features_files, lm_data.lm_feature_spec(s))
+    try:
+        lm_data.check_lm_files(features_files, s)
+    except InputError as e:
+        raise SystemExit(
+            f"run_pretraining: {e} (make blocks with data_prep/create_lm_data.py)"
+        ) from None
+    strategy, workers, worker_index = setup_strategy()
+    model, optimizer = build_model(strategy, lambda: xlnet.XLNetPretrainer(config))
+    task = plm_tasks.permutation_lm_task(model)
+    fit = trainer.Trainer(strategy, task, optimizer, use_xla=FLAGS.use_xla)
+
+    def dataset(files, batch_size, is_training):
+        return permutation.permutation_lm_dataset(
+            files,
+            batch_size // workers,
+            s,
+            p,
+            is_training,
+            FLAGS.random_seed,
+            workers,
+            worker_index,
+        )
+
+    def eval_fn():
+        results = fit.evaluate(
+            dataset(eval_files, FLAGS.eval_batch_size, False), FLAGS.max_eval_steps
+        )
+        return results | {"perplexity": math.exp(min(results["plm_loss"], 50.0))}
+
+    def init_fn():
+        loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
+        logging.info("initialised the %s from %s", part, loaded)
+
+    logging.info(
+        "XLNet, blocks of %d, %d predicted each, %d parameters", s, p, model.count_params()
+    )
+    train_and_evaluate(
+        fit,
+        lambda: dataset(train_files, FLAGS.train_batch_size, True),
+        eval_fn,
+        init_fn,
+        config.to_json_string(),
+        ["plm_loss", "plm_accuracy"],
+        (features_files, lm_data.lm_feature_spec(s)),
     )
 
 

@@ -1,0 +1,546 @@
+"""XLNet (Yang et al. 2019): permutation language modelling with two-stream self-attention.
+
+Read top to bottom: `XLNetConfig` (the released xlnet_config.json names), `attention_masks` (the
+factorisation order's perm_mask -> what each stream may see), `relative_positional_encoding`
+(Transformer-XL's sinusoids of relative distances), `TwoStreamRelativeAttention` (content and
+query streams sharing one set of projections, with the r_w_bias / r_r_bias / r_s_bias terms),
+`XLNetLayer` (attention + feed-forward, post-LayerNorm, applied to both streams), `XLNetModel`
+(the backbone), `XLNetPretrainer` (the tied softmax over the query stream at the predicted
+positions) and `XLNetClassifier` (fine-tuning on the last token's content stream).
+
+The two streams (sec. 2.3): the content stream h_i sees the content of every position before i
+in the factorisation order and of i itself; the query stream g_i sees the content of the
+positions before i but never x_i, and starts from a learned vector (mask_emb) so it carries only
+the position i (through the relative encoding). The query stream of the last layer predicts x_i.
+
+Left out: Transformer-XL's segment recurrence (memory `mems` across consecutive blocks, sec. 2.4)
+and bidirectional data (bi_data); every block is modelled on its own. Segment encoding (relative,
+sec. 2.5) is there and optional: without segment_ids every token is in segment 0.
+
+Shapes: B batch, S length, P predicted positions, H d_model, N n_head, D d_head, I d_inner,
+V n_token, R = 2S - 1 relative distances, L layers, C classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import ClassVar
+
+import keras
+from keras import ops
+
+from modeling import bert, layers
+
+# ---------------------------------------------------------------------------------------------
+# Config
+# ---------------------------------------------------------------------------------------------
+
+# The eight fields of the released xlnet_config.json (xlnet_cased_L-12_H-768_A-12 and others).
+REQUIRED = (
+    "d_head",
+    "d_inner",
+    "d_model",
+    "ff_activation",
+    "n_head",
+    "n_layer",
+    "n_token",
+    "untie_r",
+)
+
+
+def is_xlnet_config(values: dict) -> bool:
+    """Whether a config dict is an XLNet one (the released names n_token and d_head)."""
+    return isinstance(values, dict) and "n_token" in values and "d_head" in values
+
+
+@dataclasses.dataclass(frozen=True)
+class XLNetConfig:
+    """XLNet hyper-parameters with the names of the released `xlnet_config.json`.
+
+    Those eight fields are required, so a released config loads unchanged. The optional ones are
+    flags of the original train scripts, under the same names: `dropout`, `dropatt` (attention
+    probabilities), `init_std` (stddev of the normal initializer, the original's default
+    init="normal") and `clamp_len` (relative distances are clipped to +-clamp_len; -1: none).
+    `ff_activation` "gelu" is the tanh approximation the original code computes; `untie_r` gives
+    every layer its own r_w_bias, r_r_bias and r_s_bias (one shared set otherwise).
+    """
+
+    d_head: int
+    d_inner: int
+    d_model: int
+    ff_activation: str
+    n_head: int
+    n_layer: int
+    n_token: int
+    untie_r: bool
+    dropout: float = 0.1
+    dropatt: float = 0.1
+    init_std: float = 0.02
+    clamp_len: int = -1
+
+    OPTIONAL: ClassVar[frozenset] = frozenset()  # set below the class
+
+    def __post_init__(self):
+        for name in ("d_head", "d_inner", "d_model", "n_head", "n_layer", "n_token"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(
+                    f"XLNetConfig.{name}: expected a positive integer, found {value!r}"
+                )
+        if self.d_model % 2:
+            # The sinusoid encoding pairs a sine and a cosine per frequency.
+            raise ValueError(f"XLNetConfig.d_model: expected an even number, found {self.d_model}")
+        if not isinstance(self.untie_r, bool):
+            raise ValueError(f"XLNetConfig.untie_r: expected true or false, found {self.untie_r!r}")
+        for name in ("dropout", "dropatt"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(
+                    f"XLNetConfig.{name}: expected [0, 1), found {getattr(self, name)}"
+                )
+        if self.ff_activation not in layers.ACTIVATIONS:
+            raise ValueError(
+                f"XLNetConfig.ff_activation: expected one of {sorted(layers.ACTIVATIONS)}, "
+                f"found {self.ff_activation!r}"
+            )
+
+    @classmethod
+    def from_dict(cls, values: dict, source: str = "config") -> XLNetConfig:
+        """Builds a config from a dict (the eight released keys required); errors name
+        `source`."""
+        return bert.config_from_dict(cls, values, source, "XLNet")
+
+    @classmethod
+    def from_json_file(cls, path) -> XLNetConfig:
+        return cls.from_dict(bert.read_config_json(path, "an xlnet_config.json file"), str(path))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+XLNetConfig.OPTIONAL = frozenset(f.name for f in dataclasses.fields(XLNetConfig)) - set(REQUIRED)
+
+
+# ---------------------------------------------------------------------------------------------
+# Masks and relative positions
+# ---------------------------------------------------------------------------------------------
+
+
+def attention_masks(length, perm_mask=None, input_mask=None):
+    """What each stream may attend to, as bool (B or 1, S, S) masks, [b, i, j] True when
+    position i may read the content of position j.
+
+    perm_mask: float or int (B, S, S) with XLNet's meaning, 1 where i may NOT see j (j is not
+      before i in the factorisation order; data_prep/permutation.py); None: every position sees
+      every other (fine-tuning, sec. 2.3's "standard self-attention").
+    input_mask: int (B, S), 1 for real tokens, 0 for padding (the BERT convention, not XLNet's
+      inverted one); padded keys are hidden from both streams.
+    Returns (content, query): the query mask is perm_mask's complement; the content stream may
+    in addition always see its own position (sec. 2.3, eq. 5: h attends to z_{<=t}).
+    """
+    allowed = ops.ones((1, length, length), "bool")
+    if perm_mask is not None:
+        allowed = ops.logical_and(allowed, ops.equal(perm_mask, 0))
+    if input_mask is not None:
+        allowed = ops.logical_and(allowed, ops.cast(input_mask, "bool")[:, None, :])
+    eye = ops.cast(ops.eye(length), "bool")[None]  # (1, S, S)
+    return ops.logical_or(allowed, eye), allowed
+
+
+def relative_positional_encoding(length, d_model: int, clamp_len: int = -1, dtype="float32"):
+    """Transformer-XL's sinusoid encoding (Dai et al. 2019, sec. 3.3) of the relative distances
+    i - j between a query i and a key j of one block: row k holds distance S - 1 - k, so rows run
+    from S - 1 down to -(S - 1). Returns float (R, H), R = 2S - 1: sines then cosines."""
+    freq = ops.arange(0, d_model, 2, dtype="float32")  # (H/2,)
+    inv_freq = 1.0 / ops.power(10000.0, freq / d_model)
+    distance = ops.arange(length - 1, -length, -1, dtype="float32")  # (R,)
+    if clamp_len > 0:
+        distance = ops.clip(distance, -clamp_len, clamp_len)
+    angle = ops.einsum("r,f->rf", distance, inv_freq)  # (R, H/2)
+    return ops.cast(ops.concatenate([ops.sin(angle), ops.cos(angle)], axis=-1), dtype)
+
+
+def _normal(stddev):
+    # The original's default (init="normal"): every weight from a normal of stddev init_std.
+    # layers.Dense (the feed-forward and heads) draws a truncated normal of the same stddev.
+    return keras.initializers.RandomNormal(stddev=stddev)
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks
+# ---------------------------------------------------------------------------------------------
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class TwoStreamRelativeAttention(keras.layers.Layer):
+    """Relative multi-head attention for the content stream and, optionally, the query stream.
+
+    Both streams use the same q/k/v/o/r projections (the original's [H, N, D] kernels, no bias);
+    keys and values always come from the content stream. The score of query i and key j is
+    ((q_i + r_w_bias) . k_j + (q_i + r_r_bias) . r_{i-j} + (q_i + r_s_bias) . s_ij) / sqrt(D)
+    (Transformer-XL sec. 3.3 plus XLNet's relative segment term, sec. 2.5).
+
+    call(h, pos, biases, content_mask, g=None, query_mask=None, target_mapping=None,
+         seg_mat=None, training=False):
+      h: float (B, S, H) content stream. pos: float (R, H) relative encoding.
+      biases: (r_w_bias, r_r_bias, r_s_bias, seg_embed) float (N, D), (N, D), (N, D), (2, N, D).
+      content_mask, query_mask: bool (B, S, S) from attention_masks.
+      g: float (B, P, H) query stream of the predicted positions; target_mapping float (B, P, S)
+        one-hot, which position each of the P queries sits at.
+      seg_mat: None or bool (B, S, S), True where i and j are in different segments.
+    Returns (attention output for h (B, S, H), for g (B, P, H) or None), before the residual.
+    """
+
+    def __init__(self, d_model, n_head, d_head, dropatt=0.1, init_std=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.n_head, self.d_head = d_model, n_head, d_head
+        self.dropatt, self.init_std = dropatt, init_std
+        self.attn_dropout = keras.layers.Dropout(dropatt)
+
+    def build(self, input_shape=None):
+        shape = (self.d_model, self.n_head, self.d_head)
+        for name in ("q", "k", "v", "o", "r"):
+            setattr(
+                self,
+                name,
+                self.add_weight(name=name, shape=shape, initializer=_normal(self.init_std)),
+            )
+
+    def _attend(self, q, k, v, pos_k, biases, allowed, seg_mat, training):
+        """q, k, v float (B, S, N, D); pos_k float (R, N, D); allowed bool (B, S, S).
+        Returns float (B, S, N, D)."""
+        r_w_bias, r_r_bias, r_s_bias, seg_embed = biases
+        s = ops.shape(q)[1]
+        content = ops.einsum("bind,bjnd->bnij", q + r_w_bias, k)  # (B, N, S, S)
+        by_distance = ops.einsum("bind,rnd->bnir", q + r_r_bias, pos_k)  # (B, N, S, R)
+        # Distance i - j sits at row S - 1 - (i - j). A gather rather than Transformer-XL's
+        # pad-and-reshape "rel_shift": the same numbers, and readable; memory is S x S either way.
+        i = ops.arange(s)[:, None]
+        j = ops.arange(s)[None, :]
+        index = ops.broadcast_to((s - 1 - i + j)[None, None], ops.shape(content))
+        position = ops.take_along_axis(by_distance, index, axis=-1)  # (B, N, S, S)
+        scores = content + position
+        if seg_mat is not None:
+            by_segment = ops.einsum("bind,end->bnie", q + r_s_bias, seg_embed)  # (B, N, S, 2)
+            scores = scores + ops.where(
+                seg_mat[:, None], by_segment[..., 1:], by_segment[..., :1]
+            )  # (B, N, S, S): s_ij is seg_embed[1] across segments, seg_embed[0] within
+        scores = scores / math.sqrt(self.d_head)
+        allowed = allowed[:, None]  # (B, 1, S, S)
+        # -1e30 as the original in float32 (-3e4 stays finite in half precision); the product
+        # below makes a row with nothing to see (the first position of the order, in the query
+        # stream) attend to nothing instead of spreading evenly over hidden keys, so no content
+        # can leak through it.
+        hidden = -1e30 if str(scores.dtype) in ("float32", "float64") else -3e4
+        probs = ops.softmax(ops.where(allowed, scores, hidden), axis=-1)
+        probs = probs * ops.cast(allowed, probs.dtype)
+        probs = self.attn_dropout(probs, training=training)
+        return ops.einsum("bnij,bjnd->bind", probs, v)  # (B, S, N, D)
+
+    def call(
+        self,
+        h,
+        pos,
+        biases,
+        content_mask,
+        g=None,
+        query_mask=None,
+        target_mapping=None,
+        seg_mat=None,
+        training=False,
+    ):
+        k = ops.einsum("bih,hnd->bind", h, self.k)  # (B, S, N, D)
+        v = ops.einsum("bih,hnd->bind", h, self.v)
+        pos_k = ops.einsum("rh,hnd->rnd", pos, self.r)  # (R, N, D)
+        q_h = ops.einsum("bih,hnd->bind", h, self.q)
+        out_h = self._attend(q_h, k, v, pos_k, biases, content_mask, seg_mat, training)
+        out_h = ops.einsum("bind,hnd->bih", out_h, self.o)  # (B, S, H)
+        if g is None:
+            return out_h, None
+        q_g = ops.einsum("bph,hnd->bpnd", g, self.q)  # (B, P, N, D)
+        q_g = ops.einsum("bpnd,bps->bsnd", q_g, target_mapping)  # (B, S, N, D) at its positions
+        out_g = self._attend(q_g, k, v, pos_k, biases, query_mask, seg_mat, training)
+        out_g = ops.einsum("bsnd,bps->bpnd", out_g, target_mapping)  # (B, P, N, D)
+        return out_h, ops.einsum("bpnd,hnd->bph", out_g, self.o)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "d_model": self.d_model,
+            "n_head": self.n_head,
+            "d_head": self.d_head,
+            "dropatt": self.dropatt,
+            "init_std": self.init_std,
+        }
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class XLNetLayer(keras.layers.Layer):
+    """One XLNet layer: relative attention, then the feed-forward network, each followed by
+    dropout, the residual sum and LayerNorm (post-LN as Transformer-XL); both streams go
+    through the same weights.
+
+    call(h, pos, biases, content_mask, g=None, query_mask=None, target_mapping=None,
+         seg_mat=None, training=False) -> (h float (B, S, H), g float (B, P, H) or None).
+    """
+
+    def __init__(self, config: XLNetConfig | dict, **kwargs):
+        super().__init__(**kwargs)
+        c = XLNetConfig.from_dict(config) if isinstance(config, dict) else config
+        self.config = c
+        self.rel_attn = TwoStreamRelativeAttention(
+            c.d_model, c.n_head, c.d_head, c.dropatt, c.init_std, name="rel_attn"
+        )
+        # epsilon 1e-12: the original's tf.contrib.layers.layer_norm default.
+        self.attn_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="attn_ln")
+        self.ff_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="ff_ln")
+        self.layer_1 = layers.Dense(c.d_inner, c.ff_activation, c.init_std, name="layer_1")
+        self.layer_2 = layers.Dense(c.d_model, initializer_range=c.init_std, name="layer_2")
+        self.dropout = keras.layers.Dropout(c.dropout)
+
+    def build(self, input_shape=None):
+        shape = (None, None, self.config.d_model)
+        self.rel_attn.build()
+        self.attn_layer_norm.build(shape)
+        self.ff_layer_norm.build(shape)
+        self.layer_1.build(shape)
+        self.layer_2.build((None, None, self.config.d_inner))
+
+    def _post(self, x, attended, training):
+        x = self.attn_layer_norm(x + self.dropout(attended, training=training))
+        inner = self.dropout(self.layer_1(x), training=training)
+        return self.ff_layer_norm(x + self.dropout(self.layer_2(inner), training=training))
+
+    def call(
+        self,
+        h,
+        pos,
+        biases,
+        content_mask,
+        g=None,
+        query_mask=None,
+        target_mapping=None,
+        seg_mat=None,
+        training=False,
+    ):
+        a_h, a_g = self.rel_attn(
+            h,
+            pos,
+            biases,
+            content_mask,
+            g=g,
+            query_mask=query_mask,
+            target_mapping=target_mapping,
+            seg_mat=seg_mat,
+            training=training,
+        )
+        h_out = self._post(h, a_h, training)
+        return h_out, (None if g is None else self._post(g, a_g, training))
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Backbone and heads
+# ---------------------------------------------------------------------------------------------
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class XLNetModel(keras.Model):
+    """Word embeddings, the relative encoding and n_layer two-stream layers.
+
+    call(inputs, training=False): inputs a dict with int (B, S) `input_ids`, and optionally
+    `input_mask` (B, S) (1 real, 0 padding), `segment_ids` (B, S), and for permutation LM both
+    `perm_mask` float (B, S, S) and `target_mapping` float (B, P, S) (data_prep/permutation.py).
+    Returns a dict: sequence_output float (B, S, H), the last content stream; encoder_outputs,
+    the L + 1 content streams (embeddings, then every layer); with perm_mask also query_output
+    float (B, P, H) and query_outputs, the L + 1 query streams (mask_emb, then every layer).
+    """
+
+    def __init__(self, config: XLNetConfig | dict, **kwargs):
+        super().__init__(**kwargs)
+        c = XLNetConfig.from_dict(config) if isinstance(config, dict) else config
+        self.config = c
+        self.drop = keras.layers.Dropout(c.dropout)
+        # One attribute per layer: tf.train.Checkpoint does not follow Keras' TrackedList.
+        for i in range(c.n_layer):
+            setattr(self, f"layer_{i}", XLNetLayer(c, name=f"layer_{i}"))
+
+    @property
+    def layers_(self) -> list:
+        return [getattr(self, f"layer_{i}") for i in range(self.config.n_layer)]
+
+    def build(self, input_shape=None):
+        c = self.config
+        init = _normal(c.init_std)
+        self.word_embedding = self.add_weight(
+            name="word_embedding", shape=(c.n_token, c.d_model), initializer=init
+        )
+        self.mask_emb = self.add_weight(name="mask_emb", shape=(1, 1, c.d_model), initializer=init)
+        # The original's variable names and shapes: [L, N, D] with untie_r, else [N, D].
+        bias_shape = (c.n_layer, c.n_head, c.d_head) if c.untie_r else (c.n_head, c.d_head)
+        for name in ("r_w_bias", "r_r_bias", "r_s_bias"):
+            setattr(self, name, self.add_weight(name=name, shape=bias_shape, initializer=init))
+        self.seg_embed = self.add_weight(
+            name="seg_embed", shape=(c.n_layer, 2, c.n_head, c.d_head), initializer=init
+        )
+        for layer in self.layers_:
+            layer.build()
+        self.built = True
+
+    def layer_biases(self, i: int) -> tuple:
+        """Layer i's (r_w_bias, r_r_bias, r_s_bias, seg_embed)."""
+        pick = (lambda w: w[i]) if self.config.untie_r else (lambda w: w)
+        return (pick(self.r_w_bias), pick(self.r_r_bias), pick(self.r_s_bias), self.seg_embed[i])
+
+    def call(self, inputs, training=False):
+        c = self.config
+        ids = inputs["input_ids"]
+        b, s = ops.shape(ids)[0], ops.shape(ids)[1]
+        perm_mask = inputs.get("perm_mask")
+        content_mask, query_mask = attention_masks(s, perm_mask, inputs.get("input_mask"))
+        content_mask = ops.broadcast_to(content_mask, (b, s, s))
+        query_mask = ops.broadcast_to(query_mask, (b, s, s))
+        seg_mat = None
+        if inputs.get("segment_ids") is not None:
+            seg = inputs["segment_ids"]
+            seg_mat = ops.not_equal(seg[:, :, None], seg[:, None, :])  # (B, S, S)
+        h = self.drop(ops.take(self.word_embedding, ids, axis=0), training=training)  # (B, S, H)
+        pos = relative_positional_encoding(s, c.d_model, c.clamp_len, h.dtype)
+        pos = self.drop(pos, training=training)  # (R, H)
+        g = target_mapping = None
+        if perm_mask is not None:
+            target_mapping = ops.cast(inputs["target_mapping"], h.dtype)
+            p = ops.shape(target_mapping)[1]
+            g = self.drop(
+                ops.broadcast_to(ops.cast(self.mask_emb, h.dtype), (b, p, c.d_model)),
+                training=training,
+            )  # (B, P, H)
+        content, query = [h], [g]
+        for i, layer in enumerate(self.layers_):
+            h, g = layer(
+                h,
+                pos,
+                self.layer_biases(i),
+                content_mask,
+                g=g,
+                query_mask=query_mask,
+                target_mapping=target_mapping,
+                seg_mat=seg_mat,
+                training=training,
+            )
+            content.append(h)
+            query.append(g)
+        out = {"sequence_output": self.drop(h, training=training), "encoder_outputs": content}
+        if perm_mask is not None:
+            out["query_output"] = self.drop(g, training=training)
+            out["query_outputs"] = query
+        return out
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class XLNetPretrainer(keras.Model):
+    """Permutation LM: the query stream at each predicted position scores the vocabulary through
+    the transposed word embedding (tied, as the original's lm_loss) plus a softmax bias.
+
+    call(inputs, training) with XLNetModel's inputs (perm_mask and target_mapping required)
+    returns a dict: plm_logits float32 (B, P, V), and the backbone's outputs.
+    """
+
+    def __init__(self, config: XLNetConfig | dict, **kwargs):
+        super().__init__(**kwargs)
+        c = XLNetConfig.from_dict(config) if isinstance(config, dict) else config
+        self.config = c
+        self.encoder = XLNetModel(c, name="encoder")
+
+    def build(self, input_shape=None):
+        self.encoder.build()
+        self.softmax_bias = self.add_weight(
+            name="softmax_bias", shape=(self.config.n_token,), initializer="zeros"
+        )
+        self.built = True
+
+    def call(self, inputs, training=False):
+        if inputs.get("perm_mask") is None or inputs.get("target_mapping") is None:
+            raise ValueError("XLNetPretrainer needs perm_mask and target_mapping inputs")
+        out = self.encoder(inputs, training=training)
+        logits = ops.einsum("bph,vh->bpv", out["query_output"], self.encoder.word_embedding)
+        return {**out, "plm_logits": ops.cast(logits + self.softmax_bias, "float32")}
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def last_token_index(input_mask):
+    """Index of each row's last real token: int32 (B,) from input_mask (B, S). Works for right
+    padding and for XLNet's own left padding (where it is S - 1)."""
+    s = ops.shape(input_mask)[1]
+    reversed_mask = ops.flip(ops.cast(input_mask, "int32"), axis=1)
+    return ops.cast(s - 1 - ops.argmax(reversed_mask, axis=1), "int32")
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class XLNetClassifier(keras.Model):
+    """Sequence classification as XLNet fine-tunes it: the content stream of the last real token
+    (XLNet puts its <cls> last, sec. 3.1 / the released classifier's summary_type "last") through
+    a tanh projection (its summary use_proj), dropout and a linear layer. No permutation: every
+    position sees every real token.
+
+    call(inputs, training) with int (B, S) input_ids, input_mask and optionally segment_ids
+    returns float32 logits (B, C), the shape training/finetune_tasks.classification_task reads.
+    """
+
+    def __init__(self, config: XLNetConfig | dict, num_classes: int, **kwargs):
+        super().__init__(**kwargs)
+        c = XLNetConfig.from_dict(config) if isinstance(config, dict) else config
+        self.config, self.num_classes = c, num_classes
+        self.encoder = XLNetModel(c, name="encoder")
+        self.summary = layers.Dense(c.d_model, "tanh", c.init_std, name="summary")
+        self.dropout = keras.layers.Dropout(c.dropout)
+        self.classifier = layers.Dense(num_classes, initializer_range=c.init_std, name="logit")
+
+    def build(self, input_shape=None):
+        self.encoder.build()
+        self.summary.build((None, self.config.d_model))
+        self.classifier.build((None, self.config.d_model))
+        self.built = True
+
+    def call(self, inputs, training=False):
+        encoder_inputs = {
+            k: inputs[k] for k in ("input_ids", "input_mask", "segment_ids") if k in inputs
+        }
+        h = self.encoder(encoder_inputs, training=training)["sequence_output"]  # (B, S, H)
+        mask = inputs.get("input_mask")
+        if mask is None:
+            mask = ops.ones(ops.shape(inputs["input_ids"]), "int32")
+        last = last_token_index(mask)
+        summary = ops.take_along_axis(h, last[:, None, None], axis=1)[:, 0]  # (B, H)
+        summary = self.dropout(self.summary(summary), training=training)
+        return ops.cast(self.classifier(summary), "float32")
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "config": self.config.to_dict(),
+            "num_classes": self.num_classes,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
