@@ -154,6 +154,7 @@ def main(argv):
         optimizer.build(model.trainable_variables)  # before the first step (shared/NOTES.md)
     fit = trainer.Trainer(strategy, seq2seq_tasks.seq2seq_task(model), optimizer)
     output_dir = FLAGS.output_dir
+    os.makedirs(output_dir, exist_ok=True)
     decoding = {
         "num_beams": FLAGS.num_beams,
         "max_length": FLAGS.max_target_length,
