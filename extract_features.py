@@ -41,6 +41,15 @@ flags.DEFINE_string("tpu", None, "TPU address for TPUClusterResolver (grpc://...
 FLAGS = flags.FLAGS
 
 
+def feature_model(config, layers):
+    """The frozen model whose call gives float32 (B, S, K, H), the `layers` of the encoder that
+    `config` describes (a BertConfig, AlbertConfig or ElectraConfig: modeling/finetuning's
+    encoder_for picks the backbone). Raises ValueError for a layer the encoder lacks."""
+    from modeling import tagging
+
+    return tagging.BertLayerFeatures(config, layers)
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -76,7 +85,7 @@ def main(argv):
 
     import numpy as np
 
-    from modeling import bert, elmo, tagging
+    from modeling import albert, bert, elmo
     from training import distribute, finetune_tasks, trainer
 
     strategy, workers, worker_index = distribute.setup(
@@ -97,13 +106,16 @@ def main(argv):
         except (InputError, ValueError) as e:
             raise app.UsageError(f"{FLAGS.bert_config_file}: {e}") from None
     else:
-        config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+        # BERT, ALBERT or ELECTRA, told apart by the config's keys (as run_classifier does).
         try:
-            tagging.transformer_layer_indices(layers, config.num_hidden_layers)
-        except ValueError as e:
-            raise app.UsageError(f"--layers: {e}") from None
+            config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+        except InputError as e:
+            raise SystemExit(f"extract_features: {e}") from None
         with strategy.scope():
-            model = tagging.BertLayerFeatures(config, layers)
+            try:
+                model = feature_model(config, layers)
+            except ValueError as e:
+                raise app.UsageError(f"--layers: {e}") from None
             model.build()
         width = config.hidden_size
     loaded, _ = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)

@@ -24,7 +24,9 @@ labelled test file test_results.txt and test_conlleval.txt.
 --feature_mode other than finetune freezes the encoder and trains only a tagger on its layers
 (BERT paper table 7: embeddings, second_to_last, last, sum_last_four, concat_last_four, sum_all;
 the sums are ELMo's learned scalar mix), optionally through a BiLSTM (--lstm_units). A rerun
-resumes training. Without --do_train, labels and model settings are read from the
+resumes training. With --feature_cache the frozen encoder runs once per split and every
+feature mode trains on its saved outputs (--init_checkpoint names the encoder then, also for
+--do_predict alone). Without --do_train, labels and model settings are read from the
 model_config.json that training left in --output_dir (or beside --init_checkpoint).
 """
 
@@ -97,6 +99,14 @@ flags.DEFINE_integer(
     "lstm_units", 0, "Units per direction of a BiLSTM before the tagger (0: none)."
 )
 flags.DEFINE_integer("lstm_layers", 2, "BiLSTM layers when --lstm_units > 0 (the paper: 2).")
+flags.DEFINE_string(
+    "feature_cache",
+    None,
+    "Frozen modes only: a folder for the frozen encoder's outputs (all layers) per split. Read "
+    "when made from the same checkpoint, config and windows, else computed once from "
+    "--init_checkpoint and written; the tagger then trains on them without running the encoder, "
+    "so several feature modes share one pass of the encoder.",
+)
 flags.DEFINE_float(
     "layerwise_lr_decay", 1.0, "Learning-rate factor per layer below the head (1.0 = off)."
 )
@@ -124,6 +134,43 @@ def _saved_model_settings(output_dir: str, init_checkpoint: str) -> tuple[dict, 
             if saved.get("task") == "ner":
                 return saved, path
     return None
+
+
+def _with_layer_features(
+    encoded, split, cache_dir, ckpt, config, strategy, workers, worker_index, batch_size
+):
+    """`encoded` with float32 `layer_features` (W, S, L + 1, H) added: every output of the frozen
+    encoder in --init_checkpoint, read from --feature_cache/<split>.npz when that was made from the
+    same checkpoint, config and windows, else computed here and written there."""
+    if encoded is None:
+        return None
+    import dataclasses
+
+    import numpy as np
+    import tensorflow as tf
+
+    from data_prep import feature_files, glue
+    from modeling import tagging
+    from training import finetune_tasks, trainer
+
+    path = os.path.join(cache_dir, f"{split}.npz")
+    prefix = tf.train.latest_checkpoint(ckpt) if tf.io.gfile.isdir(ckpt) else ckpt
+    key = feature_files.cache_key(prefix or ckpt, config.to_json_string(), encoded.features)
+    values = feature_files.read_layer_cache(path, key)
+    if values is not None:
+        logging.info("%s: %s windows' encoder outputs read from %s", split, values.shape, path)
+    else:
+        with strategy.scope():
+            extractor = tagging.BertLayerFeatures(config, "all")
+            extractor.build()
+        loaded, _ = trainer.init_from_checkpoint(extractor, ckpt)
+        batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
+        values = finetune_tasks.Predictor(strategy, extractor)(batches)[: encoded.num_windows]
+        values = np.asarray(values, np.float32)  # (W, S, L + 1, H)
+        feature_files.write_layer_cache(path, key, values)
+        logging.info("%s: encoder outputs %s of %s written to %s", split, values.shape, loaded,
+                     path)  # fmt: skip
+    return dataclasses.replace(encoded, features=dict(encoded.features, layer_features=values))
 
 
 def main(argv):
@@ -254,15 +301,25 @@ def main(argv):
     import numpy as np
     import tensorflow as tf
 
-    from data_prep import features, glue
-    from modeling import bert, tagging
+    from data_prep import feature_files, features, glue
+    from modeling import albert, tagging
     from training import distribute, finetune_tasks, ner_eval, optimization, trainer
 
-    config = bert.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+    # BERT, ALBERT or ELECTRA, told apart by the config's keys (as run_classifier does).
     try:
-        tagging.layer_indices(settings["feature_mode"], config.num_hidden_layers)
+        config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+    except InputError as e:
+        raise SystemExit(f"run_ner: {e}") from None
+    try:
+        tagging.layer_indices(settings["feature_mode"], tagging.encoder_layers(config))
     except ValueError as e:
         raise app.UsageError(str(e)) from None
+    cached = bool(FLAGS.feature_cache)
+    if cached and (settings["feature_mode"] == "finetune" or not FLAGS.init_checkpoint):
+        raise app.UsageError(
+            "--feature_cache holds a frozen encoder's outputs: it needs a --feature_mode other "
+            "than finetune and the encoder's --init_checkpoint"
+        )
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy,
         FLAGS.tpu or "",
@@ -284,9 +341,24 @@ def main(argv):
             num_warmup_steps,
         )
 
+    if cached:
+        train_enc, dev_enc, test_enc = (
+            _with_layer_features(
+                x,
+                name,
+                FLAGS.feature_cache,
+                FLAGS.init_checkpoint,
+                config,
+                strategy,
+                workers,
+                worker_index,
+                FLAGS.predict_batch_size,
+            )  # fmt: skip
+            for x, name in ((train_enc, "train"), (dev_enc, "dev"), (test_enc, "test"))
+        )
     keras.utils.set_random_seed(FLAGS.random_seed)
     with strategy.scope():
-        model = tagging.BertTagger(
+        model = (tagging.FeatureTagger if cached else tagging.BertTagger)(
             config,
             len(labels),
             feature_mode=settings["feature_mode"],
@@ -352,7 +424,19 @@ def main(argv):
             logging.warning("--feature_mode=%s without --init_checkpoint: the frozen encoder is "
                             "random", settings["feature_mode"])  # fmt: skip
         train_file = os.path.join(output_dir, "train.tf_record")
-        conll.write_tfrecord(train_file, train_enc.features)
+        if not cached:
+            conll.write_tfrecord(train_file, train_enc.features)
+
+        def train_dataset():
+            b = FLAGS.train_batch_size // workers
+            if cached:
+                return feature_files.in_memory_training_batches(
+                    train_enc.features, b, FLAGS.random_seed, workers, worker_index
+                )
+            return features.tagging_dataset(
+                [train_file], b, s, FLAGS.random_seed, num_shards=workers, shard_index=worker_index
+            )
+
         run_config = {
             "bert_config": config.to_dict(),
             "task": "ner",
@@ -361,14 +445,7 @@ def main(argv):
         }
         trainer.run_training(
             trainer.Trainer(strategy, finetune_tasks.token_tagging_task(model), optimizer),
-            lambda: features.tagging_dataset(
-                [train_file],
-                FLAGS.train_batch_size // workers,
-                s,
-                seed=FLAGS.random_seed,
-                num_shards=workers,
-                shard_index=worker_index,
-            ),
+            lambda: train_dataset(),
             trainer.TrainSettings(
                 output_dir=output_dir,
                 num_train_steps=num_train_steps,
@@ -378,7 +455,8 @@ def main(argv):
             ),
             global_batch_size=FLAGS.train_batch_size,
             eval_fn=eval_fn if FLAGS.do_eval else None,
-            init_fn=init_fn if FLAGS.init_checkpoint else None,
+            # Cached: the encoder's weights came in through its outputs.
+            init_fn=init_fn if FLAGS.init_checkpoint and not cached else None,
         )
         logging.info(
             "training curves: %s",
@@ -386,7 +464,9 @@ def main(argv):
         )
     else:
         # Evaluate or predict with the kept best, else the latest checkpoint, else the given one.
-        source = best.prefix or tf.train.latest_checkpoint(output_dir) or FLAGS.init_checkpoint
+        source = best.prefix or tf.train.latest_checkpoint(output_dir)
+        if not cached:  # cached: --init_checkpoint is the encoder's, not the tagger's
+            source = source or FLAGS.init_checkpoint
         if not source:
             raise app.UsageError(
                 f"nothing to evaluate: {output_dir} holds no checkpoint and --init_checkpoint "

@@ -178,3 +178,67 @@ def read_npz(path: str | os.PathLike) -> Iterable[LineFeatures]:
         LineFeatures(int(ids[n]), tokens[a:b].tolist(), values[a:b], layers)
         for n, (a, b) in enumerate(zip(offsets[:-1], offsets[1:]))
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# run_ner.py --feature_cache: a frozen encoder's outputs per tagging window, computed once
+# ---------------------------------------------------------------------------------------------
+# One .npz per split:
+#   layer_features  float32 (W, S, L + 1, H)  every encoder output (embeddings, then each layer)
+#   key             str ()                    what the values were computed from (cache_key)
+
+
+def cache_key(checkpoint_prefix: str, config_json: str, features: dict) -> str:
+    """A digest of what a frozen encoder's outputs depend on: the checkpoint (its prefix and its
+    .index file, which changes with every save), the encoder config and the windows' inputs."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    digest.update(checkpoint_prefix.encode())
+    index = Path(checkpoint_prefix + ".index")
+    digest.update(index.read_bytes() if index.exists() else b"")
+    digest.update(config_json.encode())
+    for name in ("input_ids", "input_mask", "segment_ids"):
+        array = np.ascontiguousarray(features[name], np.int32)
+        digest.update(f"{name}{array.shape}".encode() + array.tobytes())
+    return digest.hexdigest()
+
+
+def read_layer_cache(path: str | os.PathLike, key: str) -> np.ndarray | None:
+    """The cached (W, S, L + 1, H) values when `path` exists and was made for `key`, else None."""
+    if not Path(path).exists():
+        return None
+    with np.load(path, allow_pickle=False) as data:
+        if str(data["key"]) != key:
+            return None
+        return data["layer_features"]
+
+
+def write_layer_cache(path: str | os.PathLike, key: str, values: np.ndarray) -> None:
+    """Writes one split's cached encoder outputs (atomically: a temp file, then a rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.npz")
+    np.savez(tmp, layer_features=np.asarray(values, np.float32), key=np.array(key))
+    os.replace(tmp, path)
+
+
+def in_memory_training_batches(
+    features: dict, batch_size: int, seed: int, num_shards: int = 1, shard_index: int = 0
+):
+    """Endless shuffled batches of in-memory arrays (N rows each), as the TFRecord pipelines give.
+
+    The shuffle runs over row numbers and each batch gathers its rows, so a checkpointed iterator
+    holds N integers, not the (possibly large) rows themselves.
+    """
+    import tensorflow as tf
+
+    rows = {k: tf.constant(v) for k, v in features.items()}
+    n = len(next(iter(features.values())))
+    index = tf.data.Dataset.range(n)
+    if num_shards > 1:
+        index = index.shard(num_shards, shard_index)
+    index = index.shuffle(n, seed=seed, reshuffle_each_iteration=True).repeat()
+    batches = index.batch(batch_size, drop_remainder=True)
+    batches = batches.map(lambda i: {k: tf.gather(v, i) for k, v in rows.items()})  # (B, ...)
+    return batches.prefetch(tf.data.AUTOTUNE)

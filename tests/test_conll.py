@@ -392,3 +392,30 @@ def test_wnut_arms_parse():
     for bad in (["x"], ["a b=c"], ["a=", "a=c"], ["f=c@nope"]):
         with pytest.raises(ValueError, match="--arms"):
             wnut.parse_arms(bad)
+
+
+def test_wnut_feature_table_has_the_six_variants_in_the_papers_order(tmp_path):
+    arms = wnut.feature_arms("ckpt/minilm")
+    assert [a[2] for a in arms] == ["embeddings", "second_to_last", "last", "sum_last_four",
+                                    "concat_last_four", "sum_all"]  # fmt: skip
+    assert all(a[0] == f"features_{a[2]}" and a[1] == "ckpt/minilm" for a in arms)
+
+    def summary(name, mode, dev, test):
+        stats = {"mean": test, "std": 0.0, "min": test, "max": test, "n": 1}
+        data = {"arm": name, "feature_mode": mode, "init_checkpoint": "ckpt/minilm",
+                "dev_f1": dict(stats, mean=dev), "test_f1": stats}  # fmt: skip
+        _write(tmp_path / "ner" / name / "summary.json", json.dumps(data))
+
+    summary("features_sum_all", "sum_all", 0.41, 0.38)
+    summary("features_embeddings", "embeddings", 0.11, 0.09)
+    summary("tuned", "finetune", 0.52, 0.47)
+    summary("other_features", "last", 0.3, 0.3)  # a feature arm of --arms: not a table row
+    data, table = wnut.feature_table(tmp_path, "ckpt/minilm")
+    assert table.splitlines()[2:] == [
+        "| embeddings | 1 | 0.110 | 0.090 |",
+        "| sum_all | 1 | 0.410 | 0.380 |",
+        "| fine-tuned | 1 | 0.520 | 0.470 |",
+    ]
+    assert (tmp_path / "feature_table.md").read_text().strip() == table
+    saved = json.loads((tmp_path / "feature_table.json").read_text())
+    assert [r["arm"] for r in saved["rows"]] == ["features_embeddings", "features_sum_all", "tuned"]

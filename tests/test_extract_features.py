@@ -1,5 +1,6 @@
 """extract_features.py on a tiny pretrained-checkpoint: the original JSON lines format, the compact
-.npz form, their round trip, the values against the encoder itself, and bad input."""
+.npz form, their round trip, the values against the encoder itself, an ELECTRA discriminator's
+features, bad input; run_ner.py's per-window encoder-output cache and its in-memory batches."""
 
 import json
 import subprocess
@@ -11,7 +12,7 @@ import tensorflow as tf
 
 from data_prep import feature_files
 from data_prep.tokenization import RESERVED_TOKENS
-from modeling import bert
+from modeling import bert, electra
 from tests import helpers
 from tests.conftest import ROOT
 
@@ -118,3 +119,79 @@ def test_bad_input_is_named(extracted, tmp_path):
     result = run([*args, f"--input_file={missing}", f"--output_file={tmp_path / 'x.jsonl'}"])
     assert result.returncode != 0 and f"{missing}: expected a readable file" in result.stderr
     assert not (tmp_path / "x.jsonl").exists() and (d / "out.jsonl").exists()
+
+
+def test_an_electra_checkpoint_gives_its_discriminators_layers(extracted, tmp_path):
+    # An ELECTRA config (its generator keys tell it from BERT's) builds the discriminator.
+    cfg = electra.ElectraConfig(
+        vocab_size=len(RESERVED_TOKENS) + len(WORDS), embedding_size=5, hidden_size=12,
+        num_hidden_layers=3, num_attention_heads=3, intermediate_size=17,
+        hidden_act="gelu_exact", max_position_embeddings=16, type_vocab_size=2,
+        initializer_range=0.02, generator_hidden_size=0.25, generator_layers=1.0,
+    )  # fmt: skip
+    (tmp_path / "electra_config.json").write_text(cfg.to_json_string())
+    model = electra.ElectraPretrainer(cfg)
+    model.build()
+    tf.train.Checkpoint(model=model).save(str(tmp_path / "electra" / "ckpt"))
+    d = extracted["dir"]
+    args = [a for a in extracted["args"] if not a.startswith(("--bert_config", "--init_ch"))]
+    result = run([*args, f"--bert_config_file={tmp_path / 'electra_config.json'}",
+                  f"--init_checkpoint={tmp_path / 'electra'}", "--layers=-1,0",
+                  f"--npz_file={tmp_path / 'e.npz'}"])  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = feature_files.read_npz(tmp_path / "e.npz")[0]
+    ids = np.array([[2, 5, 6, 7, 8, 9, 13, 3]], "int32")
+    out = model.encoder(
+        {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+    )["encoder_outputs"]  # the discriminator's: embeddings projected to 12, then 3 layers
+    np.testing.assert_allclose(got.values[:, 0], out[3][0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got.values[:, 1], out[1][0], rtol=1e-5, atol=1e-5)
+    assert (d / "out.npz").exists()
+
+
+def test_layer_cache_is_read_only_for_the_same_checkpoint_config_and_windows(tmp_path):
+    rng = np.random.default_rng(1)
+    windows = {k: rng.integers(0, 9, (5, 7)).astype("int32")
+               for k in ("input_ids", "input_mask", "segment_ids")}  # fmt: skip
+    prefix = tmp_path / "ckpt-1"
+    (tmp_path / "ckpt-1.index").write_bytes(b"index one")
+    key = feature_files.cache_key(str(prefix), '{"hidden_size": 12}', windows)
+    values = rng.normal(size=(5, 7, 4, 3)).astype("float32")
+    path = tmp_path / "cache" / "train.npz"
+    assert feature_files.read_layer_cache(path, key) is None  # nothing yet: compute
+    feature_files.write_layer_cache(path, key, values)
+    np.testing.assert_array_equal(feature_files.read_layer_cache(path, key), values)
+    changed_ids = dict(windows, input_ids=windows["input_ids"] + 1)
+    others = [
+        feature_files.cache_key(str(prefix), '{"hidden_size": 13}', windows),
+        feature_files.cache_key(str(prefix), '{"hidden_size": 12}', changed_ids),
+        feature_files.cache_key(str(tmp_path / "ckpt-2"), '{"hidden_size": 12}', windows),
+    ]
+    (tmp_path / "ckpt-1.index").write_bytes(b"index two")  # the same prefix saved again
+    others.append(feature_files.cache_key(str(prefix), '{"hidden_size": 12}', windows))
+    assert len({key, *others}) == 5
+    assert all(feature_files.read_layer_cache(path, k) is None for k in others)
+
+
+def test_in_memory_batches_shuffle_rows_whole_and_resume_from_a_checkpoint(tmp_path):
+    n = 7
+    rows = {"x": np.arange(n * 3, dtype="float32").reshape(n, 3), "y": np.arange(n)}
+    ds = feature_files.in_memory_training_batches(rows, 3, seed=4)
+    it = iter(ds)
+    seen = [next(it) for _ in range(7)]  # 21 rows: three epochs
+    for b in seen:
+        np.testing.assert_array_equal(b["x"].numpy(), rows["x"][b["y"].numpy()])  # rows whole
+    first = np.concatenate([b["y"].numpy() for b in seen])[:n]
+    assert sorted(first) == list(range(n)) and first.tolist() != list(range(n))
+    fresh = feature_files.in_memory_training_batches(rows, 3, seed=4)
+    again = np.concatenate([b["y"].numpy() for b in fresh.take(7)])
+    np.testing.assert_array_equal(again[:n], first)  # same seed, same order
+    it = iter(ds)
+    next(it)
+    ckpt = tf.train.Checkpoint(iterator=it)
+    path = ckpt.save(str(tmp_path / "it"))
+    expected = [next(it)["y"].numpy() for _ in range(3)]
+    ckpt.restore(path)
+    np.testing.assert_array_equal([next(it)["y"].numpy() for _ in range(3)], expected)
+    shard = feature_files.in_memory_training_batches(rows, 2, seed=4, num_shards=2, shard_index=1)
+    assert set(np.concatenate([b["y"].numpy() for b in shard.take(6)])) == {1, 3, 5}

@@ -1,8 +1,9 @@
 """Smoke runs of run_ner.py on a tiny model: fine-tuning on CoNLL-2003-layout IOB1 files with
 sentences split into windows (train, dev eval with conlleval scores, labelled test), then predicting
 an unlabelled one-column file from the kept checkpoint; a feature-based arm (frozen encoder,
-scalar mix, BiLSTM) through the WNUT comparison driver; and bad input stopping before output_dir
-exists."""
+scalar mix, BiLSTM) through the WNUT comparison driver; an ALBERT checkpoint fine-tuned and an
+ELECTRA discriminator's cached outputs shared by two feature modes, equal to recomputing them; and
+bad input stopping before output_dir exists."""
 
 import json
 import shutil
@@ -14,9 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep import conll, fetch, wnut
+from data_prep import conll, fetch, tokenization, wnut
 from data_prep.tokenization import RESERVED_TOKENS
-from modeling import bert, tagging
+from modeling import albert, bert, electra, tagging
 from tests import helpers
 from tests.conftest import ROOT
 from training import ner_eval, trainer
@@ -238,3 +239,87 @@ def test_bad_input_stops_before_output_dir_exists(files, tmp_path):
     assert f"{d / 'dev.txt'}: expected sentences" in result.stderr and not out.exists()
     result = run([*args, "--label_list=O,B-PER"], check=False)
     assert f"{d / 'train.txt'}:5: expected a tag in --label_list" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def families(files, tmp_path_factory):
+    """ALBERT fine-tuned, and ELECTRA feature modes over one --feature_cache, side by side."""
+    root = tmp_path_factory.mktemp("families")
+    d = files["dir"]
+    small = dict(
+        vocab_size=len(VOCAB), embedding_size=5, hidden_size=12, num_attention_heads=3,
+        intermediate_size=17, max_position_embeddings=16, type_vocab_size=2,
+        initializer_range=0.02,
+    )  # fmt: skip
+    configs = {
+        "albert": albert.AlbertConfig(num_hidden_layers=2, inner_group_num=2, **small),
+        "electra": electra.ElectraConfig(
+            num_hidden_layers=4, generator_hidden_size=0.25, generator_layers=1.0, **small
+        ),
+    }
+    prefixes = {}
+    for name, cfg in configs.items():
+        (root / f"{name}_config.json").write_text(cfg.to_json_string())
+        model = (albert.AlbertPretrainer if name == "albert" else electra.ElectraPretrainer)(cfg)
+        model.build()
+        prefixes[name] = tf.train.Checkpoint(model=model).save(str(root / f"pre_{name}" / "ckpt"))
+
+    def args(name, out, *extra):
+        base = [a for a in common(files, d / "conll", out) if not a.startswith("--bert_config")]
+        return [*base, f"--bert_config_file={root / f'{name}_config.json'}",
+                f"--init_checkpoint={prefixes[name]}", "--do_train", "--do_eval",
+                "--train_batch_size=3", "--num_train_epochs=1", "--save_checkpoints_steps=3",
+                "--iterations_per_loop=3", *extra]  # fmt: skip
+
+    def cached_pair():
+        cache = f"--feature_cache={root / 'cache'}"
+        first = run(args("electra", root / "sum_all", "--feature_mode=sum_all", cache,
+                         "--learning_rate=5e-2"))  # fmt: skip
+        second = run(args("electra", root / "last", "--feature_mode=last", cache,
+                          "--learning_rate=5e-2", "--do_predict"))  # fmt: skip
+        return first, second
+
+    with ThreadPoolExecutor(2) as pool:
+        tuned = pool.submit(run, args("albert", root / "albert", "--learning_rate=5e-3"))
+        pair = pool.submit(cached_pair)
+    return {"root": root, "configs": configs, "prefixes": prefixes, "albert": tuned.result(),
+            "electra": pair.result()}  # fmt: skip
+
+
+def test_an_albert_checkpoint_fine_tunes(families):
+    out = families["root"] / "albert"
+    assert "initialised the encoder from" in families["albert"].stderr
+    assert 0 <= results(out / "eval_results.txt")["f1"] <= 1
+    saved = json.loads((out / "model_config.json").read_text())
+    assert saved["bert_config"]["inner_group_num"] == 2  # read as ALBERT, not as BERT
+
+
+def test_feature_modes_share_one_cache_and_equal_the_recomputed_encoder(families, files):
+    root, (first, second) = families["root"], families["electra"]
+    for split in ("train", "dev"):
+        assert f"{split}: encoder outputs (" in first.stderr  # computed once ...
+        assert f"{split}: (" in second.stderr and "read from" in second.stderr  # ... then read
+    assert "test: encoder outputs (" in second.stderr  # a split not cached before
+    assert (root / "last" / "test_predictions.txt").exists()
+    # The head trained on cached outputs, put on the ELECTRA encoder itself, tags dev the same.
+    out = root / "sum_all"
+    labels = json.loads((out / "model_config.json").read_text())["labels"]
+    model = tagging.BertTagger(families["configs"]["electra"], len(labels), "sum_all")
+    model.build()
+    trainer.init_from_checkpoint(model, families["prefixes"]["electra"])
+    final = tf.train.latest_checkpoint(out)  # dev_predictions.txt: the final weights' tags
+    tf.train.Checkpoint(model=model).restore(final).expect_partial()
+    head = tagging.FeatureTagger(families["configs"]["electra"], len(labels), "sum_all")
+    head.build()
+    trainer.restore_model_weights(head, final)
+    for a, b in zip(head.weights, model.scalar_mix.weights + model.classifier.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert abs(float(model.scalar_mix.gamma.numpy()) - 1.0) > 1e-4  # the head did train
+    dev = conll.read_conll(out / "dev_predictions.txt").sentences  # tags: the predicted column
+    tokenizer = tokenization.FullTokenizer(str(files["dir"] / "vocab.txt"), True)
+    encoded = conll.encode_sentences(dev, labels, tokenizer, S, 3)
+    logits = model(
+        {k: encoded.features[k] for k in ("input_ids", "input_mask", "segment_ids")}
+    ).numpy()
+    tags = conll.reassemble(encoded, np.argmax(logits, axis=-1), labels)
+    assert tags == [list(x.tags) for x in dev]

@@ -36,8 +36,10 @@ def _weights(batch, n):
 
 
 def model_inputs(batch) -> dict:
-    """The three encoder inputs of a batch (the rest are labels and weights)."""
-    return {k: batch[k] for k in MODEL_INPUTS}
+    """The three encoder inputs of a batch (the rest are labels and weights), and precomputed
+    `layer_features` when the batch has them (run_ner.py --feature_cache)."""
+    extra = {"layer_features": batch["layer_features"]} if "layer_features" in batch else {}
+    return {k: batch[k] for k in MODEL_INPUTS} | extra
 
 
 def classification_task(model) -> Task:
