@@ -21,19 +21,12 @@ import tensorflow as tf
 
 from data_prep.errors import InputError
 from data_prep.fetch import extract_members
-from tests import helpers
-from tests.test_trainer import _run, build, dataset, weights
+from tests import helpers, test_trainer
+from tests.test_trainer import P, S, _run, build, dataset, weights
 from training import trainer
 
 ROOT = Path(__file__).resolve().parents[1]
-S, P, B = 11, 3, 6
-
-
-@pytest.fixture(scope="module")
-def data_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "train.tfrecord"
-    helpers.write_synthetic_pretraining_file(path, 40, S, P, helpers.TINY["vocab_size"])
-    return str(path)
+data_file = test_trainer.data_file  # the same fixture: 40 synthetic pretraining records
 
 
 # ---------------------------------------------------------------------------------------------
