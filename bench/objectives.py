@@ -21,7 +21,9 @@ layers, FFN width I, and embedding width E:
   MLM head    2 P H E' + 2 P E' V                  (transform to the output width E', tied
                                                     decoder to the vocabulary; E' = E for
                                                     ALBERT and ELECTRA's generator, else H)
-  NSP / SOP   2 H^2 + 4 H                          (pooler and 2-way classifier, [CLS] only)
+  NSP / SOP   2 H^2 + 4 H                          (pooler and 2-way classifier, [CLS] only;
+                                                    not counted for RoBERTa, whose untrained
+                                                    head BertPretrainer still evaluates)
   ELECTRA     generator encoder (H_g, L_g, I_g = 4 H_g) + its MLM head + discriminator encoder
               + discriminator head 2 S H^2 + 2 S H (every position)
 Embedding lookups, softmaxes, LayerNorms and the sampling are left out (they are not matrix
