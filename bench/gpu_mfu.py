@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.flops import bert_pretraining_flops  # noqa: E402
 from modeling import bert, losses  # noqa: E402
 
 # (name, layers, hidden, heads, intermediate, batch, seq, predictions)
@@ -50,21 +51,6 @@ SIZES = [
 ]
 TINY_SIZES = [("L2-H24", 2, 24, 3, 37, 3, 16, 5)]
 VOCAB = 30522
-
-
-def pretraining_flops(layers, hidden, intermediate, vocab, batch, seq, predictions):
-    """Model FLOPs of one training step (forward + backward = 3x forward, multiply-add = 2).
-
-    Per sequence and layer, forward: Q, K, V and output projections 4 * 2SH^2, feed-forward
-    2 * 2SHI, attention scores QK^T and the weighted sum of V 2 * 2S^2H. Heads: the pooler 2H^2
-    and NSP 2 * 2H per sequence; the MLM transform 2H^2 and the tied vocabulary projection 2HV at
-    each of the P predictions. Embedding lookups, layer norms, softmax and GELU are not counted
-    (they are not matmul work), as in the usual MFU convention (PaLM, appendix B).
-    """
-    s, h, i = seq, hidden, intermediate
-    per_layer = 8 * s * h * h + 4 * s * h * i + 4 * s * s * h
-    heads = 2 * h * h + 4 * h + predictions * (2 * h * h + 2 * h * vocab)
-    return 3 * batch * (layers * per_layer + heads)
 
 
 class HubPretrainer(keras.Model):
@@ -99,10 +85,8 @@ class HubPretrainer(keras.Model):
         }
 
 
-def build_models(layers, hidden, heads, intermediate, seq):
-    import keras_hub
-
-    config = bert.BertConfig(
+def size_config(layers, hidden, heads, intermediate, seq):
+    return bert.BertConfig(
         vocab_size=VOCAB,
         hidden_size=hidden,
         num_hidden_layers=layers,
@@ -111,7 +95,12 @@ def build_models(layers, hidden, heads, intermediate, seq):
         max_position_embeddings=max(512, seq),
         type_vocab_size=2,
     )
-    cloze = bert.BertPretrainer(config)
+
+
+def build_models(layers, hidden, heads, intermediate, seq):
+    import keras_hub
+
+    cloze = bert.BertPretrainer(size_config(layers, hidden, heads, intermediate, seq))
     backbone = keras_hub.models.BertBackbone(
         vocabulary_size=VOCAB,
         num_layers=layers,
@@ -234,7 +223,8 @@ def run(sizes, precision, steps, repeats, peak_n, output_file=None):
     for name, layers, hidden, heads, inter, batch, seq, preds in sizes:
         models = build_models(layers, hidden, heads, inter, seq)
         data = make_batch(batch, seq, preds)
-        flops = pretraining_flops(layers, hidden, inter, VOCAB, batch, seq, preds)
+        config = size_config(layers, hidden, heads, inter, seq)
+        flops = bert_pretraining_flops(config, batch, seq, preds)
         row = {"size": name, "batch": batch, "seq": seq, "predictions": preds}
         for side, model in models.items():
             t0 = time.perf_counter()
