@@ -65,14 +65,19 @@ def test_mirrored_two_cpus_matches_one_device(data_file):
     assert two.strategy.num_replicas_in_sync == 2
     for a, b in zip(one.task.model.trainable_variables, two.task.model.trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())  # same seed, same init
-    rows_one = one.train_steps(iter(dataset(data_file)), 5)
-    rows_two = two.train_steps(iter(dataset(data_file)), 5)
-    np.testing.assert_allclose(rows_one, rows_two, rtol=1e-5, atol=1e-6)
+    fresh = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config)
+    assert_train_alike(one, two, fresh, data_file, 5, rows_rtol=1e-5)
+
+
+def assert_train_alike(fit_a, fit_b, fresh, data_file, steps, rows_rtol):
+    """Both trainers, from the same initial weights (those of `fresh`), give the same per-step
+    rows and final weights on the same batches, and training moved the weights."""
+    rows_a = fit_a.train_steps(iter(dataset(data_file)), steps)
+    rows_b = fit_b.train_steps(iter(dataset(data_file)), steps)
+    np.testing.assert_allclose(rows_a, rows_b, rtol=rows_rtol, atol=1e-6)
     moved = False
     for a, b, init in zip(
-        weights(one.task.model),
-        weights(two.task.model),
-        weights(build(tf.distribute.OneDeviceStrategy("/cpu:0"), config).task.model),
+        weights(fit_a.task.model), weights(fit_b.task.model), weights(fresh.task.model)
     ):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
         moved |= not np.allclose(a, init)
@@ -373,18 +378,7 @@ def test_accumulated_steps_equal_large_batch_steps(data_file, where):
     large = build(strategy, config)
     # B = 6: 3 micro-batches of 2 on one device, of 1 per replica on two.
     accumulated = build(strategy, config, accumulation=3)
-    rows_large = large.train_steps(iter(dataset(data_file)), 3)
-    rows_acc = accumulated.train_steps(iter(dataset(data_file)), 3)
-    np.testing.assert_allclose(rows_acc, rows_large, rtol=1e-4, atol=1e-6)
-    moved = False
-    for a, b, init in zip(
-        weights(accumulated.task.model),
-        weights(large.task.model),
-        weights(build(strategy, config).task.model),
-    ):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-        moved |= not np.allclose(a, init)
-    assert moved
+    assert_train_alike(accumulated, large, build(strategy, config), data_file, 3, rows_rtol=1e-4)
     with pytest.raises(ValueError, match="denominators_fn"):
         trainer.Trainer(
             strategy,
