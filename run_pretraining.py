@@ -65,6 +65,29 @@ flags.DEFINE_integer(
 flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop between host logs.")
 flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval batches.")
 flags.DEFINE_bool("use_xla", False, "Compile the train step with XLA (one_device only).")
+flags.DEFINE_enum(
+    "precision",
+    "fp32",
+    ["fp32", "bf16", "fp16"],
+    "Compute precision: fp32, or mixed precision with float32 variables, softmax and losses: "
+    "bf16 (mixed_bfloat16) or fp16 (mixed_float16 with dynamic loss scaling; an overflow step "
+    "halves the scale and is not applied, and is not a non-finite step for --on_nonfinite).",
+)
+flags.DEFINE_enum(
+    "optimizer",
+    "adamw",
+    ["adamw", "lamb"],
+    "adamw: BERT's Adam with decoupled weight decay. lamb: LAMB (You et al. 2019) for large "
+    "batches. Both exclude LayerNorm and biases from weight decay (LAMB also from its trust "
+    "ratio).",
+)
+flags.DEFINE_integer(
+    "gradient_accumulation_steps",
+    1,
+    "Compute each --train_batch_size batch in this many micro-batches (of train_batch_size / "
+    "(replicas * N) examples per replica), summing gradients, then apply once: the update of "
+    "the whole batch in less memory. Checkpoints fall between whole steps.",
+)
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 flags.DEFINE_enum(
     "on_nonfinite",
@@ -339,7 +362,13 @@ def main(argv):
         )
     else:
         task = tasks.bert_pretraining_task(model)
-    fit = trainer.Trainer(strategy, task, optimizer, use_xla=FLAGS.use_xla)
+    fit = trainer.Trainer(
+        strategy,
+        task,
+        optimizer,
+        use_xla=FLAGS.use_xla,
+        gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+    )
 
     def eval_dataset():
         return features.pretraining_dataset(
@@ -427,6 +456,13 @@ def setup_strategy():
         FLAGS.tpu or "",
         {k: FLAGS[k].value for k in ("train_batch_size", "eval_batch_size")},
     )
+    n = FLAGS.gradient_accumulation_steps
+    replicas = strategy.num_replicas_in_sync
+    if n < 1 or FLAGS.train_batch_size % (replicas * n):
+        raise app.UsageError(
+            f"--train_batch_size={FLAGS.train_batch_size} does not split into "
+            f"--gradient_accumulation_steps={n} micro-batches on each of {replicas} replica(s)"
+        )
     logging.info(
         "strategy %s with %d replica(s), %d worker(s)",
         FLAGS.distribution_strategy,
@@ -437,19 +473,25 @@ def setup_strategy():
 
 
 def build_model(strategy, make_model):
-    """The model (from make_model) and its AdamW, both built under the strategy's scope after
-    seeding, so every objective initialises the same way. Returns (model, optimizer)."""
+    """The model (from make_model, at --precision) and its optimizer (--optimizer, with loss
+    scaling under fp16), both built under the strategy's scope after seeding, so every objective
+    initialises the same way. Returns (model, optimizer)."""
     import keras
 
     from training import optimization
 
     keras.utils.set_random_seed(FLAGS.random_seed)
     with strategy.scope():
-        model = make_model()
-        model.build()
+        with optimization.dtype_policy(FLAGS.precision):
+            model = make_model()
+            model.build()
         optimizer = optimization.create_optimizer(
-            FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps
+            FLAGS.learning_rate,
+            FLAGS.num_train_steps,
+            FLAGS.num_warmup_steps,
+            optimizer=FLAGS.optimizer,
         )
+        optimizer = optimization.with_loss_scaling(optimizer, FLAGS.precision)
         # Built under the scope before the first step, else Keras 3 under MirroredStrategy fails
         # with "You must feed a value for placeholder tensor" (shared/NOTES.md).
         optimizer.build(model.trainable_variables)
@@ -540,7 +582,13 @@ def pretrain_language_model(config) -> None:
         ) from None
     strategy, workers, worker_index = setup_strategy()
     model, optimizer = build_model(strategy, lambda: gpt.GptLM(config))
-    fit = trainer.Trainer(strategy, tasks.causal_lm_task(model), optimizer, use_xla=FLAGS.use_xla)
+    fit = trainer.Trainer(
+        strategy,
+        tasks.causal_lm_task(model),
+        optimizer,
+        use_xla=FLAGS.use_xla,
+        gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+    )
 
     def dataset(files, batch_size, is_training):
         return lm_data.lm_dataset(

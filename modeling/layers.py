@@ -154,7 +154,9 @@ class SelfAttention(keras.layers.Layer):
             # in fp32 while staying finite in fp16 / bf16.
             keep = ops.cast(attention_mask, scores.dtype)[:, None, None, :]  # (B, 1, 1, S)
             scores = scores + (1.0 - keep) * -10000.0
-        probs = ops.softmax(scores, axis=-1)
+        # Softmax in float32 under mixed precision (a no-op cast in fp32): half-precision
+        # exp / sum loses the small probabilities.
+        probs = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), scores.dtype)
         probs = self.dropout(probs, training=training)
         context = ops.einsum("bnqk,bknd->bqnd", probs, v)  # (B, S, N, D)
         context = ops.reshape(context, (ops.shape(x)[0], ops.shape(x)[1], self.hidden_size))

@@ -419,3 +419,83 @@ def test_sigterm_checkpoints_exits_42_and_resume_matches_an_uninterrupted_run(se
     assert len(names) > 50 and "global_step/.ATTRIBUTES/VARIABLE_VALUE" in names
     for name in names:
         assert (a.get_tensor(name) == b.get_tensor(name)).all(), name
+
+
+# ---------------------------------------------------------------------------------------------
+# Speed flags and the original's two-phase 128 -> 512 recipe, on tiny sizes
+
+
+def test_speed_flags_train_and_log(setup, tmp_path):
+    d, config = setup
+    out = tmp_path / "bf16"
+    # 6 examples a step in 3 micro-batches of 2, bfloat16 compute, LAMB.
+    flags_ = ["--precision=bf16", "--optimizer=lamb", "--gradient_accumulation_steps=3"]
+    run([*common(d, config, out, 4), "--do_train", "--do_eval", *flags_])
+    log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2, 3, 4]
+    assert all(r["loss"] > 0 and "loss_scale" not in r for r in log)
+    assert "global_step = 4" in (out / "eval_results.txt").read_text()
+    out = tmp_path / "fp16"
+    run([*common(d, config, out, 4), "--do_train", "--precision=fp16", "--use_xla"])
+    log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    assert log[0]["loss_scale"] == 2.0**15  # Keras' initial dynamic scale
+    bad = run(
+        [*common(d, config, tmp_path / "x", 2), "--do_train", "--gradient_accumulation_steps=4"],
+        False,
+    )
+    assert (
+        bad.returncode != 0 and "does not split into --gradient_accumulation_steps=4" in bad.stderr
+    )
+
+
+def test_two_phase_recipe_continues_from_phase_one_with_longer_sequences(tmp_path):
+    """The original recipe (BERT sec. A.2): phase 1 at a short length, then a new run at the long
+    length from phase 1's weights with a fresh optimizer and step count; here 16 then 32."""
+    config = tmp_path / "bert_config.json"
+    config.write_text(helpers.tiny_config(max_position_embeddings=32).to_json_string())
+    vocab = helpers.TINY["vocab_size"]
+    helpers.write_synthetic_pretraining_file(tmp_path / "short.tfrecord", 24, 16, 3, vocab)
+    helpers.write_synthetic_pretraining_file(tmp_path / "long.tfrecord", 24, 32, 5, vocab, seed=1)
+
+    def phase(out, records, seq, preds, steps, *extra):
+        return run([
+            f"--bert_config_file={config}", f"--input_file={tmp_path}/{records}",
+            f"--output_dir={tmp_path / out}", f"--max_seq_length={seq}",
+            f"--max_predictions_per_seq={preds}", "--train_batch_size=6",
+            f"--num_train_steps={steps}", "--num_warmup_steps=1", "--save_checkpoints_steps=2",
+            "--iterations_per_loop=2", "--learning_rate=1e-3", "--do_train", *extra,
+        ])  # fmt: skip
+
+    phase("phase1", "short.tfrecord", 16, 3, 4)
+    # Phase 2 with another seed: had its weights not come from phase 1, they would differ from
+    # phase 1's by about the initializer's stddev (0.02), not by two Adam steps of 1e-3.
+    phase2 = ["--init_checkpoint=" + str(tmp_path / "phase1"), "--random_seed=99"]
+    first = phase("phase2", "long.tfrecord", 32, 5, 2, *phase2)
+    assert "initialised the whole model from" in first.stderr and "ckpt-4" in first.stderr
+    from modeling import bert
+    from training import trainer
+
+    def restored(out):
+        model = bert.BertPretrainer(helpers.tiny_config(max_position_embeddings=32))
+        model.build()
+        trainer.restore_model_weights(model, str(tmp_path / out))
+        return model
+
+    one, two = restored("phase1"), restored("phase2")
+    # The position table is sized max_position_embeddings (32), whatever the phase's length.
+    assert one.encoder.embeddings.position_embeddings.shape == (32, helpers.TINY["hidden_size"])
+    for a, b in zip(one.trainable_variables, two.trainable_variables):
+        diff = abs(a.numpy() - b.numpy()).max()
+        assert diff < 3e-3, (a.path, diff)
+    one = tf.train.load_checkpoint(str(tmp_path / "phase1"))
+    two = tf.train.load_checkpoint(str(tmp_path / "phase2"))
+    step = "global_step/.ATTRIBUTES/VARIABLE_VALUE"
+    assert (one.get_tensor(step), two.get_tensor(step)) == (4, 2)  # a fresh step count
+    # A restart of phase 2 (same command, more steps) resumes phase 2, not phase 1.
+    again = phase("phase2", "long.tfrecord", 32, 5, 4, *phase2)
+    assert "resumed from" in again.stderr and "phase2/ckpt-2" in again.stderr
+    assert "initialised the whole model" not in again.stderr
+    log = [
+        json.loads(x) for x in (tmp_path / "phase2" / "train_log.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in log] == [1, 2, 3, 4]

@@ -22,14 +22,32 @@ def data_file(tmp_path_factory):
     return str(path)
 
 
-def build(strategy, config, seed=7, steps=20, use_xla=False):
+def build(
+    strategy,
+    config,
+    seed=7,
+    steps=20,
+    use_xla=False,
+    precision="fp32",
+    accumulation=1,
+    optimizer="adamw",
+    initial_scale=2.0**15,
+    learning_rate=1e-2,
+):
     keras.utils.set_random_seed(seed)
-    with strategy.scope():
+    with strategy.scope(), optimization.dtype_policy(precision):
         model = bert.BertPretrainer(config)
         model.build()
-        opt = optimization.create_optimizer(1e-2, steps, 2)
+        opt = optimization.create_optimizer(learning_rate, steps, 2, optimizer=optimizer)
+        opt = optimization.with_loss_scaling(opt, precision, initial_scale)
         opt.build(model.trainable_variables)
-    return trainer.Trainer(strategy, tasks.bert_pretraining_task(model), opt, use_xla=use_xla)
+    return trainer.Trainer(
+        strategy,
+        tasks.bert_pretraining_task(model),
+        opt,
+        use_xla=use_xla,
+        gradient_accumulation_steps=accumulation,
+    )
 
 
 def dataset(path):
@@ -47,14 +65,19 @@ def test_mirrored_two_cpus_matches_one_device(data_file):
     assert two.strategy.num_replicas_in_sync == 2
     for a, b in zip(one.task.model.trainable_variables, two.task.model.trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())  # same seed, same init
-    rows_one = one.train_steps(iter(dataset(data_file)), 5)
-    rows_two = two.train_steps(iter(dataset(data_file)), 5)
-    np.testing.assert_allclose(rows_one, rows_two, rtol=1e-5, atol=1e-6)
+    fresh = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config)
+    assert_train_alike(one, two, fresh, data_file, 5, rows_rtol=1e-5)
+
+
+def assert_train_alike(fit_a, fit_b, fresh, data_file, steps, rows_rtol):
+    """Both trainers, from the same initial weights (those of `fresh`), give the same per-step
+    rows and final weights on the same batches, and training moved the weights."""
+    rows_a = fit_a.train_steps(iter(dataset(data_file)), steps)
+    rows_b = fit_b.train_steps(iter(dataset(data_file)), steps)
+    np.testing.assert_allclose(rows_a, rows_b, rtol=rows_rtol, atol=1e-6)
     moved = False
     for a, b, init in zip(
-        weights(one.task.model),
-        weights(two.task.model),
-        weights(build(tf.distribute.OneDeviceStrategy("/cpu:0"), config).task.model),
+        weights(fit_a.task.model), weights(fit_b.task.model), weights(fresh.task.model)
     ):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
         moved |= not np.allclose(a, init)
@@ -81,8 +104,8 @@ def poisoned(path, bad_steps):
     return dataset(path).enumerate().map(poison)
 
 
-def _run(out_dir, data_file, steps, config, bad_steps=(), **settings):
-    fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config, steps=12)
+def _run(out_dir, data_file, steps, config, bad_steps=(), build_args=None, **settings):
+    fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config, steps=12, **(build_args or {}))
     trainer.run_training(
         fit,
         lambda: poisoned(data_file, bad_steps) if bad_steps else dataset(data_file),
@@ -205,14 +228,19 @@ def test_train_and_warmup_steps_as_the_original():
 # Non-finite steps: checked before the update, never applied, never saved
 
 
-@pytest.mark.parametrize("where", ["one_device", "mirrored", "xla"])
+@pytest.mark.parametrize("where", ["one_device", "mirrored", "xla", "accumulation"])
 def test_nonfinite_step_changes_nothing_and_training_goes_on(data_file, where):
     strategy = (
         helpers.mirrored_strategy()
         if where == "mirrored"
         else tf.distribute.OneDeviceStrategy("/cpu:0")
     )
-    fit = build(strategy, helpers.tiny_config(), use_xla=where == "xla")
+    fit = build(
+        strategy,
+        helpers.tiny_config(),
+        use_xla=where == "xla",
+        accumulation=3 if where == "accumulation" else 1,
+    )
     batches = iter(poisoned(data_file, [3]))
     assert fit.train_steps(batches, 2)[:, -1].tolist() == [1.0, 1.0]
     model_before = weights(fit.task.model)
@@ -265,3 +293,122 @@ def test_skip_gives_up_after_too_many_in_a_row(tmp_path, data_file):
         )
     # Step 3 (saved) was skipped too, but its weights are step 1's, finite; nothing after step 4.
     assert sorted(p.name for p in tmp_path.glob("ckpt-*.index")) == ["ckpt-3.index"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Speed features against the plain path: steps per call, mixed precision, accumulation
+
+
+def test_several_steps_per_call_equal_one_step_per_call(data_file):
+    config = helpers.tiny_config()
+    many = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config)
+    one = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config)
+    rows_many = many.train_steps(iter(dataset(data_file)), 4)
+    batches = iter(dataset(data_file))
+    rows_one = np.concatenate([one.train_steps(batches, 1) for _ in range(4)])
+    np.testing.assert_allclose(rows_many, rows_one, rtol=1e-6, atol=1e-7)
+    for a, b in zip(weights(many.task.model), weights(one.task.model)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_bf16_loss_is_close_to_fp32_and_variables_stay_float32(tmp_path, data_file):
+    config = helpers.tiny_config()
+    fp32 = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config)
+    bf16 = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config, precision="bf16")
+    assert bf16.task.model.encoder.blocks[0].attention.qkv.compute_dtype == "bfloat16"
+    assert keras.config.dtype_policy().name == "float32"  # restored after building
+    for a, b in zip(weights(fp32.task.model), weights(bf16.task.model)):
+        np.testing.assert_array_equal(a, b)  # same float32 initial values
+    rows32 = fp32.train_steps(iter(dataset(data_file)), 3)
+    rows16 = bf16.train_steps(iter(dataset(data_file)), 3)
+    loss32 = [fp32.loss_from_sums(r) for r in rows32]
+    loss16 = [bf16.loss_from_sums(r) for r in rows16]
+    # bfloat16 keeps 8 significant bits (relative step 2^-8 = 0.4%); summed over the network
+    # the per-step loss stays within 2% of fp32 here.
+    np.testing.assert_allclose(loss16, loss32, rtol=2e-2)
+    assert loss16 != loss32, "bf16 computed exactly as fp32: the policy was not applied"
+    assert all(v.dtype == "float32" for v in bf16.task.model.variables if "seed" not in v.path)
+    prefix = tf.train.Checkpoint(model=bf16.task.model).save(str(tmp_path / "ckpt"))
+    saved = dict(
+        (name, tf.train.load_checkpoint(prefix).get_variable_to_dtype_map()[name])
+        for name, _ in tf.train.list_variables(prefix)
+        if name.startswith("model/") and "seed_generator" not in name
+    )
+    assert saved and set(saved.values()) == {tf.float32}
+
+
+def test_fp16_overflow_lowers_the_scale_and_is_not_a_nonfinite_failure(tmp_path, data_file):
+    # An initial scale of 2^24 makes the float16 backward pass overflow to Inf (the MLM logits'
+    # gradient times 2^24 exceeds float16's 65504), as a too-high scale does in a real run.
+    args = {"precision": "fp16", "initial_scale": 2.0**24}
+    fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.tiny_config(), **args)
+    before = weights(fit.task.model)
+    row = fit.train_steps(iter(dataset(data_file)), 1)[0]
+    extra = dict(zip(trainer.EXTRA_COLUMNS, row[-5:]))
+    assert (extra["overflow"], extra["applied"], extra["loss_scale"]) == (1.0, 0.0, 2.0**24)
+    assert np.isfinite(fit.loss_from_sums(row)) and not np.isfinite(extra["grad_norm"])
+    for a, b in zip(before, weights(fit.task.model)):
+        np.testing.assert_array_equal(a, b)
+    assert float(fit.optimizer.dynamic_scale.numpy()) == 2.0**23
+    assert int(fit.optimizer.iterations.numpy()) == 0
+    # Through run_training with --on_nonfinite=stop: overflows are logged, not failures, and
+    # the scale falls until steps apply.
+    fit = _run(tmp_path / "a", data_file, 12, helpers.tiny_config(), build_args=args)
+    log = trainer.read_jsonl(str(tmp_path / "a" / "train_log.jsonl"))
+    overflows = [r["step"] for r in log if r.get("overflow")]
+    assert overflows and overflows == list(range(1, len(overflows) + 1)) and len(overflows) < 12
+    assert not any(r.get("skipped") for r in log)
+    scales = [r["loss_scale"] for r in log]
+    assert scales[: len(overflows) + 1] == [2.0**24 / 2**i for i in range(len(overflows) + 1)]
+    assert int(fit.optimizer.iterations.numpy()) == 12 - len(overflows)
+    assert all(np.isfinite(w).all() for w in weights(fit.task.model))
+    # A non-finite loss (injected NaN in the data) is a real failure under fp16 too.
+    with pytest.raises(FloatingPointError, match="at step 5, with --on_nonfinite=stop"):
+        _run(tmp_path / "b", data_file, 8, helpers.tiny_config(), [5], {"precision": "fp16"})
+
+
+@pytest.mark.parametrize("where", ["one_device", "mirrored"])
+def test_accumulated_steps_equal_large_batch_steps(data_file, where):
+    strategy = (
+        helpers.mirrored_strategy()
+        if where == "mirrored"
+        else tf.distribute.OneDeviceStrategy("/cpu:0")
+    )
+    config = helpers.tiny_config()  # dropout off: micro-batches draw other masks
+    large = build(strategy, config)
+    # B = 6: 3 micro-batches of 2 on one device, of 1 per replica on two.
+    accumulated = build(strategy, config, accumulation=3)
+    assert_train_alike(accumulated, large, build(strategy, config), data_file, 3, rows_rtol=1e-4)
+    with pytest.raises(ValueError, match="denominators_fn"):
+        trainer.Trainer(
+            strategy,
+            trainer.Task(large.task.model, large.task.sums_fn, large.task.loss_terms, {}),
+            large.optimizer,
+            gradient_accumulation_steps=2,
+        )
+
+
+def test_accumulation_checkpoints_at_apply_boundaries_and_resumes_bit_for_bit(tmp_path, data_file):
+    # The N micro-batches of a step run inside that step, so a checkpoint (taken between steps)
+    # never holds a half-accumulated gradient; with dropout on, resume still equals a straight
+    # run bit for bit.
+    config = helpers.tiny_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    args = {"accumulation": 2}
+    straight = _run(tmp_path / "a", data_file, 6, config, build_args=args)
+    _run(tmp_path / "b", data_file, 3, config, build_args=args)
+    resumed = _run(tmp_path / "b", data_file, 6, config, build_args=args)
+    for a, b in zip(weights(straight.task.model), weights(resumed.task.model)):
+        np.testing.assert_array_equal(a, b)
+    log_a = trainer.read_jsonl(str(tmp_path / "a" / "train_log.jsonl"))
+    assert log_a == trainer.read_jsonl(str(tmp_path / "b" / "train_log.jsonl"))
+
+
+def test_lamb_trains_through_the_trainer(data_file):
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    # LAMB moves each layer by about lr * ||w|| per step: a larger rate than Adam's here.
+    fit = build(one, helpers.tiny_config(), steps=30, optimizer="lamb", learning_rate=0.1)
+    assert isinstance(fit.optimizer, optimization.Lamb)
+    one_batch = features.pretraining_dataset([data_file], B, S, P, is_training=False).take(1)
+    rows = fit.train_steps(iter(one_batch.repeat()), 30)
+    losses = [fit.loss_from_sums(r) for r in rows]
+    assert losses[-1] < 0.7 * losses[0]

@@ -7,6 +7,8 @@ a few thousand steps and the warmup hides the early difference.
 
 from __future__ import annotations
 
+import contextlib
+
 import keras
 import tensorflow as tf
 from keras import ops
@@ -166,6 +168,41 @@ def create_optimizer(
     # The train step sums gradients over replicas itself, before clipping (see docstring).
     opt._all_reduce_sum_gradients = lambda grads_and_vars: grads_and_vars
     return opt
+
+
+# --precision values and the Keras dtype policies they build a model with: variables stay float32,
+# layers compute in bfloat16 / float16; losses are computed in float32 (modeling/losses.py casts
+# the logits) and so are the attention softmax (modeling/layers.py) and LayerNorm (Keras).
+PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
+@contextlib.contextmanager
+def dtype_policy(precision: str):
+    """Builds models made inside at `precision` (a PRECISIONS key): sets Keras' global dtype
+    policy and restores the previous one on exit. A layer keeps the policy it was made with, so
+    a model made inside computes at that precision for its whole life."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {tuple(PRECISIONS)}, found {precision!r}")
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(PRECISIONS[precision])
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def with_loss_scaling(
+    optimizer, precision: str, initial_scale: float = 2.0**15, dynamic_growth_steps: int = 2000
+):
+    """fp16 wraps `optimizer` in Keras' LossScaleOptimizer (dynamic loss scaling, Micikevicius et
+    al. 2018, sec. 3.2: float16 gradients underflow without it); bf16 has float32's exponent
+    range and needs none. The Trainer scales the loss, unscales before clipping and runs the
+    scale's halving / doubling (training/trainer.py); the defaults are Keras'."""
+    if precision != "fp16":
+        return optimizer
+    return keras.optimizers.LossScaleOptimizer(
+        optimizer, initial_scale=initial_scale, dynamic_growth_steps=dynamic_growth_steps
+    )
 
 
 def clip_by_global_norm(grads, clip_norm: float):

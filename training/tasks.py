@@ -56,7 +56,13 @@ def bert_pretraining_task(model) -> Task:
         loss_terms.append(("sbo_loss_sum", "sbo_weight"))
         metrics["span_boundary_loss"] = ("sbo_loss_sum", "sbo_weight")
         metrics["span_boundary_accuracy"] = ("sbo_correct", "sbo_weight")
-    return Task(model=model, sums_fn=sums_fn, loss_terms=loss_terms, metrics=metrics)
+
+    def denominators_fn(batch):
+        masked = tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32))
+        rows = tf.cast(tf.shape(batch["input_ids"])[0], tf.float32)
+        return {"mlm_weight": masked, "nsp_count": rows, "sbo_weight": masked}
+
+    return Task(model, sums_fn, loss_terms, metrics, denominators_fn)
 
 
 def causal_lm_task(model) -> Task:
@@ -67,11 +73,16 @@ def causal_lm_task(model) -> Task:
         out = model({"input_ids": batch["input_ids"]}, training=training)
         return losses.causal_lm_sums(out["lm_logits"], batch["input_ids"])
 
+    def denominators_fn(batch):
+        shape = tf.shape(batch["input_ids"])  # every position but the last predicts
+        return {"weight": tf.cast(shape[0] * (shape[1] - 1), tf.float32)}
+
     return Task(
         model=model,
         sums_fn=sums_fn,
         loss_terms=[("loss_sum", "weight")],
         metrics={"lm_loss": ("loss_sum", "weight"), "lm_accuracy": ("correct", "weight")},
+        denominators_fn=denominators_fn,
     )
 
 
@@ -114,9 +125,16 @@ def electra_pretraining_task(
         sums = {f"mlm_{k}": v for k, v in mlm.items()} | {f"disc_{k}": v for k, v in disc.items()}
         return sums | {"sampled_correct": tf.reduce_sum(same * tf.cast(w, tf.float32))}
 
+    def denominators_fn(batch):
+        return {
+            "mlm_weight": tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32)),
+            "disc_count": tf.reduce_sum(tf.cast(batch["input_mask"], tf.float32)),
+        }
+
     return Task(
         model=model,
         sums_fn=sums_fn,
+        denominators_fn=denominators_fn,
         loss_terms=[("mlm_loss_sum", "mlm_weight"), ("disc_loss_sum", "disc_count", disc_weight)],
         metrics={
             "masked_lm_loss": ("mlm_loss_sum", "mlm_weight"),
@@ -169,9 +187,15 @@ def distillation_task(
             | {f"cos_{k}": v for k, v in cos.items()}
         )
 
+    def denominators_fn(batch):
+        masked = tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32))
+        tokens = tf.reduce_sum(tf.cast(batch["input_mask"], tf.float32))
+        return {"soft_weight": masked, "mlm_weight": masked, "cos_count": tokens}
+
     return Task(
         model=student,
         sums_fn=sums_fn,
+        denominators_fn=denominators_fn,
         loss_terms=[
             ("soft_loss_sum", "soft_weight", alpha_ce),
             ("mlm_loss_sum", "mlm_weight", alpha_mlm),

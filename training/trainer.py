@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -33,12 +34,18 @@ from training import optimization
 
 @dataclasses.dataclass
 class Task:
-    """What a train / eval step computes; see the module docstring."""
+    """What a train / eval step computes; see the module docstring.
+
+    denominators_fn: optional `(batch) -> dict` of the loss terms' denominator keys computed from
+    the batch alone (no model). Gradient accumulation needs it: every micro-batch's loss is
+    divided by the whole batch's global denominators, known before the first micro-batch runs.
+    """
 
     model: object
     sums_fn: Callable
     loss_terms: list
     metrics: dict
+    denominators_fn: Callable | None = None
 
 
 @dataclasses.dataclass
@@ -127,21 +134,56 @@ def _stack_sums(sums: dict, keys: list):
     return tf.stack([tf.cast(sums[k], tf.float32) for k in keys])
 
 
+# What train_steps returns after the summed metrics, one column each, in this order.
+EXTRA_COLUMNS = ("grad_norm", "learning_rate", "loss_scale", "overflow", "applied")
+# Loss scaling (fp16) never lowers the scale below this: an overflow at scale 1 is a real
+# non-finite gradient, handled as any other (--on_nonfinite).
+MIN_LOSS_SCALE = 1.0
+
+
 class Trainer:
     """Runs distributed training and evaluation of one Task with one optimizer."""
 
     def __init__(
-        self, strategy, task: Task, optimizer, clip_norm: float = 1.0, use_xla: bool = False
+        self,
+        strategy,
+        task: Task,
+        optimizer,
+        clip_norm: float = 1.0,
+        use_xla: bool = False,
+        gradient_accumulation_steps: int = 1,
     ):
         """Args:
-        use_xla: compile each replica's step (forward, backward, clipping, update) with XLA.
-          Only with one replica: the step's cross-replica sums cannot be compiled on CPU/GPU
-          replicas here, so with more replicas this is refused. On TPU, XLA is always on.
+        optimizer: a Keras optimizer, or a keras.optimizers.LossScaleOptimizer around one (fp16,
+          see optimization.with_loss_scaling): the loss is multiplied by its dynamic scale, the
+          gradients divided by it before clipping, and the inner optimizer applies them; a step
+          whose loss is finite but whose scaled gradients overflow halves the scale and is not
+          applied (column `overflow`), without counting as a non-finite step.
+        use_xla: compile each replica's step (forward, backward, clipping, the finiteness check
+          and the conditional update) as one XLA function. Only with one replica: the step's
+          cross-replica sums cannot be compiled on CPU/GPU replicas here, so with more
+          replicas this is refused. On TPU, XLA is always on.
+        gradient_accumulation_steps: N > 1 splits each replica's batch into N micro-batches run
+          one after another, summing their gradients, then clips and applies once: the same
+          update as the whole batch at once (up to float rounding and dropout masks), in about
+          1/N of the activation memory. Needs task.denominators_fn.
         """
         self.strategy = strategy
         self.task = task
         self.optimizer = optimizer
         self.clip_norm = clip_norm
+        self.loss_scale = (
+            optimizer if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else None
+        )
+        self._inner = optimizer.inner_optimizer if self.loss_scale else optimizer
+        self.accumulation = int(gradient_accumulation_steps)
+        if self.accumulation < 1:
+            raise ValueError(f"gradient_accumulation_steps must be >= 1, not {self.accumulation}")
+        if self.accumulation > 1 and task.denominators_fn is None:
+            raise ValueError(
+                "gradient accumulation needs the task's denominators_fn (the loss denominators "
+                "of a batch without running the model); this task has none"
+            )
         # (numerator, denominator, weight): a pair is weighted 1.
         self.loss_terms = [
             (t[0], t[1], float(t[2]) if len(t) > 2 else 1.0) for t in task.loss_terms
@@ -152,50 +194,142 @@ class Trainer:
         )
         self._train_fn = None
         self._eval_fn = None
-        self._step = self._replica_train_step
-        self._apply = self._replica_apply_step
-        if use_xla:
-            if strategy.num_replicas_in_sync > 1:
-                raise ValueError(
-                    "--use_xla needs a single replica (--distribution_strategy=one_device); "
-                    f"this strategy has {strategy.num_replicas_in_sync}"
-                )
-            self._step = tf.function(self._replica_train_step, jit_compile=True)
-            self._apply = tf.function(self._replica_apply_step, jit_compile=True)
+        self.use_xla = use_xla
+        if use_xla and strategy.num_replicas_in_sync > 1:
+            raise ValueError(
+                "--use_xla needs a single replica (--distribution_strategy=one_device); "
+                f"this strategy has {strategy.num_replicas_in_sync}"
+            )
+        # The whole step in one XLA function, update inside (see train_steps).
+        self._fused_step = tf.function(self._replica_fused_step, jit_compile=True)
 
     # -- one step, in replica context ----------------------------------------------------------
-    def _replica_train_step(self, batch):
-        model = self.task.model
-        ctx = tf.distribute.get_replica_context()
-        variables = model.trainable_variables
+    def _scale(self):
+        if self.loss_scale is None:
+            return tf.constant(1.0)
+        return tf.convert_to_tensor(self.loss_scale.dynamic_scale, tf.float32)
+
+    def _loss_and_grads(self, batch, dens, scale):
+        """One forward and backward pass. `dens`: the loss terms' global denominators, or None
+        to all-reduce this batch's. Returns (stacked sums, loss, unscaled gradients)."""
+        variables = self.task.model.trainable_variables
         with tf.GradientTape() as tape:
             sums = self.task.sums_fn(batch, training=True)
-            dens = ctx.all_reduce("sum", [sums[d] for _, d, _ in self.loss_terms])
+            if dens is None:
+                ctx = tf.distribute.get_replica_context()
+                dens = ctx.all_reduce("sum", [sums[d] for _, d, _ in self.loss_terms])
             terms = [sums[n] / tf.maximum(d, 1.0) for (n, _, _), d in zip(self.loss_terms, dens)]
             loss = tf.add_n(
                 [t if w == 1.0 else w * t for t, (_, _, w) in zip(terms, self.loss_terms)]
             )
-        grads = tape.gradient(loss, variables)
+            scaled = loss if self.loss_scale is None else loss * scale
+        grads = tape.gradient(scaled, variables)
         # A variable the loss does not reach (a pooler under mean pooling) has no gradient; a
-        # zero keeps clipping and the optimizer's update well defined.
-        grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
+        # zero keeps clipping and the optimizer's update well defined. Embedding gradients come
+        # as IndexedSlices holding a row once per occurrence in the batch: made dense (summing
+        # repeats) so the global norm is the true one (the original's tf.clip_by_global_norm
+        # over the slices counts a repeated token's row several times, inflating the norm) and
+        # so micro-batch gradients add up. Keras' Adam densifies them in its update anyway.
+        grads = [
+            tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+            for g, v in zip(grads, variables)
+        ]
+        if self.loss_scale is not None:
+            grads = [g / scale for g in grads]
+        return _stack_sums(sums, self.sum_keys), loss, grads
+
+    def _accumulate(self, batch, scale):
+        """_loss_and_grads over `self.accumulation` micro-batches of `batch`, summed."""
+        n = self.accumulation
+        ctx = tf.distribute.get_replica_context()
+        dens = self.task.denominators_fn(batch)
+        dens = ctx.all_reduce("sum", [tf.cast(dens[d], tf.float32) for _, d, _ in self.loss_terms])
+        size = tf.shape(next(iter(batch.values())))[0]
+        tf.debugging.assert_equal(
+            size % n, 0, message=f"the batch does not split into {n} micro-batches"
+        )
+        micro = size // n
+
+        def body(i, sums, loss, grads):
+            part = {k: v[i * micro : (i + 1) * micro] for k, v in batch.items()}
+            part_sums, part_loss, part_grads = self._loss_and_grads(part, dens, scale)
+            summed = [a + b for a, b in zip(grads, part_grads)]
+            return i + 1, sums + part_sums, loss + part_loss, summed
+
+        variables = self.task.model.trainable_variables
+        zeros = (
+            tf.zeros([len(self.sum_keys)]),
+            tf.constant(0.0),
+            [tf.zeros_like(v) for v in variables],
+        )
+        _, sums, loss, grads = tf.while_loop(
+            lambda i, *_: i < n, body, (tf.constant(0), *zeros), parallel_iterations=1
+        )
+        return sums, loss, grads
+
+    def _replica_train_step(self, batch):
+        ctx = tf.distribute.get_replica_context()
+        scale = self._scale()
+        if self.accumulation == 1:
+            sums, loss, grads = self._loss_and_grads(batch, None, scale)
+        else:
+            sums, loss, grads = self._accumulate(batch, scale)
         # Sum over replicas here, once: clipping must see the global gradient (the optimizer's
         # own all-reduce is off, see training/optimization.py).
         # The loss rides along so every replica sees the same global loss for the check below.
         *grads, global_loss = ctx.all_reduce("sum", [*grads, loss])
         grads, norm = optimization.clip_by_global_norm(grads, self.clip_norm)
-        lr = tf.cast(self.optimizer.learning_rate, tf.float32)  # the rate this step applies
-        # Checked before the update (in train_steps), on global values, so every replica decides
-        # alike.
-        finite = tf.cast(tf.math.is_finite(global_loss) & tf.math.is_finite(norm), tf.float32)
-        # Every replica holds the same global norm, rate and flag; the caller sums over replicas.
-        extra = tf.stack([norm, lr, finite]) / tf.cast(
+        lr = tf.cast(self._inner.learning_rate, tf.float32)  # the rate this step applies
+        # Checked before the update, on global values, so every replica decides alike.
+        loss_ok = tf.cast(tf.math.is_finite(global_loss), tf.float32)
+        grads_ok = tf.cast(tf.math.is_finite(norm), tf.float32)
+        # Every replica holds the same values; the caller sums over replicas.
+        extra = tf.stack([norm, lr, scale, loss_ok, grads_ok]) / tf.cast(
             self.strategy.num_replicas_in_sync, tf.float32
         )
-        return _stack_sums(sums, self.sum_keys), extra, grads
+        return sums, extra, grads
 
     def _replica_apply_step(self, grads):
-        self.optimizer.apply(grads, self.task.model.trainable_variables)
+        self._inner.apply(grads, self.task.model.trainable_variables)
+
+    def _decide(self, extra, apply_fn):
+        """Applies the step (apply_fn) when its loss and gradient are finite; on a loss-scale
+        overflow lowers the scale instead. Returns the 5 EXTRA_COLUMNS values."""
+        norm, lr, scale, loss_ok, grads_ok = tf.unstack(extra)
+        applied = (loss_ok > 0.5) & (grads_ok > 0.5)
+        overflow = tf.constant(False)
+        if self.loss_scale is None:
+            tf.cond(applied, lambda: apply_fn() or tf.no_op(), tf.no_op)
+        else:
+            # Keras' LossScaleOptimizer's rule (halve on overflow, double after
+            # dynamic_growth_steps finite steps), on its own variables, decided here since the
+            # gradients were unscaled and clipped before the update.
+            lso = self.loss_scale
+            overflow = (loss_ok > 0.5) & (grads_ok < 0.5) & (scale > MIN_LOSS_SCALE)
+
+            def grow():
+                apply_fn()
+                count = lso.step_counter + 1
+                full = count >= lso.dynamic_growth_steps
+                lso.step_counter.assign(tf.where(full, tf.zeros_like(count), count))
+                lso.dynamic_scale.assign(tf.where(full, scale * 2.0, scale))
+                return tf.no_op()
+
+            def shrink():
+                lso.step_counter.assign(0)
+                lso.dynamic_scale.assign(tf.maximum(scale * 0.5, MIN_LOSS_SCALE))
+                return tf.no_op()
+
+            tf.cond(applied, grow, lambda: tf.cond(overflow, shrink, tf.no_op))
+        return tf.stack(
+            [norm, lr, scale, tf.cast(overflow, tf.float32), tf.cast(applied, tf.float32)]
+        )
+
+    def _replica_fused_step(self, batch):
+        """Step, check and update in one function (one replica: the update's cond is then
+        allowed in replica context)."""
+        sums, extra, grads = self._replica_train_step(batch)
+        return sums, self._decide(extra, lambda: self._replica_apply_step(grads))
 
     def _replica_eval_step(self, batch):
         return _stack_sums(self.task.sums_fn(batch, training=False), self.sum_keys)
@@ -204,9 +338,11 @@ class Trainer:
     def train_steps(self, iterator, num_steps: int) -> np.ndarray:
         """Runs `num_steps` steps in one tf.function call (no Python between steps).
 
-        Returns a float64 array (num_steps, len(sum_keys) + 3): the per-step metric sums over the
-        global batch, then the global gradient norm before clipping, the learning rate and 1.0
-        where the update was applied or 0.0 where it was skipped (a non-finite loss or gradient).
+        Returns a float64 array (num_steps, len(sum_keys) + 5): the per-step metric sums over the
+        global batch, then EXTRA_COLUMNS: the global gradient norm before clipping, the learning
+        rate, the loss scale the step used (1 without loss scaling), 1.0 where a loss-scale
+        overflow lowered the scale, and 1.0 where the update was applied or 0.0 where it was
+        skipped (a non-finite loss or gradient, or an overflow).
         """
         if self._train_fn is None:
 
@@ -215,28 +351,27 @@ class Trainer:
                 out = tf.TensorArray(tf.float32, size=n)
                 for i in tf.range(n):
                     dist = slice_for_replica(self.strategy, next(iterator))
-                    sums, extra, grads = self.strategy.run(self._step, args=(dist,))
-                    extra = self.strategy.reduce("sum", extra, axis=None)  # norm, lr, finite
                     # A non-finite step is skipped whole: no variable or Adam moment changes and
                     # the optimizer's iteration (hence the learning-rate schedule) stays; the
                     # input and the dropout seeds have moved on. Zeroing the gradient would not
-                    # do: Adam's moments and weight decay would still move. The cond sits
-                    # outside the replica function since MirroredStrategy refuses the
-                    # optimizer's merge_call inside control flow there.
-                    tf.cond(
-                        extra[2] > 0.5,
-                        lambda grads=grads: (
-                            self.strategy.run(self._apply, args=(grads,)) or tf.no_op()
-                        ),
-                        tf.no_op,
-                    )
-                    row = tf.concat(
-                        [
-                            self.strategy.reduce("sum", sums, axis=None),
+                    # do: Adam's moments and weight decay would still move.
+                    if self.use_xla:
+                        sums, extra = self.strategy.run(self._fused_step, args=(dist,))
+                        extra = self.strategy.reduce("sum", extra, axis=None)
+                    else:
+                        sums, extra, grads = self.strategy.run(
+                            self._replica_train_step, args=(dist,)
+                        )
+                        extra = self.strategy.reduce("sum", extra, axis=None)
+                        # The cond sits outside the replica function since MirroredStrategy
+                        # refuses the optimizer's merge_call inside control flow there.
+                        extra = self._decide(
                             extra,
-                        ],
-                        axis=0,
-                    )
+                            lambda grads=grads: self.strategy.run(
+                                self._replica_apply_step, args=(grads,)
+                            ),
+                        )
+                    row = tf.concat([self.strategy.reduce("sum", sums, axis=None), extra], 0)
                     out = out.write(i, row)
                 return out.stack()
 
@@ -480,10 +615,24 @@ def run_training(
             for i, row in enumerate(rows):
                 metrics = trainer.metrics_from_sums(row)
                 rec = {"step": step + i + 1, "loss": trainer.loss_from_sums(row), **metrics}
-                rec |= {"grad_norm": float(row[-3]), "learning_rate": float(row[-2])}
+                extra = dict(zip(EXTRA_COLUMNS, row[-len(EXTRA_COLUMNS) :].tolist()))
+                rec |= {"grad_norm": extra["grad_norm"], "learning_rate": extra["learning_rate"]}
+                if trainer.loss_scale is not None:
+                    rec["loss_scale"] = extra["loss_scale"]
                 records.append(rec)
-                if row[-1] > 0.5:  # applied
+                if extra["applied"] > 0.5:
                     in_a_row = 0
+                    continue
+                if extra["overflow"] > 0.5:
+                    # fp16 loss scaling: the scaled gradient overflowed; the scale was halved and
+                    # the step not applied. Expected now and then, not a non-finite failure.
+                    rec["overflow"] = True
+                    logging.info(
+                        "step %d: loss-scale overflow at scale %g; lowered to %g, not applied",
+                        rec["step"],
+                        extra["loss_scale"],
+                        max(extra["loss_scale"] / 2, MIN_LOSS_SCALE),
+                    )
                     continue
                 rec["skipped"] = True
                 skipped += 1
@@ -516,7 +665,7 @@ def run_training(
             step_var.assign_add(n)
             step = int(step_var)
             _append_jsonl(train_log, records)
-            applied = [r for r in records if not r.get("skipped")]
+            applied = [r for r in records if not (r.get("skipped") or r.get("overflow"))]
             with writer.as_default(step=step):
                 for key in applied[-1] if applied else ():
                     if key != "step":
@@ -529,7 +678,8 @@ def run_training(
             rate = loop_rate if loops <= 2 else 0.7 * rate + 0.3 * loop_rate
             eta = (settings.num_train_steps - step) * global_batch_size / max(rate, 1e-9)
             shown = " ".join(
-                f"{k} {np.mean([r[k] for r in applied]):.4f}" for k in ["loss", *metric_names]
+                f"{k} {np.mean([r[k] for r in applied]):.4f}"
+                for k in (["loss", *metric_names] if applied else [])
             )
             logging.info(
                 "step %d/%d | %s | %.1f examples/s | ETA %s%s",
