@@ -2,7 +2,6 @@
 of what Cloze deletes and deserialises. (Kill/resume, SIGTERM and damaged TFRecords are tested in
 test_trainer.py and test_run_pretraining.py; bench/reliability.py loops over them.)"""
 
-import inspect
 import io
 import json
 import os
@@ -304,13 +303,6 @@ def _latest_step(folder) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    "int(step_var)" in inspect.getsource(trainer.run_training),
-    reason="training/trainer.py: int() of the step variable raises TypeError under "
-    "MultiWorkerMirroredStrategy (a MirroredVariable); int(step_var.numpy()) fixes it",
-    raises=AssertionError,
-    strict=True,
-)
 def test_two_workers_train_as_one_survive_a_kill_and_resume(tmp_path):
     files = []
     for i in range(2):

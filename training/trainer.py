@@ -577,11 +577,13 @@ def run_training(
     )
     train_log = os.path.join(out, "train_log.jsonl")
     eval_log = os.path.join(out, "eval_log.jsonl")
+    # int(step_var.numpy()), not int(step_var): under MultiWorkerMirroredStrategy the step is a
+    # MirroredVariable, which int() refuses (TypeError).
     if manager.latest_checkpoint:
         ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        logging.info("resumed from %s at step %d", manager.latest_checkpoint, int(step_var))
-        _truncate_jsonl(train_log, int(step_var))
-        _truncate_jsonl(eval_log, int(step_var))
+        logging.info("resumed from %s at step %d", manager.latest_checkpoint, int(step_var.numpy()))
+        _truncate_jsonl(train_log, int(step_var.numpy()))
+        _truncate_jsonl(eval_log, int(step_var.numpy()))
     else:
         for stale in (train_log, eval_log):
             if os.path.exists(stale):
@@ -603,11 +605,11 @@ def run_training(
     with _SigtermFlag() as sigterm:
         while True:
             if sigterm.received:
-                _exit_preempted(manager, model, int(step_var))
-            if int(step_var) >= settings.num_train_steps:
+                _exit_preempted(manager, model, int(step_var.numpy()))
+            if int(step_var.numpy()) >= settings.num_train_steps:
                 break
             t_loop = time.time()
-            step = int(step_var)
+            step = int(step_var.numpy())
             to_save = settings.save_checkpoints_steps - step % settings.save_checkpoints_steps
             n = min(settings.iterations_per_loop, to_save, settings.num_train_steps - step)
             rows = trainer.train_steps(iterator, n)
@@ -663,7 +665,7 @@ def run_training(
                         "data, or pass --on_nonfinite=skip."
                     )
             step_var.assign_add(n)
-            step = int(step_var)
+            step = int(step_var.numpy())
             _append_jsonl(train_log, records)
             applied = [r for r in records if not (r.get("skipped") or r.get("overflow"))]
             with writer.as_default(step=step):
