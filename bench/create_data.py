@@ -64,23 +64,38 @@ def repeat_corpus(base, out_path, times: int) -> int:
     return len(text.encode("utf-8")) * times
 
 
+# Started by run_measured, this small process runs the command and prints the command's own
+# peak RSS. Linux carries a process's RSS high-water mark over fork and exec, so a child forked
+# straight from a benchmark process that holds gigabytes would report the parent's size.
+_PEAK_RSS_WRAPPER = """
+import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:])
+_, status, usage = os.wait4(proc.pid, 0)
+print(f"PEAK_RSS_KB={usage.ru_maxrss}", file=sys.stderr)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_measured(cmd, env=None, cwd=None) -> dict:
-    """Runs `cmd`, returns wall seconds and the child's peak resident memory in MB; raises with
-    the tail of its output when it fails."""
+    """Runs `cmd`, returns wall seconds and its peak resident memory in MB (ru_maxrss of the
+    command, taken in a small wrapper process: see _PEAK_RSS_WRAPPER); raises with the tail of
+    its output when it fails."""
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd, text=True
+    result = subprocess.run(
+        [sys.executable, "-c", _PEAK_RSS_WRAPPER, *map(str, cmd)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=cwd,
+        text=True,
     )
-    # Reading the pipe while waiting; wait4 then reports this child's own rusage.
-    output = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - start
-    if proc.returncode != 0:
+    if result.returncode != 0:
         raise RuntimeError(
-            f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{output[-3000:]}"
+            f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n{result.stdout[-3000:]}"
         )
-    return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024.0}  # ru_maxrss is in KB
+    peak = [line for line in result.stdout.splitlines() if line.startswith("PEAK_RSS_KB=")]
+    return {"seconds": seconds, "peak_rss_mb": int(peak[-1].split("=")[1]) / 1024.0}
 
 
 def count_records(path) -> int:

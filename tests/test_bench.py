@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from bench import flops, pretrain_throughput, tokenize
+from bench import create_data, flops, pretrain_throughput, tokenize
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = "the a cat dog sat ran on mat big small red house garden tree bird sang".split()
@@ -78,6 +78,19 @@ def test_padding_fraction_counts_zero_mask_positions(tmp_path):
     result = pretrain_throughput.padding_fraction(path, 4)
     assert result["records"] == 2 and result["padding_fraction"] == pytest.approx(3 / 8)
     assert result["mean_real_tokens"] == pytest.approx(2.5)
+
+
+def test_peak_memory_is_the_commands_own_not_the_parents():
+    # This test process holds TensorFlow (hundreds of MB); a bare interpreter needs ~10 MB. A
+    # child forked straight from here would report at least this process's size.
+    ballast = bytearray(400_000_000)
+    ballast[::4096] = b"1" * len(ballast[::4096])  # touched, so resident
+    small = create_data.run_measured([sys.executable, "-c", "pass"])["peak_rss_mb"]
+    grown = create_data.run_measured(
+        [sys.executable, "-c", "x = bytearray(200_000_000); x[::4096] = b'1' * len(x[::4096])"]
+    )["peak_rss_mb"]
+    assert 0 < small < 100 and 190 < grown < 400
+    del ballast
 
 
 def test_run_all_quick_writes_every_figure(tmp_path):
