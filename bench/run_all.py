@@ -131,7 +131,7 @@ def run_benchmarks(
     import tensorflow as tf
     import tokenizers
 
-    from bench import create_data, flops, inference, pretrain_throughput, tokenize
+    from bench import create_data, flops, inference, pretrain_throughput, tokenizer_speed
 
     unknown = sorted(set(which) - set(BENCHMARKS))
     if unknown:
@@ -168,7 +168,7 @@ def run_benchmarks(
         save()
     if "tokenize" in which:
         logging.info("tokenize")
-        results["tokenize_wordpiece"] = tokenize.wordpiece(
+        results["tokenize_wordpiece"] = tokenizer_speed.wordpiece(
             inputs["corpus"], inputs["vocab"], **s["tokenize"]
         )
         save()
@@ -179,7 +179,7 @@ def run_benchmarks(
         except RuntimeError as e:  # npm missing or unreachable: recorded, the rest goes on
             results["tokenize_bpe"] = {"skipped": str(e)[:500]}
         else:
-            results["tokenize_bpe"] = tokenize.byte_level_bpe(
+            results["tokenize_bpe"] = tokenizer_speed.byte_level_bpe(
                 inputs["corpus"], bpe_dir, **s["tokenize"]
             )
         save()

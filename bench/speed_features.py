@@ -5,7 +5,7 @@ against the plain path. Runs the settings round-robin so load from other process
 machine hits them alike, and prints the median steps/s of each and its ratio to fp32, plus the
 padding fraction of the records (the share of positions that are [PAD]).
 
-  nice -n 10 python -m tests.measure_speed_features \
+  nice -n 10 python -m bench.speed_features \
     --config=default_run/bert_config.json --input=default_run/data/train.tfrecord
 """
 

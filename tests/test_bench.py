@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from bench import create_data, flops, pretrain_throughput, tokenize
+from bench import create_data, flops, pretrain_throughput, tokenizer_speed
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = "the a cat dog sat ran on mat big small red house garden tree bird sang".split()
@@ -60,11 +60,15 @@ def test_parse_size_refuses_a_bad_spec():
 
 def test_ids_check_compares_every_line_and_names_the_first_difference():
     numbered = [(1, "a b"), (4, "c d"), (9, "e")]
-    assert tokenize.check_identical("c.txt", numbered, [[1, 2], [3], [4]], [[1, 2], [3], [4]], "X")
+    assert tokenizer_speed.check_identical(
+        "c.txt", numbered, [[1, 2], [3], [4]], [[1, 2], [3], [4]], "X"
+    )
     with pytest.raises(ValueError, match=r"c\.txt:9: X ids differ"):
-        tokenize.check_identical("c.txt", numbered, [[1, 2], [3], [4]], [[1, 2], [3], [5]], "X")
+        tokenizer_speed.check_identical(
+            "c.txt", numbered, [[1, 2], [3], [4]], [[1, 2], [3], [5]], "X"
+        )
     with pytest.raises(ValueError, match="3 vs 2 tokenized lines"):
-        tokenize.check_identical("c.txt", numbered, [[1], [2], [3]], [[1], [2]], "X")
+        tokenizer_speed.check_identical("c.txt", numbered, [[1], [2], [3]], [[1], [2]], "X")
 
 
 def test_padding_fraction_counts_zero_mask_positions(tmp_path):
