@@ -20,8 +20,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# Run as a script, sys.path[0] would be bench/, where bench/tokenize.py would shadow the standard
-# library's tokenize module; the repository root goes there instead.
+# Run as a script, sys.path[0] would be bench/, whose module names (bench/flops.py, ...) would
+# shadow any top-level module of the same name; the repository root goes there instead.
 REPO = Path(__file__).resolve().parents[1]
 if sys.path and Path(sys.path[0] or ".").resolve() == REPO / "bench":
     sys.path[0] = str(REPO)
