@@ -18,6 +18,7 @@ the real MiniLM package is used (both fetched from PyPI once).
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 # Run as a script, sys.path[0] would be bench/, whose module names (bench/flops.py, ...) would
@@ -124,7 +125,6 @@ def run_benchmarks(
     the results dict, also written to output_dir/results.json after each benchmark."""
     import json
     import platform
-    import shutil
     import time
 
     import keras
@@ -185,11 +185,11 @@ def run_benchmarks(
         save()
     if "inference" in which:
         logging.info("inference")
-        # Exports refuse a non-empty folder; this one is the benchmark's own scratch space.
-        shutil.rmtree(output_dir / "inference", ignore_errors=True)
-        results["inference"] = inference.run(
-            use_xla=use_xla, work_dir=output_dir / "inference", **s["inference"]
-        )
+        # Exports refuse a non-empty folder, so each run exports into a fresh folder of its own
+        # (never deleting one: an earlier run's stays for the user to inspect or remove).
+        output_dir.mkdir(parents=True, exist_ok=True)
+        work = tempfile.mkdtemp(prefix="inference_", dir=output_dir)
+        results["inference"] = inference.run(use_xla=use_xla, work_dir=work, **s["inference"])
         save()
     if "create_data" in which:
         logging.info("create_data")

@@ -27,9 +27,13 @@ FEED_FORWARD = ("relu", "gated-relu", "gated-gelu")
 
 
 def is_t5_config(values: dict) -> bool:
-    """Whether a config dict is a T5 one (its config.json names d_model / d_kv) rather than a
-    BERT-family or GPT one."""
-    return isinstance(values, dict) and ("d_model" in values or "d_kv" in values)
+    """Whether a config dict is a T5 one (its config.json names vocab_size with d_model / d_kv)
+    rather than a BERT-family, GPT or XLNet one (XLNet's d_model comes with n_token)."""
+    return (
+        isinstance(values, dict)
+        and "vocab_size" in values
+        and ("d_model" in values or "d_kv" in values)
+    )
 
 
 @dataclasses.dataclass(frozen=True)

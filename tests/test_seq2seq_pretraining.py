@@ -47,6 +47,11 @@ def test_is_t5_config_tells_the_families_apart():
     assert t5.is_t5_config(TINY)
     assert not t5.is_t5_config({"n_vocab": 5, "n_ctx": 8})
     assert not t5.is_t5_config({"vocab_size": 5, "hidden_size": 8})
+    # XLNet's released config shares d_model with T5's; its n_token (no vocab_size) tells it apart.
+    for name in ("xlnet_tiny", "gpt_tiny", "bert_tiny", "elmo_tiny"):
+        values = json.loads((ROOT / "configs" / f"{name}.json").read_text())
+        assert not t5.is_t5_config(values), name
+    assert t5.is_t5_config(json.loads((ROOT / "configs" / "t5_tiny.json").read_text()))
 
 
 def test_decoder_inputs_are_the_targets_shifted_right():
