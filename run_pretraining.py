@@ -550,15 +550,77 @@ def _train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, cu
         trainer.write_eval_results(output_dir, results)
 
 
+def pretrain_blocks(
+    config, make_model, make_task, make_dataset, files, perplexity_of, curve_keys, after_build=None
+):
+    """The shared tail of the block objectives (GPT, ELMo, T5, XLNet): model and optimizer under
+    the strategy, the Trainer, per-worker datasets, held-out evaluation with perplexities, and
+    train_and_evaluate.
+
+    make_model(config) -> the Keras model; make_task(model) -> its trainer.Task;
+    make_dataset(files, per_worker_batch, is_training, seed, workers, worker_index) -> a
+    tf.data.Dataset; files = (train_files, eval_files, (all_files, feature_spec)); perplexity_of
+    maps a result name to the mean per-token loss it exponentiates; after_build(model), if given,
+    runs once the weights exist. Returns the built model.
+    """
+    import math
+
+    from training import trainer
+
+    train_files, eval_files, inputs = files
+    strategy, workers, worker_index = setup_strategy()
+    model, optimizer = build_model(strategy, lambda: make_model(config))
+    if after_build is not None:
+        after_build(model)
+    try:
+        fit = trainer.Trainer(
+            strategy,
+            make_task(model),
+            optimizer,
+            use_xla=FLAGS.use_xla,
+            gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+        )
+    except ValueError as e:
+        raise app.UsageError(f"--gradient_accumulation_steps: {e}") from None
+
+    def dataset(files, batch_size, is_training):
+        return make_dataset(
+            files, batch_size // workers, is_training, FLAGS.random_seed, workers, worker_index
+        )
+
+    def eval_fn():
+        results = fit.evaluate(
+            dataset(eval_files, FLAGS.eval_batch_size, False), FLAGS.max_eval_steps
+        )
+        # exp of the mean per-token loss, capped so that a diverged run still prints.
+        return results | {
+            k: math.exp(min(results[loss], 50.0)) for k, loss in perplexity_of.items()
+        }
+
+    def init_fn():
+        loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
+        logging.info("initialised the %s from %s", part, loaded)
+
+    logging.info("%s, %d parameters", type(model).__name__, model.count_params())
+    train_and_evaluate(
+        fit,
+        lambda: dataset(train_files, FLAGS.train_batch_size, True),
+        eval_fn,
+        init_fn,
+        config.to_json_string(),
+        curve_keys,
+        inputs,
+    )
+    return model
+
+
 def pretrain_language_model(config) -> None:
     """GPT: next-token prediction on the blocks of data_prep/create_lm_data.py (Radford et al.
     2018, sec. 3.1), with held-out loss, accuracy and perplexity."""
-    import math
-
     from data_prep import features, lm_data
     from data_prep.errors import InputError
     from modeling import gpt
-    from training import tasks, trainer
+    from training import tasks
 
     s = FLAGS.max_seq_length
     if s > config.n_ctx:
@@ -573,53 +635,23 @@ def pretrain_language_model(config) -> None:
     eval_files = features.expand_input_files(FLAGS.eval_input_file or FLAGS.input_file)
     if FLAGS.skip_corrupt_records:
         raise app.UsageError("--skip_corrupt_records: not for GPT blocks yet")
-    check_input_files(sorted(set(train_files + eval_files)), lm_data.lm_feature_spec(s))
+    files = sorted(set(train_files + eval_files))
+    check_input_files(files, lm_data.lm_feature_spec(s))
     try:
-        lm_data.check_lm_files(sorted(set(train_files + eval_files)), s)
+        lm_data.check_lm_files(files, s)
     except InputError as e:
         raise SystemExit(
             f"run_pretraining: {e} (make blocks with data_prep/create_lm_data.py)"
         ) from None
-    strategy, workers, worker_index = setup_strategy()
-    model, optimizer = build_model(strategy, lambda: gpt.GptLM(config))
-    fit = trainer.Trainer(
-        strategy,
-        tasks.causal_lm_task(model),
-        optimizer,
-        use_xla=FLAGS.use_xla,
-        gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
-    )
-
-    def dataset(files, batch_size, is_training):
-        return lm_data.lm_dataset(
-            files, batch_size // workers, s, is_training, FLAGS.random_seed, workers, worker_index
-        )
-
-    def eval_fn():
-        results = fit.evaluate(
-            dataset(eval_files, FLAGS.eval_batch_size, False), FLAGS.max_eval_steps
-        )
-        # Perplexity, exp of the mean per-token loss (capped so a diverged run still prints).
-        return results | {"perplexity": math.exp(min(results["lm_loss"], 50.0))}
-
-    def init_fn():
-        loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
-        logging.info("initialised the %s from %s", part, loaded)
-
-    logging.info(
-        "GPT (%s-LN), blocks of %d, %d parameters",
-        config.layer_norm_position,
-        s,
-        model.count_params(),
-    )
-    train_and_evaluate(
-        fit,
-        lambda: dataset(train_files, FLAGS.train_batch_size, True),
-        eval_fn,
-        init_fn,
-        config.to_json_string(),
+    logging.info("GPT (%s-LN), blocks of %d", config.layer_norm_position, s)
+    pretrain_blocks(
+        config,
+        gpt.GptLM,
+        tasks.causal_lm_task,
+        lambda f, b, train, *shard: lm_data.lm_dataset(f, b, s, train, *shard),
+        (train_files, eval_files, (files, lm_data.lm_feature_spec(s))),
+        {"perplexity": "lm_loss"},
         ["lm_loss", "lm_accuracy"],
-        (sorted(set(train_files + eval_files)), lm_data.lm_feature_spec(s)),
     )
 
 
@@ -627,12 +659,11 @@ def pretrain_bilm(config) -> None:
     """ELMo: the forward and backward LMs together on the blocks of data_prep/create_lm_data.py
     (Peters et al. 2018, sec. 3.1), with each direction's held-out loss and perplexity. A
     char-CNN config spells the ids of --vocab_file (whose size must be n_tokens_vocab)."""
-    import math
 
     from data_prep import features, lm_data, tokenization
     from data_prep.errors import InputError
     from modeling import elmo
-    from training import bilm_tasks, trainer
+    from training import bilm_tasks
 
     s = FLAGS.max_seq_length
     bert_only = ["masking", "sentence_objective", "span_boundary_objective"]
@@ -661,39 +692,21 @@ def pretrain_bilm(config) -> None:
         raise SystemExit(
             f"run_pretraining: {e} (make blocks with data_prep/create_lm_data.py)"
         ) from None
-    strategy, workers, worker_index = setup_strategy()
-    model, optimizer = build_model(strategy, lambda: elmo.ElmoLM(config))
-    if tokens is not None:
-        model.encoder.set_char_table(tokens)
-    fit = trainer.Trainer(strategy, bilm_tasks.bilm_task(model), optimizer, use_xla=FLAGS.use_xla)
 
-    def dataset(files, batch_size, is_training):
-        return lm_data.lm_dataset(
-            files, batch_size // workers, s, is_training, FLAGS.random_seed, workers, worker_index
-        )
+    def set_char_table(model):  # the strings the char-CNN spells, once its table exists
+        if tokens is not None:
+            model.encoder.set_char_table(tokens)
 
-    def eval_fn():
-        results = fit.evaluate(
-            dataset(eval_files, FLAGS.eval_batch_size, False), FLAGS.max_eval_steps
-        )
-        # Perplexity per direction, exp of its mean per-token loss (capped for a diverged run).
-        for d in ("forward", "backward"):
-            results[f"{d}_perplexity"] = math.exp(min(results[f"{d}_lm_loss"], 50.0))
-        return results
-
-    def init_fn():
-        loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
-        logging.info("initialised the %s from %s", part, loaded)
-
-    logging.info("ELMo biLM, blocks of %d, %d parameters", s, model.count_params())
-    train_and_evaluate(
-        fit,
-        lambda: dataset(train_files, FLAGS.train_batch_size, True),
-        eval_fn,
-        init_fn,
-        config.to_json_string(),
+    logging.info("ELMo biLM, blocks of %d", s)
+    pretrain_blocks(
+        config,
+        elmo.ElmoLM,
+        bilm_tasks.bilm_task,
+        lambda f, b, train, *shard: lm_data.lm_dataset(f, b, s, train, *shard),
+        (train_files, eval_files, inputs),
+        {f"{d}_perplexity": f"{d}_lm_loss" for d in ("forward", "backward")},
         ["forward_lm_loss", "backward_lm_loss", "forward_lm_accuracy"],
-        inputs,
+        after_build=set_char_table,
     )
 
 
@@ -702,12 +715,11 @@ def pretrain_seq2seq(config) -> None:
     data_prep/create_seq2seq_data.py (span corruption or text infilling), with held-out target
     loss, token accuracy and perplexity. --max_seq_length is the records' encoder length; their
     target length is read from the files."""
-    import math
 
     from data_prep import features, seq2seq_data
     from data_prep.errors import InputError
     from modeling import t5
-    from training import seq2seq_tasks, trainer
+    from training import seq2seq_tasks
 
     changed = [
         f"--{n}"
@@ -742,43 +754,15 @@ def pretrain_seq2seq(config) -> None:
         ) from None
     spec = seq2seq_data.seq2seq_feature_spec(s, t)
     check_input_files(files, spec)
-    strategy, workers, worker_index = setup_strategy()
-    model, optimizer = build_model(strategy, lambda: t5.T5Model(config))
-    task = seq2seq_tasks.seq2seq_task(model)
-    fit = trainer.Trainer(strategy, task, optimizer, use_xla=FLAGS.use_xla)
-
-    def dataset(files, batch_size, is_training):
-        return seq2seq_data.seq2seq_dataset(
-            files,
-            batch_size // workers,
-            s,
-            t,
-            is_training,
-            FLAGS.random_seed,
-            workers,
-            worker_index,
-        )
-
-    def eval_fn():
-        results = fit.evaluate(
-            dataset(eval_files, FLAGS.eval_batch_size, False), FLAGS.max_eval_steps
-        )
-        # Perplexity of the targets, exp of the mean per-token loss (capped for a diverged run).
-        return results | {"perplexity": math.exp(min(results["target_loss"], 50.0))}
-
-    def init_fn():
-        loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
-        logging.info("initialised the %s from %s", part, loaded)
-
-    logging.info("T5, inputs %d, targets %d, %d parameters", s, t, model.count_params())
-    train_and_evaluate(
-        fit,
-        lambda: dataset(train_files, FLAGS.train_batch_size, True),
-        eval_fn,
-        init_fn,
-        config.to_json_string(),
+    logging.info("T5, inputs %d, targets %d", s, t)
+    pretrain_blocks(
+        config,
+        t5.T5Model,
+        seq2seq_tasks.seq2seq_task,
+        lambda f, b, train, *shard: seq2seq_data.seq2seq_dataset(f, b, s, t, train, *shard),
+        (train_files, eval_files, (files, spec)),
+        {"perplexity": "target_loss"},
         ["target_loss", "target_accuracy"],
-        (files, spec),
     )
 
 
@@ -788,12 +772,11 @@ def pretrain_permutation_lm(config) -> None:
     tokens. Each batch draws a factorisation order per block in tf.data (seeded by
     --random_seed and the batch number); --max_predictions_per_seq is how many tokens of a block
     are predicted (the last of the order: the paper's partial prediction, |z| / K tokens)."""
-    import math
 
     from data_prep import features, lm_data, permutation
     from data_prep.errors import InputError
     from modeling import xlnet
-    from training import plm_tasks, trainer
+    from training import plm_tasks
 
     s, p = FLAGS.max_seq_length, FLAGS.max_predictions_per_seq
     if not 1 <= p <= s:
@@ -817,44 +800,15 @@ def pretrain_permutation_lm(config) -> None:
         raise SystemExit(
             f"run_pretraining: {e} (make blocks with data_prep/create_lm_data.py)"
         ) from None
-    strategy, workers, worker_index = setup_strategy()
-    model, optimizer = build_model(strategy, lambda: xlnet.XLNetPretrainer(config))
-    task = plm_tasks.permutation_lm_task(model)
-    fit = trainer.Trainer(strategy, task, optimizer, use_xla=FLAGS.use_xla)
-
-    def dataset(files, batch_size, is_training):
-        return permutation.permutation_lm_dataset(
-            files,
-            batch_size // workers,
-            s,
-            p,
-            is_training,
-            FLAGS.random_seed,
-            workers,
-            worker_index,
-        )
-
-    def eval_fn():
-        results = fit.evaluate(
-            dataset(eval_files, FLAGS.eval_batch_size, False), FLAGS.max_eval_steps
-        )
-        return results | {"perplexity": math.exp(min(results["plm_loss"], 50.0))}
-
-    def init_fn():
-        loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
-        logging.info("initialised the %s from %s", part, loaded)
-
-    logging.info(
-        "XLNet, blocks of %d, %d predicted each, %d parameters", s, p, model.count_params()
-    )
-    train_and_evaluate(
-        fit,
-        lambda: dataset(train_files, FLAGS.train_batch_size, True),
-        eval_fn,
-        init_fn,
-        config.to_json_string(),
+    logging.info("XLNet, blocks of %d, %d predicted each", s, p)
+    pretrain_blocks(
+        config,
+        xlnet.XLNetPretrainer,
+        plm_tasks.permutation_lm_task,
+        lambda f, b, train, *shard: permutation.permutation_lm_dataset(f, b, s, p, train, *shard),
+        (train_files, eval_files, (features_files, lm_data.lm_feature_spec(s))),
+        {"perplexity": "plm_loss"},
         ["plm_loss", "plm_accuracy"],
-        (features_files, lm_data.lm_feature_spec(s)),
     )
 
 
