@@ -2,7 +2,7 @@
 summarisation-style `source<TAB>target` task scored with ROUGE-L; greedy or beam decoding.
 
 Example (a T5 pretrained by run_pretraining.py on create_seq2seq_data.py records):
-  python run_text2text.py --task_name=sst-2 --data_dir=default_run/rt_polarity/data \
+  python run_text2text.py --task_name=sst-2 --data_dir=default_run/rt_polarity/sst2 \
     --bert_config_file=configs/t5_tiny.json --encoder_file=bpe/encoder.json \
     --merges_file=bpe/vocab.bpe --init_checkpoint=t5_pretrain --do_train --do_eval \
     --do_predict --max_seq_length=64 --max_target_length=8 --train_batch_size=16 \
