@@ -81,12 +81,10 @@ flags.DEFINE_bool(
 flags.DEFINE_enum(
     "pooling", "cls", ["cls", "mean"], "Sentence vector: the [CLS] pooler or a mean over tokens."
 )
-FLAGS = flags.FLAGS
-
-
 flags.DEFINE_float(
     "lm_coef", 0.5, "GPT configs: weight of the auxiliary LM loss (Radford et al. 2018, sec. 3.2)."
 )
+FLAGS = flags.FLAGS
 
 
 def is_gpt_config_file(path) -> bool:
