@@ -80,13 +80,7 @@ class AlbertConfig:
     num_memory_blocks: int = 0
 
     def __post_init__(self):
-        bert.check_field_types(self)
-        layers.get_activation(self.hidden_act)
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"AlbertConfig: hidden_size {self.hidden_size} is not a multiple of "
-                f"num_attention_heads {self.num_attention_heads}"
-            )
+        bert.check_encoder_fields(self)
         if not 1 <= self.num_hidden_groups <= self.num_hidden_layers:
             raise ValueError(
                 f"AlbertConfig: num_hidden_groups {self.num_hidden_groups} must be in "

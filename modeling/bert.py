@@ -63,6 +63,18 @@ def check_field_types(config) -> None:
             raise ValueError(f"{where}: expected a string, found {value!r}")
 
 
+def check_encoder_fields(config) -> None:
+    """The checks every Transformer-encoder config (BERT, ALBERT, ELECTRA) runs on construction:
+    field types and sizes, a known activation, and heads that divide the hidden size."""
+    check_field_types(config)
+    layers.get_activation(config.hidden_act)
+    if config.hidden_size % config.num_attention_heads:
+        raise ValueError(
+            f"{type(config).__name__}: hidden_size {config.hidden_size} is not a multiple of "
+            f"num_attention_heads {config.num_attention_heads}"
+        )
+
+
 def config_from_dict(cls, values: dict, source: str, family: str):
     """Builds a config dataclass `cls` from a dict: every field not in `cls.OPTIONAL` is required,
     an unknown key is an error; `source` names where the dict came from in error messages."""
@@ -139,13 +151,7 @@ class BertConfig:
     position_offset: int = 0
 
     def __post_init__(self):
-        check_field_types(self)
-        layers.get_activation(self.hidden_act)
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"BertConfig: hidden_size {self.hidden_size} is not a multiple of "
-                f"num_attention_heads {self.num_attention_heads}"
-            )
+        check_encoder_fields(self)
         if not 0 <= self.position_offset < self.max_position_embeddings:
             raise ValueError(
                 f"BertConfig: position_offset {self.position_offset} must be in "

@@ -84,13 +84,7 @@ class ElectraConfig:
     generator_layers: float = 1.0
 
     def __post_init__(self):
-        bert.check_field_types(self)
-        layers.get_activation(self.hidden_act)
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"ElectraConfig: hidden_size {self.hidden_size} is not a multiple of "
-                f"num_attention_heads {self.num_attention_heads}"
-            )
+        bert.check_encoder_fields(self)
         if self.embedding_size < 1:
             raise ValueError(f"ElectraConfig: embedding_size {self.embedding_size} must be >= 1")
         h, n = self.generator_sizes()
