@@ -370,13 +370,13 @@ def main(argv):
         gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
     )
 
-    def eval_dataset():
+    def dataset(files, batch_size, is_training):
         return features.pretraining_dataset(
-            eval_files,
-            FLAGS.eval_batch_size // workers,
+            files,
+            batch_size // workers,
             s,
             p,
-            is_training=False,
+            is_training=is_training,
             seed=FLAGS.random_seed,
             num_shards=workers,
             shard_index=worker_index,
@@ -386,7 +386,7 @@ def main(argv):
         )
 
     def eval_fn():
-        return fit.evaluate(eval_dataset(), FLAGS.max_eval_steps)
+        return fit.evaluate(dataset(eval_files, FLAGS.eval_batch_size, False), FLAGS.max_eval_steps)
 
     def init_fn():
         if teacher is not None:
@@ -402,19 +402,7 @@ def main(argv):
 
     train_and_evaluate(
         fit,
-        lambda: features.pretraining_dataset(
-            train_files,
-            FLAGS.train_batch_size // workers,
-            s,
-            p,
-            is_training=True,
-            seed=FLAGS.random_seed,
-            num_shards=workers,
-            shard_index=worker_index,
-            dynamic_masking=dynamic_masking,
-            span_boundaries=FLAGS.span_boundary_objective,
-            skip_corrupt_records=FLAGS.skip_corrupt_records,
-        ),
+        lambda: dataset(train_files, FLAGS.train_batch_size, True),
         eval_fn,
         init_fn,
         config.to_json_string(),
