@@ -47,7 +47,7 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from data_prep import bpe, lm_data, tokenization
+    from data_prep import bpe, features, lm_data, tokenization
     from data_prep.errors import InputError, input_error
     from data_prep.features import expand_input_files
 
@@ -84,28 +84,20 @@ def main(argv):
             yield ids
 
     # Written under temporary names and renamed at the end: a failed run leaves no partial file.
-    tmp = [f"{p}.tmp{os.getpid()}" for p in outputs]
     try:
-        blocks = lm_data.write_lm_tfrecords(
-            lm_data.pack_blocks(documents(), FLAGS.block_size, eot), tmp
+        blocks = features.write_atomically(
+            outputs,
+            lambda tmp: lm_data.write_lm_tfrecords(
+                lm_data.pack_blocks(documents(), FLAGS.block_size, eot), tmp
+            ),
         )
     except InputError as e:
-        for t in tmp:
-            Path(t).unlink(missing_ok=True)
         raise SystemExit(f"create_lm_data: {e}") from None
-    except BaseException:
-        for t in tmp:
-            Path(t).unlink(missing_ok=True)
-        raise
     if blocks == 0:
-        for t in tmp:
-            Path(t).unlink(missing_ok=True)
         raise SystemExit(
             f"create_lm_data: {FLAGS.input_file}: expected at least {FLAGS.block_size} tokens "
             f"for one block, found {stats['tokens']}"
         )
-    for t, p in zip(tmp, outputs):
-        os.replace(t, p)
     print(
         f"wrote {blocks} blocks of {FLAGS.block_size} ids ({stats['documents']} documents, "
         f"{stats['tokens']} tokens, {time.time() - t0:.1f}s) to {', '.join(outputs)}"

@@ -49,7 +49,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     import numpy as np
 
-    from data_prep import seq2seq_data
+    from data_prep import features, seq2seq_data
     from data_prep.errors import InputError
     from data_prep.features import expand_input_files
 
@@ -89,32 +89,24 @@ def main(argv):
 
     rng = np.random.default_rng(FLAGS.random_seed)
     # Written under temporary names and renamed at the end: a failed run leaves no partial file.
-    tmp = [f"{p}.tmp{os.getpid()}" for p in outputs]
     try:
-        n = seq2seq_data.write_seq2seq_tfrecords(
-            seq2seq_data.create_instances(documents(), vocab, settings, rng, stats),
-            tmp,
-            FLAGS.max_seq_length,
-            FLAGS.max_target_length,
-            vocab.pad_id,
+        n = features.write_atomically(
+            outputs,
+            lambda tmp: seq2seq_data.write_seq2seq_tfrecords(
+                seq2seq_data.create_instances(documents(), vocab, settings, rng, stats),
+                tmp,
+                FLAGS.max_seq_length,
+                FLAGS.max_target_length,
+                vocab.pad_id,
+            ),
         )
     except InputError as e:
-        for t in tmp:
-            Path(t).unlink(missing_ok=True)
         raise SystemExit(f"create_seq2seq_data: {e}") from None
-    except BaseException:
-        for t in tmp:
-            Path(t).unlink(missing_ok=True)
-        raise
     if n == 0:
-        for t in tmp:
-            Path(t).unlink(missing_ok=True)
         raise SystemExit(
             f"create_seq2seq_data: {FLAGS.input_file}: expected text for at least one instance "
             f"of 2 or more tokens, found {stats['documents']} documents"
         )
-    for t, p in zip(tmp, outputs):
-        os.replace(t, p)
     print(
         f"wrote {n} {FLAGS.noising} instances ({stats['documents']} documents, "
         f"{stats['too_long']} too long dropped, {time.time() - t0:.1f}s) to {', '.join(outputs)}\n"
