@@ -4,6 +4,7 @@ test_trainer.py and test_run_pretraining.py; bench/reliability.py loops over the
 
 import io
 import json
+import logging
 import os
 import re
 import subprocess
@@ -14,15 +15,18 @@ import time
 import zipfile
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from data_prep import features
 from data_prep.errors import InputError
 from data_prep.fetch import extract_members
+from modeling import span_qa
 from tests import helpers, test_trainer
 from tests.test_trainer import P, S, _run, build, dataset, weights
-from training import trainer
+from training import optimization, squad_eval, trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 data_file = test_trainer.data_file  # the same fixture: 40 synthetic pretraining records
@@ -77,6 +81,26 @@ def test_resume_negative_controls_fail_without_iterator_or_rng_state(tmp_path, d
     assert same("seed_states") == (False, False)
 
 
+def test_mirrored_resume_replays_and_skips_no_batch(tmp_path, data_file):
+    # The bound on replayed data under distribution: 0 batches. The distributed iterator cannot
+    # be checkpointed (tensorflow issue 56372), so the trainer feeds the replicas from one plain
+    # per-worker iterator, sliced per replica (trainer.slice_for_replica), and saves that
+    # iterator in every checkpoint; under MultiWorkerMirroredStrategy each worker saves its own
+    # (test_two_workers_train_as_one_survive_a_kill_and_resume checks the same there). Every
+    # step's loss depends on its batch, so equal loss logs mean the same batches in order.
+    config = helpers.tiny_config()
+    mirrored = helpers.mirrored_strategy()
+    straight = _run(tmp_path / "a", data_file, 9, config, strategy=mirrored)
+    _run(tmp_path / "b", data_file, 3, config, strategy=mirrored)
+    resumed = _run(tmp_path / "b", data_file, 9, config, strategy=mirrored)
+    assert straight.strategy.num_replicas_in_sync == 2
+    log_a = trainer.read_jsonl(str(tmp_path / "a" / "train_log.jsonl"))
+    log_b = trainer.read_jsonl(str(tmp_path / "b" / "train_log.jsonl"))
+    assert [r["step"] for r in log_b] == list(range(1, 10)) and log_a == log_b
+    for a, b in zip(weights(straight.task.model), weights(resumed.task.model)):
+        np.testing.assert_array_equal(a, b)
+
+
 # ---------------------------------------------------------------------------------------------
 # Disk full: the save fails naming the path, the previous checkpoint restores intact
 
@@ -128,6 +152,13 @@ def test_full_disk_names_the_path_and_keeps_the_previous_checkpoint(tmp_path, da
     assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-6")
     log = trainer.read_jsonl(str(out / "train_log.jsonl"))
     assert [r["step"] for r in log] == [1, 2, 3, 4, 5, 6]
+
+
+def test_unwritable_output_dir_names_the_path(tmp_path, data_file):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(OSError, match=re.escape(str(blocker / "out"))):
+        _run(blocker / "out", data_file, 3, helpers.tiny_config())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,6 +271,81 @@ def test_deserialisation_is_safe_by_default():
 
 
 # ---------------------------------------------------------------------------------------------
+# Damaged fine-tuning features (run_classifier, run_squad and run_ner read theirs through the
+# same features._shuffled_training_batches): named without skipping, skipped and counted with
+# --skip_corrupt_records; toggling that flag in one output_dir is refused naming it
+
+
+def _squad_file(path, n, flip):
+    """n SQuAD training windows (unique_ids 0..n-1), one bit flipped in record `flip`'s
+    payload. Returns each record's byte offset."""
+    rng = np.random.default_rng(0)
+    with tf.io.TFRecordWriter(str(path)) as w:
+        sizes = []
+        for i in range(n):
+            ids = rng.integers(5, 50, S).tolist()
+            record = features.serialize_squad_example(i, ids, [1] * S, [0] * S, 2, 4, 0)
+            w.write(record)
+            sizes.append(len(record) + 16)  # length, its CRC, the data, its CRC
+    offsets = np.cumsum([0, *sizes])[:-1].tolist()
+    data = bytearray(path.read_bytes())
+    data[offsets[flip] + 12 + 5] ^= 0x10  # past the 12-byte header: a payload byte
+    path.write_bytes(bytes(data))
+    return offsets
+
+
+def _squad_run(out, path, skip, steps, **settings):
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    keras.utils.set_random_seed(7)
+    with one.scope():
+        model = span_qa.BertSpanQA(helpers.tiny_config())
+        model.build()
+        opt = optimization.create_optimizer(1e-3, 12, 1)
+        opt.build(model.trainable_variables)
+    fit = trainer.Trainer(one, squad_eval.span_qa_task(model), opt)
+    trainer.run_training(
+        fit,
+        lambda: features.squad_dataset([str(path)], 3, S, seed=1, skip_corrupt_records=skip),
+        trainer.TrainSettings(
+            str(out), steps, save_checkpoints_steps=3, iterations_per_loop=3, **settings
+        ),
+        global_batch_size=3,
+    )
+
+
+def test_damaged_fine_tuning_features_are_named_or_skipped_and_counted(tmp_path, caplog):
+    path = tmp_path / "train.tf_record"
+    offsets = _squad_file(path, 13, flip=9)
+    named = dict(input_files=(str(path),))
+    # Without skipping: the run stops at its first read of record 9, naming file, record, byte.
+    where = rf"{re.escape(str(path))}: 9 good records.*record 9 \(byte {offsets[9]}\): corrupted"
+    with pytest.raises(InputError, match=where):
+        _squad_run(tmp_path / "plain", path, False, 3, **named)
+    assert not list((tmp_path / "plain").glob("ckpt-*"))
+    # Skipping: the per-file count is logged and training reads the 9 sound records only (the
+    # CRC error loses the rest of the file, as in pretraining), each once per epoch.
+    on = dict(named, run_settings_json=json.dumps({"skip_corrupt_records": True}))
+    with caplog.at_level(logging.INFO, logger="absl"):
+        _squad_run(tmp_path / "skip", path, True, 3, **on)
+        _squad_run(tmp_path / "skip", path, True, 6, **on)  # and resumes
+    assert f"skipping 4 records of {path}" in caplog.text, caplog.text[-2000:]
+    assert "4 of 13 records skipped" in caplog.text
+    assert f"resumed from {tmp_path / 'skip'}/ckpt-3" in caplog.text
+    assert tf.train.latest_checkpoint(str(tmp_path / "skip")).endswith("ckpt-6")
+    batches = features.squad_dataset([str(path)], 1, S, seed=1, skip_corrupt_records=True)
+    ids = [int(b["unique_ids"][0]) for b in batches.take(18)]
+    assert sorted(ids[:9]) == sorted(ids[9:]) == list(range(9))
+    # Toggling the flag in that output_dir: refused naming the change, before anything restores;
+    # a caller that records no settings gets what did not fit from the restore itself.
+    off = dict(named, run_settings_json=json.dumps({"skip_corrupt_records": False}))
+    with pytest.raises(ValueError, match=r"--skip_corrupt_records was True and is now False.*"
+                       r"Rerun with --skip_corrupt_records=True"):  # fmt: skip
+        _squad_run(tmp_path / "skip", path, False, 9, **off)
+    with pytest.raises(ValueError, match="saved input position belongs to another input pipe"):
+        _squad_run(tmp_path / "skip", path, False, 9, **named)
+
+
+# ---------------------------------------------------------------------------------------------
 # Two MultiWorkerMirroredStrategy workers on loopback: they train as one device would, a killed
 # worker makes the other fail fast, and a restart of both resumes from the last checkpoint
 
@@ -297,6 +403,10 @@ def _start_workers(script):
     return procs
 
 
+def _held_steps(folder) -> list[int]:
+    return sorted(int(p.name[5:-6]) for p in Path(folder).glob("ckpt-*.index"))
+
+
 def _latest_step(folder) -> int:
     latest = tf.train.latest_checkpoint(str(folder))
     return int(latest.rsplit("-", 1)[1]) if latest else 0
@@ -311,11 +421,11 @@ def test_two_workers_train_as_one_survive_a_kill_and_resume(tmp_path):
     script = _WORKER_SCRIPT.format(
         root=str(ROOT), steps=MW_STEPS, save=MW_SAVE, out=str(tmp_path / "w"), files=files
     )
-    # One run: worker 1 is killed as soon as both workers hold their first checkpoint.
+    # One run: worker 1 is killed as soon as both workers hold their second checkpoint.
     procs = _start_workers(script)
     try:
         deadline = time.time() + 240
-        while min(_latest_step(tmp_path / f"w{i}") for i in range(2)) < MW_SAVE:
+        while min(_latest_step(tmp_path / f"w{i}") for i in range(2)) < 2 * MW_SAVE:
             assert time.time() < deadline and all(p.poll() is None for p in procs), [
                 p.stderr.read()[-3000:] for p in procs if p.poll() is not None
             ]
@@ -332,7 +442,14 @@ def test_two_workers_train_as_one_survive_a_kill_and_resume(tmp_path):
     assert procs[0].returncode != 0 and waited < 60, err[-3000:]
     steps = [_latest_step(tmp_path / f"w{i}") for i in range(2)]
     assert steps[0] == steps[1] < MW_STEPS, steps
-    # A restart of both resumes there and finishes.
+    # A kill between the two workers' saves of a step leaves one worker with the newer
+    # checkpoint: worker 1 loses its newest here. A restart of both must not resume them at
+    # different steps: both resume from the newest checkpoint they share, and finish.
+    for path in (tmp_path / "w1").glob(f"ckpt-{steps[1]}.*"):
+        path.unlink()
+    common = steps[0] - MW_SAVE
+    assert _held_steps(tmp_path / "w0")[-2:] == [common, steps[0]]
+    assert _held_steps(tmp_path / "w1")[-1] == common
     procs = _start_workers(script)
     try:
         errs = [p.communicate(timeout=300)[1] for p in procs]
@@ -341,7 +458,11 @@ def test_two_workers_train_as_one_survive_a_kill_and_resume(tmp_path):
             if p.poll() is None:
                 p.kill()
     assert [p.returncode for p in procs] == [0, 0], [e[-3000:] for e in errs]
-    assert f"resumed from {tmp_path / 'w0'}/ckpt-{steps[0]}" in errs[0], errs[0][-3000:]
+    for i, err in enumerate(errs):
+        assert f"resumed from {tmp_path / f'w{i}'}/ckpt-{common} at step {common}" in err, err[
+            -3000:
+        ]
+        assert f"every worker resumes from ckpt-{common}" in err, err[-3000:]
     # The workers, each on its own file, computed what one device computes on both files' batches
     # side by side; a worker alone (its own file only) would not.
     one = tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -392,3 +513,14 @@ def test_reliability_bench_quick_counts(tmp_path):
         assert case["skip_count_matches"], name
     assert report["corruption"]["bit_flipped"]["records_skipped_with_skipping"] == 13
     assert report["fuzz"]["fuzz_tests_failed"] == 0 and report["fuzz"]["cases_tried"] >= 100
+
+
+def test_workers_resume_from_the_newest_checkpoint_they_all_hold_or_fail_naming_steps():
+    # The decision the two-worker test above exercises through the collective, in every case.
+    assert trainer.common_checkpoint_step({0: [], 1: []}) is None
+    assert trainer.common_checkpoint_step({0: [10, 20, 30], 1: [10, 20]}) == 20
+    assert trainer.common_checkpoint_step({0: [10, 20], 1: [10, 20], 2: [20]}) == 20
+    with pytest.raises(ValueError, match=r"worker 0: ckpt-30, worker 1: ckpt-10\b"):
+        trainer.common_checkpoint_step({0: [20, 30], 1: [10]})
+    with pytest.raises(ValueError, match=r"worker 0: ckpt-10, worker 1: no checkpoint"):
+        trainer.common_checkpoint_step({0: [10], 1: []})

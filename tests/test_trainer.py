@@ -104,8 +104,11 @@ def poisoned(path, bad_steps):
     return dataset(path).enumerate().map(poison)
 
 
-def _run(out_dir, data_file, steps, config, bad_steps=(), build_args=None, **settings):
-    fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config, steps=12, **(build_args or {}))
+def _run(
+    out_dir, data_file, steps, config, bad_steps=(), build_args=None, strategy=None, **settings
+):
+    strategy = strategy or tf.distribute.OneDeviceStrategy("/cpu:0")
+    fit = build(strategy, config, steps=12, **(build_args or {}))
     trainer.run_training(
         fit,
         lambda: poisoned(data_file, bad_steps) if bad_steps else dataset(data_file),
@@ -269,6 +272,11 @@ def test_skip_counts_and_logs_nonfinite_steps(tmp_path, data_file):
     assert all(np.isfinite(r["loss"]) for r in log if not r.get("skipped"))
     assert int(fit.optimizer.iterations.numpy()) == 6  # 8 batches, 6 updates
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-8")
+    # eval_results: global_step (the entrypoints' optimizer.iterations) counts updates applied;
+    # train_steps and skipped_steps say how it relates to the logged step and ckpt-8.
+    path = trainer.write_eval_results(str(tmp_path), {"global_step": 6, "loss": 1.5})
+    lines = open(path).read().splitlines()
+    assert lines == ["global_step = 6", "loss = 1.5", "skipped_steps = 2", "train_steps = 8"]
 
 
 def test_stop_names_the_step_and_saves_nothing_after_it(tmp_path, data_file):
@@ -278,6 +286,22 @@ def test_stop_names_the_step_and_saves_nothing_after_it(tmp_path, data_file):
     # A rerun resumes at the intact checkpoint (and here stops at the same batch again).
     with pytest.raises(FloatingPointError, match="at step 5"):
         _run(tmp_path, data_file, 8, helpers.tiny_config(), [5])
+
+
+def test_nonfinite_weights_are_never_saved(tmp_path):
+    # Weights that went bad some other way than a step (the step's check keeps them finite).
+    fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.tiny_config())
+    model = fit.task.model
+    ckpt = tf.train.Checkpoint(model=model)
+    manager = tf.train.CheckpointManager(ckpt, str(tmp_path), 3, checkpoint_name="ckpt")
+    trainer._save(manager, model, 4)
+    v = model.trainable_variables[5]
+    v.assign(tf.tensor_scatter_nd_update(v, [[0] * len(v.shape)], [np.inf]))  # one Inf entry
+    with pytest.raises(
+        FloatingPointError, match=r"non-finite weights at step 5; not saved.*ckpt-4"
+    ):
+        trainer._save(manager, model, 5)
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*.index")) == ["ckpt-4.index"]
 
 
 def test_skip_gives_up_after_too_many_in_a_row(tmp_path, data_file):

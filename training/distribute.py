@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
@@ -57,9 +58,37 @@ def setup(name: str, tpu_address: str, batch_sizes: dict[str, int]):
     """
     strategy = get_strategy(name, tpu_address)
     replicas = strategy.num_replicas_in_sync
-    workers = max(1, replicas // len(strategy.extended.worker_devices))
-    worker_index = getattr(getattr(strategy, "cluster_resolver", None), "task_id", 0) or 0
+    workers = num_workers(strategy)
+    index = worker_index(strategy)
     for flag, size in batch_sizes.items():
         if size % replicas:
             raise ValueError(f"--{flag}={size} is not divisible by {replicas} replicas")
-    return strategy, workers, worker_index
+    return strategy, workers, index
+
+
+def num_workers(strategy) -> int:
+    """Worker processes of `strategy` (1 for one_device, mirrored and a single TPU host)."""
+    return max(1, strategy.num_replicas_in_sync // len(strategy.extended.worker_devices))
+
+
+def worker_index(strategy) -> int:
+    """This process's worker index (0 without a cluster)."""
+    return getattr(getattr(strategy, "cluster_resolver", None), "task_id", 0) or 0
+
+
+def gather_from_workers(strategy, values, width: int = 32) -> dict[int, list[int]]:
+    """Every worker's list of small non-negative ints (its last `width` kept), by worker index.
+
+    A collective: every worker must call it at the same point. With one worker, no collective
+    runs and the answer is {0: values}.
+    """
+    values = [int(v) for v in values][-width:]
+    index = worker_index(strategy)
+    if num_workers(strategy) == 1:
+        return {index: values}
+    row = np.full([1, width + 1], -1, np.int64)  # (1, 1 + width): the worker index, its values
+    row[0, 0] = index
+    row[0, 1 : 1 + len(values)] = values
+    dist = strategy.experimental_distribute_values_from_function(lambda ctx: tf.constant(row))
+    table = strategy.gather(dist, axis=0).numpy()  # (replicas, 1 + width), local replicas alike
+    return {int(r[0]): [int(v) for v in r[1:] if v >= 0] for r in table}

@@ -59,6 +59,14 @@ class TrainSettings:
     clip_norm: float = 1.0
     max_checkpoints_to_keep: int = 5
     config_json: str = ""  # the model config, kept in output_dir to refuse mismatched resumes
+    # Run settings (JSON object, flag name -> value) besides the model config that shape what a
+    # checkpoint holds, e.g. the input pipeline's flags: its saved position restores only into
+    # the same pipeline. Kept in output_dir/run_settings.json; a resume with other values is
+    # refused naming each changed flag (check_run_settings).
+    run_settings_json: str = ""
+    # The TFRecord files the training input reads: a DataLossError (TensorFlow names no file)
+    # is re-raised as an InputError naming the damaged files and records.
+    input_files: tuple[str, ...] = ()
     # A step with a non-finite loss or gradient is never applied (see Trainer); "stop" then ends
     # the run, "skip" goes on and gives up after max_consecutive_nonfinite such steps in a row.
     on_nonfinite: str = "stop"
@@ -447,9 +455,119 @@ def check_output_dir_config(output_dir: str, config_json: str) -> None:
             )
         return
     os.makedirs(output_dir, exist_ok=True)
+    _write_atomically(path, config_json)
+
+
+RUN_SETTINGS_FILE = "run_settings.json"
+
+
+def check_run_settings(output_dir: str, settings_json: str) -> None:
+    """Refuses to resume when a setting recorded in output_dir/run_settings.json (by the run
+    that wrote its checkpoints) differs from `settings_json`, naming each change and what to
+    do. Settings not recorded there are not compared (a folder from before they were kept)."""
+    path = os.path.join(output_dir, RUN_SETTINGS_FILE)
+    if not os.path.exists(path):
+        return
+    old, new = json.loads(Path(path).read_text()), json.loads(settings_json)
+    changed = {k: (old[k], new[k]) for k in sorted(set(old) & set(new)) if old[k] != new[k]}
+    if changed:
+        what = ", ".join(f"--{k} was {a!r} and is now {b!r}" for k, (a, b) in changed.items())
+        back = " ".join(f"--{k}={a}" for k, (a, _) in changed.items())
+        raise ValueError(
+            f"{output_dir}: {what} since its checkpoints were written; they hold that run's "
+            "input position and model, which do not restore into this one. Rerun with "
+            f"{back} to resume, or give a new --output_dir to start over with the new settings"
+        )
+
+
+def _write_atomically(path: str, text: str) -> None:
     tmp = path + ".tmp"
-    Path(tmp).write_text(config_json)
+    Path(tmp).write_text(text)
     os.replace(tmp, path)
+
+
+def restore_for_resume(ckpt, prefix: str) -> None:
+    """Restores a run's checkpoint (model, optimizer, step, input position, dropout seeds).
+
+    A checkpoint written by a run with another input pipeline or other model parts (a flag such
+    as --skip_corrupt_records or --span_boundary_objective toggled in the same output_dir) fails
+    in TensorFlow with a message about iterators or unmatched objects; this raises ValueError
+    saying which part did not fit and what to do.
+    """
+    try:
+        ckpt.restore(prefix).assert_existing_objects_matched()
+    except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as e:
+        if "iterator" not in e.message.lower():
+            raise
+        part = "its saved input position belongs to another input pipeline"
+        detail = e.message.split(".")[0][:300]
+    except AssertionError as e:
+        part = "this run's model has parts the checkpoint lacks"
+        detail = str(e)[:300]
+    else:
+        return
+    raise ValueError(
+        f"{prefix}: this run cannot resume from that checkpoint: {part} (a flag that changes the "
+        "input pipeline or the model, such as --skip_corrupt_records, --masking or "
+        "--span_boundary_objective, differs from the run that wrote it). Rerun with that run's "
+        f"flags to resume, or give a new --output_dir. TensorFlow said: {detail}"
+    ) from None
+
+
+def held_checkpoint_steps(manager) -> list[int]:
+    """The steps of the manager's checkpoints whose files exist, oldest first."""
+    return [
+        int(path.rsplit("-", 1)[1])
+        for path in manager.checkpoints
+        if tf.io.gfile.exists(path + ".index")
+    ]
+
+
+def common_checkpoint_step(held: dict[int, list[int]]) -> int | None:
+    """The newest checkpoint step every worker holds (held: worker index -> its steps), or None
+    when no worker holds any. Raises ValueError naming each worker's newest step when some
+    worker holds checkpoints and the workers share none: resuming them at different steps
+    would train from a mix of two states."""
+    if not any(held.values()):
+        return None
+    common = set.intersection(*(set(steps) for steps in held.values()))
+    if common:
+        return max(common)
+    newest = ", ".join(
+        f"worker {w}: {f'ckpt-{max(steps)}' if steps else 'no checkpoint'}"
+        for w, steps in sorted(held.items())
+    )
+    raise ValueError(
+        f"the workers hold no common checkpoint to resume from ({newest}; each worker's "
+        "checkpoints in its --output_dir). Restore the missing checkpoint files, or clear every "
+        "worker's --output_dir to start over"
+    )
+
+
+def agreed_checkpoint(strategy, manager) -> str | None:
+    """The checkpoint to resume from: the newest one held (files present) by this worker and,
+    under MultiWorkerMirroredStrategy, by every other worker too, agreed by a collective.
+
+    A kill between two workers' saves of step N leaves one worker with ckpt-N and the other
+    with an older one; both then resume from the newest step they share (common_checkpoint_step,
+    which fails naming the steps when there is none) instead of at different steps.
+    """
+    from training import distribute
+
+    mine = held_checkpoint_steps(manager)
+    held = distribute.gather_from_workers(strategy, mine)
+    step = common_checkpoint_step(held)
+    if step is None:
+        return None
+    if any(steps and max(steps) != step for steps in held.values()):
+        newest = ", ".join(f"worker {w}: ckpt-{max(s)}" for w, s in sorted(held.items()))
+        logging.warning(
+            "the workers' newest checkpoints differ (%s), as after a kill between their saves: "
+            "every worker resumes from ckpt-%d, the newest one they all hold",
+            newest,
+            step,
+        )
+    return next(path for path in manager.checkpoints if path.endswith(f"-{step}"))
 
 
 def weights_are_finite(variables) -> bool:
@@ -479,9 +597,7 @@ def _truncate_jsonl(path: str, max_step: int) -> None:
         for line in Path(path).read_text().splitlines()
         if line.strip() and json.loads(line)["step"] <= max_step
     ]
-    tmp = path + ".tmp"
-    Path(tmp).write_text("".join(line + "\n" for line in keep))
-    os.replace(tmp, path)
+    _write_atomically(path, "".join(line + "\n" for line in keep))
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -579,9 +695,12 @@ def run_training(
     eval_log = os.path.join(out, "eval_log.jsonl")
     # int(step_var.numpy()), not int(step_var): under MultiWorkerMirroredStrategy the step is a
     # MirroredVariable, which int() refuses (TypeError).
-    if manager.latest_checkpoint:
-        ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        logging.info("resumed from %s at step %d", manager.latest_checkpoint, int(step_var.numpy()))
+    resume = agreed_checkpoint(strategy, manager)
+    if resume and settings.run_settings_json:
+        check_run_settings(out, settings.run_settings_json)
+    if resume:
+        restore_for_resume(ckpt, resume)
+        logging.info("resumed from %s at step %d", resume, int(step_var.numpy()))
         _truncate_jsonl(train_log, int(step_var.numpy()))
         _truncate_jsonl(eval_log, int(step_var.numpy()))
     else:
@@ -592,6 +711,8 @@ def run_training(
             init_fn()
         if eval_fn:
             _log_eval(eval_fn, 0, eval_log, out)
+    if settings.run_settings_json:  # they fit the checkpoint restored, or start the folder
+        _write_atomically(os.path.join(out, RUN_SETTINGS_FILE), settings.run_settings_json)
 
     if settings.on_nonfinite not in ("stop", "skip"):
         raise ValueError(f"on_nonfinite must be 'stop' or 'skip', not {settings.on_nonfinite!r}")
@@ -612,7 +733,13 @@ def run_training(
             step = int(step_var.numpy())
             to_save = settings.save_checkpoints_steps - step % settings.save_checkpoints_steps
             n = min(settings.iterations_per_loop, to_save, settings.num_train_steps - step)
-            rows = trainer.train_steps(iterator, n)
+            try:
+                rows = trainer.train_steps(iterator, n)
+            except tf.errors.DataLossError as e:
+                named = _damaged_input(settings.input_files, e)
+                if named is None:
+                    raise
+                raise named from None
             records = []
             for i, row in enumerate(rows):
                 metrics = trainer.metrics_from_sums(row)
@@ -700,6 +827,14 @@ def run_training(
     return last
 
 
+def _damaged_input(files, error):
+    if not files:
+        return None
+    from data_prep import features
+
+    return features.damaged_input_error(files, error)
+
+
 def _append_jsonl(path: str, records: list[dict]) -> None:
     with open(path, "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in records)
@@ -782,7 +917,20 @@ def init_from_checkpoint(model, path: str) -> tuple[str, str]:
 
 def write_eval_results(output_dir: str, results: dict) -> str:
     """Writes `eval_results.txt` as the original scripts did (`key = value`, sorted), atomically,
-    and logs it. Returns the path."""
+    and logs it. Returns the path.
+
+    `global_step` (the entrypoints write the optimizer's iteration count) counts the updates
+    applied, which is what the learning-rate schedule saw. A step whose update was not applied
+    (a non-finite loss or gradient under --on_nonfinite=skip, an fp16 loss-scale overflow) is
+    logged and numbered but not counted there, so when output_dir holds a training log two keys
+    are added: `train_steps`, the last logged step (the numbering of train_log.jsonl and of the
+    ckpt-N checkpoints), and `skipped_steps`, the logged steps not applied. For a run trained in
+    this folder, train_steps = global_step + skipped_steps.
+    """
+    log = read_jsonl(os.path.join(output_dir, "train_log.jsonl"))
+    if "global_step" in results and log:
+        skipped = sum(1 for r in log if r.get("skipped") or r.get("overflow"))
+        results = results | {"train_steps": log[-1]["step"], "skipped_steps": skipped}
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "eval_results.txt")
     with open(path + ".tmp", "w") as f:
