@@ -42,6 +42,13 @@ flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased vocabula
 flags.DEFINE_bool("do_train", False, "Whether to fine-tune on the train split.")
 flags.DEFINE_bool("do_eval", False, "Whether to score the dev split(s).")
 flags.DEFINE_bool("do_predict", False, "Whether to write submission files for the test split(s).")
+flags.DEFINE_bool(
+    "skip_corrupt_records",
+    False,
+    "Train past damaged records of the training features file instead of stopping (as "
+    "run_pretraining.py): first reads it and logs what is skipped (records that do not parse; "
+    "from a CRC error or truncation, the rest of the file).",
+)
 flags.DEFINE_integer(
     "max_seq_length",
     128,
@@ -279,6 +286,7 @@ def main(argv):
                 seed=FLAGS.random_seed,
                 num_shards=workers,
                 shard_index=worker_index,
+                skip_corrupt_records=FLAGS.skip_corrupt_records,
             ),
             trainer.TrainSettings(
                 output_dir=output_dir,
@@ -286,6 +294,8 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
+                run_settings_json=json.dumps({"skip_corrupt_records": FLAGS.skip_corrupt_records}),
+                input_files=(train_file,),
             ),
             global_batch_size=FLAGS.train_batch_size,
             eval_fn=eval_fn if FLAGS.do_eval else None,

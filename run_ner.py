@@ -50,6 +50,13 @@ flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased vocabula
 flags.DEFINE_bool("do_train", False, "Whether to train on the train file.")
 flags.DEFINE_bool("do_eval", False, "Whether to score the dev file.")
 flags.DEFINE_bool("do_predict", False, "Whether to tag the test file.")
+flags.DEFINE_bool(
+    "skip_corrupt_records",
+    False,
+    "Train past damaged records of the training features file instead of stopping (as "
+    "run_pretraining.py): first reads it and logs what is skipped (records that do not parse; "
+    "from a CRC error or truncation, the rest of the file).",
+)
 flags.DEFINE_integer(
     "max_seq_length", 128, "WordPieces per window, [CLS] and [SEP] included; longer sentences "
     "are split into overlapping windows."
@@ -434,7 +441,13 @@ def main(argv):
                     train_enc.features, b, FLAGS.random_seed, workers, worker_index
                 )
             return features.tagging_dataset(
-                [train_file], b, s, FLAGS.random_seed, num_shards=workers, shard_index=worker_index
+                [train_file],
+                b,
+                s,
+                FLAGS.random_seed,
+                num_shards=workers,
+                shard_index=worker_index,
+                skip_corrupt_records=FLAGS.skip_corrupt_records,
             )
 
         run_config = {
@@ -452,6 +465,8 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
+                run_settings_json=json.dumps({"skip_corrupt_records": FLAGS.skip_corrupt_records}),
+                input_files=() if cached else (train_file,),
             ),
             global_batch_size=FLAGS.train_batch_size,
             eval_fn=eval_fn if FLAGS.do_eval else None,

@@ -507,6 +507,8 @@ def train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, cur
 
 
 def _train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, curve_keys):
+    import json
+
     from training import trainer
 
     output_dir = FLAGS.output_dir
@@ -523,6 +525,11 @@ def _train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, cu
                 config_json=config_json,
                 on_nonfinite=FLAGS.on_nonfinite,
                 max_consecutive_nonfinite=FLAGS.max_consecutive_nonfinite,
+                # Flags that change the input pipeline or the model's heads: a resume with
+                # other values is refused naming them (their checkpoints do not restore).
+                run_settings_json=json.dumps(
+                    {k: FLAGS[k].value for k in ("skip_corrupt_records", "span_boundary_objective")}
+                ),
             ),
             global_batch_size=FLAGS.train_batch_size,
             eval_fn=eval_fn if FLAGS.do_eval else None,

@@ -42,6 +42,13 @@ flags.DEFINE_string("train_file", None, "SQuAD JSON for training, e.g. train-v1.
 flags.DEFINE_string("predict_file", None, "SQuAD JSON for predictions, e.g. dev-v1.1.json.")
 flags.DEFINE_bool("do_train", False, "Whether to fine-tune on --train_file.")
 flags.DEFINE_bool("do_predict", False, "Whether to predict on --predict_file.")
+flags.DEFINE_bool(
+    "skip_corrupt_records",
+    False,
+    "Train past damaged records of the training features file instead of stopping (as "
+    "run_pretraining.py): first reads it and logs what is skipped (records that do not parse; "
+    "from a CRC error or truncation, the rest of the file).",
+)
 flags.DEFINE_bool("do_eval", False, "Whether to score the predictions against --predict_file.")
 flags.DEFINE_integer("max_seq_length", 384, "Tokens per window after WordPiece.")
 flags.DEFINE_integer("doc_stride", 128, "Tokens between the starts of consecutive windows.")
@@ -184,6 +191,7 @@ def main(argv):
                 seed=FLAGS.random_seed,
                 num_shards=workers,
                 shard_index=worker_index,
+                skip_corrupt_records=FLAGS.skip_corrupt_records,
             ),
             trainer.TrainSettings(
                 output_dir=output_dir,
@@ -191,6 +199,8 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
+                run_settings_json=json.dumps({"skip_corrupt_records": FLAGS.skip_corrupt_records}),
+                input_files=(train_file,),
             ),
             global_batch_size=FLAGS.train_batch_size,
             init_fn=init_fn if FLAGS.init_checkpoint else None,

@@ -13,7 +13,7 @@ import struct
 
 import tensorflow as tf
 
-from data_prep.errors import input_error
+from data_prep.errors import InputError, input_error
 
 INT_PRETRAINING_FEATURES = (
     "input_ids",
@@ -331,9 +331,10 @@ def _count_records_from(path: str, offset: int, size: int) -> int:
     return max(n, 1)
 
 
-def validate_tfrecord_file(path: str, spec: dict, max_problems: int = 5) -> FileCheck:
+def validate_tfrecord_file(path: str, spec: dict | None, max_problems: int = 5) -> FileCheck:
     """Reads every record of `path`, checking its CRCs and that it parses with `spec`
-    (tf.io.parse_example's feature spec). Never raises for damaged data; returns a FileCheck."""
+    (tf.io.parse_example's feature spec; None checks the CRCs only). Never raises for damaged
+    data; returns a FileCheck."""
     check = FileCheck(path)
     size = tf.io.gfile.stat(path).length
     if size == 0:
@@ -343,6 +344,10 @@ def validate_tfrecord_file(path: str, spec: dict, max_problems: int = 5) -> File
 
     def parse_pending():
         if not pending:
+            return
+        if spec is None:
+            check.good += len(pending)
+            pending.clear()
             return
         try:
             tf.io.parse_example([r for _, _, r in pending], spec)
@@ -402,6 +407,39 @@ def damaged_files_error(checks: list[FileCheck]):
         f"{len(damaged)} damaged file(s) of {len(checks)}; rewrite them, or pass "
         "--skip_corrupt_records to train on the rest (the counts above are what it skips)",
     )
+
+
+def check_skipped_records(files, spec) -> list[FileCheck]:
+    """What skip_corrupt_records will skip, before training: validates every file, logs per file
+    the records skipped and where (and the total), and raises InputError when no record is
+    left to train on."""
+    from absl import logging
+
+    checks = [validate_tfrecord_file(f, spec) for f in files]
+    for c in checks:
+        if c.skipped:
+            logging.warning("--skip_corrupt_records: skipping %d records of %s", c.skipped, c.path)
+            logging.warning("%s", c.describe())
+    total = sum(c.skipped for c in checks)
+    good = sum(c.good for c in checks)
+    logging.info("--skip_corrupt_records: %d of %d records skipped", total, total + good)
+    if not good:
+        raise input_error(
+            "; ".join(c.describe() for c in checks),
+            "at least one sound record to train on (--skip_corrupt_records)",
+            "none",
+        )
+    return checks
+
+
+def damaged_input_error(files, error: Exception):
+    """After `error` (a DataLossError: TensorFlow names no file) while reading `files`: an
+    InputError naming the damaged files and records (CRCs checked), or None when every file
+    reads (the error came from elsewhere)."""
+    found = damaged_files_error([validate_tfrecord_file(f, None) for f in files])
+    if found is None:
+        return None
+    return InputError(f"{found} (TensorFlow: {str(error).strip()[:200]})")
 
 
 def _records_skipping_corrupt(path, spec):
@@ -587,13 +625,15 @@ def classifier_dataset(
     num_shards: int = 1,
     shard_index: int = 0,
     shuffle_buffer: int = 10_000,
+    skip_corrupt_records: bool = False,
 ) -> tf.data.Dataset:
     """Endless shuffled training batches of fine-tuning examples, deterministic for a seed.
 
     Records are split over `num_shards` workers, shuffled within a buffer (reshuffled every
     epoch; a buffer at least the set's size is a full shuffle) and batched dropping the
     remainder so every replica gets an equal slice. The iterator can be saved in a checkpoint:
-    its state is file offsets plus the buffer of serialized records.
+    its state is file offsets plus the buffer of serialized records. `skip_corrupt_records`:
+    as pretraining_dataset's (check_skipped_records logs per file what is skipped).
     """
     return _shuffled_training_batches(
         input_files,
@@ -603,16 +643,32 @@ def classifier_dataset(
         num_shards,
         shard_index,
         shuffle_buffer,
+        classifier_feature_spec(max_seq_length, num_choices, regression),
+        skip_corrupt_records,
     )
 
 
 def _shuffled_training_batches(
-    input_files, batch_size, parse_fn, seed, num_shards, shard_index, shuffle_buffer
+    input_files,
+    batch_size,
+    parse_fn,
+    seed,
+    num_shards,
+    shard_index,
+    shuffle_buffer,
+    spec,
+    skip_corrupt_records,
 ) -> tf.data.Dataset:
-    """The fine-tuning input pipeline shared by classifier_dataset and squad_dataset: records
-    sharded over workers, shuffled in a seeded buffer, repeated, batched (remainder dropped),
-    parsed with `parse_fn` on whole batches, prefetched."""
-    records = tf.data.TFRecordDataset(list(input_files))
+    """The fine-tuning input pipeline shared by classifier_dataset, squad_dataset and
+    tagging_dataset: records (with skip_corrupt_records, the sound ones of each file, as
+    pretraining_dataset) sharded over workers, shuffled in a seeded buffer, repeated, batched
+    (remainder dropped), parsed with `parse_fn` on whole batches, prefetched."""
+    if skip_corrupt_records:
+        check_skipped_records(input_files, spec)
+        files = tf.data.Dataset.from_tensor_slices(list(input_files))
+        records = files.flat_map(lambda path: _records_skipping_corrupt(path, spec))
+    else:
+        records = tf.data.TFRecordDataset(list(input_files))
     if num_shards > 1:
         records = records.shard(num_shards, shard_index)
     records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
@@ -681,9 +737,10 @@ def squad_dataset(
     num_shards: int = 1,
     shard_index: int = 0,
     shuffle_buffer: int = 10_000,
+    skip_corrupt_records: bool = False,
 ) -> tf.data.Dataset:
     """Endless shuffled training batches of SQuAD windows (see classifier_dataset: same
-    sharding, shuffling and checkpointable iterator)."""
+    sharding, shuffling, checkpointable iterator and skip_corrupt_records)."""
     return _shuffled_training_batches(
         input_files,
         batch_size,
@@ -692,6 +749,8 @@ def squad_dataset(
         num_shards,
         shard_index,
         shuffle_buffer,
+        squad_feature_spec(max_seq_length),
+        skip_corrupt_records,
     )
 
 
@@ -747,9 +806,10 @@ def tagging_dataset(
     num_shards: int = 1,
     shard_index: int = 0,
     shuffle_buffer: int = 10_000,
+    skip_corrupt_records: bool = False,
 ) -> tf.data.Dataset:
     """Endless shuffled training batches of tagging windows (see classifier_dataset: same
-    sharding, shuffling and checkpointable iterator)."""
+    sharding, shuffling, checkpointable iterator and skip_corrupt_records)."""
     return _shuffled_training_batches(
         input_files,
         batch_size,
@@ -758,6 +818,8 @@ def tagging_dataset(
         num_shards,
         shard_index,
         shuffle_buffer,
+        tagging_feature_spec(max_seq_length),
+        skip_corrupt_records,
     )
 
 
