@@ -42,13 +42,7 @@ flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased vocabula
 flags.DEFINE_bool("do_train", False, "Whether to fine-tune on the train split.")
 flags.DEFINE_bool("do_eval", False, "Whether to score the dev split(s).")
 flags.DEFINE_bool("do_predict", False, "Whether to write submission files for the test split(s).")
-flags.DEFINE_bool(
-    "skip_corrupt_records",
-    False,
-    "Train past damaged records of the training features file instead of stopping (as "
-    "run_pretraining.py): first reads it and logs what is skipped (records that do not parse; "
-    "from a CRC error or truncation, the rest of the file).",
-)
+flags.DEFINE_bool("skip_corrupt_records", False, "Train past damaged records, as run_pretraining.")
 flags.DEFINE_integer(
     "max_seq_length",
     128,

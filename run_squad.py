@@ -42,13 +42,7 @@ flags.DEFINE_string("train_file", None, "SQuAD JSON for training, e.g. train-v1.
 flags.DEFINE_string("predict_file", None, "SQuAD JSON for predictions, e.g. dev-v1.1.json.")
 flags.DEFINE_bool("do_train", False, "Whether to fine-tune on --train_file.")
 flags.DEFINE_bool("do_predict", False, "Whether to predict on --predict_file.")
-flags.DEFINE_bool(
-    "skip_corrupt_records",
-    False,
-    "Train past damaged records of the training features file instead of stopping (as "
-    "run_pretraining.py): first reads it and logs what is skipped (records that do not parse; "
-    "from a CRC error or truncation, the rest of the file).",
-)
+flags.DEFINE_bool("skip_corrupt_records", False, "Train past damaged records, as run_pretraining.")
 flags.DEFINE_bool("do_eval", False, "Whether to score the predictions against --predict_file.")
 flags.DEFINE_integer("max_seq_length", 384, "Tokens per window after WordPiece.")
 flags.DEFINE_integer("doc_stride", 128, "Tokens between the starts of consecutive windows.")
