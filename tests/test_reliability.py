@@ -524,3 +524,21 @@ def test_workers_resume_from_the_newest_checkpoint_they_all_hold_or_fail_naming_
         trainer.common_checkpoint_step({0: [20, 30], 1: [10]})
     with pytest.raises(ValueError, match=r"worker 0: ckpt-10, worker 1: no checkpoint"):
         trainer.common_checkpoint_step({0: [10], 1: []})
+
+
+def test_held_checkpoints_are_those_whose_files_exist(tmp_path):
+    ckpt = tf.train.Checkpoint(v=tf.Variable(1.0))
+    manager = tf.train.CheckpointManager(ckpt, str(tmp_path), 5, checkpoint_name="ckpt")
+    for step in (3, 6, 9):
+        manager.save(checkpoint_number=step)
+    for path in tmp_path.glob("ckpt-9.*"):  # the newest lost, its pointer left naming it
+        path.unlink()
+    manager = tf.train.CheckpointManager(ckpt, str(tmp_path), 5, checkpoint_name="ckpt")
+    assert manager.latest_checkpoint.endswith("ckpt-9")
+    assert trainer.held_checkpoint_steps(manager) == [3, 6]
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    assert trainer.agreed_checkpoint(one, manager) == str(tmp_path / "ckpt-6")
+    # A pointer file that lists only its latest (written without timestamps) still resumes.
+    tf.compat.v1.train.update_checkpoint_state(str(tmp_path), "ckpt-3")
+    manager = tf.train.CheckpointManager(ckpt, str(tmp_path), 5, checkpoint_name="ckpt")
+    assert manager.checkpoints == [] and trainer.held_checkpoint_steps(manager) == [3]

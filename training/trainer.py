@@ -515,12 +515,12 @@ def restore_for_resume(ckpt, prefix: str) -> None:
 
 
 def held_checkpoint_steps(manager) -> list[int]:
-    """The steps of the manager's checkpoints whose files exist, oldest first."""
-    return [
-        int(path.rsplit("-", 1)[1])
-        for path in manager.checkpoints
-        if tf.io.gfile.exists(path + ".index")
-    ]
+    """The steps of the manager's checkpoints (its latest included, which a pointer file
+    written without timestamps lists alone) whose files exist, oldest first."""
+    paths = {*manager.checkpoints, manager.latest_checkpoint} - {None}
+    return sorted(
+        int(path.rsplit("-", 1)[1]) for path in paths if tf.io.gfile.exists(path + ".index")
+    )
 
 
 def common_checkpoint_step(held: dict[int, list[int]]) -> int | None:
@@ -567,7 +567,7 @@ def agreed_checkpoint(strategy, manager) -> str | None:
             newest,
             step,
         )
-    return next(path for path in manager.checkpoints if path.endswith(f"-{step}"))
+    return os.path.join(manager.directory, f"ckpt-{step}")
 
 
 def weights_are_finite(variables) -> bool:
