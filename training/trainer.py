@@ -9,7 +9,9 @@ pairs). Dividing by global totals makes N replicas compute exactly the one-devic
 Input: one plain tf.data iterator per worker feeds the global batch, and each replica takes its
 slice (experimental_distribute_values_from_function). A plain iterator can be saved in a
 checkpoint while a distributed one cannot (tensorflow issue 56372), so a resumed run continues at
-the exact input position.
+the exact input position: no batch is replayed or skipped, under any strategy. Under
+MultiWorkerMirroredStrategy every worker saves its own checkpoints (its own iterator's position);
+a restart resumes all workers from the newest step they all hold (agreed_checkpoint).
 """
 
 from __future__ import annotations
