@@ -416,23 +416,13 @@ def check_input_files(files, spec) -> None:
     --skip_corrupt_records: logs per file what training will skip."""
     from data_prep import features
 
-    if not (FLAGS.validate_input or FLAGS.skip_corrupt_records):
-        return
-    checks = [features.validate_tfrecord_file(f, spec) for f in files]
     if FLAGS.validate_input:
+        checks = [features.validate_tfrecord_file(f, spec) for f in files]
         print("\n".join(c.describe() for c in checks))
         error = features.damaged_files_error(checks)
         raise SystemExit(f"run_pretraining: {error}" if error else 0)
-    for c in checks:
-        if c.skipped:
-            logging.warning("--skip_corrupt_records: skipping %d records of %s", c.skipped, c.path)
-            logging.warning("%s", c.describe())
-    total = sum(c.skipped for c in checks)
-    logging.info(
-        "--skip_corrupt_records: %d of %d records skipped",
-        total,
-        total + sum(c.good for c in checks),
-    )
+    if FLAGS.skip_corrupt_records:
+        features.check_skipped_records(files, spec)
 
 
 def setup_strategy():
