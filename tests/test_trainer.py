@@ -277,6 +277,11 @@ def test_skip_counts_and_logs_nonfinite_steps(tmp_path, data_file):
     path = trainer.write_eval_results(str(tmp_path), {"global_step": 6, "loss": 1.5})
     lines = open(path).read().splitlines()
     assert lines == ["global_step = 6", "loss = 1.5", "skipped_steps = 2", "train_steps = 8"]
+    # A run where every step applied writes the original's keys only.
+    clean = tmp_path / "clean"
+    _run(clean, data_file, 3, helpers.tiny_config())
+    path = trainer.write_eval_results(str(clean), {"global_step": 3, "loss": 1.5})
+    assert open(path).read().splitlines() == ["global_step = 3", "loss = 1.5"]
 
 
 def test_stop_names_the_step_and_saves_nothing_after_it(tmp_path, data_file):

@@ -924,14 +924,14 @@ def write_eval_results(output_dir: str, results: dict) -> str:
     `global_step` (the entrypoints write the optimizer's iteration count) counts the updates
     applied, which is what the learning-rate schedule saw. A step whose update was not applied
     (a non-finite loss or gradient under --on_nonfinite=skip, an fp16 loss-scale overflow) is
-    logged and numbered but not counted there, so when output_dir holds a training log two keys
-    are added: `train_steps`, the last logged step (the numbering of train_log.jsonl and of the
-    ckpt-N checkpoints), and `skipped_steps`, the logged steps not applied. For a run trained in
-    this folder, train_steps = global_step + skipped_steps.
+    logged and numbered but not counted there, so when output_dir's training log holds such
+    steps two keys are added: `train_steps`, the last logged step (the numbering of
+    train_log.jsonl and of the ckpt-N checkpoints), and `skipped_steps`, the logged steps not
+    applied. For a run trained in this folder, train_steps = global_step + skipped_steps.
     """
     log = read_jsonl(os.path.join(output_dir, "train_log.jsonl"))
-    if "global_step" in results and log:
-        skipped = sum(1 for r in log if r.get("skipped") or r.get("overflow"))
+    skipped = sum(1 for r in log if r.get("skipped") or r.get("overflow"))
+    if "global_step" in results and skipped:
         results = results | {"train_steps": log[-1]["step"], "skipped_steps": skipped}
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "eval_results.txt")
