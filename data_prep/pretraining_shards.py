@@ -92,7 +92,7 @@ class TextChunk:
       file_index, chunk_index: the chunk's name: input file number, and chunk number in that file.
       path, first_line, last_line: where its text is (1-based, inclusive), for error messages.
       documents: the documents, each a list of non-blank stripped lines.
-      num_bytes: UTF-8 bytes of its lines.
+      num_bytes: UTF-8 bytes of its lines, line ends (as one byte) and blank lines included.
     """
 
     file_index: int
@@ -130,10 +130,10 @@ def iter_text_chunks(
         current: list[str] = []
         size, first, number = 0, 1, 0
         for number, text in read_utf8_lines(path):
+            size += len(text.encode("utf-8")) + 1  # with its line end: chunks add up to the file
             text = text.strip()
             if text:
                 current.append(text)
-                size += len(text.encode("utf-8"))
                 continue
             if current:
                 documents.append(current)

@@ -154,7 +154,7 @@ def test_mask_batch_rates_all_and_80_10_10():
 def test_chunks_are_bounded_whole_documents(tmp_path, monkeypatch):
     corpus = write_corpus(tmp_path / "a.txt", 60, seed=1)
     documents = [d.split("\n") for d in corpus.read_text().strip("\n").split("\n\n")]
-    longest = max(len("".join(d).encode()) for d in documents)
+    longest = max(len("\n".join(d).encode()) + 2 for d in documents)  # + its end and a blank
     lines_read = []
     real = pretraining_shards.read_utf8_lines
 
