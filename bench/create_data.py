@@ -12,9 +12,12 @@ so memory that grows with the corpus shows in the second row. Sides:
   original       the original script
 Per side: `seconds` end to end (interpreter and TensorFlow start-up included, which at a small
 corpus is most of it) and `work_seconds` from the side's "reading input" log line to its exit
-(start-up and vocabulary loading excluded), instances/s of both; `peak_rss_mb`, the kernel's
-ru_maxrss of the side's main process, and `peak_tree_rss_mb`, the largest sum of the resident
-memory of the process and all its descendants (worker processes) sampled every 0.1 s.
+(start-up and vocabulary loading excluded), instances/s of both; `cpu_seconds`, user + system
+time of the side and its workers (instances per CPU second is the figure that a loaded, shared
+machine disturbs least: there a side with three processes gets more of the cores than one with
+one); `peak_rss_mb`, the kernel's ru_maxrss of the side's main process, and `peak_tree_rss_mb`,
+the largest sum of the resident memory of the process and all its descendants (worker processes)
+sampled every 0.1 s.
 
   python -m bench.create_data --corpus=default_run/corpus/train.txt \
     --vocab_file=default_run/vocab.txt --work_dir=/tmp/bench_create_data
@@ -96,39 +99,37 @@ def tree_rss(root):
         total += rss.get(pid, 0)
         todo += [child for child, p in parent.items() if p == pid]
     return total
-proc = subprocess.Popen(sys.argv[1:])
+marker = sys.argv[1]
+proc = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 done, peak = threading.Event(), [0]
 def sample():
     while not done.wait(0.1):
         peak[0] = max(peak[0], tree_rss(proc.pid))
 threading.Thread(target=sample, daemon=True).start()
+for line in proc.stdout:  # passed on, and the time the marker line arrived noted
+    sys.stdout.write(line)
+    if marker and marker in line:
+        print(f"MARK_EPOCH={time.time()}", file=sys.stderr)
+        marker = ""
 _, status, usage = os.wait4(proc.pid, 0)
 done.set()
 print(f"END_EPOCH={time.time()}", file=sys.stderr)
 print(f"PEAK_RSS_KB={usage.ru_maxrss}", file=sys.stderr)
+print(f"CPU_S={usage.ru_utime + usage.ru_stime}", file=sys.stderr)
 print(f"PEAK_TREE_RSS_KB={max(peak[0] // 1024, usage.ru_maxrss)}", file=sys.stderr)
 sys.exit(os.waitstatus_to_exitcode(status))
 """
-
-
-def _log_epoch(line: str) -> float:
-    """Seconds since the epoch of an absl log line ("I1122 21:26:01.853767 ..."), local time."""
-    import datetime
-
-    stamp = datetime.datetime.strptime(
-        f"{time.localtime().tm_year}{line[1:5]} {line[6:21]}", "%Y%m%d %H:%M:%S.%f"
-    )
-    return stamp.timestamp()
 
 
 def run_measured(cmd, env=None, cwd=None, work_marker: str | None = None) -> dict:
     """Runs `cmd`, returns wall seconds and its peak resident memory in MB (ru_maxrss of the
     command, taken in a small wrapper process: see _PEAK_RSS_WRAPPER, and the peak sum over its
     process tree); raises with the tail of its output when it fails. With `work_marker`, also
-    `work_seconds`: from the first log line containing it to the command's exit."""
+    `work_seconds`: from the arrival of the first output line containing it to the command's
+    exit."""
     start = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-c", _PEAK_RSS_WRAPPER, *map(str, cmd)],
+        [sys.executable, "-c", _PEAK_RSS_WRAPPER, work_marker or "", *map(str, cmd)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=env,
@@ -147,14 +148,15 @@ def run_measured(cmd, env=None, cwd=None, work_marker: str | None = None) -> dic
 
     measured = {
         "seconds": seconds,
+        # user + system time of the command and of the children it waited for (its workers)
+        "cpu_seconds": value("CPU_S"),
         "peak_rss_mb": value("PEAK_RSS_KB") / 1024.0,
         "peak_tree_rss_mb": value("PEAK_TREE_RSS_KB") / 1024.0,
     }
-    if work_marker is not None:
-        marked = [line for line in lines if work_marker in line and line[:1] in "IWE"]
-        if not marked:
-            raise RuntimeError(f"no log line with {work_marker!r} in the output of {cmd}")
-        measured["work_seconds"] = value("END_EPOCH") - _log_epoch(marked[0])
+    if work_marker:
+        if not any(line.startswith("MARK_EPOCH=") for line in lines):
+            raise RuntimeError(f"no line with {work_marker!r} in the output of {cmd}")
+        measured["work_seconds"] = value("END_EPOCH") - value("MARK_EPOCH")
     return measured
 
 
@@ -201,7 +203,8 @@ def flags_for(corpus, output, vocab_file, seq, predictions, dupe_factor, seed) -
 
 
 SIDES = ("cloze", "cloze_compat", "original")
-# The log line each side writes once start-up (imports, vocabulary, tokenizer) is over.
+# The log line each side writes once start-up (imports, vocabulary, tokenizer) is over. The
+# original's logger prints no time stamps, so the wrapper notes when the line arrives.
 WORK_MARKERS = {
     "cloze": "] Reading ",
     "cloze_compat": "] Reading ",
@@ -260,6 +263,7 @@ def run(
                 "instances": instances,
                 "instances_per_s": instances / measured["seconds"],
                 "work_instances_per_s": instances / measured["work_seconds"],
+                "instances_per_cpu_s": instances / measured["cpu_seconds"],
             }
         if "original" in row:
             o = row["original"]
@@ -267,6 +271,9 @@ def run(
                 row[f"ratio_{name}"] = row[name]["instances_per_s"] / o["instances_per_s"]
                 row[f"work_ratio_{name}"] = (
                     row[name]["work_instances_per_s"] / o["work_instances_per_s"]
+                )
+                row[f"cpu_ratio_{name}"] = (
+                    row[name]["instances_per_cpu_s"] / o["instances_per_cpu_s"]
                 )
             row["ratio"] = row["ratio_cloze"]
             if not any("same_records" in r for r in rows):

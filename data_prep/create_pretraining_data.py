@@ -162,12 +162,7 @@ def main(argv):
     from data_prep import pretraining_shards
     from data_prep.errors import InputError
     from data_prep.features import expand_input_files
-    from data_prep.pretraining_data import (
-        MaskingVocab,
-        create_training_instances,
-        read_documents,
-        write_instances,
-    )
+    from data_prep.pretraining_data import MaskingVocab, read_documents, write_instances
     from data_prep.tokenization import InGraphTokenizer, load_vocab
 
     logging.set_verbosity(logging.INFO)
@@ -202,22 +197,22 @@ def main(argv):
         masking_vocab = MaskingVocab.from_vocab(vocab, where=FLAGS.vocab_file)
         tokenizer = InGraphTokenizer(vocab, do_lower_case=FLAGS.do_lower_case)
         logging.info("Reading %d file(s): %s", len(input_files), ", ".join(input_files))
+        settings = pretraining_shards.ChunkSettings(
+            vocab=masking_vocab,
+            max_seq_length=FLAGS.max_seq_length,
+            max_predictions_per_seq=FLAGS.max_predictions_per_seq,
+            dupe_factor=FLAGS.dupe_factor,
+            short_seq_prob=FLAGS.short_seq_prob,
+            masked_lm_prob=FLAGS.masked_lm_prob,
+            random_seed=FLAGS.random_seed,
+            sentence_objective=FLAGS.sentence_objective,
+            masking_scheme="whole_word"
+            if FLAGS.do_whole_word_mask and FLAGS.masking_scheme == "token"
+            else FLAGS.masking_scheme,
+            static_masking=FLAGS.masking == "static",
+            full_sentences=FLAGS.full_sentences,
+        )
         if not FLAGS.compat_original:
-            settings = pretraining_shards.ChunkSettings(
-                vocab=masking_vocab,
-                max_seq_length=FLAGS.max_seq_length,
-                max_predictions_per_seq=FLAGS.max_predictions_per_seq,
-                dupe_factor=FLAGS.dupe_factor,
-                short_seq_prob=FLAGS.short_seq_prob,
-                masked_lm_prob=FLAGS.masked_lm_prob,
-                random_seed=FLAGS.random_seed,
-                sentence_objective=FLAGS.sentence_objective,
-                masking_scheme="whole_word"
-                if FLAGS.do_whole_word_mask and FLAGS.masking_scheme == "token"
-                else FLAGS.masking_scheme,
-                static_masking=FLAGS.masking == "static",
-                full_sentences=FLAGS.full_sentences,
-            )
             num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
             total = sum(tf.io.gfile.stat(path).length for path in input_files)
             inv_vocab = {i: t for t, i in vocab.items()}
@@ -259,22 +254,7 @@ def main(argv):
 
     rng = random.Random(FLAGS.random_seed)
     with tqdm(desc="creating", unit=" instances", unit_scale=True, smoothing=0.1) as bar:
-        instances = create_training_instances(
-            documents,
-            masking_vocab,
-            FLAGS.max_seq_length,
-            FLAGS.dupe_factor,
-            FLAGS.short_seq_prob,
-            FLAGS.masked_lm_prob,
-            FLAGS.max_predictions_per_seq,
-            rng,
-            do_whole_word_mask=FLAGS.do_whole_word_mask,
-            progress=bar.update,
-            sentence_objective=FLAGS.sentence_objective,
-            masking_scheme=FLAGS.masking_scheme,
-            static_masking=FLAGS.masking == "static",
-            full_sentences=FLAGS.full_sentences,
-        )
+        instances = settings.create_instances(documents, rng, progress=bar.update)
     del documents  # only the instances are needed from here on
     label = {"nsp": "a random next segment", "sop": "A and B swapped", "none": "label 1"}
     logging.info(

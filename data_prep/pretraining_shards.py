@@ -83,6 +83,30 @@ class ChunkSettings:
     static_masking: bool = True
     full_sentences: bool = False
 
+    def create_instances(
+        self,
+        documents: Sequence[Document],
+        rng: random.Random,
+        static_masking: bool | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[TrainingInstance]:
+        """create_training_instances with these settings (static_masking overridable)."""
+        return create_training_instances(
+            documents,
+            self.vocab,
+            self.max_seq_length,
+            self.dupe_factor,
+            self.short_seq_prob,
+            self.masked_lm_prob,
+            self.max_predictions_per_seq,
+            rng,
+            progress=progress,
+            sentence_objective=self.sentence_objective,
+            masking_scheme=self.masking_scheme,
+            static_masking=self.static_masking if static_masking is None else static_masking,
+            full_sentences=self.full_sentences,
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class TextChunk:
@@ -201,20 +225,9 @@ def chunk_records(
     # random.Random seeds a str through SHA-512, the same in every process (no hash seed).
     rng = random.Random(f"cloze-chunk/{s.random_seed}/{file_index}/{chunk_index}")
     vectorized = s.static_masking and s.masking_scheme == "token"
-    instances = create_training_instances(
-        documents,
-        s.vocab,
-        s.max_seq_length,
-        s.dupe_factor,
-        s.short_seq_prob,
-        s.masked_lm_prob,
-        s.max_predictions_per_seq,
-        rng,
-        sentence_objective=s.sentence_objective,
-        masking_scheme=s.masking_scheme,
-        # Token masking is done below for a whole batch at once; the pairs come unmasked.
-        static_masking=s.static_masking and not vectorized,
-        full_sentences=s.full_sentences,
+    # Token masking is done below for a whole batch at once; the pairs come unmasked.
+    instances = s.create_instances(
+        documents, rng, static_masking=s.static_masking and not vectorized
     )
     encoder = example_encoder(
         s.max_seq_length, s.max_predictions_per_seq, len(s.vocab.is_continuation)
