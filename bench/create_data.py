@@ -13,11 +13,11 @@ so memory that grows with the corpus shows in the second row. Sides:
 Per side: `seconds` end to end (interpreter and TensorFlow start-up included, which at a small
 corpus is most of it) and `work_seconds` from the side's "reading input" log line to its exit
 (start-up and vocabulary loading excluded), instances/s of both; `cpu_seconds`, user + system
-time of the side and its workers (instances per CPU second is the figure that a loaded, shared
-machine disturbs least: there a side with three processes gets more of the cores than one with
-one); `peak_rss_mb`, the kernel's ru_maxrss of the side's main process, and `peak_tree_rss_mb`,
-the largest sum of the resident memory of the process and all its descendants (worker processes)
-sampled every 0.1 s.
+time of the side and its workers, and `work_cpu_seconds`, the part after the marker line
+(instances per CPU second is the figure that a loaded, shared machine disturbs least: there wall
+time measures the scheduler more than the program); `peak_rss_mb`, the kernel's ru_maxrss of the
+side's main process, and `peak_tree_rss_mb`, the largest sum of the resident memory of the process
+and all its descendants (worker processes) sampled every 0.1 s.
 
   python -m bench.create_data --corpus=default_run/corpus/train.txt \
     --vocab_file=default_run/vocab.txt --work_dir=/tmp/bench_create_data
@@ -110,6 +110,9 @@ for line in proc.stdout:  # passed on, and the time the marker line arrived note
     sys.stdout.write(line)
     if marker and marker in line:
         print(f"MARK_EPOCH={time.time()}", file=sys.stderr)
+        stat = open(f"/proc/{proc.pid}/stat").read()
+        ticks = sum(map(int, stat[stat.rindex(")") + 2 :].split()[11:15]))  # utime .. cstime
+        print(f"MARK_CPU_S={ticks / os.sysconf('SC_CLK_TCK')}", file=sys.stderr)
         marker = ""
 _, status, usage = os.wait4(proc.pid, 0)
 done.set()
@@ -157,6 +160,8 @@ def run_measured(cmd, env=None, cwd=None, work_marker: str | None = None) -> dic
         if not any(line.startswith("MARK_EPOCH=") for line in lines):
             raise RuntimeError(f"no line with {work_marker!r} in the output of {cmd}")
         measured["work_seconds"] = value("END_EPOCH") - value("MARK_EPOCH")
+        # CPU time of the process (and its reaped children) when the marker line arrived
+        measured["work_cpu_seconds"] = measured["cpu_seconds"] - value("MARK_CPU_S")
     return measured
 
 
@@ -264,6 +269,7 @@ def run(
                 "instances_per_s": instances / measured["seconds"],
                 "work_instances_per_s": instances / measured["work_seconds"],
                 "instances_per_cpu_s": instances / measured["cpu_seconds"],
+                "work_instances_per_cpu_s": instances / measured["work_cpu_seconds"],
             }
         if "original" in row:
             o = row["original"]
@@ -274,6 +280,9 @@ def run(
                 )
                 row[f"cpu_ratio_{name}"] = (
                     row[name]["instances_per_cpu_s"] / o["instances_per_cpu_s"]
+                )
+                row[f"work_cpu_ratio_{name}"] = (
+                    row[name]["work_instances_per_cpu_s"] / o["work_instances_per_cpu_s"]
                 )
             row["ratio"] = row["ratio_cloze"]
             if not any("same_records" in r for r in rows):
