@@ -3,12 +3,24 @@ against the original google-research/bert create_pretraining_data.py, same corpu
 
 The original is run unchanged from PyPI's `bert-tensorflow` wheel (bench/requirements.txt), which
 ships google-research/bert's scripts; it runs on TF 2.21 as is through `tensorflow.compat.v1`.
-Both run as separate processes; the peak resident memory of each is the kernel's ru_maxrss of
-that child (os.wait4). Each runs at 1x and Nx a base corpus (the base text repeated N times), so
-memory that grows with the corpus shows in the second row. instances/s is over each whole run
-(reading, tokenizing, creating, writing; both import TensorFlow at start-up), which at a small
-corpus is mostly that start-up. At the first scale the two outputs are also compared record by
-record: the same text, vocabulary, flags and seed must give the same records.
+Every side runs as a separate process, at 1x and Nx a base corpus (the base text repeated N times),
+so memory that grows with the corpus shows in the second row. Sides:
+  cloze          the default, streaming mode (bounded chunks on worker processes)
+  cloze_compat   --compat_original: the original's algorithm, whose records must equal the
+                 original's record for record (run and checked at the first scale the original
+                 runs at)
+  original       the original script
+Per side: `seconds` end to end (interpreter and TensorFlow start-up included, which at a small
+corpus is most of it) and `work_seconds` from the side's "reading input" log line to its exit
+(start-up and vocabulary loading excluded), instances/s of both; `cpu_seconds`, user + system
+time of the side and its workers, and `work_cpu_seconds`, the part after the marker line
+(instances per CPU second is the figure that a loaded, shared machine disturbs least: there wall
+time measures the scheduler more than the program); `peak_rss_mb`, the kernel's ru_maxrss of the
+side's main process, and `peak_tree_rss_mb`, the largest sum of the resident memory of the process
+and all its descendants (worker processes) sampled every 0.1 s.
+
+  python -m bench.create_data --corpus=default_run/corpus/train.txt \
+    --vocab_file=default_run/vocab.txt --work_dir=/tmp/bench_create_data
 """
 
 from __future__ import annotations
@@ -66,23 +78,61 @@ def repeat_corpus(base, out_path, times: int) -> int:
 
 # Started by run_measured, this small process runs the command and prints the command's own
 # peak RSS. Linux carries a process's RSS high-water mark over fork and exec, so a child forked
-# straight from a benchmark process that holds gigabytes would report the parent's size.
+# straight from a benchmark process that holds gigabytes would report the parent's size. ru_maxrss
+# covers one process at a time, so a thread also samples the sum over the command's process tree.
 _PEAK_RSS_WRAPPER = """
-import os, subprocess, sys
-proc = subprocess.Popen(sys.argv[1:])
+import os, subprocess, sys, threading, time
+page = os.sysconf("SC_PAGE_SIZE")
+def tree_rss(root):
+    parent, rss = {}, {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = open(f"/proc/{name}/stat").read()
+                rss[int(name)] = int(open(f"/proc/{name}/statm").read().split()[1]) * page
+            except OSError:
+                continue
+            parent[int(name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo += [child for child, p in parent.items() if p == pid]
+    return total
+marker = sys.argv[1]
+proc = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+done, peak = threading.Event(), [0]
+def sample():
+    while not done.wait(0.1):
+        peak[0] = max(peak[0], tree_rss(proc.pid))
+threading.Thread(target=sample, daemon=True).start()
+for line in proc.stdout:  # passed on, and the time the marker line arrived noted
+    sys.stdout.write(line)
+    if marker and marker in line:
+        print(f"MARK_EPOCH={time.time()}", file=sys.stderr)
+        stat = open(f"/proc/{proc.pid}/stat").read()
+        ticks = sum(map(int, stat[stat.rindex(")") + 2 :].split()[11:15]))  # utime .. cstime
+        print(f"MARK_CPU_S={ticks / os.sysconf('SC_CLK_TCK')}", file=sys.stderr)
+        marker = ""
 _, status, usage = os.wait4(proc.pid, 0)
+done.set()
+print(f"END_EPOCH={time.time()}", file=sys.stderr)
 print(f"PEAK_RSS_KB={usage.ru_maxrss}", file=sys.stderr)
+print(f"CPU_S={usage.ru_utime + usage.ru_stime}", file=sys.stderr)
+print(f"PEAK_TREE_RSS_KB={max(peak[0] // 1024, usage.ru_maxrss)}", file=sys.stderr)
 sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def run_measured(cmd, env=None, cwd=None) -> dict:
+def run_measured(cmd, env=None, cwd=None, work_marker: str | None = None) -> dict:
     """Runs `cmd`, returns wall seconds and its peak resident memory in MB (ru_maxrss of the
-    command, taken in a small wrapper process: see _PEAK_RSS_WRAPPER); raises with the tail of
-    its output when it fails."""
+    command, taken in a small wrapper process: see _PEAK_RSS_WRAPPER, and the peak sum over its
+    process tree); raises with the tail of its output when it fails. With `work_marker`, also
+    `work_seconds`: from the arrival of the first output line containing it to the command's
+    exit."""
     start = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-c", _PEAK_RSS_WRAPPER, *map(str, cmd)],
+        [sys.executable, "-c", _PEAK_RSS_WRAPPER, work_marker or "", *map(str, cmd)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=env,
@@ -94,8 +144,25 @@ def run_measured(cmd, env=None, cwd=None) -> dict:
         raise RuntimeError(
             f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n{result.stdout[-3000:]}"
         )
-    peak = [line for line in result.stdout.splitlines() if line.startswith("PEAK_RSS_KB=")]
-    return {"seconds": seconds, "peak_rss_mb": int(peak[-1].split("=")[1]) / 1024.0}
+    lines = result.stdout.splitlines()
+
+    def value(key):
+        return float([line for line in lines if line.startswith(key + "=")][-1].split("=")[1])
+
+    measured = {
+        "seconds": seconds,
+        # user + system time of the command and of the children it waited for (its workers)
+        "cpu_seconds": value("CPU_S"),
+        "peak_rss_mb": value("PEAK_RSS_KB") / 1024.0,
+        "peak_tree_rss_mb": value("PEAK_TREE_RSS_KB") / 1024.0,
+    }
+    if work_marker:
+        if not any(line.startswith("MARK_EPOCH=") for line in lines):
+            raise RuntimeError(f"no line with {work_marker!r} in the output of {cmd}")
+        measured["work_seconds"] = value("END_EPOCH") - value("MARK_EPOCH")
+        # CPU time of the process (and its reaped children) when the marker line arrived
+        measured["work_cpu_seconds"] = measured["cpu_seconds"] - value("MARK_CPU_S")
+    return measured
 
 
 def count_records(path) -> int:
@@ -140,6 +207,16 @@ def flags_for(corpus, output, vocab_file, seq, predictions, dupe_factor, seed) -
     ]
 
 
+SIDES = ("cloze", "cloze_compat", "original")
+# The log line each side writes once start-up (imports, vocabulary, tokenizer) is over. The
+# original's logger prints no time stamps, so the wrapper notes when the line arrives.
+WORK_MARKERS = {
+    "cloze": "] Reading ",
+    "cloze_compat": "] Reading ",
+    "original": "*** Reading from input files ***",
+}
+
+
 def run(
     corpus,
     vocab_file,
@@ -151,8 +228,13 @@ def run(
     predictions: int = 20,
     seed: int = 12345,
     original: bool = True,
+    original_scales=None,
+    num_workers: int | None = None,
 ) -> dict:
-    """The benchmark. `original=False` runs Cloze only (no peer; for quick smoke runs)."""
+    """The benchmark. `original=False` runs streaming Cloze only (no peer; for quick smoke runs);
+    `original_scales` limits the original and --compat_original to those scales (default: all),
+    since the original's time and memory grow with the corpus; `num_workers` is passed to the
+    streaming side (default: its own, the cores it may use)."""
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     base = work / "corpus_x1.txt"
@@ -161,32 +243,51 @@ def run(
     original_env = None
     if original:
         original_env = env | {"PYTHONPATH": str(original_script_dir())}
+    script = [sys.executable, str(REPO / "data_prep/create_pretraining_data.py")]
+    workers = [f"--num_workers={num_workers}"] if num_workers else []
     rows = []
     for scale in scales:
         text = work / f"corpus_x{scale}.txt"
         size = repeat_corpus(base, text, scale) if scale != 1 else base.stat().st_size
         row = {"scale": scale, "corpus_bytes": size}
-        sides = [
-            ("cloze", [sys.executable, str(REPO / "data_prep/create_pretraining_data.py")], env)
-        ]
-        if original:
+        sides = [("cloze", script + workers, env)]
+        if original and (original_scales is None or scale in original_scales):
+            if not any("original" in r for r in rows):  # records compared at one scale only
+                sides.append(("cloze_compat", script + ["--compat_original"], env))
             sides.append(
                 ("original", [sys.executable, "-m", "bert.create_pretraining_data"], original_env)
             )
         for name, cmd, side_env in sides:
             output = work / f"{name}_x{scale}.tfrecord"
             flags = flags_for(text, output, vocab_file, seq, predictions, dupe_factor, seed)
-            measured = run_measured(cmd + flags, env=side_env, cwd=str(work))
+            measured = run_measured(
+                cmd + flags, env=side_env, cwd=str(work), work_marker=WORK_MARKERS[name]
+            )
             instances = count_records(output)
             row[name] = measured | {
                 "instances": instances,
                 "instances_per_s": instances / measured["seconds"],
+                "work_instances_per_s": instances / measured["work_seconds"],
+                "instances_per_cpu_s": instances / measured["cpu_seconds"],
+                "work_instances_per_cpu_s": instances / measured["work_cpu_seconds"],
             }
-        if original:
-            row["ratio"] = row["cloze"]["instances_per_s"] / row["original"]["instances_per_s"]
-            if scale == scales[0]:
+        if "original" in row:
+            o = row["original"]
+            for name in ("cloze", "cloze_compat")[: len(sides) - 1]:
+                row[f"ratio_{name}"] = row[name]["instances_per_s"] / o["instances_per_s"]
+                row[f"work_ratio_{name}"] = (
+                    row[name]["work_instances_per_s"] / o["work_instances_per_s"]
+                )
+                row[f"cpu_ratio_{name}"] = (
+                    row[name]["instances_per_cpu_s"] / o["instances_per_cpu_s"]
+                )
+                row[f"work_cpu_ratio_{name}"] = (
+                    row[name]["work_instances_per_cpu_s"] / o["work_instances_per_cpu_s"]
+                )
+            row["ratio"] = row["ratio_cloze"]
+            if not any("same_records" in r for r in rows):
                 row["same_records"] = records_equal(
-                    work / f"cloze_x{scale}.tfrecord",
+                    work / f"cloze_compat_x{scale}.tfrecord",
                     work / f"original_x{scale}.tfrecord",
                     seq,
                     predictions,
@@ -199,5 +300,45 @@ def run(
         "dupe_factor": dupe_factor,
         "max_seq_length": seq,
         "max_predictions_per_seq": predictions,
+        "load_average": os.getloadavg(),
+        "cpus": len(os.sched_getaffinity(0)),
         "scales": rows,
     }
+
+
+def main(argv):
+    import json
+
+    from absl import flags
+
+    f = flags.FLAGS
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    result = run(
+        f.corpus,
+        f.vocab_file,
+        f.work_dir,
+        base_bytes=f.base_bytes,
+        scales=[int(x) for x in f.scales],
+        dupe_factor=f.dupe_factor,
+        original_scales=[int(x) for x in f.original_scales] if f.original_scales else None,
+        num_workers=f.num_workers,
+    )
+    text = json.dumps(result, indent=2, sort_keys=True)
+    Path(f.work_dir, "results.json").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    from absl import app, flags
+
+    flags.DEFINE_string("corpus", "default_run/corpus/train.txt", "Corpus to cut the base from.")
+    flags.DEFINE_string("vocab_file", "default_run/vocab.txt", "WordPiece vocabulary.")
+    flags.DEFINE_string("work_dir", None, "Folder for corpora, records and results.json.")
+    flags.DEFINE_integer("base_bytes", 500_000, "The 1x corpus: about this much of --corpus.")
+    flags.DEFINE_list("scales", ["1", "10"], "Corpus sizes, in copies of the 1x corpus.")
+    flags.DEFINE_integer("dupe_factor", 10, "--dupe_factor of every side (the original's 10).")
+    flags.DEFINE_list("original_scales", [], "Scales the original runs at (default: all).")
+    flags.DEFINE_integer("num_workers", None, "Streaming workers (default: the cores).")
+    flags.mark_flag_as_required("work_dir")
+    app.run(main)

@@ -1,7 +1,16 @@
 """Text corpus -> pre-training TFRecords (masked LM + next sentence prediction, or another recipe).
 
-The original google-research/bert script's flags and defaults; given the same text, vocabulary and
-seed it writes the same records. Input: one sentence per line, a blank line between documents.
+The original google-research/bert script's flags and defaults. Input: one sentence per line, a
+blank line between documents. Two ways to make the records:
+  default            streaming (data_prep/pretraining_shards.py): each input file is cut into
+                     chunks of about --chunk_bytes of whole documents, each chunk made into
+                     instances on its own (random next segments from the chunk's other documents,
+                     shuffled within the chunk) on --num_workers processes; memory stays bounded
+                     whatever the corpus size, and the bytes written depend on the seed, the flags
+                     and --chunk_bytes, never on --num_workers. The same chunks as an Apache Beam
+                     pipeline: see data_prep/pretraining_shards.py.
+  --compat_original  the original's algorithm on the whole corpus in memory, one core: given the
+                     same text, vocabulary and seed it writes the original script's records.
 Other recipes by flag: --sentence_objective=sop (ALBERT) or none (RoBERTa, with --full_sentences
 packing across documents); --masking_scheme=ngram (ALBERT) or span (SpanBERT, with span boundary
 features); --masking=dynamic writes unmasked records that run_pretraining --masking=dynamic masks
@@ -64,6 +73,25 @@ flags.DEFINE_enum(
     "run_pretraining --masking=dynamic.",
 )
 
+flags.DEFINE_bool(
+    "compat_original",
+    False,
+    "Make the original script's records (whole corpus in memory, random next segments from any "
+    "document, one global shuffle, one core) instead of streaming bounded chunks.",
+)
+flags.DEFINE_integer(
+    "num_workers",
+    None,
+    "Worker processes for streaming (default: the cores this process may use). The records do "
+    "not depend on it.",
+)
+flags.DEFINE_integer(
+    "chunk_bytes",
+    1 << 20,
+    "Streaming: text per chunk, cut at document ends. Bounds memory (about 2 x num_workers chunks "
+    "in flight) and is the pool random next segments are drawn from; changes the records.",
+)
+
 FLAGS = flags.FLAGS
 
 
@@ -79,6 +107,8 @@ flags.register_validator(
     "max_seq_length", lambda s: s >= 5, "must be at least 5 to hold [CLS] A [SEP] B [SEP]"
 )
 flags.register_validator("dupe_factor", lambda d: d >= 1, "must be at least 1")
+flags.register_validator("chunk_bytes", lambda b: b >= 1, "must be at least 1")
+flags.register_validator("num_workers", lambda n: n is None or n >= 1, "must be at least 1")
 flags.register_validator("max_predictions_per_seq", lambda p: p >= 1, "must be at least 1")
 flags.register_multi_flags_validator(
     ["max_predictions_per_seq", "max_seq_length"],
@@ -106,6 +136,21 @@ flags.register_validator(
 )
 
 
+def _log_records(records: list[bytes], inv_vocab: dict[int, str]) -> None:
+    """Logs records as the original logged its first instances: tokens and features."""
+    import tensorflow as tf
+
+    for record in records:
+        feature = tf.train.Example.FromString(record).features.feature
+        length = sum(feature["input_mask"].int64_list.value)
+        ids = feature["input_ids"].int64_list.value[:length]
+        logging.info("*** Example ***")
+        logging.info("tokens: %s", " ".join(inv_vocab.get(i, f"<id {i}>") for i in ids))
+        for name in ("segment_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_labels"):
+            if name in feature:
+                logging.info("%s: %s", name, " ".join(map(str, feature[name].int64_list.value)))
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -114,14 +159,10 @@ def main(argv):
     import tensorflow as tf
     from tqdm import tqdm
 
+    from data_prep import pretraining_shards
     from data_prep.errors import InputError
     from data_prep.features import expand_input_files
-    from data_prep.pretraining_data import (
-        MaskingVocab,
-        create_training_instances,
-        read_documents,
-        write_instances,
-    )
+    from data_prep.pretraining_data import MaskingVocab, read_documents, write_instances
     from data_prep.tokenization import InGraphTokenizer, load_vocab
 
     logging.set_verbosity(logging.INFO)
@@ -156,6 +197,49 @@ def main(argv):
         masking_vocab = MaskingVocab.from_vocab(vocab, where=FLAGS.vocab_file)
         tokenizer = InGraphTokenizer(vocab, do_lower_case=FLAGS.do_lower_case)
         logging.info("Reading %d file(s): %s", len(input_files), ", ".join(input_files))
+        settings = pretraining_shards.ChunkSettings(
+            vocab=masking_vocab,
+            max_seq_length=FLAGS.max_seq_length,
+            max_predictions_per_seq=FLAGS.max_predictions_per_seq,
+            dupe_factor=FLAGS.dupe_factor,
+            short_seq_prob=FLAGS.short_seq_prob,
+            masked_lm_prob=FLAGS.masked_lm_prob,
+            random_seed=FLAGS.random_seed,
+            sentence_objective=FLAGS.sentence_objective,
+            masking_scheme="whole_word"
+            if FLAGS.do_whole_word_mask and FLAGS.masking_scheme == "token"
+            else FLAGS.masking_scheme,
+            static_masking=FLAGS.masking == "static",
+            full_sentences=FLAGS.full_sentences,
+        )
+        if not FLAGS.compat_original:
+            num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
+            total = sum(tf.io.gfile.stat(path).length for path in input_files)
+            inv_vocab = {i: t for t, i in vocab.items()}
+            with tqdm(
+                desc="streaming", total=total, unit="B", unit_scale=True, smoothing=0.1
+            ) as bar:
+                made = 0
+
+                def progress(num_bytes, num_records):
+                    nonlocal made
+                    made += num_records
+                    bar.update(num_bytes)
+                    bar.set_postfix(instances=made)
+
+                counts = pretraining_shards.create_shards(
+                    input_files,
+                    output_files,
+                    tokenizer,
+                    settings,
+                    num_workers=num_workers,
+                    chunk_bytes=FLAGS.chunk_bytes,
+                    progress=progress,
+                    log_records=lambda records: _log_records(records, inv_vocab),
+                )
+            for path, count in zip(output_files, counts, strict=True):
+                logging.info("  %s: %d instances", path, count)
+            return
         start = time.perf_counter()
         documents = read_documents(input_files, tokenizer, FLAGS.sentence_objective)
     except InputError as e:
@@ -170,22 +254,7 @@ def main(argv):
 
     rng = random.Random(FLAGS.random_seed)
     with tqdm(desc="creating", unit=" instances", unit_scale=True, smoothing=0.1) as bar:
-        instances = create_training_instances(
-            documents,
-            masking_vocab,
-            FLAGS.max_seq_length,
-            FLAGS.dupe_factor,
-            FLAGS.short_seq_prob,
-            FLAGS.masked_lm_prob,
-            FLAGS.max_predictions_per_seq,
-            rng,
-            do_whole_word_mask=FLAGS.do_whole_word_mask,
-            progress=bar.update,
-            sentence_objective=FLAGS.sentence_objective,
-            masking_scheme=FLAGS.masking_scheme,
-            static_masking=FLAGS.masking == "static",
-            full_sentences=FLAGS.full_sentences,
-        )
+        instances = settings.create_instances(documents, rng, progress=bar.update)
     del documents  # only the instances are needed from here on
     label = {"nsp": "a random next segment", "sop": "A and B swapped", "none": "label 1"}
     logging.info(

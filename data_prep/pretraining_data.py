@@ -46,13 +46,14 @@ import uuid
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-import tensorflow as tf
 from absl import logging
 
-from data_prep import masking
 from data_prep.errors import input_error
-from data_prep.features import serialize_packed_example, serialize_pretraining_example
 from data_prep.tokenization import read_utf8_lines
+
+# TensorFlow (and data_prep.masking / data_prep.features, which import it) is imported only where
+# used: the worker processes of data_prep/pretraining_shards.py import this module to pair
+# sentences and would otherwise each pay seconds and hundreds of MB for an import they never use.
 
 # Lines tokenized per call of the bulk tokenizer: large enough to amortize the per-call graph
 # overhead, small enough to keep the raw text of only this many lines in memory.
@@ -61,7 +62,9 @@ _TOKENIZE_CHUNK_LINES = 4096
 Document = list[array]  # sentences, each an array('i') of token ids
 
 SENTENCE_OBJECTIVES = ("nsp", "sop", "none")
-MASKING_SCHEMES = masking.STATIC_SCHEMES  # "token", "whole_word", "ngram", "span"
+# The same tuple as data_prep.masking.STATIC_SCHEMES (a test checks), spelled out so that importing
+# this module does not import TensorFlow.
+MASKING_SCHEMES = ("token", "whole_word", "ngram", "span")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -205,14 +208,19 @@ def read_documents(
                 current.append(array("i", ids))
         if current:  # the end of a file ends its last document
             documents.append(current)
+    check_documents(documents, ", ".join(input_files), sentence_objective)
+    return documents
 
-    names = ", ".join(input_files)
+
+def check_documents(documents: Sequence[Document], names: str, sentence_objective: str) -> None:
+    """Refuses documents the sentence objective cannot use (see read_documents), naming `names`
+    (files, or a file and line range) in the InputError; warns about single-sentence documents."""
     if not documents:
         raise input_error(
             names, "sentences, one per line, with a blank line between documents", "no text"
         )
     if sentence_objective == "none":
-        return documents
+        return
     single = sum(1 for d in documents if len(d) == 1)
     if single == len(documents):
         what = {
@@ -241,7 +249,6 @@ def read_documents(
             single,
             len(documents),
         )
-    return documents
 
 
 # --------------------------------------------------------------------------------------------
@@ -544,6 +551,8 @@ class _Masker:
         args = (input_ids, self.masked_lm_prob, self.max_predictions_per_seq, self.vocab, self.rng)
         left = right = None
         if self.scheme in ("ngram", "span"):
+            from data_prep import masking
+
             output_ids, positions, labels, left, right = masking.create_span_masked_lm_predictions(
                 *args, self.scheme
             )
@@ -687,6 +696,8 @@ def serialize_instance(
     """One padded tf.train.Example with the original features, serialized reproducibly (the
     feature map in sorted key order, see data_prep/features.py). An unmasked instance is written
     without the masked_lm_* features, a span-masked one with its span boundaries as well."""
+    from data_prep.features import serialize_packed_example, serialize_pretraining_example
+
     if instance.masked_lm_positions is None:
         return serialize_packed_example(
             instance.input_ids,
@@ -731,6 +742,8 @@ def write_instances(
     Returns:
       The number of instances written to each shard, in `output_files` order.
     """
+    import tensorflow as tf
+
     if not output_files:
         raise ValueError("no output files")
     if len(set(output_files)) != len(output_files):
@@ -772,6 +785,7 @@ __all__ = [
     "MaskingVocab",
     "SENTENCE_OBJECTIVES",
     "TrainingInstance",
+    "check_documents",
     "create_instances_from_document",
     "create_masked_lm_predictions",
     "create_training_instances",

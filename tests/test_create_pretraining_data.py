@@ -12,10 +12,12 @@ import tensorflow as tf
 
 from data_prep.features import check_pretraining_files
 from data_prep.pretraining_data import (
+    MaskingVocab,
     create_training_instances,
     read_documents,
     serialize_instance,
 )
+from data_prep.pretraining_shards import ChunkSettings, create_shards
 from data_prep.tokenization import FullTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,20 +57,25 @@ def write_corpus(folder: Path, name: str, num_docs: int, seed: int) -> Path:
     return path
 
 
-def test_smoke_run_writes_shards_equal_to_the_library(tmp_path, vocab_file):
-    corpus = [write_corpus(tmp_path / "corpus", f"part-{k}.txt", 6, seed=k) for k in range(2)]
-    out = tmp_path / "out" / "sub"  # does not exist yet: the script creates it
-    shards = [str(out / "train-0.tfrecord"), str(out / "train-1.tfrecord")]
-    result = run_script(
-        f"--input_file={tmp_path / 'corpus' / '*.txt'}",
+def script_flags(corpus, shards, vocab_file, *extra):
+    return [
+        f"--input_file={corpus}",
         f"--output_file={','.join(shards)}",
         f"--vocab_file={vocab_file}",
         "--max_seq_length=24",
         "--max_predictions_per_seq=4",
         "--dupe_factor=3",
         "--random_seed=7",
-        "--do_whole_word_mask=True",
-    )
+        *extra,
+    ]
+
+
+def test_smoke_run_writes_shards_equal_to_the_library(tmp_path, vocab_file):
+    corpus = [write_corpus(tmp_path / "corpus", f"part-{k}.txt", 6, seed=k) for k in range(2)]
+    out = tmp_path / "out" / "sub"  # does not exist yet: the script creates it
+    shards = [str(out / "train-0.tfrecord"), str(out / "train-1.tfrecord")]
+    pattern = tmp_path / "corpus" / "*.txt"
+    result = run_script(*script_flags(pattern, shards, vocab_file, "--compat_original=True"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["train-0.tfrecord", "train-1.tfrecord"]
     check_pretraining_files(shards, 24, 4)
@@ -79,13 +86,38 @@ def test_smoke_run_writes_shards_equal_to_the_library(tmp_path, vocab_file):
     tokenizer = FullTokenizer(vocab_file, do_lower_case=True)
     documents = read_documents([str(p) for p in corpus], tokenizer)
     instances = create_training_instances(
-        documents, tokenizer.vocab, 24, 3, 0.1, 0.15, 4, random.Random(7), do_whole_word_mask=True
+        documents, tokenizer.vocab, 24, 3, 0.1, 0.15, 4, random.Random(7)
     )
     assert len(instances) > 20
     for k, shard in enumerate(shards):
         records = [r.numpy() for r in tf.data.TFRecordDataset(shard)]
         # Bytes made in another process: the feature map order must not depend on the process.
         assert records == [serialize_instance(i, 24, 4) for i in instances[k::2]]
+
+
+def test_streaming_run_writes_the_library_shards(tmp_path, vocab_file):
+    """The default (streaming) mode on two worker processes writes the bytes that
+    pretraining_shards.create_shards writes in this process with the reference tokenizer."""
+    corpus = [write_corpus(tmp_path / "corpus", f"part-{k}.txt", 9, seed=k) for k in range(2)]
+    shards = [str(tmp_path / "out" / f"train-{k}.tfrecord") for k in range(2)]
+    pattern = tmp_path / "corpus" / "*.txt"
+    extra = ("--num_workers=2", "--chunk_bytes=300", "--do_whole_word_mask=True")
+    result = run_script(*script_flags(pattern, shards, vocab_file, *extra))
+    assert result.returncode == 0, result.stderr[-3000:]
+    check_pretraining_files(shards, 24, 4)
+    assert "*** Example ***" in result.stderr and "instances/s" in result.stderr
+
+    tokenizer = FullTokenizer(vocab_file, do_lower_case=True)
+    settings = ChunkSettings(
+        MaskingVocab.from_vocab(tokenizer.vocab), 24, 4, 3, 0.1, 0.15, 7,
+        masking_scheme="whole_word",
+    )  # fmt: skip
+    expected = [str(tmp_path / f"expected-{k}.tfrecord") for k in range(2)]
+    files = sorted(str(p) for p in corpus)
+    counts = create_shards(files, expected, tokenizer, settings, num_workers=1, chunk_bytes=300)
+    assert sum(counts) > 40
+    for got, want in zip(shards, expected, strict=True):
+        assert Path(got).read_bytes() == Path(want).read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -98,6 +130,8 @@ def test_smoke_run_writes_shards_equal_to_the_library(tmp_path, vocab_file):
         ("--output_file=a.tfrecord,a.tfrecord", "must name one or more distinct files"),
         ("--full_sentences", "--full_sentences packs one segment per sequence"),
         ("--sentence_objective=bad", "--sentence_objective"),
+        ("--num_workers=0", "--num_workers=0: must be at least 1"),
+        ("--chunk_bytes=0", "--chunk_bytes=0: must be at least 1"),
         ("--masking=dynamic --masking_scheme=span", "--masking=dynamic leaves the choice of masks"),
         ("--masking=dynamic --do_whole_word_mask", "drop --masking_scheme / --do_whole_word_mask"),
     ],
@@ -118,7 +152,9 @@ def test_corpus_error_names_the_file(tmp_path, vocab_file):
         f"--input_file={corpus}", f"--output_file={out}", f"--vocab_file={vocab_file}"
     )
     assert result.returncode == 1
-    assert f"{corpus}: expected at least one document with two or more sentences" in result.stderr
+    # Streaming names the chunk's lines (the whole tiny file here).
+    assert f"{corpus}:1-5 (one chunk of --chunk_bytes): expected at least one document with two " \
+        "or more sentences" in result.stderr  # fmt: skip
     assert not out.exists()
 
 
@@ -130,7 +166,7 @@ def test_recipe_flags_write_the_library_records(tmp_path, vocab_file):
     recipe = ["--sentence_objective=none", "--full_sentences", "--masking=dynamic"]
     result = run_script(
         f"--input_file={corpus}", f"--output_file={out}", f"--vocab_file={vocab_file}",
-        "--max_seq_length=24", "--dupe_factor=2", "--random_seed=5", *recipe,
+        "--max_seq_length=24", "--dupe_factor=2", "--random_seed=5", "--compat_original", *recipe,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--sentence_objective=none --masking=dynamic to run_pretraining" in result.stderr

@@ -1,0 +1,584 @@
+"""Streaming pre-training data: bounded memory, parallel workers, deterministic shards.
+
+The original algorithm (data_prep/pretraining_data.py) holds the whole corpus and every instance in
+memory and runs on one core: memory grows with the corpus and time with it on one core. This is the
+same algorithm applied to bounded chunks of the corpus:
+
+  iter_text_chunks   each input file is cut, at document boundaries, into chunks of about
+                     `chunk_bytes` of text (at least two documents each; a short tail joins the
+                     chunk before it). A chunk is named by (file index, chunk index in the file), so
+                     the cut depends only on the file, never on the worker count or the runner.
+  tokenize_chunk     text -> documents of ids (the bulk tensorflow-text tokenizer, in the main
+                     process: the workers never import TensorFlow).
+  chunk_records      the pure function of one chunk: `dupe_factor` passes of
+                     create_training_instances over the chunk's documents (random next segments
+                     drawn from the chunk's other documents; the chunk's instances shuffled
+                     together), masked and serialized. Its randomness is seeded from
+                     (random_seed, file index, chunk index) alone.
+  shard_of           record j of chunk (f, c) goes to shard (f + c + j) mod num_shards; a shard
+                     holds its records ordered by (f, c, j).
+  create_shards      reads, tokenizes and hands chunks to `num_workers` processes with at most
+                     2 x num_workers chunks in flight, and writes results in chunk order.
+
+So the output bytes depend on the text, the vocabulary, the flags, `chunk_bytes` and the seed,
+not on the number of workers, and a distributed runner that maps chunk_records over the same chunks
+and orders each shard by (f, c, j) writes the same files.
+
+What differs from the original's records, by design: a random next segment comes from another
+document of the same chunk instead of the whole corpus, and instances are shuffled within their
+chunk instead of globally (a shard holds runs of records from one chunk, mixed at training time by
+the reader's shuffle buffer). `--compat_original` in create_pretraining_data.py keeps the
+original's whole-corpus behaviour and records.
+
+Speed: for BERT's token masking the masks of a batch of instances are chosen with numpy at once
+(`mask_batch`, the same distribution as create_masked_lm_predictions, other random draws), and
+records are serialized by `ExampleEncoder` rather than through tf.train.Example: protobuf message
+construction took about as long as everything else together here (measured, see bench/), and the
+bytes are equal to protobuf's deterministic serialization (tested).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import multiprocessing
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+from absl import logging
+
+from data_prep.pretraining_data import (
+    Document,
+    MaskingVocab,
+    TrainingInstance,
+    _tokenize_lines,
+    check_documents,
+    create_training_instances,
+    serialize_instance,
+)
+from data_prep.tokenization import read_utf8_lines
+
+# Instances masked and serialized per numpy batch: large enough to amortize numpy's per-call cost,
+# small enough that the batch's (n, S) float arrays stay a few MB.
+_MASK_BATCH = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkSettings:
+    """Everything chunk_records needs besides the chunk (the flags of create_pretraining_data)."""
+
+    vocab: MaskingVocab
+    max_seq_length: int
+    max_predictions_per_seq: int
+    dupe_factor: int
+    short_seq_prob: float
+    masked_lm_prob: float
+    random_seed: int
+    sentence_objective: str = "nsp"
+    masking_scheme: str = "token"
+    static_masking: bool = True
+    full_sentences: bool = False
+
+    def create_instances(
+        self,
+        documents: Sequence[Document],
+        rng: random.Random,
+        static_masking: bool | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[TrainingInstance]:
+        """create_training_instances with these settings (static_masking overridable)."""
+        return create_training_instances(
+            documents,
+            self.vocab,
+            self.max_seq_length,
+            self.dupe_factor,
+            self.short_seq_prob,
+            self.masked_lm_prob,
+            self.max_predictions_per_seq,
+            rng,
+            progress=progress,
+            sentence_objective=self.sentence_objective,
+            masking_scheme=self.masking_scheme,
+            static_masking=self.static_masking if static_masking is None else static_masking,
+            full_sentences=self.full_sentences,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class TextChunk:
+    """Consecutive documents of one input file, as text.
+
+    Attributes:
+      file_index, chunk_index: the chunk's name: input file number, and chunk number in that file.
+      path, first_line, last_line: where its text is (1-based, inclusive), for error messages.
+      documents: the documents, each a list of non-blank stripped lines.
+      num_bytes: UTF-8 bytes of its lines, line ends (as one byte) and blank lines included.
+    """
+
+    file_index: int
+    chunk_index: int
+    path: str
+    first_line: int
+    last_line: int
+    documents: list[list[str]]
+    num_bytes: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.first_line}-{self.last_line}"
+
+
+def iter_text_chunks(
+    input_files: Sequence[str], chunk_bytes: int, min_documents: int = 2
+) -> Iterator[TextChunk]:
+    """Cuts each file into chunks of whole documents (blank lines and file ends end documents).
+
+    A chunk closes at the first document end where it holds at least `chunk_bytes` of text and
+    `min_documents` documents. The file's last, short chunk (fewer than `min_documents`
+    documents) is joined to the chunk before it, so one chunk is held back while the next fills:
+    at most about 2 x chunk_bytes plus one document of text is held at once.
+
+    Raises:
+      InputError: naming the file and line for text that is not UTF-8.
+    """
+    if chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be positive, found {chunk_bytes}")
+    for file_index, path in enumerate(input_files):
+        held: TextChunk | None = None
+        index = 0
+        documents: list[list[str]] = []
+        current: list[str] = []
+        size, first, number = 0, 1, 0
+        for number, text in read_utf8_lines(path):
+            size += len(text.encode("utf-8")) + 1  # with its line end: chunks add up to the file
+            text = text.strip()
+            if text:
+                current.append(text)
+                continue
+            if current:
+                documents.append(current)
+                current = []
+            if size >= chunk_bytes and len(documents) >= min_documents:
+                chunk = TextChunk(file_index, 0, path, first, number, documents, size)
+                if held is not None:
+                    yield dataclasses.replace(held, chunk_index=index)
+                    index += 1
+                held = chunk
+                documents, size, first = [], 0, number + 1
+        if current:
+            documents.append(current)
+        if documents and held is not None and len(documents) < min_documents:
+            held = TextChunk(
+                file_index,
+                0,
+                path,
+                held.first_line,
+                number,
+                held.documents + documents,
+                held.num_bytes + size,
+            )
+            documents = []
+        if held is not None:
+            yield dataclasses.replace(held, chunk_index=index)
+            index += 1
+        if documents:
+            yield TextChunk(file_index, index, path, first, number, documents, size)
+
+
+def tokenize_chunk(chunk: TextChunk, tokenizer, sentence_objective: str) -> list[Document]:
+    """The chunk's documents as ids (lines that tokenize to nothing and empty documents dropped),
+    checked as read_documents checks a corpus, with the chunk's file and line range in errors."""
+    from array import array
+
+    ids = iter(_tokenize_lines(tokenizer, [s for d in chunk.documents for s in d]))
+    documents = []
+    for document in chunk.documents:
+        sentences = [array("i", line) for line in (next(ids) for _ in document) if line]
+        if sentences:
+            documents.append(sentences)
+    check_documents(documents, f"{chunk.where} (one chunk of --chunk_bytes)", sentence_objective)
+    return documents
+
+
+def shard_of(file_index: int, chunk_index: int, record_index: int, num_shards: int) -> int:
+    """The output shard of record `record_index` of chunk (file_index, chunk_index)."""
+    return (file_index + chunk_index + record_index) % num_shards
+
+
+# --------------------------------------------------------------------------------------------
+# The pure function of one chunk
+
+
+def chunk_records(
+    file_index: int, chunk_index: int, documents: Sequence[Document], settings: ChunkSettings
+) -> list[bytes]:
+    """Serialized tf.train.Example records of one chunk, in their order within the chunk.
+
+    Pure: the output depends only on the arguments (randomness seeded from settings.random_seed,
+    file_index and chunk_index), so any process, pool or runner computes the same bytes.
+    """
+    s = settings
+    # random.Random seeds a str through SHA-512, the same in every process (no hash seed).
+    rng = random.Random(f"cloze-chunk/{s.random_seed}/{file_index}/{chunk_index}")
+    vectorized = s.static_masking and s.masking_scheme == "token"
+    # Token masking is done below for a whole batch at once; the pairs come unmasked.
+    instances = s.create_instances(
+        documents, rng, static_masking=s.static_masking and not vectorized
+    )
+    encoder = example_encoder(
+        s.max_seq_length, s.max_predictions_per_seq, len(s.vocab.is_continuation)
+    )
+    if not vectorized:
+        return [encoder.encode_instance(i) for i in instances]
+    np_rng = np.random.default_rng(rng.getrandbits(128))
+    records: list[bytes] = []
+    for start in range(0, len(instances), _MASK_BATCH):
+        batch = instances[start : start + _MASK_BATCH]
+        ids, lengths = pad_instances(batch, s.max_seq_length)
+        out, positions, counts = mask_batch(
+            ids, lengths, s.vocab, s.masked_lm_prob, s.max_predictions_per_seq, np_rng
+        )
+        labels = np.take_along_axis(ids, positions, axis=1)
+        labels[np.arange(positions.shape[1])[None, :] >= counts[:, None]] = 0
+        for packed_ids, instance, k, n, packed_positions, packed_labels in zip(
+            packed_varints(out), batch, counts.tolist(), lengths.tolist(),
+            packed_varints(positions), packed_varints(labels), strict=True,
+        ):  # fmt: skip
+            records.append(
+                encoder.encode_masked(
+                    packed_ids,
+                    n,
+                    instance.segment_ids,
+                    packed_positions,
+                    packed_labels,
+                    k,
+                    int(instance.is_random_next),
+                )
+            )
+    return records
+
+
+def pad_instances(instances: Sequence[TrainingInstance], max_seq_length: int):
+    """(ids, lengths): the instances' input_ids as int32 [n, S] padded with 0, and int64 [n]."""
+    lengths = np.fromiter((len(i.input_ids) for i in instances), np.int64, len(instances))
+    flat = np.frombuffer(b"".join(i.input_ids.tobytes() for i in instances), np.int32)
+    ids = np.zeros((len(instances), max_seq_length), np.int32)
+    ids[np.arange(max_seq_length)[None, :] < lengths[:, None]] = flat  # row-major fill, [n, S]
+    return ids, lengths
+
+
+def mask_batch(
+    ids: np.ndarray,
+    lengths: np.ndarray,
+    vocab: MaskingVocab,
+    masked_lm_prob: float,
+    max_predictions_per_seq: int,
+    rng: np.random.Generator,
+):
+    """BERT's token masking (section 3.1) for a batch at once, as create_masked_lm_predictions does
+    it one instance at a time: min(P, max(1, round(L * masked_lm_prob))) positions (never [CLS] or
+    [SEP], never more than there are) chosen uniformly without replacement; of those 80% become
+    [MASK], 10% a random vocabulary id, 10% stay.
+
+    Args:
+      ids: int32 [n, S], the unmasked ids padded with 0; lengths: [n] real lengths L.
+      rng: numpy Generator, the only randomness.
+
+    Returns:
+      (output_ids int32 [n, S], positions int64 [n, P] ascending and padded with 0, counts [n]).
+    """
+    n, seq = ids.shape
+    p = max_predictions_per_seq
+    in_length = np.arange(seq)[None, :] < lengths[:, None]  # [n, S]
+    candidate = in_length & (ids != vocab.cls_id) & (ids != vocab.sep_id)
+    # np.rint rounds half to even, as Python's round() in the original.
+    wanted = np.maximum(1, np.rint(lengths * masked_lm_prob).astype(np.int64))
+    counts = np.minimum(np.minimum(wanted, p), candidate.sum(axis=1))  # [n]
+    # A uniform random order of each row's candidates: sort random keys, non-candidates last.
+    keys = np.where(candidate, rng.random((n, seq)), 2.0)
+    order = np.argsort(keys, axis=1)[:, :p]  # [n, min(S, P)]
+    taken = np.arange(order.shape[1])[None, :] < counts[:, None]
+    positions = np.sort(np.where(taken, order, seq), axis=1)  # chosen ascending, then seq
+    chosen = np.zeros((n, seq + 1), bool)
+    np.put_along_axis(chosen, positions, True, axis=1)
+    chosen = chosen[:, :seq]
+    draw = rng.random((n, seq))
+    random_ids = np.asarray(vocab.random_ids, np.int32)
+    replacement = random_ids[rng.integers(0, len(random_ids), (n, seq))]
+    out = ids.copy()
+    # BERT section 3.1: 80% [MASK], 10% a random token, 10% unchanged (see
+    # pretraining_data.create_masked_lm_predictions for why).
+    out[chosen & (draw < 0.8)] = vocab.mask_id
+    random_pick = chosen & (draw >= 0.9)
+    out[random_pick] = replacement[random_pick]
+    positions = np.where(positions == seq, 0, positions)
+    if positions.shape[1] < p:  # S < P: pad the prediction slots
+        positions = np.pad(positions, ((0, 0), (0, p - positions.shape[1])))
+    return out, positions, counts
+
+
+# --------------------------------------------------------------------------------------------
+# Serialization
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def packed_varints(values: np.ndarray) -> list[bytes]:
+    """Each row of a non-negative int32 [n, K] array as protobuf packed varints, for the whole
+    batch in numpy at once (7 bits per byte, low bits first, high bit set on all but the last)."""
+    v = values.astype(np.uint32)
+    n, k = v.shape
+    width = max(1, (int(v.max(initial=0)).bit_length() + 6) // 7)  # bytes of the largest value
+    if width == 1:  # all below 128: one byte each, every row k bytes
+        flat = v.astype(np.uint8).tobytes()
+        return [flat[i * k : (i + 1) * k] for i in range(n)]
+    num_bytes = np.ones(v.shape, np.uint32)  # [n, K]
+    for group in range(1, width):
+        num_bytes += v >= (1 << (7 * group))
+    byte_index = np.arange(width, dtype=np.uint32)  # [W]
+    groups = (v[..., None] >> (7 * byte_index)) & 0x7F  # [n, K, W]
+    more = byte_index < num_bytes[..., None] - 1  # continuation bit on all but the last byte
+    data = (groups | (more.astype(np.uint32) << 7)).astype(np.uint8)
+    flat = data[byte_index < num_bytes[..., None]].tobytes()  # row-major: row, value, byte
+    ends = np.cumsum(num_bytes.sum(axis=1)).tolist()
+    return [flat[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+@functools.lru_cache(maxsize=8)
+def example_encoder(max_seq_length: int, max_predictions_per_seq: int, vocab_size: int):
+    return ExampleEncoder(max_seq_length, max_predictions_per_seq, vocab_size)
+
+
+class ExampleEncoder:
+    """Writes a pretraining tf.train.Example's wire format directly.
+
+    Hand-written because building the protobuf messages cost more per record than pairing and
+    masking together; the bytes equal `example.SerializeToString(deterministic=True)` of
+    data_prep/features.py (feature map entries in sorted key order, packed int64 and float lists;
+    tested against protobuf for masked, unmasked and multi-byte-varint records). Entries whose
+    bytes depend only on a length or a count are made once; a record is one bytes.join.
+
+    Wire format: Example.features (field 1) -> Features.feature, a map whose entries (field 1)
+    hold key (1) and Feature (2); Feature.int64_list is field 3 and float_list field 2, each
+    holding its packed `value` (field 1). Every length-delimited field is tag, varint length, data.
+    """
+
+    def __init__(self, max_seq_length: int, max_predictions_per_seq: int, vocab_size: int):
+        self.seq = max_seq_length
+        self.predictions = max_predictions_per_seq
+        # Every id, position and length this writer meets has its varint in one table lookup.
+        size = max(vocab_size, 8 * max_seq_length + 64, 8 * max_predictions_per_seq + 64)
+        self._v = tuple(_varint(v) for v in range(size))
+        self._heads = {}  # key -> b"\x0a" len(key) key b"\x12": a map entry up to its value
+        self._mask = {}  # length -> input_mask entry
+        self._pads = [b"\x00" * n for n in range(max_seq_length + 1)]
+        ones = b"\x00\x00\x80\x3f"  # 1.0f little-endian
+        self._weights = [
+            self._entry(
+                b"masked_lm_weights", ones * k + bytes(4 * (max_predictions_per_seq - k)), 2
+            )
+            for k in range(max_predictions_per_seq + 1)
+        ]
+        self._labels = [self._entry(b"next_sentence_labels", self._v[k]) for k in (0, 1)]
+        # segment_ids: S values of 0 or 1, always S bytes packed, so all but the data is fixed.
+        self._segments = self._entry(b"segment_ids", bytes(max_seq_length))[:-max_seq_length]
+
+    def _len(self, n: int) -> bytes:
+        return self._v[n] if n < len(self._v) else _varint(n)
+
+    def _head(self, key: bytes) -> bytes:
+        head = self._heads.get(key)
+        if head is None:
+            head = self._heads[key] = b"\x0a" + self._len(len(key)) + key + b"\x12"
+        return head
+
+    def _entry_parts(self, key: bytes, packed: bytes, field: int = 3) -> list[bytes]:
+        """A map entry (with its own tag and length) of a Feature holding `packed`, as parts."""
+        length = self._len
+        lv = length(len(packed))
+        inner = 1 + len(lv) + len(packed)  # the Int64List / FloatList message
+        li = length(inner)
+        feature = 1 + len(li) + inner
+        lf = length(feature)
+        head = self._head(key)
+        entry = len(head) + len(lf) + feature
+        tag = b"\x1a" if field == 3 else b"\x12"
+        return [b"\x0a", length(entry), head, lf, tag, li, b"\x0a", lv, packed]
+
+    def _entry(self, key: bytes, packed: bytes, field: int = 3) -> bytes:
+        return b"".join(self._entry_parts(key, packed, field))
+
+    def _finish(self, parts: list[bytes]) -> bytes:
+        return b"".join([b"\x0a", self._len(sum(map(len, parts))), *parts])
+
+    def _mask_entry(self, length: int) -> bytes:
+        entry = self._mask.get(length)
+        if entry is None:
+            packed = b"\x01" * length + self._pads[self.seq - length]
+            entry = self._mask[length] = self._entry(b"input_mask", packed)
+        return entry
+
+    def packed(self, values: Iterable[int]) -> bytes:
+        """Packed varints of `values` (ids, positions), one at a time; see packed_varints."""
+        return b"".join(map(self._v.__getitem__, values))
+
+    def encode_masked(self, ids, length, segment_ids, positions, labels, count, label) -> bytes:
+        """Args: ids, the S padded (masked) input ids as packed varints (`packed`); length, L;
+        segment_ids, L bytes; positions and labels, P padded values as packed varints, of which
+        `count` are real; label, 0 or 1."""
+        parts = self._entry_parts(b"input_ids", ids)
+        parts.append(self._mask_entry(length))
+        parts += self._entry_parts(b"masked_lm_ids", labels)
+        parts += self._entry_parts(b"masked_lm_positions", positions)
+        parts += (self._weights[count], self._labels[label], self._segments, segment_ids)
+        parts.append(self._pads[self.seq - length])
+        return self._finish(parts)
+
+    def encode_unmasked(self, row, length, segment_ids, label) -> bytes:
+        """The PACKED_FEATURES record (no masked_lm_*), arguments as encode_masked."""
+        parts = self._entry_parts(b"input_ids", self.packed(row))
+        parts.append(self._mask_entry(length))
+        parts += (self._labels[label], self._segments, segment_ids, self._pads[self.seq - length])
+        return self._finish(parts)
+
+    def encode_instance(self, instance: TrainingInstance) -> bytes:
+        """Any TrainingInstance, as pretraining_data.serialize_instance writes it."""
+        n = len(instance.input_ids)
+        if n > self.seq or len(instance.segment_ids) != n:
+            raise ValueError(f"instance of length {n} does not fit max_seq_length={self.seq}")
+        if instance.masked_lm_span_left is not None:  # rare: span masking, through protobuf
+            return serialize_instance(instance, self.seq, self.predictions)
+        row = [*instance.input_ids, *([0] * (self.seq - n))]
+        label = int(instance.is_random_next)
+        segments = bytes(instance.segment_ids)
+        if instance.masked_lm_positions is None:
+            return self.encode_unmasked(row, n, segments, label)
+        k = len(instance.masked_lm_positions)
+        if k > self.predictions:
+            raise ValueError(f"{k} predictions > max_predictions_per_seq={self.predictions}")
+        pad = [0] * (self.predictions - k)
+        return self.encode_masked(
+            self.packed(row),
+            n,
+            segments,
+            self.packed([*instance.masked_lm_positions, *pad]),
+            self.packed([*instance.masked_lm_ids, *pad]),
+            k,
+            label,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Running it: a bounded window of chunks over worker processes, results written in order
+
+
+def _chunk_task(task):
+    file_index, chunk_index, num_bytes, documents, settings = task
+    return (
+        file_index,
+        chunk_index,
+        num_bytes,
+        chunk_records(file_index, chunk_index, documents, settings),
+    )
+
+
+def ordered_map(
+    fn: Callable, items: Iterable, num_workers: int, window: int | None = None
+) -> Iterator:
+    """fn(item) for each item, in order. With num_workers > 1, on that many spawned processes
+    (spawned, not forked: the caller has TensorFlow's threads running), taking at most `window`
+    (default 2 x num_workers) items from `items` ahead of the results consumed, so memory stays
+    bounded however long `items` is."""
+    if num_workers <= 1:
+        yield from map(fn, items)
+        return
+    window = window or 2 * num_workers
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(num_workers, mp_context=context) as pool:
+        pending: collections.deque = collections.deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def create_shards(
+    input_files: Sequence[str],
+    output_files: Sequence[str],
+    tokenizer,
+    settings: ChunkSettings,
+    num_workers: int = 1,
+    chunk_bytes: int = 1 << 20,
+    progress: Callable[[int, int], None] | None = None,
+    log_records: Callable[[list[bytes]], None] | None = None,
+) -> list[int]:
+    """Writes the streaming records of `input_files` to `output_files` (see the module docstring).
+
+    Files are written under temporary names and renamed into place only when all are complete.
+
+    Args:
+      tokenizer: as read_documents takes (InGraphTokenizer for the bulk path); used in this
+        process only.
+      num_workers: processes for chunk_records (1: all in this process).
+      chunk_bytes: text per chunk: memory, and the documents a random next segment is drawn from.
+      progress: called with (text bytes, records) after each chunk is written.
+      log_records: called once with the first chunk's first records (for logging examples).
+
+    Returns:
+      Records written per output file.
+    """
+    import tensorflow as tf
+
+    from data_prep.features import write_atomically
+
+    num_shards = len(output_files)
+    counts = [0] * num_shards
+
+    def tasks():
+        for chunk in iter_text_chunks(input_files, chunk_bytes):
+            documents = tokenize_chunk(chunk, tokenizer, settings.sentence_objective)
+            yield chunk.file_index, chunk.chunk_index, chunk.num_bytes, documents, settings
+
+    def write(paths: list[str]) -> int:
+        writers = [tf.io.TFRecordWriter(p) for p in paths]
+        try:
+            results = ordered_map(_chunk_task, tasks(), num_workers)
+            for number, (f, c, num_bytes, records) in enumerate(results):
+                if number == 0 and log_records is not None:
+                    log_records(records[:5])
+                for j, record in enumerate(records):
+                    shard = shard_of(f, c, j, num_shards)
+                    writers[shard].write(record)
+                    counts[shard] += 1
+                if progress is not None:
+                    progress(num_bytes, len(records))
+        finally:
+            for writer in writers:
+                writer.close()
+        return sum(counts)
+
+    start = time.perf_counter()
+    total = write_atomically(list(output_files), write)
+    seconds = time.perf_counter() - start
+    logging.info(
+        "%d records in %.1f s (%.0f instances/s) with %d worker(s): %s",
+        total,
+        seconds,
+        total / max(seconds, 1e-9),
+        num_workers,
+        counts,
+    )
+    return counts

@@ -1,0 +1,260 @@
+"""Streaming pre-training data (data_prep/pretraining_shards.py): protobuf-equal records, valid
+masks, bounded buffers, and bytes that depend on the seed but not on the worker count."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from array import array
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_prep import masking, pretraining_data, pretraining_shards
+from data_prep.errors import InputError
+from data_prep.features import check_pretraining_files
+from data_prep.pretraining_data import MaskingVocab, TrainingInstance, serialize_instance
+from data_prep.pretraining_shards import (
+    ChunkSettings,
+    ExampleEncoder,
+    chunk_records,
+    create_shards,
+    iter_text_chunks,
+    mask_batch,
+    ordered_map,
+    packed_varints,
+    tokenize_chunk,
+)
+from data_prep.tokenization import FullTokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = "the a cat dog sat ran on mat big red un ##believ ##able play ##ing house tree . !".split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+
+
+@pytest.fixture
+def tokenizer(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(VOCAB) + "\n")
+    return FullTokenizer(str(path), do_lower_case=True)
+
+
+def write_corpus(path: Path, num_docs: int, seed: int) -> Path:
+    rng = random.Random(seed)
+    plain = [w for w in WORDS if not w.startswith("##") and w not in ".!"]
+    lines = []
+    for _ in range(num_docs):
+        for _ in range(rng.randint(1, 6)):
+            words = [
+                rng.choice([*plain, "unbelievable", "playing"]) for _ in range(rng.randint(2, 9))
+            ]
+            lines.append(" ".join(words) + rng.choice(".!"))
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def settings(tokenizer, **overrides) -> ChunkSettings:
+    base = dict(
+        vocab=MaskingVocab.from_vocab(tokenizer.vocab),
+        max_seq_length=23,
+        max_predictions_per_seq=5,
+        dupe_factor=3,
+        short_seq_prob=0.1,
+        masked_lm_prob=0.15,
+        random_seed=11,
+    )
+    return ChunkSettings(**(base | overrides))
+
+
+def random_instance(rng, seq, predictions, vocab_size, masked=True):
+    n = rng.randint(1, seq)
+    k = rng.randint(0, min(predictions, n))
+    return TrainingInstance(
+        array("i", [rng.randrange(vocab_size) for _ in range(n)]),
+        bytes(rng.randint(0, 1) for _ in range(n)),
+        rng.random() < 0.5,
+        array("i", sorted(rng.sample(range(seq), k))) if masked else None,
+        array("i", [rng.randrange(vocab_size) for _ in range(k)]) if masked else None,
+    )
+
+
+@pytest.mark.parametrize("seq, predictions, vocab_size", [(7, 3, 31), (301, 47, 70_001)])
+def test_encoder_bytes_equal_protobufs_serialization(seq, predictions, vocab_size):
+    # The reference is protobuf's own deterministic serializer (via serialize_instance); the
+    # second size needs 2- and 3-byte varints for ids, positions and lengths.
+    rng = random.Random(seq)
+    encoder = ExampleEncoder(seq, predictions, vocab_size)
+    for masked in (True, False):
+        for _ in range(60):
+            instance = random_instance(rng, seq, predictions, vocab_size, masked)
+            assert encoder.encode_instance(instance) == serialize_instance(
+                instance, seq, predictions
+            )
+
+
+def test_packed_varints_match_the_one_at_a_time_encoder():
+    encoder = ExampleEncoder(9, 2, 1 << 22)
+    rng = np.random.default_rng(3)
+    for high in (2, 128, 129, 1 << 14, (1 << 14) + 1, 1 << 21, 1 << 22):
+        values = rng.integers(0, high, (5, 13))
+        values[0, 0] = high - 1  # the largest value sets the width
+        assert packed_varints(values) == [encoder.packed(row) for row in values.tolist()]
+
+
+def masking_batch(n, seq, rng):
+    lengths = rng.integers(5, seq + 1, n)
+    ids = np.zeros((n, seq), np.int32)
+    for r, length in enumerate(lengths):
+        a = rng.integers(1, length - 3)
+        row = [2, *rng.integers(5, 24, a), 3, *rng.integers(5, 24, length - a - 3), 3]
+        ids[r, :length] = row
+    return ids, lengths
+
+
+def test_mask_batch_chooses_valid_positions():
+    rng = np.random.default_rng(0)
+    vocab = MaskingVocab(2, 3, 4, tuple(range(24)), bytes(24))
+    ids, lengths = masking_batch(31, 13, rng)
+    out, positions, counts = mask_batch(ids, lengths, vocab, 0.3, 3, rng)
+    assert out.shape == ids.shape and positions.shape == (31, 3)
+    for r in range(31):
+        k, length = counts[r], lengths[r]
+        assert k == min(3, max(1, round(length * 0.3)))
+        chosen = positions[r, :k].tolist()
+        assert chosen == sorted(set(chosen)) and all(p < length for p in chosen)
+        assert all(ids[r, p] not in (2, 3) for p in chosen)  # never [CLS] or [SEP]
+        assert (positions[r, k:] == 0).all()
+        untouched = np.setdiff1d(np.arange(13), chosen)
+        assert (out[r, untouched] == ids[r, untouched]).all()
+
+
+def test_mask_batch_rates_all_and_80_10_10():
+    rng = np.random.default_rng(1)
+    vocab = MaskingVocab(2, 3, 4, tuple(range(1000, 1024)), bytes(1024))
+    ids, lengths = masking_batch(2001, 17, rng)
+    candidates = (np.arange(17)[None] < lengths[:, None]) & (ids != 2) & (ids != 3)
+    # Degenerate rate: masked_lm_prob 1.0 with room for all predicts every candidate.
+    out, positions, counts = mask_batch(ids, lengths, vocab, 1.0, 17, rng)
+    assert (counts == candidates.sum(1)).all()
+    chosen = np.zeros_like(candidates)
+    np.put_along_axis(chosen, positions, True, axis=1)
+    chosen[:, 0] = False  # padding slots point at 0, which is [CLS]
+    assert (chosen == candidates).all()
+    # BERT's 80 / 10 / 10 over ~26k chosen positions (random ids are 1000+, never an input id).
+    total = candidates.sum()
+    assert abs((out[candidates] == 4).sum() / total - 0.8) < 0.01
+    assert abs((out[candidates] >= 1000).sum() / total - 0.1) < 0.01
+    assert abs((out[candidates] == ids[candidates]).sum() / total - 0.1) < 0.01
+
+
+def test_chunks_are_bounded_whole_documents(tmp_path, monkeypatch):
+    corpus = write_corpus(tmp_path / "a.txt", 60, seed=1)
+    documents = [d.split("\n") for d in corpus.read_text().strip("\n").split("\n\n")]
+    longest = max(len("\n".join(d).encode()) + 2 for d in documents)  # + its end and a blank
+    lines_read = []
+    real = pretraining_shards.read_utf8_lines
+
+    def counting(path):
+        for number, text in real(path):
+            lines_read.append(number)
+            yield number, text
+
+    monkeypatch.setattr(pretraining_shards, "read_utf8_lines", counting)
+    chunks = iter_text_chunks([str(corpus), str(corpus)], chunk_bytes=300)
+    first = next(chunks)
+    # Lazy: the first chunk comes out while the second fills, not after the whole file is read.
+    assert len(lines_read) < 0.5 * len(corpus.read_text().splitlines())
+    got = [first, *chunks]
+    assert [(c.file_index, c.chunk_index) for c in got if c.file_index == 0] == [
+        (0, i) for i in range(sum(c.file_index == 0 for c in got))
+    ]
+    for chunk in got:
+        assert len(chunk.documents) >= 2
+        # closes at the first document end past chunk_bytes; a short tail (< 2 documents) joins
+        assert chunk.num_bytes < 300 + 2 * longest
+    assert [d for c in got if c.file_index == 0 for d in c.documents] == documents
+    assert got[0].first_line == 1 and got[1].first_line == got[0].last_line + 1
+
+
+def test_ordered_map_keeps_order_and_a_bounded_window():
+    pulled = []
+
+    def items():
+        for i in range(9):
+            pulled.append(i)
+            yield -i
+
+    results = ordered_map(abs, items(), num_workers=2, window=3)
+    for consumed, value in enumerate(results, start=1):
+        assert value == consumed - 1
+        assert len(pulled) - consumed <= 3  # never more than the window ahead
+
+
+def read_records(paths):
+    return [[r.numpy() for r in tf.data.TFRecordDataset(str(p))] for p in paths]
+
+
+def test_records_depend_on_the_seed_not_the_workers(tmp_path, tokenizer):
+    corpus = [str(write_corpus(tmp_path / f"c{k}.txt", 17, seed=k)) for k in range(2)]
+    s = settings(tokenizer)
+
+    def run(name, workers, seed=11, shards=3):
+        out = [tmp_path / name / f"s{k}.tfrecord" for k in range(shards)]
+        out[0].parent.mkdir()
+        conf = s if seed == 11 else settings(tokenizer, random_seed=seed)
+        counts = create_shards(corpus, [str(p) for p in out], tokenizer, conf, workers, 200)
+        assert counts == [len(r) for r in read_records(out)]
+        return out
+
+    one, two = run("one", 1), run("two", 2)
+    assert read_records(one) == read_records(two)  # bytes equal, file by file
+    assert sum(map(len, read_records(one))) > 150
+    check_pretraining_files([str(p) for p in one], 23, 5)
+    other = run("seed", 1, seed=12)
+    assert read_records(other) != read_records(one)
+    # Another shard count only deals the same records out differently.
+    single = run("single", 1, shards=1)
+    assert sorted(read_records(single)[0]) == sorted(sum(read_records(one), []))
+
+    # Each chunk is the pure function of its documents: recompute the first file's first chunk.
+    chunk = next(iter_text_chunks(corpus, 200))
+    records = chunk_records(0, 0, tokenize_chunk(chunk, tokenizer, "nsp"), s)
+    assert read_records(single)[0][: len(records)] == records
+
+
+@pytest.mark.parametrize(
+    "overrides, masking_mode",
+    [
+        (dict(sentence_objective="sop", masking_scheme="whole_word"), "static"),
+        (dict(sentence_objective="none", full_sentences=True, static_masking=False), "dynamic"),
+        (dict(masking_scheme="span"), "static"),
+    ],
+)
+def test_recipes_stream_valid_records(tmp_path, tokenizer, overrides, masking_mode):
+    corpus = str(write_corpus(tmp_path / "c.txt", 13, seed=5))
+    out = [str(tmp_path / "a.tfrecord")]
+    create_shards([corpus], out, tokenizer, settings(tokenizer, **overrides), 1, 150)
+    spans = overrides.get("masking_scheme") == "span"
+    check_pretraining_files(out, 23, 5, masking=masking_mode, span_boundaries=spans)
+
+
+def test_a_chunk_the_objective_cannot_use_is_named(tmp_path, tokenizer):
+    corpus = tmp_path / "one_doc.txt"
+    corpus.write_text("the cat sat.\nthe dog ran.\n")
+    with pytest.raises(InputError, match=r"one_doc.txt:1-2 .*at least two documents"):
+        create_shards([str(corpus)], [str(tmp_path / "x")], tokenizer, settings(tokenizer))
+    assert not (tmp_path / "x").exists()
+
+
+def test_workers_never_import_tensorflow():
+    code = (
+        "import sys; import data_prep.pretraining_shards; "
+        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert pretraining_data.MASKING_SCHEMES == masking.STATIC_SCHEMES
