@@ -28,11 +28,15 @@ FEED_FORWARD = ("relu", "gated-relu", "gated-gelu")
 
 def is_t5_config(values: dict) -> bool:
     """Whether a config dict is a T5 one (its config.json names vocab_size with d_model / d_kv)
-    rather than a BERT-family, GPT or XLNet one (XLNet's d_model comes with n_token)."""
+    rather than a BERT-family, GPT or XLNet one (XLNet's d_model comes with n_token) or a BART one
+    (d_model with encoder_layers / encoder_attention_heads: modeling/bart.py)."""
+    from modeling import bart
+
     return (
         isinstance(values, dict)
         and "vocab_size" in values
         and ("d_model" in values or "d_kv" in values)
+        and not bart.is_bart_config(values)
     )
 
 
