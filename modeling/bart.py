@@ -1,6 +1,7 @@
 """BART (Lewis et al. 2020): the encoder-decoder Transformer with learned absolute positions.
 
-Read top to bottom: `BartConfig` (the field names of BART's published config.json),
+Read top to bottom: `BartConfig` (the field names of BART's published config.json; a config.json
+as Hugging Face publishes it loads through `BartConfig.from_hf_config`),
 `BartAttention` (multi-head attention with biases), `BartEncoderLayer` / `BartDecoderLayer`
 (post-LN residual sub-blocks: x = LayerNorm(x + dropout(f(x))), as BERT and the original
 Transformer), `BartModel` (shared token embedding, a learned position table per stack with
@@ -22,7 +23,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from modeling import bert
+from modeling import bert, t5
 
 # fairseq's LearnedPositionalEmbedding numbers positions from padding_idx + 1 = 2, so the released
 # BART tables have max_position_embeddings + 2 rows and position 0 reads row 2 (Hugging Face's
@@ -155,6 +156,31 @@ class BartConfig:
     def from_json_file(cls, path) -> BartConfig:
         return cls.from_dict(bert.read_config_json(path, "a BART config file"), source=str(path))
 
+    @classmethod
+    def from_hf_config(cls, values: dict, source: str = "config.json") -> BartConfig:
+        """A Hugging Face BART `config.json` as published (with its bookkeeping and generation
+        keys) -> BartConfig. Keys that change the computation must have the value BART has
+        (HF_FIXED: e.g. mBART's pre-LN normalize_before is refused); the keys of HF_IGNORED and
+        modeling/checkpoints.py's _HF_IGNORED are dropped; any other unknown key is an error."""
+        from data_prep.errors import input_error
+        from modeling import checkpoints
+
+        if not isinstance(values, dict):
+            raise input_error(source, "a JSON object", type(values).__name__)
+        for key, want in HF_FIXED.items():
+            if key in values and values[key] != want:
+                raise input_error(
+                    f"{source}: {key}", f"{want!r} (the only value Cloze's BART computes)",
+                    repr(values[key]),
+                )  # fmt: skip
+        layers = values.get("num_hidden_layers", values.get("encoder_layers"))
+        if layers != values.get("encoder_layers", layers):
+            raise input_error(f"{source}: num_hidden_layers", "encoder_layers' value", repr(layers))
+        ignored = set(HF_FIXED) | HF_IGNORED | checkpoints._HF_IGNORED | {"num_hidden_layers"}
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kept = {k: v for k, v in values.items() if k in fields or k not in ignored}
+        return cls.from_dict(kept, source)
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -163,6 +189,25 @@ class BartConfig:
 
 
 BartConfig.OPTIONAL = frozenset(f.name for f in dataclasses.fields(BartConfig)) - {"vocab_size"}
+
+# Keys of Hugging Face's BART config.json that change the computation, with BART's value (mBART
+# and friends differ: pre-LN, a final layer norm, ...); extra_pos_embeddings is the offset.
+HF_FIXED = {
+    "model_type": "bart",
+    "is_encoder_decoder": True,
+    "normalize_before": False,
+    "add_final_layer_norm": False,
+    "normalize_embedding": True,
+    "add_bias_logits": False,
+    "static_position_embeddings": False,
+    "extra_pos_embeddings": POSITION_OFFSET,
+}
+# Generation and classification-head settings of a BART config.json: they do not change what
+# BartModel computes.
+HF_IGNORED = frozenset(
+    """classif_dropout forced_bos_token_id forced_eos_token_id early_stopping num_beams
+    no_repeat_ngram_size max_length min_length length_penalty output_past""".split()
+)
 
 
 def _dense(units, config: BartConfig, name: str, activation=None):
@@ -377,15 +422,7 @@ class BartModel(keras.Model):
         return x, ops.cast(logits, "float32")
 
     def call(self, inputs, training=False):
-        enc = self.encode(inputs["input_ids"], inputs["input_mask"], training=training)
-        dec, logits = self.decode(
-            inputs["decoder_input_ids"],
-            enc,
-            inputs["input_mask"],
-            inputs.get("decoder_mask"),
-            training=training,
-        )
-        return {"encoder_output": enc, "decoder_output": dec, "lm_logits": logits}
+        return t5.encoder_decoder_outputs(self, inputs, training)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

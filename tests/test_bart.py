@@ -180,6 +180,36 @@ def test_config_json_round_trip_unknown_keys_and_keras_config(tmp_path):
     )
 
 
+def test_a_published_style_hugging_face_config_loads_and_mbart_is_refused():
+    """The keys of Hugging Face's bart-base config.json (bookkeeping and generation ones too)."""
+    published = {
+        "_name_or_path": "bart-base", "activation_dropout": 0.1, "activation_function": "gelu",
+        "add_bias_logits": False, "add_final_layer_norm": False, "architectures": ["BartModel"],
+        "attention_dropout": 0.1, "bos_token_id": 0, "classif_dropout": 0.1,
+        "classifier_dropout": 0.0, "d_model": 768, "decoder_attention_heads": 12,
+        "decoder_ffn_dim": 3072, "decoder_layerdrop": 0.0, "decoder_layers": 6,
+        "decoder_start_token_id": 2, "dropout": 0.1, "early_stopping": True,
+        "encoder_attention_heads": 12, "encoder_ffn_dim": 3072, "encoder_layerdrop": 0.0,
+        "encoder_layers": 6, "eos_token_id": 2, "forced_bos_token_id": 0,
+        "forced_eos_token_id": 2, "gradient_checkpointing": False,
+        "id2label": {"0": "LABEL_0"}, "init_std": 0.02, "is_encoder_decoder": True,
+        "label2id": {"LABEL_0": 0}, "max_position_embeddings": 1024, "model_type": "bart",
+        "no_repeat_ngram_size": 3, "normalize_before": False, "normalize_embedding": True,
+        "num_beams": 4, "num_hidden_layers": 6, "pad_token_id": 1, "scale_embedding": False,
+        "task_specific_params": {}, "torch_dtype": "float32", "transformers_version": "4.12.0",
+        "use_cache": True, "vocab_size": 50265,
+    }  # fmt: skip
+    c = bart.BartConfig.from_hf_config(published, "bart-base/config.json")
+    assert (c.d_model, c.encoder_layers, c.decoder_ffn_dim, c.pad_token_id) == (768, 6, 3072, 1)
+    assert c.activation_dropout == 0.1 and c.decoder_start_token_id == 2
+    with pytest.raises(InputError, match="config.json: normalize_before: expected False"):
+        bart.BartConfig.from_hf_config({**published, "normalize_before": True})
+    with pytest.raises(InputError, match=r"unknown key\(s\) \['layernorm_variant'\]"):
+        bart.BartConfig.from_hf_config({**published, "layernorm_variant": "x"})
+    with pytest.raises(InputError, match="num_hidden_layers"):
+        bart.BartConfig.from_hf_config({**published, "num_hidden_layers": 12})
+
+
 def t5_root():
     from tests.conftest import ROOT
 
@@ -229,3 +259,95 @@ def test_learns_to_copy_then_greedy_and_beam_decoding_agree_and_repeat():
     beams = t5.beam_search(model, test, mask, 8, num_beams=3)
     np.testing.assert_array_equal(beams, expected)
     np.testing.assert_array_equal(t5.beam_search(model, test, mask, 8, num_beams=3), beams)
+
+
+def bart_records_and_config(tmp_path):
+    """BART-noised records (infilling + sentence permutation) of a tiny BPE, and a BART config
+    whose special ids are the vocabulary's (decoder start = </s>, as the released models)."""
+    from data_prep import seq2seq_data
+    from tests.test_seq2seq_data import tiny_bpe
+
+    encoder, merges = tiny_bpe(tmp_path)
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(encoder, merges, num_sentinels=0)
+    text = ["The cat sat on the mat.", "The dog barked.", "A bird sang at noon.", "It rained."]
+    documents = [seq2seq_data.encode_sentences(vocab, text[i:] + text[:i]) for i in range(4)]
+    settings = seq2seq_data.NoisingSettings("bart_infill", 29, 29, permute_sentences=True)
+    instances = list(
+        seq2seq_data.create_instances(documents, vocab, settings, np.random.default_rng(0))
+    )
+    assert any(vocab.mask_id in inputs for inputs, _ in instances)
+    records = tmp_path / "bart.tfrecord"
+    seq2seq_data.write_seq2seq_tfrecords(instances * 3, [str(records)], 29, 29, vocab.pad_id)
+    # init_std 0.3: BART's 0.02 makes the tied logits tiny, and a 16-wide model then needs
+    # hundreds of steps to move (measured); the smoke runs here take 6 and 30.
+    values = dict(TINY, vocab_size=vocab.size, max_position_embeddings=31, d_model=16, init_std=0.3,
+                  encoder_attention_heads=4, decoder_attention_heads=4,
+                  pad_token_id=vocab.pad_id, eos_token_id=vocab.eos_id,
+                  decoder_start_token_id=vocab.eos_id)  # fmt: skip
+    config = tmp_path / "bart.json"
+    config.write_text(json.dumps(values))
+    # BART's convention is checked: decoding starts from </s>; T5's <pad> start is refused.
+    vocab.check_config(bart.BartConfig(**values), "bart.json", vocab.eos_id)
+    with pytest.raises(InputError, match="decoder_start_token_id"):
+        vocab.check_config(bart.BartConfig(**values), "bart.json")
+    return records, config, encoder, merges
+
+
+def test_run_pretraining_then_run_text2text_with_a_bart_config(tmp_path):
+    """One BART config through both entrypoints: denoising pre-training lowers the held-out
+    loss, and run_text2text fine-tunes that checkpoint into label words (greedy) and decodes
+    the test split with beam search."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    records, config, encoder, merges = bart_records_and_config(tmp_path)
+    pre = tmp_path / "pre"
+    args = [
+        sys.executable, "run_pretraining.py", f"--bert_config_file={config}",
+        f"--input_file={records}", f"--output_dir={pre}", "--max_seq_length=29",
+        "--train_batch_size=4", "--eval_batch_size=4", "--num_train_steps=6",
+        "--num_warmup_steps=1", "--save_checkpoints_steps=6", "--iterations_per_loop=6",
+        "--max_eval_steps=3", "--learning_rate=1e-2", "--do_train", "--do_eval",
+    ]  # fmt: skip
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "BART, inputs 29, targets 29" in r.stderr and "BartModel" in r.stderr
+    results = dict(
+        line.split(" = ") for line in (pre / "eval_results.txt").read_text().splitlines()
+    )
+    assert int(results["global_step"]) == 6
+    assert float(results["perplexity"]) == pytest.approx(math.exp(float(results["target_loss"])))
+    first = json.loads((pre / "eval_log.jsonl").read_text().splitlines()[0])
+    assert float(results["target_loss"]) < first["target_loss"] - 0.5
+
+    sst = tmp_path / "sst"
+    sst.mkdir()
+    rows = ["The cat sat.\t1", "The dog barked.\t0"] * 6
+    (sst / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    (sst / "dev.tsv").write_text("sentence\tlabel\nThe cat sat.\t1\nThe dog barked.\t0\n")
+    (sst / "test.tsv").write_text("index\tsentence\n7\tThe dog barked.\n9\tThe cat sat.\n")
+    out = tmp_path / "sst_out"
+    args = [
+        sys.executable, "run_text2text.py", "--task_name=sst-2", f"--data_dir={sst}",
+        f"--bert_config_file={config}", f"--encoder_file={encoder}", f"--merges_file={merges}",
+        "--num_sentinels=0", f"--init_checkpoint={pre}", f"--output_dir={out}",
+        "--max_seq_length=29", "--max_target_length=10", "--train_batch_size=4",
+        "--eval_batch_size=3", "--learning_rate=1e-2", "--num_train_epochs=10",
+        "--iterations_per_loop=30", "--num_beams=2", "--do_train", "--do_eval", "--do_predict",
+    ]  # fmt: skip
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"initialised from {pre}/ckpt-6" in r.stderr
+    results = dict(
+        line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
+    )
+    assert int(results["global_step"]) == 30
+    assert 0.0 <= float(results["accuracy"]) <= 1.0
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert log[-1]["target_loss"] < 0.5 * log[0]["target_loss"], (log[0], log[-1])
+    header, *rows = (out / "dev_predictions.tsv").read_text().splitlines()
+    assert header == "index\tprediction\ttarget" and len(rows) == 2
+    lines = (out / "test_predictions.tsv").read_text().splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["index", "7", "9"]
