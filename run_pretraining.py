@@ -275,9 +275,11 @@ def main(argv):
     for name in ("bert_config_file", "input_file", "output_dir"):
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
-    from modeling import elmo, gpt, t5, xlnet
+    from modeling import bart, elmo, gpt, t5, xlnet
 
     values = bert.read_config_json(FLAGS.bert_config_file, "a model config JSON file")
+    if bart.is_bart_config(values):
+        return pretrain_seq2seq(bart.BartConfig.from_dict(values, FLAGS.bert_config_file))
     if gpt.is_gpt_config(values):
         return pretrain_language_model(gpt.GptConfig.from_dict(values, FLAGS.bert_config_file))
     if elmo.is_elmo_config(values):
@@ -703,8 +705,11 @@ def pretrain_seq2seq(config) -> None:
 
     from data_prep import features, seq2seq_data
     from data_prep.errors import InputError
-    from modeling import t5
+    from modeling import bart, t5
     from training import seq2seq_tasks
+
+    is_bart = isinstance(config, bart.BartConfig)
+    family, make_model = ("BART", bart.BartModel) if is_bart else ("T5", t5.T5Model)
 
     changed = [
         f"--{n}"
@@ -717,7 +722,7 @@ def pretrain_seq2seq(config) -> None:
         if FLAGS[n].present
     ]
     if changed:
-        raise app.UsageError(f"{', '.join(changed)}: not for a T5 config (denoising records)")
+        raise app.UsageError(f"{', '.join(changed)}: not for a {family} config (denoising records)")
     train_files = features.expand_input_files(FLAGS.input_file)
     eval_files = features.expand_input_files(FLAGS.eval_input_file or FLAGS.input_file)
     files = sorted(set(train_files + eval_files))
@@ -727,6 +732,12 @@ def pretrain_seq2seq(config) -> None:
             raise InputError(
                 f"{files[0]}: expected inputs of --max_seq_length={FLAGS.max_seq_length} ids, "
                 f"found {s}"
+            )
+        longest = getattr(config, "max_position_embeddings", None)  # BART's learned positions
+        if longest is not None and max(s, t) > longest:
+            raise InputError(
+                f"{files[0]}: expected inputs and targets of at most the config's "
+                f"max_position_embeddings={longest} ids, found {s} and {t}"
             )
         if largest >= config.vocab_size:
             raise InputError(
@@ -739,10 +750,10 @@ def pretrain_seq2seq(config) -> None:
         ) from None
     spec = seq2seq_data.seq2seq_feature_spec(s, t)
     check_input_files(files, spec)
-    logging.info("T5, inputs %d, targets %d", s, t)
+    logging.info("%s, inputs %d, targets %d", family, s, t)
     pretrain_blocks(
         config,
-        t5.T5Model,
+        make_model,
         seq2seq_tasks.seq2seq_task,
         lambda f, b, train, *shard: seq2seq_data.seq2seq_dataset(f, b, s, t, train, *shard),
         (train_files, eval_files, (files, spec)),

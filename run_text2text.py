@@ -1,4 +1,4 @@
-"""Fine-tunes a T5 checkpoint where the target is text: classification as label words, or a
+"""Fine-tunes a T5 or BART checkpoint where the target is text: classification as label words, or a
 summarisation-style `source<TAB>target` task scored with ROUGE-L; greedy or beam decoding.
 
 Example (a T5 pretrained by run_pretraining.py on create_seq2seq_data.py records):
@@ -7,6 +7,7 @@ Example (a T5 pretrained by run_pretraining.py on create_seq2seq_data.py records
     --merges_file=bpe/vocab.bpe --init_checkpoint=t5_pretrain --do_train --do_eval \
     --do_predict --max_seq_length=64 --max_target_length=8 --train_batch_size=16 \
     --learning_rate=1e-3 --num_train_epochs=3 --num_beams=1 --output_dir=out/sst2_t5
+A BART config (configs/bart_tiny.json; records made with --num_sentinels=0) selects BART.
 
 Tasks: a GLUE-style classification task of data_prep/glue.py (sst-2, cola, mrpc, qqp, mnli, qnli,
 rte, wnli; its files from --data_dir), scored by exact match of the decoded label word
@@ -26,11 +27,13 @@ from absl import app, flags, logging
 
 flags.DEFINE_string("task_name", None, "sst-2, cola, mrpc, qqp, mnli, ... or tsv_seq2seq.")
 flags.DEFINE_string("data_dir", None, "Folder with the task's train / dev / test files.")
-flags.DEFINE_string("bert_config_file", None, "The T5 config JSON (T5's config.json names).")
+flags.DEFINE_string(
+    "bert_config_file", None, "T5 or BART config JSON (its published names pick the family)."
+)
 flags.DEFINE_string("encoder_file", None, "GPT-2 style encoder.json of the pretraining data.")
 flags.DEFINE_string("merges_file", None, "GPT-2 style vocab.bpe of the pretraining data.")
 flags.DEFINE_integer("num_sentinels", 100, "Sentinels the pretraining data appended.")
-flags.DEFINE_string("init_checkpoint", None, "T5 checkpoint (prefix or folder); empty = scratch.")
+flags.DEFINE_string("init_checkpoint", None, "Checkpoint (prefix or folder); empty = scratch.")
 flags.DEFINE_string("output_dir", None, "Where checkpoints, predictions and results go.")
 flags.DEFINE_list("label_words", [], "Classification: one word per label, in label order.")
 flags.DEFINE_bool("do_train", False, "Whether to fine-tune on the train split.")
@@ -104,16 +107,30 @@ def main(argv):
     is_seq2seq = FLAGS.task_name.lower().replace("-", "_") == text2text.TSV_SEQ2SEQ
     if is_seq2seq and FLAGS.label_words:
         raise app.UsageError("--label_words is for classification tasks, not tsv_seq2seq")
-    from modeling import t5
+    from modeling import bart, bert, t5
 
     try:
         vocab = seq2seq_data.Seq2SeqVocab.from_files(
             FLAGS.encoder_file, FLAGS.merges_file, FLAGS.num_sentinels
         )
-        config = t5.T5Config.from_json_file(FLAGS.bert_config_file)
-        vocab.check_config(config, FLAGS.bert_config_file)
+        values = bert.read_config_json(FLAGS.bert_config_file, "a T5 or BART config file")
+        # The family by its config's names; each decodes from its own start token: T5 from
+        # <pad>, BART from </s> (the released models' decoder_start_token_id).
+        if bart.is_bart_config(values):
+            family, make_model, start = "bart", bart.BartModel, vocab.eos_id
+            config = bart.BartConfig.from_dict(values, FLAGS.bert_config_file)
+        else:
+            family, make_model, start = "t5", t5.T5Model, vocab.pad_id
+            config = t5.T5Config.from_dict(values, FLAGS.bert_config_file)
+        vocab.check_config(config, FLAGS.bert_config_file, start)
     except InputError as e:
         raise SystemExit(f"run_text2text: {e}") from None
+    longest = getattr(config, "max_position_embeddings", None)  # BART's learned positions
+    if longest is not None and max(FLAGS.max_seq_length, FLAGS.max_target_length) > longest:
+        raise app.UsageError(
+            f"--max_seq_length and --max_target_length: at most the config's "
+            f"max_position_embeddings={longest}"
+        )
 
     def load(split):
         try:
@@ -148,7 +165,7 @@ def main(argv):
         logging.info("%d training steps, %d warmup", steps, warmup)
     keras.utils.set_random_seed(FLAGS.random_seed)
     with strategy.scope():
-        model = t5.T5Model(config)
+        model = make_model(config)
         model.build()
         optimizer = optimization.create_optimizer(FLAGS.learning_rate, max(steps, 1), warmup)
         optimizer.build(model.trainable_variables)  # before the first step (shared/NOTES.md)
@@ -185,7 +202,7 @@ def main(argv):
             data = data.shuffle(len(train[0]), seed=FLAGS.random_seed)
             return data.batch(FLAGS.train_batch_size, drop_remainder=True)
 
-        run_config = {"t5_config": config.to_dict(), "task": FLAGS.task_name}
+        run_config = {f"{family}_config": config.to_dict(), "task": FLAGS.task_name}
         trainer.run_training(
             fit,
             dataset,

@@ -5,7 +5,7 @@ tokenized with byte-level BPE files (GPT-2's format), cut into chunks of consecu
 noised (data_prep/noising.py through data_prep/seq2seq_data.py) with one seeded rng; records hold
 input_ids, input_mask (encoder) and target_ids, target_mask (decoder), written round-robin.
 The special ids (<pad>, </s>, <mask>, <extra_id_i>) follow the BPE vocabulary; the printed
-summary gives the T5 config values they need (vocab_size, pad/eos/decoder start ids).
+summary gives the T5 and BART config values they need (vocab_size, pad/eos/decoder start ids).
 
 Example (the 8k-merge BPE of data_prep/build_vocab.py --vocab_type=byte_level_bpe):
   python data_prep/create_seq2seq_data.py --input_file=default_run/corpus/train.txt \\
@@ -111,7 +111,12 @@ def main(argv):
         f"wrote {n} {FLAGS.noising} instances ({stats['documents']} documents, "
         f"{stats['too_long']} too long dropped, {time.time() - t0:.1f}s) to {', '.join(outputs)}\n"
         f"T5 config: vocab_size >= {vocab.size}, pad_token_id={vocab.pad_id}, "
-        f"eos_token_id={vocab.eos_id}, decoder_start_token_id={vocab.pad_id}"
+        f"eos_token_id={vocab.eos_id}, decoder_start_token_id={vocab.pad_id}\n"
+        # BART starts decoding from </s> (its released configs' decoder_start_token_id = eos);
+        # the records hold no <s>, so bos_token_id is null (modeling/bart.py).
+        f"BART config: vocab_size >= {vocab.size}, pad_token_id={vocab.pad_id}, "
+        f"eos_token_id={vocab.eos_id}, decoder_start_token_id={vocab.eos_id}, bos_token_id=null "
+        f"(<mask> is {vocab.mask_id})"
     )
 
 

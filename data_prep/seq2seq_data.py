@@ -104,12 +104,13 @@ class Seq2SeqVocab:
                 run.append(i)
         return "".join(out) + self.tokenizer.decode(run)
 
-    def check_config(self, config, where: str) -> None:
-        """Refuses a T5Config whose vocabulary or special ids do not fit this vocabulary."""
+    def check_config(self, config, where: str, decoder_start_id: int | None = None) -> None:
+        """Refuses a T5Config (or BartConfig) whose vocabulary or special ids do not fit this
+        vocabulary. decoder_start_id: None = pad_id (T5's convention); BART starts from eos_id."""
         expected = {
             "pad_token_id": self.pad_id,
             "eos_token_id": self.eos_id,
-            "decoder_start_token_id": self.pad_id,
+            "decoder_start_token_id": self.pad_id if decoder_start_id is None else decoder_start_id,
         }
         wrong = {k: getattr(config, k) for k, v in expected.items() if getattr(config, k) != v}
         if config.vocab_size < self.size or wrong:

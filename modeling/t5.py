@@ -28,11 +28,15 @@ FEED_FORWARD = ("relu", "gated-relu", "gated-gelu")
 
 def is_t5_config(values: dict) -> bool:
     """Whether a config dict is a T5 one (its config.json names vocab_size with d_model / d_kv)
-    rather than a BERT-family, GPT or XLNet one (XLNet's d_model comes with n_token)."""
+    rather than a BERT-family, GPT or XLNet one (XLNet's d_model comes with n_token) or a BART one
+    (d_model with encoder_layers / encoder_attention_heads: modeling/bart.py)."""
+    from modeling import bart
+
     return (
         isinstance(values, dict)
         and "vocab_size" in values
         and ("d_model" in values or "d_kv" in values)
+        and not bart.is_bart_config(values)
     )
 
 
@@ -390,15 +394,7 @@ class T5Model(keras.Model):
         return x, ops.cast(logits, "float32")
 
     def call(self, inputs, training=False):
-        enc = self.encode(inputs["input_ids"], inputs["input_mask"], training=training)
-        dec, logits = self.decode(
-            inputs["decoder_input_ids"],
-            enc,
-            inputs["input_mask"],
-            inputs.get("decoder_mask"),
-            training=training,
-        )
-        return {"encoder_output": enc, "decoder_output": dec, "lm_logits": logits}
+        return encoder_decoder_outputs(self, inputs, training)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}
@@ -408,6 +404,20 @@ class T5Model(keras.Model):
         return cls(**config)
 
 
+def encoder_decoder_outputs(model, inputs: dict, training=False) -> dict:
+    """The `call` of an encoder-decoder with encode / decode (T5Model, bart.BartModel): the
+    encoder once, then the teacher-forced decoder over it."""
+    enc = model.encode(inputs["input_ids"], inputs["input_mask"], training=training)
+    dec, logits = model.decode(
+        inputs["decoder_input_ids"],
+        enc,
+        inputs["input_mask"],
+        inputs.get("decoder_mask"),
+        training=training,
+    )
+    return {"encoder_output": enc, "decoder_output": dec, "lm_logits": logits}
+
+
 def shift_right(targets: np.ndarray, start_id: int) -> np.ndarray:
     """Decoder inputs for teacher forcing: the targets moved one to the right after start_id."""
     targets = np.asarray(targets)
@@ -415,7 +425,12 @@ def shift_right(targets: np.ndarray, start_id: int) -> np.ndarray:
     return np.concatenate([start, targets[:, :-1]], axis=1)
 
 
-def greedy_decode(model: T5Model, input_ids, input_mask, max_length: int) -> np.ndarray:
+# The decoders below serve any encoder-decoder with T5Model's interface: encode(ids, mask) ->
+# (B, S, H), decode(prefix, encoder_output, mask) -> (states, logits (B, T, V)) and a config with
+# decoder_start_token_id, eos_token_id and pad_token_id (T5Model, bart.BartModel).
+
+
+def greedy_decode(model, input_ids, input_mask, max_length: int) -> np.ndarray:
     """The most likely token at each step until every row has produced eos_token_id (or
     max_length tokens). Returns int32 (B, <= max_length), padded with pad_token_id after eos."""
     c = model.config
@@ -435,7 +450,7 @@ def greedy_decode(model: T5Model, input_ids, input_mask, max_length: int) -> np.
 
 
 def beam_search(
-    model: T5Model, input_ids, input_mask, max_length: int, num_beams: int = 4, alpha: float = 0.6
+    model, input_ids, input_mask, max_length: int, num_beams: int = 4, alpha: float = 0.6
 ) -> np.ndarray:
     """Beam search with GNMT's length penalty ((5 + len) / 6) ** alpha (Wu et al. 2016), one
     source at a time. Returns the best hypothesis per row, int32 (B, <= max_length), padded."""

@@ -23,8 +23,8 @@ def decoder_input_ids(target_ids, start_id: int):
 def seq2seq_task(model) -> Task:
     """Mean cross-entropy over the real target tokens (every target token is predicted, </s>
     included; Raffel et al. 2020 sec. 3.1.4, Lewis et al. 2020 sec. 2.2). `model` a
-    t5.T5Model. Metrics: target_loss, target_accuracy (argmax == target, teacher forced);
-    perplexity is exp(target_loss)."""
+    t5.T5Model or bart.BartModel (each config names its decoder start). Metrics: target_loss,
+    target_accuracy (argmax == target, teacher forced); perplexity is exp(target_loss)."""
 
     def sums_fn(batch, training):
         out = model(

@@ -1,0 +1,514 @@
+"""BART (Lewis et al. 2020): the encoder-decoder Transformer with learned absolute positions.
+
+Read top to bottom: `BartConfig` (the field names of BART's published config.json; a config.json
+as Hugging Face publishes it loads through `BartConfig.from_hf_config`),
+`BartAttention` (multi-head attention with biases), `BartEncoderLayer` / `BartDecoderLayer`
+(post-LN residual sub-blocks: x = LayerNorm(x + dropout(f(x))), as BERT and the original
+Transformer), `BartModel` (shared token embedding, a learned position table per stack with
+fairseq's offset of 2, layernorm_embedding, the tied output embedding plus final_logits_bias),
+and `from_keras_hub` (keras-hub's BartBackbone weights into a BartModel: the converter for the
+checkpoints keras-hub loads). Decoding is t5.greedy_decode / t5.beam_search, which take any
+encoder-decoder with encode / decode.
+Shapes: B batch, T target (decoder) length, S source (encoder) length, Q query length, K key
+length, H d_model, N heads, D head depth (H / N), F ffn_dim, V vocab, P position table rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import ClassVar
+
+import keras
+import numpy as np
+from keras import ops
+
+from modeling import bert, t5
+
+# fairseq's LearnedPositionalEmbedding numbers positions from padding_idx + 1 = 2, so the released
+# BART tables have max_position_embeddings + 2 rows and position 0 reads row 2 (Hugging Face's
+# BartLearnedPositionalEmbedding keeps this offset for checkpoint compatibility).
+POSITION_OFFSET = 2
+# Hugging Face's ACT2FN names: "gelu" is the exact erf form (BART's released models), "gelu_new"
+# the tanh approximation.
+ACTIVATIONS = {
+    "gelu": lambda x: keras.activations.gelu(x, approximate=False),
+    "gelu_new": lambda x: keras.activations.gelu(x, approximate=True),
+    "relu": keras.activations.relu,
+}
+# BART's LayerNorm epsilon (torch.nn.LayerNorm's default, kept by fairseq and Hugging Face).
+LAYER_NORM_EPSILON = 1e-5
+
+
+def is_bart_config(values: dict) -> bool:
+    """Whether a config dict is a BART one: its config.json names encoder_layers /
+    encoder_attention_heads (T5's has num_layers / num_heads, BERT's num_hidden_layers)."""
+    return (
+        isinstance(values, dict)
+        and "vocab_size" in values
+        and (
+            "encoder_layers" in values
+            or "encoder_attention_heads" in values
+            or values.get("model_type") == "bart"
+        )
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class BartConfig:
+    """BART hyper-parameters under the names of Hugging Face's BartConfig (config.json); the
+    defaults are its defaults (bart-large's sizes).
+
+    Only vocab_size is required. encoder_layerdrop / decoder_layerdrop exist so published configs
+    load; only 0.0 (no LayerDrop) is implemented. bos_token_id may be null: Cloze's denoising
+    records (data_prep/create_seq2seq_data.py) carry no <s>, and the model never reads it.
+    decoder_start_token_id is BART's </s> (eos) in the released models.
+    """
+
+    vocab_size: int
+    max_position_embeddings: int = 1024
+    encoder_layers: int = 12
+    encoder_ffn_dim: int = 4096
+    encoder_attention_heads: int = 16
+    decoder_layers: int = 12
+    decoder_ffn_dim: int = 4096
+    decoder_attention_heads: int = 16
+    encoder_layerdrop: float = 0.0
+    decoder_layerdrop: float = 0.0
+    activation_function: str = "gelu"
+    d_model: int = 1024
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    init_std: float = 0.02
+    scale_embedding: bool = False
+    pad_token_id: int = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int = 2
+    decoder_start_token_id: int = 2
+
+    OPTIONAL: ClassVar[frozenset] = frozenset()  # set below the class: all but vocab_size
+
+    def __post_init__(self):
+        positive = (
+            "vocab_size",
+            "max_position_embeddings",
+            "encoder_layers",
+            "encoder_ffn_dim",
+            "encoder_attention_heads",
+            "decoder_layers",
+            "decoder_ffn_dim",
+            "decoder_attention_heads",
+            "d_model",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"BartConfig.{name}: expected a positive integer, found {value!r}")
+        for name in ("encoder_attention_heads", "decoder_attention_heads"):
+            if self.d_model % getattr(self, name):
+                raise ValueError(
+                    f"BartConfig.{name}: expected a divisor of d_model {self.d_model}, "
+                    f"found {getattr(self, name)}"
+                )
+        if self.activation_function not in ACTIVATIONS:
+            raise ValueError(
+                f"BartConfig.activation_function: expected one of {sorted(ACTIVATIONS)}, "
+                f"found {self.activation_function!r}"
+            )
+        for name in ("dropout", "attention_dropout", "activation_dropout", "init_std"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"BartConfig.{name}: expected a number, found {value!r}")
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"BartConfig.{name}: expected a value in [0, 1), found {value!r}")
+        for name in ("encoder_layerdrop", "decoder_layerdrop"):
+            if getattr(self, name) != 0.0:
+                raise ValueError(
+                    f"BartConfig.{name}: expected 0.0 (LayerDrop is not implemented), "
+                    f"found {getattr(self, name)!r}"
+                )
+        ids = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
+        for name in ids:
+            value = getattr(self, name)
+            if value is None and name == "bos_token_id":
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value:
+                raise ValueError(f"BartConfig.{name}: expected a token id >= 0, found {value!r}")
+            if value >= self.vocab_size:
+                raise ValueError(
+                    f"BartConfig.{name}: expected an id below vocab_size {self.vocab_size}, "
+                    f"found {value}"
+                )
+        if not isinstance(self.scale_embedding, bool):
+            raise ValueError(
+                "BartConfig.scale_embedding: expected true or false, "
+                f"found {self.scale_embedding!r}"
+            )
+
+    @classmethod
+    def from_dict(cls, values: dict, source: str = "config") -> BartConfig:
+        """Builds a config from a dict (vocab_size required, the rest optional); an unknown key
+        is an error; errors name `source`."""
+        return bert.config_from_dict(cls, values, source, "BART")
+
+    @classmethod
+    def from_json_file(cls, path) -> BartConfig:
+        return cls.from_dict(bert.read_config_json(path, "a BART config file"), source=str(path))
+
+    @classmethod
+    def from_hf_config(cls, values: dict, source: str = "config.json") -> BartConfig:
+        """A Hugging Face BART `config.json` as published (with its bookkeeping and generation
+        keys) -> BartConfig. Keys that change the computation must have the value BART has
+        (HF_FIXED: e.g. mBART's pre-LN normalize_before is refused); the keys of HF_IGNORED and
+        modeling/checkpoints.py's _HF_IGNORED are dropped; any other unknown key is an error."""
+        from data_prep.errors import input_error
+        from modeling import checkpoints
+
+        if not isinstance(values, dict):
+            raise input_error(source, "a JSON object", type(values).__name__)
+        for key, want in HF_FIXED.items():
+            if key in values and values[key] != want:
+                raise input_error(
+                    f"{source}: {key}", f"{want!r} (the only value Cloze's BART computes)",
+                    repr(values[key]),
+                )  # fmt: skip
+        layers = values.get("num_hidden_layers", values.get("encoder_layers"))
+        if layers != values.get("encoder_layers", layers):
+            raise input_error(f"{source}: num_hidden_layers", "encoder_layers' value", repr(layers))
+        ignored = set(HF_FIXED) | HF_IGNORED | checkpoints._HF_IGNORED | {"num_hidden_layers"}
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kept = {k: v for k, v in values.items() if k in fields or k not in ignored}
+        return cls.from_dict(kept, source)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+BartConfig.OPTIONAL = frozenset(f.name for f in dataclasses.fields(BartConfig)) - {"vocab_size"}
+
+# Keys of Hugging Face's BART config.json that change the computation, with BART's value (mBART
+# and friends differ: pre-LN, a final layer norm, ...); extra_pos_embeddings is the offset.
+HF_FIXED = {
+    "model_type": "bart",
+    "is_encoder_decoder": True,
+    "normalize_before": False,
+    "add_final_layer_norm": False,
+    "normalize_embedding": True,
+    "add_bias_logits": False,
+    "static_position_embeddings": False,
+    "extra_pos_embeddings": POSITION_OFFSET,
+}
+# Generation and classification-head settings of a BART config.json: they do not change what
+# BartModel computes.
+HF_IGNORED = frozenset(
+    """classif_dropout forced_bos_token_id forced_eos_token_id early_stopping num_beams
+    no_repeat_ngram_size max_length min_length length_penalty output_past""".split()
+)
+
+
+def _dense(units, config: BartConfig, name: str, activation=None):
+    # Hugging Face's BartPreTrainedModel._init_weights: normal(0, init_std) kernels, zero biases.
+    return keras.layers.Dense(
+        units,
+        activation=activation,
+        kernel_initializer=keras.initializers.RandomNormal(stddev=config.init_std),
+        name=name,
+    )
+
+
+def _layer_norm(name: str):
+    return keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name=name)
+
+
+def _attention(config: BartConfig, heads: int, name: str):
+    """Multi-head attention with q / k / v / out biases; keras' layer scales the queries by
+    D^-0.5 as BART's BartAttention does."""
+    return keras.layers.MultiHeadAttention(
+        num_heads=heads,
+        key_dim=config.d_model // heads,
+        dropout=config.attention_dropout,
+        kernel_initializer=keras.initializers.RandomNormal(stddev=config.init_std),
+        name=name,
+    )
+
+
+class _FeedForward(keras.layers.Layer):
+    """fc2(dropout(act(fc1(x)))) with activation_dropout inside (BART's fc1 / fc2)."""
+
+    def __init__(self, config: BartConfig, ffn_dim: int, **kwargs):
+        super().__init__(**kwargs)
+        self.config, self.ffn_dim = config, ffn_dim
+        self.fc1 = _dense(ffn_dim, config, "fc1")
+        self.fc2 = _dense(config.d_model, config, "fc2")
+        self.activation_dropout = keras.layers.Dropout(config.activation_dropout)
+
+    def build(self, input_shape):
+        self.fc1.build(input_shape)
+        self.fc2.build((*input_shape[:-1], self.ffn_dim))
+
+    def call(self, x, training=False):
+        h = ACTIVATIONS[self.config.activation_function](self.fc1(x))  # (B, L, F)
+        return self.fc2(self.activation_dropout(h, training=training))
+
+
+class BartEncoderLayer(keras.layers.Layer):
+    """Self-attention then feed-forward, each x = LayerNorm(x + dropout(f(x))) (post-LN).
+
+    call(x, attention_mask, training): x float (B, S, H); attention_mask bool (B, S, S).
+    """
+
+    def __init__(self, config: BartConfig, **kwargs):
+        super().__init__(**kwargs)
+        c = self.config = config
+        self.self_attn = _attention(c, c.encoder_attention_heads, "self_attn")
+        self.self_attn_layer_norm = _layer_norm("self_attn_layer_norm")
+        self.ffn = _FeedForward(c, c.encoder_ffn_dim, name="ffn")
+        self.final_layer_norm = _layer_norm("final_layer_norm")
+        self.dropout = keras.layers.Dropout(c.dropout)
+
+    def build(self, input_shape):
+        self.self_attn.build(input_shape, input_shape)
+        self.self_attn_layer_norm.build(input_shape)
+        self.ffn.build(input_shape)
+        self.final_layer_norm.build(input_shape)
+
+    def call(self, x, attention_mask=None, training=False):
+        a = self.self_attn(x, x, attention_mask=attention_mask, training=training)
+        x = self.self_attn_layer_norm(x + self.dropout(a, training=training))
+        h = self.ffn(x, training=training)
+        return self.final_layer_norm(x + self.dropout(h, training=training))
+
+
+class BartDecoderLayer(keras.layers.Layer):
+    """Causal self-attention, cross-attention over the encoder, feed-forward; each post-LN.
+
+    call(x, encoder_output, self_mask, cross_mask, training): x float (B, T, H); encoder_output
+    float (B, S, H); self_mask bool (B, T, T); cross_mask bool (B, T, S).
+    """
+
+    def __init__(self, config: BartConfig, **kwargs):
+        super().__init__(**kwargs)
+        c = self.config = config
+        self.self_attn = _attention(c, c.decoder_attention_heads, "self_attn")
+        self.self_attn_layer_norm = _layer_norm("self_attn_layer_norm")
+        self.encoder_attn = _attention(c, c.decoder_attention_heads, "encoder_attn")
+        self.encoder_attn_layer_norm = _layer_norm("encoder_attn_layer_norm")
+        self.ffn = _FeedForward(c, c.decoder_ffn_dim, name="ffn")
+        self.final_layer_norm = _layer_norm("final_layer_norm")
+        self.dropout = keras.layers.Dropout(c.dropout)
+
+    def build(self, input_shape):
+        self.self_attn.build(input_shape, input_shape)
+        self.self_attn_layer_norm.build(input_shape)
+        self.encoder_attn.build(input_shape, input_shape)
+        self.encoder_attn_layer_norm.build(input_shape)
+        self.ffn.build(input_shape)
+        self.final_layer_norm.build(input_shape)
+
+    def call(self, x, encoder_output, self_mask=None, cross_mask=None, training=False):
+        a = self.self_attn(x, x, attention_mask=self_mask, training=training)
+        x = self.self_attn_layer_norm(x + self.dropout(a, training=training))
+        a = self.encoder_attn(
+            x, encoder_output, attention_mask=cross_mask, training=training
+        )  # (B, T, H)
+        x = self.encoder_attn_layer_norm(x + self.dropout(a, training=training))
+        h = self.ffn(x, training=training)
+        return self.final_layer_norm(x + self.dropout(h, training=training))
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class BartModel(keras.Model):
+    """The whole encoder-decoder with its language-model output (BartForConditionalGeneration).
+
+    call(inputs, training) with int (B, S) `input_ids`, `input_mask` (encoder side) and int
+    (B, T) `decoder_input_ids` (the targets shifted right after decoder_start_token_id) and
+    optionally `decoder_mask`. Returns a dict: encoder_output float (B, S, H), decoder_output
+    float (B, T, H), lm_logits float32 (B, T, V). S and T at most max_position_embeddings.
+    """
+
+    def __init__(self, config: BartConfig | dict, **kwargs):
+        super().__init__(**kwargs)
+        c = BartConfig.from_dict(config) if isinstance(config, dict) else config
+        self.config = c
+        # One attribute per layer: tf.train.Checkpoint does not follow Keras' TrackedList.
+        for i in range(c.encoder_layers):
+            setattr(self, f"encoder_{i}", BartEncoderLayer(c, name=f"encoder_{i}"))
+        for i in range(c.decoder_layers):
+            setattr(self, f"decoder_{i}", BartDecoderLayer(c, name=f"decoder_{i}"))
+        self.encoder_layernorm_embedding = _layer_norm("encoder_layernorm_embedding")
+        self.decoder_layernorm_embedding = _layer_norm("decoder_layernorm_embedding")
+        self.dropout = keras.layers.Dropout(c.dropout)
+        # BartScaledWordEmbedding: sqrt(d_model) when scale_embedding (fairseq's embed_scale).
+        self.embed_scale = float(np.sqrt(c.d_model)) if c.scale_embedding else 1.0
+
+    def layers_of(self, decoder: bool) -> list:
+        c = self.config
+        n = c.decoder_layers if decoder else c.encoder_layers
+        return [getattr(self, f"{'decoder' if decoder else 'encoder'}_{i}") for i in range(n)]
+
+    def build(self, input_shape=None):
+        c = self.config
+        init = keras.initializers.RandomNormal(stddev=c.init_std)
+        self.shared = self.add_weight(
+            name="shared", shape=(c.vocab_size, c.d_model), initializer=init
+        )
+        rows = c.max_position_embeddings + POSITION_OFFSET
+        self.encoder_embed_positions = self.add_weight(
+            name="encoder_embed_positions", shape=(rows, c.d_model), initializer=init
+        )
+        self.decoder_embed_positions = self.add_weight(
+            name="decoder_embed_positions", shape=(rows, c.d_model), initializer=init
+        )
+        # A buffer of zeros in the released models (Hugging Face registers it, never trains it);
+        # kept so converted checkpoints carry it.
+        self.final_logits_bias = self.add_weight(
+            name="final_logits_bias", shape=(c.vocab_size,), initializer="zeros", trainable=False
+        )
+        shape = (None, None, c.d_model)
+        for layer in self.layers_of(False) + self.layers_of(True):
+            layer.build(shape)
+        self.encoder_layernorm_embedding.build(shape)
+        self.decoder_layernorm_embedding.build(shape)
+        self.built = True
+
+    def _embed(self, ids, table, norm, training):
+        """layernorm_embedding(tokens * embed_scale + positions), then dropout: float (B, L, H)."""
+        length = ops.shape(ids)[1]
+        if isinstance(length, int) and length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"BART: expected at most max_position_embeddings="
+                f"{self.config.max_position_embeddings} ids per sequence, found {length}"
+            )
+        tokens = ops.take(self.shared, ids, axis=0) * self.embed_scale  # (B, L, H)
+        positions = ops.slice(table, (POSITION_OFFSET, 0), (length, self.config.d_model))  # (L, H)
+        return self.dropout(norm(tokens + positions[None]), training=training)
+
+    def encode(self, input_ids, input_mask, training=False):
+        """float (B, S, H) encoder states (padded positions hold values no real one reads)."""
+        x = self._embed(
+            input_ids, self.encoder_embed_positions, self.encoder_layernorm_embedding, training
+        )
+        keys = ops.cast(input_mask, "bool")[:, None, :]  # (B, 1, S)
+        mask = ops.logical_and(keys, ops.ones_like(keys)[:, 0, :, None])  # (B, S, S)
+        for layer in self.layers_of(False):
+            x = layer(x, attention_mask=mask, training=training)
+        return x
+
+    def decode(
+        self, decoder_input_ids, encoder_output, input_mask, decoder_mask=None, training=False
+    ):
+        """float (B, T, H) decoder states and float32 (B, T, V) logits."""
+        t = ops.shape(decoder_input_ids)[1]
+        x = self._embed(
+            decoder_input_ids, self.decoder_embed_positions, self.decoder_layernorm_embedding,
+            training,
+        )  # fmt: skip
+        causal = ops.arange(t)[None, :] <= ops.arange(t)[:, None]  # (T, T) keys at or before
+        queries = ops.ones_like(ops.cast(decoder_input_ids, "bool"))[:, :, None]  # (B, T, 1)
+        self_mask = ops.logical_and(queries, causal[None])  # (B, T, T)
+        if decoder_mask is not None:
+            self_mask = ops.logical_and(self_mask, ops.cast(decoder_mask, "bool")[:, None, :])
+        cross_mask = ops.logical_and(queries, ops.cast(input_mask, "bool")[:, None, :])  # (B, T, S)
+        for layer in self.layers_of(True):
+            x = layer(
+                x, encoder_output, self_mask=self_mask, cross_mask=cross_mask, training=training
+            )
+        # Tied output embedding plus the vocabulary bias (BartForConditionalGeneration.lm_head).
+        logits = ops.einsum("bth,vh->btv", x, self.shared) + self.final_logits_bias
+        return x, ops.cast(logits, "float32")
+
+    def call(self, inputs, training=False):
+        return t5.encoder_decoder_outputs(self, inputs, training)
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def config_from_keras_hub(backbone, **token_ids) -> BartConfig:
+    """The BartConfig of a keras_hub.models.BartBackbone (equal encoder and decoder sizes, exact
+    GELU, no embedding scaling, as keras-hub builds it); token_ids (pad_token_id, eos_token_id,
+    ...) override Hugging Face's defaults, which are the released BART vocabulary's."""
+    return BartConfig(
+        vocab_size=backbone.vocabulary_size,
+        max_position_embeddings=backbone.max_sequence_length,
+        encoder_layers=backbone.num_layers,
+        encoder_ffn_dim=backbone.intermediate_dim,
+        encoder_attention_heads=backbone.num_heads,
+        decoder_layers=backbone.num_layers,
+        decoder_ffn_dim=backbone.intermediate_dim,
+        decoder_attention_heads=backbone.num_heads,
+        d_model=backbone.hidden_dim,
+        dropout=backbone.dropout,
+        activation_function="gelu",
+        **token_ids,
+    )
+
+
+def copy_from_keras_hub(backbone, model: BartModel) -> None:
+    """Assigns every weight of a keras_hub.models.BartBackbone to a built BartModel of the same
+    sizes (config_from_keras_hub). keras-hub drops the first POSITION_OFFSET rows of the released
+    position tables (they are never read); they become zeros here. final_logits_bias stays zero
+    (keras-hub's BartSeq2SeqLM has none; the released models' is zeros)."""
+    c = model.config
+    model.shared.assign(backbone.token_embedding.embeddings)
+    for side, table, norm in (
+        ("encoder", model.encoder_embed_positions, model.encoder_layernorm_embedding),
+        ("decoder", model.decoder_embed_positions, model.decoder_layernorm_embedding),
+    ):
+        theirs = np.asarray(backbone.get_layer(f"{side}_position_embedding").position_embeddings)
+        if theirs.shape != (c.max_position_embeddings, c.d_model):
+            raise ValueError(
+                f"keras-hub {side} position table: expected "
+                f"{(c.max_position_embeddings, c.d_model)}, found {theirs.shape}"
+            )
+        zeros = np.zeros((POSITION_OFFSET, c.d_model), theirs.dtype)
+        table.assign(np.concatenate([zeros, theirs]))  # (P, H): rows 0-1 unused
+        ln = backbone.get_layer(f"{side}_embeddings_layer_norm")
+        norm.gamma.assign(ln.gamma)
+        norm.beta.assign(ln.beta)
+    model.final_logits_bias.assign(np.zeros(c.vocab_size, np.float32))
+    for decoder in (False, True):
+        side = "decoder" if decoder else "encoder"
+        for i, ours in enumerate(model.layers_of(decoder)):
+            theirs = backbone.get_layer(f"transformer_{side}_layer_{i}")
+            pairs = [
+                (ours.self_attn, theirs._self_attention_layer),
+                (ours.self_attn_layer_norm, theirs._self_attention_layer_norm),
+                (ours.ffn.fc1, theirs._feedforward_intermediate_dense),
+                (ours.ffn.fc2, theirs._feedforward_output_dense),
+                (ours.final_layer_norm, theirs._feedforward_layer_norm),
+            ]
+            if decoder:
+                pairs += [
+                    (ours.encoder_attn, theirs._cross_attention_layer),
+                    (ours.encoder_attn_layer_norm, theirs._cross_attention_layer_norm),
+                ]
+            for mine, source in pairs:
+                # Same Keras classes underneath (MultiHeadAttention, Dense, LayerNormalization),
+                # so the weights line up one to one in creation order.
+                if len(mine.weights) != len(source.weights):
+                    raise ValueError(f"{source.path}: {len(source.weights)} weights, expected "
+                                     f"{len(mine.weights)} for {mine.path}")  # fmt: skip
+                for w, v in zip(mine.weights, source.weights):
+                    if tuple(w.shape) != tuple(v.shape):
+                        raise ValueError(
+                            f"{v.path}: expected shape {tuple(w.shape)}, found {tuple(v.shape)}"
+                        )
+                    w.assign(v)
+
+
+def from_keras_hub(backbone, **token_ids) -> BartModel:
+    """A BartModel holding a keras_hub.models.BartBackbone's weights (e.g. one from
+    BartBackbone.from_preset, where presets can be had)."""
+    model = BartModel(config_from_keras_hub(backbone, **token_ids))
+    model.build()
+    copy_from_keras_hub(backbone, model)
+    return model
