@@ -89,7 +89,7 @@ FLAGS = flags.FLAGS
 
 
 def config_family(path) -> str:
-    """ "gpt", "xlnet" or "bert" (BERT, ALBERT, ELECTRA) for a model config file."""
+    """The family of a model config file: "gpt", "xlnet" or "bert" (BERT, ALBERT, ELECTRA)."""
     from data_prep.errors import InputError
     from modeling import bert, gpt, xlnet
 

@@ -4,8 +4,6 @@ and run_classifier.py taking the XLNet path, and the rt-polarity comparison driv
 
 import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,16 +12,9 @@ from data_prep import bpe, generative_arms, glue, rt_polarity
 from data_prep.errors import InputError
 from modeling import xlnet
 from tests.conftest import ROOT
+from tests.helpers import run_classifier_on_two_sentences
+from tests.test_gpt_finetuning import tiny_bpe
 from training import xlnet_finetuning
-
-TEXT = ["The cat sat.", "The dog barked.", "A bird sang twice.", "Fish swim."]
-
-
-def tiny_bpe(folder, specials=(bpe.GPT2_END_OF_TEXT,)):
-    merges = bpe.learn_bpe(bpe.byte_words(TEXT), 20)
-    tok = bpe.ByteLevelBPE(bpe.byte_level_vocab(merges, specials), merges)
-    tok.save(folder)
-    return tok
 
 
 def examples(rows):
@@ -31,7 +22,7 @@ def examples(rows):
 
 
 def test_text_encoder_uses_the_pretraining_tokenizer_and_xlnets_layout(tmp_path):
-    tok = tiny_bpe(tmp_path / "bpe")
+    tok = tiny_bpe(tmp_path)
     enc = xlnet_finetuning.XLNetTextEncoder(str(tmp_path / "bpe"))
     eot = tok.encoder[bpe.GPT2_END_OF_TEXT]
     assert (enc.sep_id, enc.cls_id, enc.vocab_size) == (eot, eot, len(tok.encoder))
@@ -47,7 +38,7 @@ def test_text_encoder_uses_the_pretraining_tokenizer_and_xlnets_layout(tmp_path)
     assert encoded.truncated == [f"f:{i}" for i, n in enumerate(lengths) if n > 11]
     # A vocabulary with XLNet's own names uses them; WordPiece its [SEP] / [CLS].
     own = tiny_bpe(tmp_path / "own", ("<sep>", "<cls>", bpe.GPT2_END_OF_TEXT))
-    enc = xlnet_finetuning.XLNetTextEncoder(str(tmp_path / "own" / "encoder.json"))
+    enc = xlnet_finetuning.XLNetTextEncoder(str(tmp_path / "own" / "bpe" / "encoder.json"))
     assert (enc.sep_id, enc.cls_id) == (own.encoder["<sep>"], own.encoder["<cls>"])
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\n.\n")
@@ -55,7 +46,7 @@ def test_text_encoder_uses_the_pretraining_tokenizer_and_xlnets_layout(tmp_path)
     assert (enc.sep_id, enc.cls_id, enc.encode("The cat.")) == (3, 2, [5, 6, 7])
     tiny_bpe(tmp_path / "bare", specials=())
     with pytest.raises(InputError, match="none of them"):
-        xlnet_finetuning.XLNetTextEncoder(str(tmp_path / "bare"))
+        xlnet_finetuning.XLNetTextEncoder(str(tmp_path / "bare" / "bpe"))
     with pytest.raises(ValueError, match="one sequence per example"):
         enc.encode_examples([], glue.get_task("swag"), 11)
     with pytest.raises(InputError, match="n_token of at least"):
@@ -72,37 +63,24 @@ XLNET = dict(
 
 def test_run_classifier_fine_tunes_an_xlnet_config(tmp_path):
     """One subprocess: the XLNet path trains, keeps the best dev checkpoint, predicts."""
-    tok = tiny_bpe(tmp_path / "bpe")
+    tok = tiny_bpe(tmp_path)
     config = tmp_path / "xlnet.json"
     config.write_text(json.dumps(XLNET | {"n_token": len(tok.encoder)}))
-    data = tmp_path / "sst"
-    data.mkdir()
-    rows = ["The cat sat.\t1", "The dog barked.\t0"] * 6
-    (data / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
-    (data / "dev.tsv").write_text("sentence\tlabel\nThe cat sat.\t1\nThe dog barked.\t0\n")
-    (data / "test.tsv").write_text("index\tsentence\n4\tThe dog barked.\n8\tThe cat sat.\n")
-    out = tmp_path / "out"
-    args = [
-        sys.executable, "run_classifier.py", "--task_name=sst-2", f"--data_dir={data}",
-        f"--vocab_file={tmp_path / 'bpe'}", f"--bert_config_file={config}",
-        f"--output_dir={out}", "--max_seq_length=13", "--train_batch_size=4",
-        "--learning_rate=1e-2", "--num_train_epochs=20", "--iterations_per_loop=20",
-        "--save_checkpoints_steps=30", "--do_train", "--do_eval", "--do_predict",
-    ]  # fmt: skip
-    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r, out = run_classifier_on_two_sentences(
+        tmp_path,
+        config,
+        "--max_seq_length=13",
+        "--num_train_epochs=20",
+        "--iterations_per_loop=20",
+        "--save_checkpoints_steps=30",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     results = generative_arms.read_eval_results(out)
     assert int(results["global_step"]) == 60
     assert results["accuracy"] == 1.0  # two sentences, learnt in 60 steps
     assert json.loads((out / "best" / "best.json").read_text())["metrics"]["accuracy"] == 1.0
     assert glue.read_submission(out / "SST-2.tsv") == [("4", "0"), ("8", "1")]
-    bad = subprocess.run(
-        [*args[:6], "--task_name=swag", "--do_predict", f"--output_dir={out}_swag"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    bad, _ = run_classifier_on_two_sentences(tmp_path / "swag", config, "--task_name=swag")
     assert bad.returncode != 0 and "one sequence per example" in bad.stderr
 
 
@@ -144,19 +122,15 @@ def test_driver_commands_use_flags_the_scripts_define(tmp_path):
             generative_arms.parse_arms(bad)
 
 
-def test_label_words_are_scored_against_the_test_labels(tmp_path):
+def test_label_words_become_a_scored_submission(tmp_path):
     labels = tmp_path / "test_labels.tsv"
     labels.write_text("index\tlabel\n0\t1\n1\t0\n2\t1\n3\t0\n")
     pred = tmp_path / "test_predictions.tsv"
     pred.write_text("index\tprediction\n0\tpositive\n1\tpositive\n2\tpos\n3\tnegative\n")
-    words = ("negative", "positive")
-    assert generative_arms.score_label_words(pred, labels, words) == {
-        "accuracy": 0.5,
-        "invalid": 0.25,
-    }
-    pred.write_text("index\tprediction\n0\tpositive\n")
-    with pytest.raises(InputError, match="indices differ"):
-        generative_arms.score_label_words(pred, labels, words)
+    sub = tmp_path / "SST-2.tsv"
+    assert generative_arms.label_word_submission(pred, sub, ("negative", "positive")) == 0.25
+    assert glue.read_submission(sub) == [("0", "1"), ("1", "1"), ("2", "invalid"), ("3", "0")]
+    assert rt_polarity.score_submission(sub, labels) == 0.5
 
 
 def test_sweep_summarises_finished_runs_without_rerunning_them(tmp_path):
