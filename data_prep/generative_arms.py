@@ -180,9 +180,14 @@ def markdown_table(summaries: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-def run_sweep(output_dir, sst2_dir, arms, files: dict, seeds, settings_by_family: dict):
+def run_sweep(
+    output_dir, sst2_dir, arms, files: dict, seeds, settings_by_family: dict, collect_only=False
+):
     """Runs every (seed, arm) not yet finished, seeds outer; after each run rewrites the arm's
-    summary.json and comparison.json / comparison.md. Returns the summaries."""
+    summary.json and comparison.json / comparison.md. With collect_only nothing is run: the
+    finished runs made by the same commands are summarised (several sweeps may share an
+    output_dir, e.g. one per family run side by side). Returns the summaries of the arms that
+    have a finished run."""
     out = Path(output_dir)
     labels_file = Path(sst2_dir) / "test_labels.tsv"
     if not labels_file.is_file():
@@ -196,7 +201,14 @@ def run_sweep(output_dir, sst2_dir, arms, files: dict, seeds, settings_by_family
             run_dir = out / name / f"seed_{seed}"
             args = run_args(family, files, sst2_dir, run_dir, checkpoint, seed, settings)
             done_file = run_dir / predictions_file(family)
-            rt_polarity.run_recorded(args, run_dir, done_file, f"{name}, seed {seed}")
+            if collect_only:
+                record = run_dir / "command.json"
+                if not (done_file.exists() and record.exists()):
+                    continue
+                if json.loads(record.read_text()) != args:
+                    raise ValueError(f"{run_dir} holds a run made with other settings ({record})")
+            else:
+                rt_polarity.run_recorded(args, run_dir, done_file, f"{name}, seed {seed}")
             runs[name].append({"seed": seed, **run_result(family, run_dir, labels_file)})
             summaries[name] = summarize_arm(name, family, checkpoint, settings, runs[name])
             rt_polarity._write_lines(
@@ -212,7 +224,7 @@ def run_sweep(output_dir, sst2_dir, arms, files: dict, seeds, settings_by_family
             ordered = [summaries[n] for n, _, _ in arms if n in summaries]
             rt_polarity._write_lines(out / "comparison.json", [json.dumps(ordered, indent=2)])
             rt_polarity._write_lines(out / "comparison.md", [markdown_table(ordered)])
-    return [summaries[n] for n, _, _ in arms]
+    return [summaries[n] for n, _, _ in arms if n in summaries]
 
 
 def main(argv):
@@ -252,6 +264,7 @@ def main(argv):
         files,
         [int(s) for s in FLAGS.seeds],
         settings_by_family,
+        FLAGS.collect_only,
     )
     print("\n" + markdown_table(summaries))
 
@@ -288,6 +301,9 @@ def _define_flags():
     flags.DEFINE_float("t5_learning_rate", 1e-3, "T5 peak learning rate.")
     flags.DEFINE_float("xlnet_learning_rate", 3e-4, "XLNet peak learning rate.")
     flags.DEFINE_float("lm_coef", 0.5, "GPT's auxiliary LM weight (Radford et al. 2018 sec. 3.2).")
+    flags.DEFINE_bool(
+        "collect_only", False, "Run nothing: summarise the finished runs of these arms and seeds."
+    )
     flags.mark_flag_as_required("output_dir")
     flags.mark_flag_as_required("bpe_dir")
 

@@ -174,9 +174,18 @@ def test_sweep_summarises_finished_runs_without_rerunning_them(tmp_path):
         "dev_invalid": 0.0,
         "test_invalid": 0.5,
     }
+    # collect_only: the two arms in one table, the seed never run (t5_pre 2) left out.
+    both = generative_arms.run_sweep(out, sst2, arms, files, [1, 2], settings, collect_only=True)
+    assert [(a["arm"], a["test_accuracy"]["n"]) for a in both] == [
+        ("gpt_scratch", 2),
+        ("t5_pre", 1),
+    ]
+    with pytest.raises(ValueError, match="other settings"):
+        changed = settings | {"gpt": {"learning_rate": 1.0}}
+        generative_arms.run_sweep(out, sst2, arms, files, [1], changed, collect_only=True)
     table = (out / "comparison.md").read_text()
     assert "| t5_pre | t5 | ck | 0.001 | - | 300 | 1 | 1.000 ± 0.000" in table
-    assert json.loads((out / "comparison.json").read_text())[0]["arm"] == "t5_pre"
+    assert json.loads((out / "comparison.json").read_text())[1]["arm"] == "t5_pre"
     assert (
         rt_polarity.score_submission(out / "gpt_scratch/seed_1/SST-2.tsv", sst2 / "test_labels.tsv")
         == 1.0
