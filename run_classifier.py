@@ -29,8 +29,9 @@ flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary the model was trai
 flags.DEFINE_string(
     "bert_config_file",
     None,
-    "JSON config of the model (original fields): a bert_config.json, albert_config.json or an "
-    "ELECTRA config, told apart by their keys (albert.load_encoder_config).",
+    "JSON config of the model (original fields): a bert_config.json, albert_config.json, an "
+    "ELECTRA, GPT or XLNet config, told apart by their keys (albert.load_encoder_config, "
+    "gpt.is_gpt_config, xlnet.is_xlnet_config).",
 )
 flags.DEFINE_string(
     "init_checkpoint",
@@ -88,14 +89,18 @@ flags.DEFINE_float(
 FLAGS = flags.FLAGS
 
 
-def is_gpt_config_file(path) -> bool:
+def config_family(path) -> str:
+    """The family of a model config file: "gpt", "xlnet" or "bert" (BERT, ALBERT, ELECTRA)."""
     from data_prep.errors import InputError
-    from modeling import bert, gpt
+    from modeling import bert, gpt, xlnet
 
     try:
-        return gpt.is_gpt_config(bert.read_config_json(path, "a model config JSON file"))
+        values = bert.read_config_json(path, "a model config JSON file")
     except InputError as e:
         raise SystemExit(f"run_classifier: {e}") from None
+    return (
+        "gpt" if gpt.is_gpt_config(values) else "xlnet" if xlnet.is_xlnet_config(values) else "bert"
+    )
 
 
 def run_gpt(task):
@@ -135,13 +140,27 @@ def main(argv):
             f"{task.name} has test data only: use --do_predict with a model "
             "fine-tuned on MNLI as --init_checkpoint"
         )
-    if is_gpt_config_file(FLAGS.bert_config_file):
+    family = config_family(FLAGS.bert_config_file)
+    if family == "gpt":
         return run_gpt(task)
+    # XLNet (training/xlnet_finetuning.py): its tokenizer and packing, then this BERT path.
+    is_xlnet = family == "xlnet"
+    if is_xlnet and task.kind == glue.MULTIPLE_CHOICE:
+        raise app.UsageError(
+            f"XLNet here takes one sequence per example, not {task.name}'s choices"
+        )
+    if is_xlnet and FLAGS.layerwise_lr_decay != 1.0:
+        raise app.UsageError("--layerwise_lr_decay: not for XLNet (it reads BERT's layer names)")
     s = FLAGS.max_seq_length
     if s < 3:
         raise app.UsageError(f"--max_seq_length={s} leaves no room for [CLS] a [SEP] b [SEP]")
     try:
-        tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+        if is_xlnet:
+            from training import xlnet_finetuning
+
+            tokenizer = xlnet_finetuning.XLNetTextEncoder(FLAGS.vocab_file, FLAGS.do_lower_case)
+        else:
+            tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
     except InputError as e:
         raise SystemExit(f"run_classifier: {e}") from None
 
@@ -159,7 +178,10 @@ def main(argv):
             raise SystemExit(f"run_classifier: {e}") from None
         if data is None:
             return None
-        encoded = glue.encode_examples(data.examples, task, tokenizer, s)
+        if is_xlnet:
+            encoded = tokenizer.encode_examples(data.examples, task, s)
+        else:
+            encoded = glue.encode_examples(data.examples, task, tokenizer, s)
         glue.log_truncation(data.source, encoded, s)
         logging.info("%s: %d examples", data.source, len(data.examples))
         return data, encoded
@@ -172,10 +194,16 @@ def main(argv):
     import tensorflow as tf
 
     from data_prep import features
-    from modeling import albert, finetuning
+    from modeling import albert, finetuning, xlnet
     from training import distribute, finetune_tasks, optimization, trainer
 
-    config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+    if is_xlnet:
+        try:
+            config = xlnet_finetuning.load_config(FLAGS.bert_config_file, tokenizer.vocab_size)
+        except InputError as e:
+            raise SystemExit(f"run_classifier: {e}") from None
+    else:
+        config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy,
         FLAGS.tpu or "",
@@ -193,7 +221,9 @@ def main(argv):
 
     keras.utils.set_random_seed(FLAGS.random_seed)
     with strategy.scope():
-        if task.kind == glue.MULTIPLE_CHOICE:
+        if is_xlnet:  # the summary is the last token's content stream; no --pooling
+            model = xlnet.XLNetClassifier(config, task.num_outputs)
+        elif task.kind == glue.MULTIPLE_CHOICE:
             model = finetuning.BertMultipleChoice(config, pooling=FLAGS.pooling)
         else:
             model = finetuning.BertClassifier(config, task.num_outputs, pooling=FLAGS.pooling)
@@ -202,7 +232,7 @@ def main(argv):
             FLAGS.learning_rate,
             max(num_train_steps, 1),
             num_warmup_steps,
-            config.num_hidden_layers,
+            config.n_layer if is_xlnet else config.num_hidden_layers,
             FLAGS.layerwise_lr_decay,
         )
         # Built under the scope before the first step (shared/NOTES.md).

@@ -31,6 +31,7 @@ from typing import ClassVar
 import keras
 from keras import ops
 
+from data_prep import glue
 from modeling import bert, layers
 
 # ---------------------------------------------------------------------------------------------
@@ -544,3 +545,42 @@ class XLNetClassifier(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Classifier inputs, laid out as XLNet's run_classifier packs them
+# ---------------------------------------------------------------------------------------------
+
+# Segment ids of the released classifier_utils.py: text A, text B, the <cls> token, padding.
+SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 4
+
+
+def pack_classifier_ids(
+    ids_a: list[int], ids_b: list[int] | None, max_seq_length: int, sep_id: int, cls_id: int
+):
+    """`a <sep> <cls>` or `a <sep> b <sep> <cls>`, left padded to max_seq_length, the layout of
+    the released XLNet classifier (its <cls> is last, where XLNetClassifier reads the summary).
+
+    A pair too long loses tokens from the longer text first (glue.truncate_pair, as BERT's
+    packing); a single text loses its end. Each <sep> takes its text's segment id, <cls> has
+    SEG_ID_CLS and padding SEG_ID_PAD with id 0 and input_mask 0 (1 marks real tokens here, not
+    XLNet's inverted mask). Returns (input_ids, input_mask, segment_ids) lists of
+    max_seq_length ints and whether tokens were dropped.
+    """
+    specials = 2 if ids_b is None else 3
+    if max_seq_length < specials + 1:
+        raise ValueError(f"max_seq_length {max_seq_length} leaves no room for a text")
+    if ids_b is None:
+        a, b = list(ids_a[: max_seq_length - specials]), []
+    else:
+        a, b = glue.truncate_pair(list(ids_a), list(ids_b), max_seq_length - specials)
+    ids = [*a, sep_id]
+    segments = [SEG_ID_A] * (len(a) + 1)
+    if ids_b is not None:
+        ids += [*b, sep_id]
+        segments += [SEG_ID_B] * (len(b) + 1)
+    ids.append(cls_id)
+    segments.append(SEG_ID_CLS)
+    pad = max_seq_length - len(ids)
+    truncated = len(a) + len(b) < len(ids_a) + len(ids_b or [])
+    return [0] * pad + ids, [0] * pad + [1] * len(ids), [SEG_ID_PAD] * pad + segments, truncated

@@ -71,3 +71,29 @@ def mirrored_strategy():
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
     assert len(cpus) == 2, "conftest must configure two logical CPUs"
     return tf.distribute.MirroredStrategy(cpus)
+
+
+def run_classifier_on_two_sentences(tmp_path, config_file, *flags):
+    """run_classifier.py as a subprocess on a learnable SST-2 folder ("The cat sat." 1 and "The
+    dog barked." 0, six times each in train.tsv, once each in dev.tsv; test.tsv indices 4 (dog)
+    and 8 (cat)) with the BPE folder tmp_path/bpe: train, eval and predict at batch 4 and
+    learning rate 1e-2, plus `flags`. Returns (the completed process, its output folder)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    data = tmp_path / "sst"
+    data.mkdir(parents=True, exist_ok=True)
+    rows = ["The cat sat.\t1", "The dog barked.\t0"] * 6
+    (data / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    (data / "dev.tsv").write_text("sentence\tlabel\nThe cat sat.\t1\nThe dog barked.\t0\n")
+    (data / "test.tsv").write_text("index\tsentence\n4\tThe dog barked.\n8\tThe cat sat.\n")
+    out = tmp_path / "out"
+    args = [
+        sys.executable, "run_classifier.py", "--task_name=sst-2", f"--data_dir={data}",
+        f"--vocab_file={tmp_path / 'bpe'}", f"--bert_config_file={config_file}",
+        f"--output_dir={out}", "--train_batch_size=4", "--learning_rate=1e-2",
+        "--do_train", "--do_eval", "--do_predict", *flags,
+    ]  # fmt: skip
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600), out

@@ -2,8 +2,6 @@
 and run_classifier.py taking the GPT path for a GPT config."""
 
 import json
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -12,7 +10,7 @@ import tensorflow as tf
 
 from data_prep import bpe, glue
 from modeling import gpt
-from tests.conftest import ROOT
+from tests.helpers import run_classifier_on_two_sentences
 from training import gpt_finetuning
 
 TEXT = ["The cat sat.", "The dog barked.", "A bird sang twice.", "Fish swim."]
@@ -69,21 +67,9 @@ def test_run_classifier_fine_tunes_a_gpt_config(tmp_path):
     config.write_text(
         json.dumps(dict(n_vocab=len(tok.encoder), n_ctx=16, n_embd=12, n_head=3, n_layer=1))
     )
-    data = tmp_path / "sst"
-    data.mkdir()
-    rows = ["The cat sat.\t1", "The dog barked.\t0"] * 6
-    (data / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
-    (data / "dev.tsv").write_text("sentence\tlabel\nThe cat sat.\t1\nThe dog barked.\t0\n")
-    (data / "test.tsv").write_text("index\tsentence\n4\tThe dog barked.\n8\tThe cat sat.\n")
-    out = tmp_path / "out"
-    args = [
-        sys.executable, "run_classifier.py", "--task_name=sst-2", f"--data_dir={data}",
-        f"--vocab_file={tmp_path / 'bpe'}", f"--bert_config_file={config}",
-        f"--output_dir={out}", "--max_seq_length=16", "--train_batch_size=4",
-        "--learning_rate=1e-2", "--num_train_epochs=10", "--iterations_per_loop=10",
-        "--do_train", "--do_eval", "--do_predict",
-    ]  # fmt: skip
-    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r, out = run_classifier_on_two_sentences(
+        tmp_path, config, "--max_seq_length=16", "--num_train_epochs=10", "--iterations_per_loop=10"
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     results = dict(
         line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()

@@ -363,3 +363,41 @@ def test_mixed_precision_stays_finite_when_a_query_sees_nothing():
     finally:
         keras.config.set_dtype_policy("float32")
     assert logits.dtype == "float32" and np.isfinite(np.asarray(logits)).all()
+
+
+def test_classifier_packing_is_xlnets_layout():
+    sep, cls = 27, 28
+    ids, mask, seg, cut = xlnet.pack_classifier_ids([5, 6, 7], [8, 9], 9, sep, cls)
+    assert ids == [0, 5, 6, 7, sep, 8, 9, sep, cls] and not cut
+    assert mask == [0, 1, 1, 1, 1, 1, 1, 1, 1]
+    assert seg == [4, 0, 0, 0, 0, 1, 1, 1, 2]  # A, its <sep>, B, its <sep>, <cls>; pad 4
+    ids, mask, seg, cut = xlnet.pack_classifier_ids([5, 6, 7, 8, 9, 10], None, 5, sep, cls)
+    assert (ids, mask, seg, cut) == ([5, 6, 7, sep, cls], [1] * 5, [0, 0, 0, 0, 2], True)
+    # A pair too long: the longer text loses its last tokens first (glue.truncate_pair).
+    ids, _, seg, cut = xlnet.pack_classifier_ids([1, 2, 3, 4, 5], [6, 7], 7, sep, cls)
+    assert ids == [1, 2, sep, 6, 7, sep, cls] and seg == [0, 0, 0, 1, 1, 1, 2] and cut
+    with pytest.raises(ValueError, match="no room"):
+        xlnet.pack_classifier_ids([1], [2], 3, sep, cls)
+
+
+def test_classifier_output_does_not_depend_on_padding():
+    """The same packed examples, left padded to 9 and to 13 positions and batched with a longer
+    one, give the same logits: padded keys are hidden and positions are relative. A changed real
+    token does change them (the check can fail)."""
+    keras.utils.set_random_seed(4)
+    model = xlnet.XLNetClassifier(tiny_config(), num_classes=3)
+    model.build()
+    perturbed(model, seed=2)
+    examples = [([3, 4, 5], [6, 7]), ([8, 9], None), ([10, 11, 12, 13, 14, 15, 16], [17])]
+
+    def logits(length, rows):
+        packed = [xlnet.pack_classifier_ids(a, b, length, 27, 28)[:3] for a, b in rows]
+        ids_, mask, seg = (np.array(col, np.int32) for col in zip(*packed))
+        return np.asarray(model({"input_ids": ids_, "input_mask": mask, "segment_ids": seg}))
+
+    short = logits(9, examples[:2])
+    assert short.shape == (2, 3)
+    np.testing.assert_allclose(logits(13, examples)[:2], short, atol=1e-5)
+    np.testing.assert_allclose(logits(13, examples[1:2]), short[1:], atol=1e-5)
+    changed = logits(9, [([3, 4, 20], [6, 7])])
+    assert np.max(np.abs(changed - short[:1])) > 1e-3

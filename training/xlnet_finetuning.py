@@ -1,0 +1,97 @@
+"""XLNet fine-tuning inputs for run_classifier.py (the path it takes when --bert_config_file is an
+XLNet config): the tokenizer the XLNet was pretrained with, and its examples packed as the
+released XLNet classifier packs them (modeling/xlnet.pack_classifier_ids: `a <sep> b <sep>
+<cls>`, left padded). The model is modeling/xlnet.XLNetClassifier; training, dev scoring, the
+best checkpoint and predictions are run_classifier's BERT path, unchanged.
+
+The tokenizer is the one run_pretraining's XLNet blocks were made with (create_lm_data.py):
+a byte-level BPE folder (encoder.json + vocab.bpe, or the encoder.json itself) or a WordPiece
+vocab.txt. <sep> and <cls> are the vocabulary's own `<sep>` / `<cls>` (XLNet's SentencePiece
+names) or `[SEP]` / `[CLS]` when it holds them; a BPE vocabulary with neither uses its
+`<|endoftext|>` for both, the document boundary pretraining learned (as training/gpt_finetuning
+does for GPT-1's delimiters). <cls> stays told apart by its own segment id and its place last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from data_prep import bpe, glue, tokenization
+from data_prep.errors import input_error
+from modeling import xlnet
+from training.gpt_finetuning import load_bpe
+
+SPECIALS = {"sep": ("<sep>", "[SEP]"), "cls": ("<cls>", "[CLS]")}
+# The order of pack_classifier_ids' lists.
+FEATURES = ("input_ids", "input_mask", "segment_ids")
+
+
+class XLNetTextEncoder:
+    """Text -> XLNet classifier features (see the module docstring).
+
+    vocab_file: a BPE folder / encoder.json, or a WordPiece vocab.txt; do_lower_case applies to
+    WordPiece only (byte-level BPE is cased). Raises InputError for a missing file.
+    encode(text) -> list of ids; sep_id, cls_id, vocab_size.
+    """
+
+    def __init__(self, vocab_file: str, do_lower_case: bool = True):
+        path = Path(vocab_file)
+        if path.is_dir() or path.suffix == ".json":
+            tokenizer = load_bpe(vocab_file)
+            vocab = tokenizer.encoder
+            self.encode = tokenizer.encode
+        else:
+            wordpiece = tokenization.FullTokenizer(vocab_file, do_lower_case)
+            vocab = wordpiece.vocab
+            self.encode = lambda text: wordpiece.convert_tokens_to_ids(wordpiece.tokenize(text))
+        fallback = vocab.get(bpe.GPT2_END_OF_TEXT)
+        found = {
+            role: next((vocab[n] for n in names if n in vocab), fallback)
+            for role, names in SPECIALS.items()
+        }
+        if None in found.values():
+            raise input_error(
+                vocab_file,
+                f"{SPECIALS['sep']}, {SPECIALS['cls']} or {bpe.GPT2_END_OF_TEXT!r} tokens",
+                "none of them",
+            )
+        self.sep_id, self.cls_id = found["sep"], found["cls"]
+        self.vocab_size = len(vocab)
+
+    def encode_examples(
+        self, examples: Sequence[glue.Example], task: glue.TaskSpec, max_seq_length: int
+    ) -> glue.Encoded:
+        """glue.encode_examples' features (int32 (N, S) input_ids, input_mask, segment_ids and
+        label_ids) in XLNet's layout. Multiple-choice tasks are refused (ValueError)."""
+        if task.num_choices:
+            raise ValueError(
+                f"XLNet fine-tuning here covers one sequence per example, not {task.name}"
+            )
+        n = len(examples)
+        cols = {k: np.zeros((n, max_seq_length), np.int32) for k in FEATURES}
+        labels = np.zeros((n,), np.float32 if task.kind == glue.REGRESSION else np.int32)
+        truncated = []
+        for i, ex in enumerate(examples):
+            b = self.encode(ex.text_b) if ex.text_b is not None else None
+            *row, cut = xlnet.pack_classifier_ids(
+                self.encode(ex.text_a), b, max_seq_length, self.sep_id, self.cls_id
+            )
+            for key, values in zip(FEATURES, row):
+                cols[key][i] = values
+            if cut:
+                truncated.append(ex.guid)
+            labels[i] = glue.label_id(task, ex.label)
+        return glue.Encoded({**cols, "label_ids": labels}, truncated)
+
+
+def load_config(path, vocab_size: int) -> xlnet.XLNetConfig:
+    """The XLNet config, checked to hold the tokenizer's ids (InputError naming the file)."""
+    config = xlnet.XLNetConfig.from_json_file(path)
+    if vocab_size > config.n_token:
+        raise input_error(
+            str(path), f"n_token of at least the vocabulary's {vocab_size}", f"{config.n_token}"
+        )
+    return config
