@@ -302,13 +302,13 @@ def markdown_table(rows: Sequence[dict], budget: float, bow: dict) -> str:
         return f"{stats['mean']:.3f} ± {stats['std']:.3f} [{stats['min']:.3f}, {stats['max']:.3f}]"
 
     lines = [
-        f"Budget: {budget / 1e15:.3f} PFLOP of pretraining per arm (analytic, "
+        f"Budget: {budget / 1e12:.2f} TFLOP of pretraining per arm (analytic, "
         "bench/objectives.py).",
         "",
         "| objective | params | GFLOP/step | steps | pretrain min | held-out MLM acc "
-        "| rt-polarity dev (best ckpt) | rt-polarity test |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| bag-of-words LR (C={bow['c']}) | - | - | - | - | - | {bow['dev_accuracy']:.3f} "
+        "| held-out other | rt-polarity dev (best ckpt) | rt-polarity test |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| bag-of-words LR (C={bow['c']}) | - | - | - | - | - | - | {bow['dev_accuracy']:.3f} "
         f"| {bow['test_accuracy']:.3f} |",
     ]
     for r in rows:
@@ -319,10 +319,27 @@ def markdown_table(rows: Sequence[dict], budget: float, bow: dict) -> str:
         lines.append(
             f"| {ARM_TITLES[r['arm']]} | {r['parameters']:,} | {r['step_flops'] / 1e9:.1f} "
             f"| {r['pretraining']['steps']:,} | {r['pretraining']['minutes']:.1f} "
-            f"| {'-' if mlm is None else f'{mlm:.3f}'}{note} "
+            f"| {'-' if mlm is None else f'{mlm:.3f}'}{note} | {other_heldout(held)} "
             f"| {cell(tuned.get('dev_accuracy'))} | {cell(tuned.get('test_accuracy'))} |"
         )
     return "\n".join(lines)
+
+
+# Held-out figures besides masked-LM accuracy, as run_pretraining's eval_results.txt names them.
+OTHER_HELDOUT = (
+    ("next_sentence_accuracy", "NSP acc"),
+    ("sentence_order_accuracy", "SOP acc"),
+    ("disc_auc", "RTD AUC"),
+    ("disc_accuracy", "RTD acc"),
+    ("disc_recall", "recall"),
+    ("disc_replaced_fraction", "replaced"),
+)
+
+
+def other_heldout(held: dict) -> str:
+    """The sentence objective's or the discriminator's held-out figures of one arm, or "-"."""
+    cells = [f"{label} {held[key]:.3f}" for key, label in OTHER_HELDOUT if key in held]
+    return ", ".join(cells) or "-"
 
 
 def count_parameters(arm: str, config: dict) -> int:

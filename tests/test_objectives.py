@@ -169,15 +169,19 @@ def test_table_rows_with_and_without_fine_tuning():
                 {"masked_lm_accuracy": 0.0512},
                 {"dev_accuracy": stats, "test_accuracy": stats},
             ),
-            ("electra", {"masked_lm_accuracy": 0.04, "disc_accuracy": 0.9}, None),
+            (
+                "electra",
+                {"masked_lm_accuracy": 0.04, "disc_accuracy": 0.9, "disc_auc": 0.7512},
+                None,
+            ),
         )
     ]
     table = objectives.markdown_table(
         rows, 150 * 15.2e9, {"c": 0.3, "dev_accuracy": 0.75, "test_accuracy": 0.76}
     ).splitlines()
-    assert table[0] == "Budget: 0.002 PFLOP of pretraining per arm (analytic, bench/objectives.py)."
+    assert table[0] == "Budget: 2.28 TFLOP of pretraining per arm (analytic, bench/objectives.py)."
     assert table[5] == (
-        "| BERT (MLM + NSP, static masks) | 1,234 | 15.2 | 150 | 3.5 | 0.051 "
+        "| BERT (MLM + NSP, static masks) | 1,234 | 15.2 | 150 | 3.5 | 0.051 | - "
         "| 0.700 ± 0.010 [0.690, 0.710] | 0.700 ± 0.010 [0.690, 0.710] |"
     )
-    assert table[6].endswith("| 0.040 (generator) | - | - |")
+    assert table[6].endswith("| 0.040 (generator) | RTD AUC 0.751, RTD acc 0.900 | - | - |")
