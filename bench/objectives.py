@@ -366,8 +366,10 @@ def run(
     seeds: Sequence[int],
     settings: dict,
     finetune_settings: dict,
+    finetune_arms: Sequence[str] | None = None,
 ) -> tuple[dict, str]:
-    """The whole comparison; returns (objectives.json's data, objectives.md's table)."""
+    """The whole comparison; returns (objectives.json's data, objectives.md's table).
+    finetune_arms: the arms to fine-tune (None = all of `arms`); the others pretrain only."""
     out = Path(output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     vocab_file = Path(vocab_file).resolve()
@@ -406,7 +408,7 @@ def run(
             "pretraining": pre,
             "finetune": None,
         }
-        if not seeds:  # pretraining only
+        if not seeds or (finetune_arms is not None and arm not in finetune_arms):
             return row
         summary = rt_polarity.finetune_arm(
             out / "rt_polarity",
@@ -436,6 +438,7 @@ def run(
         "settings": settings,
         "finetune_settings": finetune_settings,
         "seeds": list(seeds),
+        "finetune_arms": list(arms if finetune_arms is None else finetune_arms),
         "bag_of_words": info["bag_of_words"],
         "arms": rows,
     }
@@ -454,6 +457,10 @@ def main(argv):
     unknown = [a for a in arms if a not in ARMS]
     if unknown or not arms:
         raise SystemExit(f"--arms: expected some of {list(ARMS)}, found {arms}")
+    if FLAGS.finetune_arms is not None and not set(FLAGS.finetune_arms) <= set(arms):
+        raise SystemExit(
+            f"--finetune_arms: expected some of --arms {arms}, found {FLAGS.finetune_arms}"
+        )
     if FLAGS.budget_bert_steps < 1:
         raise SystemExit(f"--budget_bert_steps: expected >= 1, found {FLAGS.budget_bert_steps}")
     settings = {
@@ -495,6 +502,7 @@ def main(argv):
         [int(x) for x in FLAGS.seeds],
         settings,
         finetune_settings,
+        FLAGS.finetune_arms,
     )
     print("\n" + table)
 
@@ -538,6 +546,12 @@ def _define_flags():
     )
     flags.DEFINE_list(
         "seeds", ["1", "2"], "Fine-tuning seeds, the same for every arm; empty = pretrain only."
+    )
+    flags.DEFINE_list(
+        "finetune_arms",
+        None,
+        "Arms to fine-tune (default: all of --arms); the others only pretrain, their row "
+        "without fine-tuning columns.",
     )
     flags.DEFINE_integer("split_seed", 12345, "Seed of rt-polarity's 80/10/10 split.")
     flags.DEFINE_float("finetune_learning_rate", 3e-4, "Fine-tuning peak learning rate.")
