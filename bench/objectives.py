@@ -5,10 +5,17 @@ detection) pretrain on the same corpus for the same number of training FLOPs, th
 fine-tunes on rt-polarity with data_prep/rt_polarity.py's machinery (run_recorded, the settings
 and seeds of its other arms).
 
-Example (the README's table: about 40 minutes on 2 busy cores):
+Example (the README's table):
   nice -n 10 python bench/objectives.py --output_dir=default_run/objectives \
     --corpus_dir=default_run/corpus --vocab_file=default_run/vocab.txt \
-    --bert_config_file=default_run/bert_config.json --budget_bert_steps=300 --seeds=1,2
+    --bert_config_file=default_run/bert_config.json --budget_bert_steps=400 \
+    --train_batch_size=16 --parallel_arms=2 --seeds=1,2
+Cost on 2 cores: a BERT step of 32 x 128 took about 0.25 s on quiet cores (the default run);
+steps of 16 x 128 took 3.5-8 s niced at load average 30, and a fine-tuning run (4 epochs of
+rt-polarity) 1.5 min quiet, 10-15 min at load 25-30. A budget that leaves the unigram plateau
+(held-out masked-LM accuracy about 0.065; the default run passed 0.085 after about 450 steps of
+32 x 128 at peak rate 5e-4) needs about --budget_bert_steps=1000 at --train_batch_size=32: some
+20 minutes of pretraining for the four arms on quiet cores, plus 4 x seeds fine-tuning runs.
 
 The budget. Every arm gets floor(B / F_arm) steps of --train_batch_size sequences, where
 B = --budget_bert_steps x F_bert and F_x is the analytic training FLOPs of one step of arm x
