@@ -336,6 +336,7 @@ def main(argv):
             mask_id=ids.mask_id,
             vocab_size=len(vocab),
             special_ids=tuple(sorted({ids.cls_id, ids.sep_id, vocab.get("[PAD]", 0)})),
+            **(electra.DYNAMIC_MASKING if family == "electra" else {}),
         )
     logging.info(
         "%s, sentence objective %s, %s masking%s",

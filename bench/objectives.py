@@ -5,10 +5,17 @@ detection) pretrain on the same corpus for the same number of training FLOPs, th
 fine-tunes on rt-polarity with data_prep/rt_polarity.py's machinery (run_recorded, the settings
 and seeds of its other arms).
 
-Example (the README's table: about 40 minutes on 2 busy cores):
+Example (the README's table):
   nice -n 10 python bench/objectives.py --output_dir=default_run/objectives \
     --corpus_dir=default_run/corpus --vocab_file=default_run/vocab.txt \
-    --bert_config_file=default_run/bert_config.json --budget_bert_steps=300 --seeds=1,2
+    --bert_config_file=default_run/bert_config.json --budget_bert_steps=400 \
+    --train_batch_size=16 --parallel_arms=2 --seeds=1,2
+Cost on 2 cores: a BERT step of 32 x 128 took about 0.25 s on quiet cores (the default run);
+steps of 16 x 128 took 3.5-8 s niced at load average 30, and a fine-tuning run (4 epochs of
+rt-polarity) 1.5 min quiet, 10-15 min at load 25-30. A budget that leaves the unigram plateau
+(held-out masked-LM accuracy about 0.065; the default run passed 0.085 after about 450 steps of
+32 x 128 at peak rate 5e-4) needs about --budget_bert_steps=1000 at --train_batch_size=32: some
+20 minutes of pretraining for the four arms on quiet cores, plus 4 x seeds fine-tuning runs.
 
 The budget. Every arm gets floor(B / F_arm) steps of --train_batch_size sequences, where
 B = --budget_bert_steps x F_bert and F_x is the analytic training FLOPs of one step of arm x
@@ -302,13 +309,13 @@ def markdown_table(rows: Sequence[dict], budget: float, bow: dict) -> str:
         return f"{stats['mean']:.3f} ± {stats['std']:.3f} [{stats['min']:.3f}, {stats['max']:.3f}]"
 
     lines = [
-        f"Budget: {budget / 1e15:.3f} PFLOP of pretraining per arm (analytic, "
+        f"Budget: {budget / 1e12:.2f} TFLOP of pretraining per arm (analytic, "
         "bench/objectives.py).",
         "",
         "| objective | params | GFLOP/step | steps | pretrain min | held-out MLM acc "
-        "| rt-polarity dev (best ckpt) | rt-polarity test |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| bag-of-words LR (C={bow['c']}) | - | - | - | - | - | {bow['dev_accuracy']:.3f} "
+        "| held-out other | rt-polarity dev (best ckpt) | rt-polarity test |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| bag-of-words LR (C={bow['c']}) | - | - | - | - | - | - | {bow['dev_accuracy']:.3f} "
         f"| {bow['test_accuracy']:.3f} |",
     ]
     for r in rows:
@@ -319,10 +326,27 @@ def markdown_table(rows: Sequence[dict], budget: float, bow: dict) -> str:
         lines.append(
             f"| {ARM_TITLES[r['arm']]} | {r['parameters']:,} | {r['step_flops'] / 1e9:.1f} "
             f"| {r['pretraining']['steps']:,} | {r['pretraining']['minutes']:.1f} "
-            f"| {'-' if mlm is None else f'{mlm:.3f}'}{note} "
+            f"| {'-' if mlm is None else f'{mlm:.3f}'}{note} | {other_heldout(held)} "
             f"| {cell(tuned.get('dev_accuracy'))} | {cell(tuned.get('test_accuracy'))} |"
         )
     return "\n".join(lines)
+
+
+# Held-out figures besides masked-LM accuracy, as run_pretraining's eval_results.txt names them.
+OTHER_HELDOUT = (
+    ("next_sentence_accuracy", "NSP acc"),
+    ("sentence_order_accuracy", "SOP acc"),
+    ("disc_auc", "RTD AUC"),
+    ("disc_accuracy", "RTD acc"),
+    ("disc_recall", "recall"),
+    ("disc_replaced_fraction", "replaced"),
+)
+
+
+def other_heldout(held: dict) -> str:
+    """The sentence objective's or the discriminator's held-out figures of one arm, or "-"."""
+    cells = [f"{label} {held[key]:.3f}" for key, label in OTHER_HELDOUT if key in held]
+    return ", ".join(cells) or "-"
 
 
 def count_parameters(arm: str, config: dict) -> int:
@@ -349,8 +373,10 @@ def run(
     seeds: Sequence[int],
     settings: dict,
     finetune_settings: dict,
+    finetune_arms: Sequence[str] | None = None,
 ) -> tuple[dict, str]:
-    """The whole comparison; returns (objectives.json's data, objectives.md's table)."""
+    """The whole comparison; returns (objectives.json's data, objectives.md's table).
+    finetune_arms: the arms to fine-tune (None = all of `arms`); the others pretrain only."""
     out = Path(output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     vocab_file = Path(vocab_file).resolve()
@@ -389,7 +415,7 @@ def run(
             "pretraining": pre,
             "finetune": None,
         }
-        if not seeds:  # pretraining only
+        if not seeds or (finetune_arms is not None and arm not in finetune_arms):
             return row
         summary = rt_polarity.finetune_arm(
             out / "rt_polarity",
@@ -419,6 +445,7 @@ def run(
         "settings": settings,
         "finetune_settings": finetune_settings,
         "seeds": list(seeds),
+        "finetune_arms": list(arms if finetune_arms is None else finetune_arms),
         "bag_of_words": info["bag_of_words"],
         "arms": rows,
     }
@@ -437,6 +464,10 @@ def main(argv):
     unknown = [a for a in arms if a not in ARMS]
     if unknown or not arms:
         raise SystemExit(f"--arms: expected some of {list(ARMS)}, found {arms}")
+    if FLAGS.finetune_arms is not None and not set(FLAGS.finetune_arms) <= set(arms):
+        raise SystemExit(
+            f"--finetune_arms: expected some of --arms {arms}, found {FLAGS.finetune_arms}"
+        )
     if FLAGS.budget_bert_steps < 1:
         raise SystemExit(f"--budget_bert_steps: expected >= 1, found {FLAGS.budget_bert_steps}")
     settings = {
@@ -478,6 +509,7 @@ def main(argv):
         [int(x) for x in FLAGS.seeds],
         settings,
         finetune_settings,
+        FLAGS.finetune_arms,
     )
     print("\n" + table)
 
@@ -521,6 +553,12 @@ def _define_flags():
     )
     flags.DEFINE_list(
         "seeds", ["1", "2"], "Fine-tuning seeds, the same for every arm; empty = pretrain only."
+    )
+    flags.DEFINE_list(
+        "finetune_arms",
+        None,
+        "Arms to fine-tune (default: all of --arms); the others only pretrain, their row "
+        "without fine-tuning columns.",
     )
     flags.DEFINE_integer("split_seed", 12345, "Seed of rt-polarity's 80/10/10 split.")
     flags.DEFINE_float("finetune_learning_rate", 3e-4, "Fine-tuning peak learning rate.")

@@ -214,6 +214,10 @@ class DynamicMasking:
       vocab_size: random replacements are drawn uniformly from [0, vocab_size), the whole
         vocabulary as the original drew from `vocab.keys()`.
       special_ids: ids never predicted ([CLS], [SEP], [PAD]).
+      mask_token_prob, random_token_prob: of the predicted positions, the fraction that become
+        [MASK] and the fraction that get a random id; the rest keep their token. BERT's 80/10/10
+        (sec. 3.1) by default; ELECTRA's original code masks 85% and keeps 15%
+        (electra.DYNAMIC_MASKING).
     """
 
     masked_lm_prob: float
@@ -221,6 +225,16 @@ class DynamicMasking:
     mask_id: int
     vocab_size: int
     special_ids: tuple[int, ...]
+    mask_token_prob: float = 0.8
+    random_token_prob: float = 0.1
+
+    def __post_init__(self):
+        m, r = self.mask_token_prob, self.random_token_prob
+        if not (0.0 <= m and 0.0 <= r and m + r <= 1.0):
+            raise ValueError(
+                f"DynamicMasking: mask_token_prob {m} and random_token_prob {r} must be >= 0 "
+                "with a sum <= 1 (the rest of the predicted tokens stay as they are)"
+            )
 
 
 def mask_dynamic(input_ids, input_mask, seed, spec: DynamicMasking) -> dict:
@@ -235,7 +249,8 @@ def mask_dynamic(input_ids, input_mask, seed, spec: DynamicMasking) -> dict:
 
     Per row: min(P, max(1, round(length * masked_lm_prob))) positions are predicted (the original
     count; fewer only when the row has fewer candidates), chosen uniformly among real tokens that
-    are not special; 80% become [MASK], 10% a random id, 10% stay (BERT sec. 3.1).
+    are not special; by default 80% become [MASK], 10% a random id, 10% stay (BERT sec. 3.1;
+    spec.mask_token_prob and spec.random_token_prob set the first two).
 
     Args:
       input_ids, input_mask: int32 (B, S).
@@ -280,8 +295,10 @@ def mask_dynamic(input_ids, input_mask, seed, spec: DynamicMasking) -> dict:
     random_ids = tf.random.stateless_uniform(
         shape, token_seed, minval=0, maxval=spec.vocab_size, dtype=tf.int32
     )
-    corrupted = tf.where(chosen & (u < 0.8), spec.mask_id, ids)
-    corrupted = tf.where(chosen & (u >= 0.9), random_ids, corrupted)
+    corrupted = tf.where(chosen & (u < spec.mask_token_prob), spec.mask_id, ids)
+    # 1 - random_token_prob: 0.9 for BERT's rates (the draws of the fixed 80/10/10 kept exactly);
+    # 1.0 (never, u < 1) for ELECTRA's.
+    corrupted = tf.where(chosen & (u >= 1.0 - spec.random_token_prob), random_ids, corrupted)
     return {
         "input_ids": corrupted,
         "masked_lm_positions": positions,

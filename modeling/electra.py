@@ -143,6 +143,14 @@ class ElectraConfig:
         return dataclasses.replace(self, **changes)
 
 
+# How ELECTRA corrupts the generator's input when it masks on the fly (--masking=dynamic): of the
+# predicted positions 85% become [MASK] and 15% keep their token, none gets a random one. Not in
+# the paper; it is the original code's choice (google-research/electra pretrain_helpers.mask,
+# `tf.less(tf.random.uniform([B, N]), 0.85)`), which BERT's 80/10/10 would otherwise replace.
+# (mask_token_prob, random_token_prob) of masking.DynamicMasking.
+DYNAMIC_MASKING = {"mask_token_prob": 0.85, "random_token_prob": 0.0}
+
+
 def generator_heads(hidden_size: int) -> int:
     """The original get_generator_config's head count: max(1, H_g // 64)."""
     return max(1, hidden_size // 64)

@@ -559,3 +559,120 @@ def test_electra_pretrainer_to_hugging_face_discriminator_and_generator(tmp_path
     np.testing.assert_array_equal(
         gen["generator_lm_head.bias"], model.generator_predictions.output_bias.numpy()
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Replaced-token detection: class balance metrics, learning, and ELECTRA's dynamic masking
+
+
+def test_detection_balance_sums_match_sklearn_per_class_and_auc():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(B, S)).astype("float32")
+    labels = (rng.random((B, S)) < 0.3).astype("int32")
+    labels[0, :2] = 1
+    labels[0, 2] = 0
+    mask = np.ones((B, S), "int32")
+    mask[1, 4:] = 0
+    logits[1, 4:] = 50.0  # padding scoring highest must not count
+    labels[1, 5] = 1
+    got = {k: float(v) for k, v in tasks.detection_balance_sums(logits, labels, mask).items()}
+    real = mask.astype(bool)
+    z, y = logits[real], labels[real].astype(bool)
+    assert got["disc_ordered_pairs"] / got["disc_pairs"] == pytest.approx(
+        roc_auc_score(y, z), abs=1e-6
+    )
+    assert got["disc_pairs"] == y.sum() * (~y).sum()
+    p = 1 / (1 + np.exp(-z))
+    assert got["disc_prob_replaced"] == pytest.approx(p[y].sum(), rel=1e-5)
+    assert got["disc_prob_original"] == pytest.approx(p[~y].sum(), rel=1e-5)
+    assert got["disc_original"] == (~y).sum()
+    assert got["disc_true_negative"] == ((z <= 0) & ~y).sum()
+
+
+def test_discriminator_learns_to_flag_replaced_tokens_on_a_repeated_batch():
+    """On one batch seen again and again the discriminator can remember the original tokens, so
+    replaced ones (new samples every step) become detectable: within 60 steps it must rank them
+    above the originals (AUC) and call most of them replaced, on samples it has not seen. A
+    label, sampling or loss-weight bug (labels never 1, samples equal to the input, the
+    detection loss not reaching the encoder) leaves it at the base rate: AUC near 0.5, recall 0.
+    """
+    from training import optimization
+
+    v, b, s, p = 61, 5, 13, 3
+    config = tiny(vocab_size=v, hidden_size=24, embedding_size=24, intermediate_size=37)
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, v, size=(b, s)).astype("int32")
+    positions = np.stack([np.sort(rng.choice(np.arange(1, s), p, replace=False)) for _ in ids])
+    positions = positions.astype("int32")
+    masked = ids.copy()
+    np.put_along_axis(masked, positions, 4, axis=1)
+    feed = {
+        "input_ids": masked,
+        "input_mask": np.ones((b, s), "int32"),
+        "segment_ids": np.zeros((b, s), "int32"),
+        "masked_lm_positions": positions,
+        "masked_lm_ids": np.take_along_axis(ids, positions, axis=1),
+        "masked_lm_weights": np.ones((b, p), "float32"),
+    }
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        model = electra.ElectraPretrainer(config)
+        model.build()
+        optimizer = optimization.create_optimizer(3e-3, 60, 6)
+        optimizer.build(model.trainable_variables)
+    task = tasks.electra_pretraining_task(model, seed=5, step=optimizer.iterations)
+    fit = trainer.Trainer(strategy, task, optimizer)
+    batches = iter(tf.data.Dataset.from_tensors(feed).repeat())
+
+    def held_out(step):  # fresh samples: seeds the training steps never used
+        rows = []
+        for k in range(4):
+            out = model(feed, seed=tf.constant([99, 100 * step + k], tf.int64))
+            sums = tasks.detection_balance_sums(
+                out["disc_logits"], out["disc_labels"], feed["input_mask"]
+            )
+            called = out["disc_logits"].numpy() > 0
+            y = out["disc_labels"].numpy().astype(bool)
+            rows.append([float(sums["disc_ordered_pairs"]), float(sums["disc_pairs"])])
+            rows[-1] += [(called & y).sum(), y.sum()]
+        a = np.sum(rows, axis=0)
+        return a[0] / a[1], a[2] / a[3]
+
+    auc0, _ = held_out(0)
+    rows = fit.train_steps(batches, 60)
+    auc, recall = held_out(1)
+    metrics = fit.metrics_from_sums(rows[-10:].sum(0))
+    assert abs(auc0 - 0.5) < 0.2, auc0
+    assert auc > 0.9 and recall > 0.5, (auc, recall)
+    # The training-time metrics agree: replaced fraction p / s (the generator rarely samples
+    # the original), detection well above chance, originals still called original.
+    assert metrics["disc_replaced_fraction"] == pytest.approx(p / s, abs=0.04)
+    assert metrics["disc_auc"] > 0.8 and metrics["disc_original_accuracy"] > 0.9
+
+
+def test_electra_dynamic_masking_is_85_mask_15_kept_and_bert_keeps_80_10_10():
+    from data_prep import masking
+
+    rng = np.random.default_rng(2)
+    ids = rng.integers(5, 400, size=(64, 40)).astype("int32")
+    mask = np.ones_like(ids)
+    seed = tf.constant([4, 2], tf.int64)
+    spec = dict(masked_lm_prob=1.0, max_predictions_per_seq=40, mask_id=4, vocab_size=400)
+    out = {}
+    for name, rates in (("bert", {}), ("electra", electra.DYNAMIC_MASKING)):
+        s = masking.DynamicMasking(**spec, special_ids=(0, 2, 3), **rates)
+        corrupted = masking.mask_dynamic(ids, mask, seed, s)["input_ids"].numpy()
+        out[name] = (
+            (corrupted == 4).mean(),
+            (corrupted == ids).mean(),
+            ((corrupted != 4) & (corrupted != ids)).mean(),
+        )
+    # 2,560 predictions each: 4 standard errors of a fraction near 0.1-0.15 are about 0.03.
+    np.testing.assert_allclose(out["electra"][:2], (0.85, 0.15), atol=0.03)
+    assert out["electra"][2] == 0.0  # no random token: what the generator sees is real or [MASK]
+    np.testing.assert_allclose(out["bert"], (0.8, 0.1, 0.1), atol=0.03)
+    with pytest.raises(ValueError, match="mask_token_prob 0.9 and random_token_prob 0.2"):
+        masking.DynamicMasking(**spec, special_ids=(0,), mask_token_prob=0.9, random_token_prob=0.2)

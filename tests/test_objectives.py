@@ -169,15 +169,82 @@ def test_table_rows_with_and_without_fine_tuning():
                 {"masked_lm_accuracy": 0.0512},
                 {"dev_accuracy": stats, "test_accuracy": stats},
             ),
-            ("electra", {"masked_lm_accuracy": 0.04, "disc_accuracy": 0.9}, None),
+            (
+                "electra",
+                {"masked_lm_accuracy": 0.04, "disc_accuracy": 0.9, "disc_auc": 0.7512},
+                None,
+            ),
         )
     ]
     table = objectives.markdown_table(
         rows, 150 * 15.2e9, {"c": 0.3, "dev_accuracy": 0.75, "test_accuracy": 0.76}
     ).splitlines()
-    assert table[0] == "Budget: 0.002 PFLOP of pretraining per arm (analytic, bench/objectives.py)."
+    assert table[0] == "Budget: 2.28 TFLOP of pretraining per arm (analytic, bench/objectives.py)."
     assert table[5] == (
-        "| BERT (MLM + NSP, static masks) | 1,234 | 15.2 | 150 | 3.5 | 0.051 "
+        "| BERT (MLM + NSP, static masks) | 1,234 | 15.2 | 150 | 3.5 | 0.051 | - "
         "| 0.700 ± 0.010 [0.690, 0.710] | 0.700 ± 0.010 [0.690, 0.710] |"
     )
-    assert table[6].endswith("| 0.040 (generator) | - | - |")
+    assert table[6].endswith("| 0.040 (generator) | RTD AUC 0.751, RTD acc 0.900 | - | - |")
+
+
+def test_run_fine_tunes_only_the_finetune_arms_and_writes_both_outputs(tmp_path, monkeypatch):
+    """run() with the subprocess steps replaced: every arm pretrains at its equal-FLOPs steps,
+    only --finetune_arms are fine-tuned, and objectives.json / .md hold every row."""
+    from data_prep import rt_polarity
+
+    config_file = tmp_path / "bert_config.json"
+    config_file.write_text(json.dumps(BERT_VALUES))
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split in ("train", "heldout"):
+        (corpus / f"{split}.txt").write_text("a b.\nc d.\n\ne f.\n")
+    bow = {"c": 0.1, "dev_accuracy": 0.7, "test_accuracy": 0.72}
+    monkeypatch.setattr(rt_polarity, "prepare", lambda out, seed: {"bag_of_words": bow})
+    monkeypatch.setattr(objectives, "make_records", lambda out, recipe, *a: {"recipe": recipe})
+    pretrained = {}
+
+    def fake_pretrain(arm, out, config_file, records, steps, vocab_file, settings):
+        pretrained[arm] = (records["recipe"], steps)
+        return {"steps": steps, "minutes": 1.0, "heldout": {}, "run_dir": f"pre/{arm}"}
+
+    tuned = []
+    stats = {"mean": 0.6, "std": 0.0, "min": 0.6, "max": 0.6, "n": 1}
+
+    def fake_finetune(out, arm, run_dir, seeds, *a):
+        tuned.append((arm, run_dir, list(seeds)))
+        keys = ("dev_accuracy", "dev_accuracy_final", "test_accuracy")
+        return {k: stats for k in keys} | {"runs": []}
+
+    monkeypatch.setattr(objectives, "pretrain_arm", fake_pretrain)
+    monkeypatch.setattr(rt_polarity, "finetune_arm", fake_finetune)
+    settings = {
+        "max_seq_length": 16,
+        "max_predictions_per_seq": 3,
+        "train_batch_size": 5,
+        "budget_bert_steps": 7,
+        "split_seed": 1,
+        "corpus_documents": 0,
+        "parallel_arms": 1,
+    }
+    data, table = objectives.run(
+        tmp_path / "out",
+        corpus,
+        tmp_path / "vocab.txt",
+        config_file,
+        ["bert", "electra"],
+        [1],
+        settings,
+        {},
+        finetune_arms=["bert"],
+    )
+    assert tuned == [("bert", "pre/bert", [1])]
+    assert pretrained["bert"] == ("static_nsp_token", 7)
+    assert pretrained["electra"][0] == "dynamic_full_sentences"
+    assert [r["finetune"] is None for r in data["arms"]] == [False, True]
+    assert data["finetune_arms"] == ["bert"]
+    lines = (tmp_path / "out" / "objectives.md").read_text().splitlines()
+    assert lines == table.splitlines() and len(lines) == 7
+    assert lines[-1].endswith("| - | - |") and not lines[-2].endswith("| - | - |")
+    assert json.loads((tmp_path / "out" / "objectives.json").read_text()) == json.loads(
+        json.dumps(data)
+    )

@@ -123,6 +123,7 @@ def electra_pretraining_task(
             tf.equal(out["sampled_ids"], tf.cast(batch["masked_lm_ids"], tf.int32)), tf.float32
         )
         sums = {f"mlm_{k}": v for k, v in mlm.items()} | {f"disc_{k}": v for k, v in disc.items()}
+        sums |= detection_balance_sums(out["disc_logits"], out["disc_labels"], batch["input_mask"])
         return sums | {"sampled_correct": tf.reduce_sum(same * tf.cast(w, tf.float32))}
 
     def denominators_fn(batch):
@@ -144,8 +145,49 @@ def electra_pretraining_task(
             "disc_accuracy": ("disc_correct", "disc_count"),
             "disc_precision": ("disc_true_positive", "disc_predicted"),
             "disc_recall": ("disc_true_positive", "disc_replaced"),
+            # Class balance: a discriminator calling every token original scores
+            # 1 - replaced_fraction in disc_accuracy, 1.0 in disc_original_accuracy, 0 recall, and
+            # an AUC of 0.5 unless it ranks replaced tokens above original ones.
+            "disc_replaced_fraction": ("disc_replaced", "disc_count"),
+            "disc_original_accuracy": ("disc_true_negative", "disc_original"),
+            "disc_replaced_prob": ("disc_prob_replaced", "disc_replaced"),
+            "disc_original_prob": ("disc_prob_original", "disc_original"),
+            "disc_auc": ("disc_ordered_pairs", "disc_pairs"),
         },
     )
+
+
+def detection_balance_sums(logits, labels, input_mask) -> dict:
+    """Sums for replaced-token detection per class, so a collapse to the majority class shows.
+
+    logits float (B, S), > 0 meaning replaced; labels int (B, S); input_mask (B, S). Returns
+    float32 scalars: true_negative and original (real tokens called / that are original),
+    prob_replaced and prob_original (sums of sigmoid(logit) over each class), and for the ROC
+    AUC within each batch (Mann-Whitney: the fraction of (replaced, original) pairs of the
+    batch's real tokens where the replaced one scores higher) ordered_pairs and pairs. Ties,
+    which float logits almost never make, count as ordered or not by the sort's order.
+    """
+    z = tf.reshape(tf.cast(logits, tf.float32), [-1])  # (B*S,)
+    y = tf.reshape(tf.cast(labels, tf.float32), [-1])
+    w = tf.reshape(tf.cast(input_mask, tf.float32), [-1])
+    called = tf.cast(z > 0, tf.float32)
+    p = tf.sigmoid(z)
+    n_r = tf.reduce_sum(y * w)
+    n_o = tf.reduce_sum((1.0 - y) * w)
+    # Padding sorts below every real token; a replaced token's rank (0-based, ascending) counts
+    # the padding, the replaced tokens and the original tokens below it: keep the last.
+    ranked = tf.where(w > 0, z, tf.fill(tf.shape(z), -3.0e38))
+    rank = tf.cast(tf.argsort(tf.argsort(ranked, stable=True), stable=True), tf.float32)
+    n_pad = tf.reduce_sum(1.0 - w)
+    ordered = tf.reduce_sum(rank * y * w) - n_r * n_pad - n_r * (n_r - 1.0) / 2.0
+    return {
+        "disc_true_negative": tf.reduce_sum((1.0 - called) * (1.0 - y) * w),
+        "disc_original": n_o,
+        "disc_prob_replaced": tf.reduce_sum(p * y * w),
+        "disc_prob_original": tf.reduce_sum(p * (1.0 - y) * w),
+        "disc_ordered_pairs": ordered,
+        "disc_pairs": n_r * n_o,
+    }
 
 
 def _encode_and_predict(model, batch, training):
