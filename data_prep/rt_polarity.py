@@ -868,19 +868,24 @@ def main(argv):
                 FLAGS.output_dir, FLAGS.bert_config_file, FLAGS.dapt_vocab_size
             )
         try:
-            arms += domain_adapt(
-                FLAGS.output_dir,
-                dapt_vocab,
-                dapt_config,
-                FLAGS.dapt_init_checkpoint,
-                budgets,
-                FLAGS.random_seed,
-                learning_rate=FLAGS.dapt_learning_rate,
-                train_batch_size=FLAGS.dapt_batch_size,
-                max_seq_length=FLAGS.dapt_max_seq_length,
-                max_predictions_per_seq=FLAGS.dapt_max_predictions_per_seq,
-                sentence_objective=FLAGS.dapt_sentence_objective,
-                masking=FLAGS.dapt_masking,
+            # Largest budget first: the end of the one schedule (fully annealed) is the arm that
+            # answers "does pretraining pay off"; smaller budgets and budget 0 follow.
+            arms += sorted(
+                domain_adapt(
+                    FLAGS.output_dir,
+                    dapt_vocab,
+                    dapt_config,
+                    FLAGS.dapt_init_checkpoint,
+                    budgets,
+                    FLAGS.random_seed,
+                    learning_rate=FLAGS.dapt_learning_rate,
+                    train_batch_size=FLAGS.dapt_batch_size,
+                    max_seq_length=FLAGS.dapt_max_seq_length,
+                    max_predictions_per_seq=FLAGS.dapt_max_predictions_per_seq,
+                    sentence_objective=FLAGS.dapt_sentence_objective,
+                    masking=FLAGS.dapt_masking,
+                ),
+                key=lambda arm: -arm[2]["steps"],
             )
         except ValueError as e:
             raise SystemExit(str(e)) from None
