@@ -488,24 +488,31 @@ def comparison_table(output_dir) -> tuple[dict, str]:
         return f"{stats['mean']:.3f} ± {stats['std']:.3f} [{stats['min']:.3f}, {stats['max']:.3f}]"
 
     def budget(pre):
-        if not pre:
+        if not pre or not pre.get("steps"):
             return "-"
         return (
             f"{pre['steps']:,} steps, {pre['tokens'] / 1e6:.1f}M tokens, {pre['minutes']:.1f} min"
         )
 
+    def vocab(path):
+        if not path or not Path(path).is_file():
+            return "-"
+        with open(path, encoding="utf-8") as f:
+            return f"{path} ({sum(1 for _ in f):,})"
+
     lines = [
-        "| arm | start from | extra pretraining | fine-tuning lr | seeds | dev acc (best ckpt) "
-        "| test acc (best ckpt) |",
-        "|---|---|---|---|---|---|---|",
-        f"| bag-of-words LR (C={bow['c']}) | - | - | - | - | {bow['dev_accuracy']:.3f} | "
+        "| arm | start from | vocab (entries) | extra pretraining | pooling | fine-tuning lr "
+        "| seeds | dev acc (best ckpt) | test acc (best ckpt) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| bag-of-words LR (C={bow['c']}) | - | - | - | - | - | - | {bow['dev_accuracy']:.3f} | "
         f"{bow['test_accuracy']:.3f} |",
     ]
     for a in arms:
         lines.append(
-            f"| {a['arm']} | {a['init_checkpoint'] or 'scratch'} | "
-            f"{budget(a.get('pretraining'))} | {a['settings'].get('learning_rate', '-')} | "
-            f"{a['dev_accuracy']['n']} | {cell(a['dev_accuracy'])} | {cell(a['test_accuracy'])} |"
+            f"| {a['arm']} | {a['init_checkpoint'] or 'scratch'} | {vocab(a.get('vocab_file'))} | "
+            f"{budget(a.get('pretraining'))} | {a['settings'].get('pooling', '-')} | "
+            f"{a['settings'].get('learning_rate', '-')} | {a['dev_accuracy']['n']} | "
+            f"{cell(a['dev_accuracy'])} | {cell(a['test_accuracy'])} |"
         )
     data = {"bag_of_words": bow, "arms": arms}
     _write_lines(out / "comparison.json", [json.dumps(data, indent=2)])

@@ -144,19 +144,25 @@ def test_seed_summary_and_comparison_table(tmp_path):
     )
     pre = {"steps": 500, "tokens": 2_048_000, "minutes": 2.5}
     (tmp_path / "finetune" / "dapt500").mkdir()
-    (tmp_path / "finetune" / "dapt500" / "summary.json").write_text(
-        json.dumps(
-            {"arm": "dapt500", "init_checkpoint": "p/ckpt-500", "settings": {}, "pretraining": pre}
-            | summary
-        )
-    )
+    vocab = tmp_path / "v.txt"
+    vocab.write_text("[PAD]\n[UNK]\nfilm\n")
+    arm = {"arm": "dapt500", "init_checkpoint": "p/ckpt-500", "pretraining": pre}
+    arm |= {"settings": {"pooling": "mean"}, "vocab_file": str(vocab)}
+    (tmp_path / "finetune" / "dapt500" / "summary.json").write_text(json.dumps(arm | summary))
+    (tmp_path / "finetune" / "dapt0").mkdir()  # budget 0: no pretraining
+    arm |= {"arm": "dapt0", "init_checkpoint": "", "pretraining": {"steps": 0, "tokens": 0}}
+    (tmp_path / "finetune" / "dapt0" / "summary.json").write_text(json.dumps(arm | summary))
     _, table = rt_polarity.comparison_table(tmp_path)
-    assert "| bag-of-words LR (C=1.0) | - | - | - | - | 0.700 | 0.750 |" in table
+    assert "| bag-of-words LR (C=1.0) | - | - | - | - | - | - | 0.700 | 0.750 |" in table
     assert (
-        "| scratch | scratch | - | 0.0003 | 2 | 0.700 ± 0.141 [0.600, 0.800] | 0.750 ± 0.354"
+        "| scratch | scratch | - | - | - | 0.0003 | 2 | 0.700 ± 0.141 [0.600, 0.800] "
+        "| 0.750 ± 0.354" in table
+    )
+    assert (
+        f"| dapt500 | p/ckpt-500 | {vocab} (3) | 500 steps, 2.0M tokens, 2.5 min | mean | - | 2 |"
         in (table)
     )
-    assert "| dapt500 | p/ckpt-500 | 500 steps, 2.0M tokens, 2.5 min | - | 2 |" in table
+    assert f"| dapt0 | scratch | {vocab} (3) | - | mean | - | 2 |" in table
     assert rt_polarity.parse_arms(["scratch=", "pre=a/b"]) == [("scratch", ""), ("pre", "a/b")]
     with pytest.raises(ValueError, match="unique"):
         rt_polarity.parse_arms(["a=", "a=x"])
