@@ -10,6 +10,15 @@ on the unlabelled reviews, and from the real MiniLM; three seeds each):
     --dapt_init_checkpoint=default_run/pretrain --dapt_steps=250,500,1000 \
     --minilm --arm_settings=minilm.learning_rate=5e-5
 
+In-domain recipe (the same architecture pretrained from scratch on the reviews alone, with a
+WordPiece vocabulary learned from them, MLM only over packed sentences, dynamic masking, length
+64; arm dapt0 is that architecture and vocabulary from scratch, the fair baseline; mean pooling):
+  python data_prep/rt_polarity.py --output_dir=default_run/rt_indomain \
+    --vocab_file=default_run/vocab.txt --bert_config_file=default_run/bert_config.json \
+    --pooling=mean --dapt_vocab_size=8000 --dapt_sentence_objective=none --dapt_masking=dynamic \
+    --dapt_max_seq_length=64 --dapt_max_predictions_per_seq=10 --dapt_learning_rate=1e-3 \
+    --dapt_batch_size=32 --dapt_steps=0,250,500
+
 An arm whose checkpoint folder holds its own bert_config.json and vocab.txt (what
 convert_checkpoint.py --to=cloze writes, and the domain-adaptive run here) fine-tunes with them;
 the others with --vocab_file and --bert_config_file.
@@ -29,6 +38,8 @@ Outputs under --output_dir:
   bag_of_words.json               the baseline's dev and test accuracy
   dapt/data/, dapt/pretrain/      review TFRecords and the domain-adaptive pretraining run, with a
                                   checkpoint kept at every budget of --dapt_steps
+  dapt/vocab.txt, bert_config.json  with --dapt_vocab_size: the in-domain vocabulary and the
+                                  architecture sized for it
   minilm/                         the real all-MiniLM-L6-v2 converted to a Cloze checkpoint
   finetune/<arm>/seed_<n>/        one run_classifier.py output_dir per arm and seed
   comparison.json                 mean and spread over seeds of every arm found in finetune/
