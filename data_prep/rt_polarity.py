@@ -10,6 +10,15 @@ on the unlabelled reviews, and from the real MiniLM; three seeds each):
     --dapt_init_checkpoint=default_run/pretrain --dapt_steps=250,500,1000 \
     --minilm --arm_settings=minilm.learning_rate=5e-5
 
+In-domain recipe (the same architecture pretrained from scratch on the reviews alone, with a
+WordPiece vocabulary learned from them, MLM only over packed sentences, dynamic masking, length
+64; arm dapt0 is that architecture and vocabulary from scratch, the fair baseline; mean pooling):
+  python data_prep/rt_polarity.py --output_dir=default_run/rt_indomain \
+    --vocab_file=default_run/vocab.txt --bert_config_file=default_run/bert_config.json \
+    --pooling=mean --dapt_vocab_size=8000 --dapt_sentence_objective=none --dapt_masking=dynamic \
+    --dapt_max_seq_length=64 --dapt_max_predictions_per_seq=10 --dapt_learning_rate=1e-3 \
+    --dapt_batch_size=32 --dapt_steps=0,250,500
+
 An arm whose checkpoint folder holds its own bert_config.json and vocab.txt (what
 convert_checkpoint.py --to=cloze writes, and the domain-adaptive run here) fine-tunes with them;
 the others with --vocab_file and --bert_config_file.
@@ -29,6 +38,8 @@ Outputs under --output_dir:
   bag_of_words.json               the baseline's dev and test accuracy
   dapt/data/, dapt/pretrain/      review TFRecords and the domain-adaptive pretraining run, with a
                                   checkpoint kept at every budget of --dapt_steps
+  dapt/vocab.txt, bert_config.json  with --dapt_vocab_size: the in-domain vocabulary and the
+                                  architecture sized for it
   minilm/                         the real all-MiniLM-L6-v2 converted to a Cloze checkpoint
   finetune/<arm>/seed_<n>/        one run_classifier.py output_dir per arm and seed
   comparison.json                 mean and spread over seeds of every arm found in finetune/
@@ -488,24 +499,31 @@ def comparison_table(output_dir) -> tuple[dict, str]:
         return f"{stats['mean']:.3f} ± {stats['std']:.3f} [{stats['min']:.3f}, {stats['max']:.3f}]"
 
     def budget(pre):
-        if not pre:
+        if not pre or not pre.get("steps"):
             return "-"
         return (
             f"{pre['steps']:,} steps, {pre['tokens'] / 1e6:.1f}M tokens, {pre['minutes']:.1f} min"
         )
 
+    def vocab(path):
+        if not path or not Path(path).is_file():
+            return "-"
+        with open(path, encoding="utf-8") as f:
+            return f"{path} ({sum(1 for _ in f):,})"
+
     lines = [
-        "| arm | start from | extra pretraining | fine-tuning lr | seeds | dev acc (best ckpt) "
-        "| test acc (best ckpt) |",
-        "|---|---|---|---|---|---|---|",
-        f"| bag-of-words LR (C={bow['c']}) | - | - | - | - | {bow['dev_accuracy']:.3f} | "
+        "| arm | start from | vocab (entries) | extra pretraining | pooling | fine-tuning lr "
+        "| seeds | dev acc (best ckpt) | test acc (best ckpt) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| bag-of-words LR (C={bow['c']}) | - | - | - | - | - | - | {bow['dev_accuracy']:.3f} | "
         f"{bow['test_accuracy']:.3f} |",
     ]
     for a in arms:
         lines.append(
-            f"| {a['arm']} | {a['init_checkpoint'] or 'scratch'} | "
-            f"{budget(a.get('pretraining'))} | {a['settings'].get('learning_rate', '-')} | "
-            f"{a['dev_accuracy']['n']} | {cell(a['dev_accuracy'])} | {cell(a['test_accuracy'])} |"
+            f"| {a['arm']} | {a['init_checkpoint'] or 'scratch'} | {vocab(a.get('vocab_file'))} | "
+            f"{budget(a.get('pretraining'))} | {a['settings'].get('pooling', '-')} | "
+            f"{a['settings'].get('learning_rate', '-')} | {a['dev_accuracy']['n']} | "
+            f"{cell(a['dev_accuracy'])} | {cell(a['test_accuracy'])} |"
         )
     data = {"bag_of_words": bow, "arms": arms}
     _write_lines(out / "comparison.json", [json.dumps(data, indent=2)])
@@ -609,15 +627,50 @@ def run_recorded(args: list[str], run_dir: Path, done: Path, title: str) -> floa
 
 def dapt_schedule(budgets: Sequence[int]) -> dict:
     """One pretraining run serves every budget: it runs to the largest and keeps a checkpoint at
-    each (saving every gcd of the budgets). Returns run_pretraining settings."""
-    if not budgets or min(budgets) <= 0:
-        raise ValueError(f"--dapt_steps: expected positive step counts, found {list(budgets)}")
-    every = math.gcd(*budgets)
-    steps = max(budgets)
+    each (saving every gcd of the budgets). Budget 0 is the architecture from scratch with the
+    run's vocabulary (no run needed for it). Returns run_pretraining settings; num_train_steps 0
+    when every budget is 0."""
+    if not budgets or min(budgets) < 0:
+        raise ValueError(f"--dapt_steps: expected step counts >= 0, found {list(budgets)}")
+    positive = [k for k in budgets if k > 0]
+    if not positive:
+        return {"num_train_steps": 0, "save_checkpoints_steps": 0, "keep": 0}
+    every = math.gcd(*positive)
+    steps = max(positive)
     return {"num_train_steps": steps, "save_checkpoints_steps": every, "keep": steps // every}
 
 
-def domain_adapt(
+def config_for_vocab(config: dict, vocab_size: int) -> dict:
+    """The same architecture (every field of a bert_config.json dict) for another vocabulary."""
+    if "vocab_size" not in config:
+        raise ValueError(f"expected a bert_config with a vocab_size field, found {sorted(config)}")
+    return {**config, "vocab_size": int(vocab_size)}
+
+
+def build_review_vocab(output_dir, bert_config_file, vocab_size: int) -> tuple[str, str]:
+    """An in-domain WordPiece vocabulary learned from reviews/train.txt (the unlabelled reviews
+    only, never the labelled sentences) with the project's tensorflow-text based learner, and
+    the --bert_config_file architecture with its vocab_size: dapt/vocab.txt and
+    dapt/bert_config.json. Written once; returns their paths."""
+    from data_prep import tokenization
+
+    dapt = Path(output_dir) / "dapt"
+    vocab_path, config_path = dapt / "vocab.txt", dapt / "bert_config.json"
+    if not vocab_path.is_file():
+        lines = [
+            text
+            for _, text in tokenization.read_utf8_lines(Path(output_dir) / "reviews" / "train.txt")
+        ]
+        tokenization.write_vocab(
+            tokenization.learn_wordpiece_vocab(lines, vocab_size, do_lower_case=True), vocab_path
+        )
+    size = len(tokenization.load_vocab(str(vocab_path)))
+    config = config_for_vocab(json.loads(Path(bert_config_file).read_text()), size)
+    _write_lines(config_path, [json.dumps(config, indent=2, sort_keys=True)])
+    return str(vocab_path), str(config_path)
+
+
+def dapt_commands(
     output_dir,
     vocab_file,
     bert_config_file,
@@ -630,40 +683,40 @@ def domain_adapt(
     max_seq_length: int = 128,
     max_predictions_per_seq: int = 20,
     dupe_factor: int = 5,
-) -> list[tuple[str, str, dict]]:
-    """Domain-adaptive pretraining (ULMFiT's target-task LM fine-tuning, Howard & Ruder 2018;
-    Gururangan et al. 2020) on the unlabelled reviews that prepare() wrote: MLM + NSP TFRecords
-    from reviews/*.txt with the model's vocabulary, then run_pretraining.py from
-    `init_checkpoint` ("" = the architecture from scratch, in-domain text only).
-
-    All budgets share one linear-decay schedule to the largest, so a smaller budget's checkpoint
-    is mid-schedule rather than annealed (cheaper than one run per budget; stated in the README).
-    Returns [(arm name "dapt<steps>", checkpoint prefix, {"steps", "tokens", "minutes"})]; the
-    minutes are the measured wall time of the run scaled to the budget's share of its steps.
-    A finished run is not repeated; a run folder made by another command is refused.
-    """
+    sentence_objective: str = "nsp",
+    masking: str = "static",
+) -> tuple[dict, list[str]]:
+    """The command lines of domain-adaptive pretraining: ({split: create_pretraining_data.py
+    args}, run_pretraining.py args). sentence_objective "none" packs whole sentences across
+    reviews (RoBERTa's FULL-SENTENCES, Liu et al. 2019 sec. 4.2) with no sentence-level loss;
+    masking "dynamic" writes unmasked records that run_pretraining masks anew at every draw
+    (RoBERTa sec. 4.1), so one pass of the corpus (dupe_factor 1) is enough."""
+    if sentence_objective not in ("nsp", "none") or masking not in ("static", "dynamic"):
+        raise ValueError(
+            f"expected sentence_objective nsp or none and masking static or dynamic, found "
+            f"{sentence_objective!r} and {masking!r}"
+        )
     out = Path(output_dir)
-    dapt = out / "dapt"
-    data, run_dir = dapt / "data", dapt / "pretrain"
+    data, run_dir = out / "dapt" / "data", out / "dapt" / "pretrain"
     plan = dapt_schedule(budgets)
+    dynamic = masking == "dynamic"
+    extra = [] if sentence_objective == "nsp" else ["--sentence_objective=none"]
+    data_args = {}
     for split, dupe in (("train", dupe_factor), ("heldout", 4)):
-        record = data / f"{split}.tfrecord"
-        if not record.exists():
-            data.mkdir(parents=True, exist_ok=True)
-            _run_script(
-                [
-                    "data_prep/create_pretraining_data.py",
-                    f"--input_file={out / 'reviews' / (split + '.txt')}",
-                    f"--output_file={record}",
-                    f"--vocab_file={vocab_file}",
-                    "--do_lower_case=True",
-                    f"--max_seq_length={max_seq_length}",
-                    f"--max_predictions_per_seq={max_predictions_per_seq}",
-                    f"--dupe_factor={dupe}",
-                    f"--random_seed={seed}",
-                ],
-                f"review {split} TFRecords",
-            )
+        data_args[split] = [
+            "data_prep/create_pretraining_data.py",
+            f"--input_file={out / 'reviews' / (split + '.txt')}",
+            f"--output_file={data / (split + '.tfrecord')}",
+            f"--vocab_file={vocab_file}",
+            "--do_lower_case=True",
+            f"--max_seq_length={max_seq_length}",
+            f"--max_predictions_per_seq={max_predictions_per_seq}",
+            f"--dupe_factor={1 if dynamic else dupe}",
+            f"--random_seed={seed}",
+            *extra,
+            *(["--full_sentences"] if extra else []),
+            *(["--masking=dynamic"] if dynamic else []),
+        ]
     args = [
         "run_pretraining.py",
         f"--bert_config_file={bert_config_file}",
@@ -686,26 +739,70 @@ def domain_adapt(
         "--max_eval_steps=100",
         "--use_xla",
         f"--random_seed={seed}",
+        *extra,
+        *(["--masking=dynamic", f"--vocab_file={vocab_file}"] if dynamic else []),
     ]
-    timing = run_dir / "timing.json"
-    seconds = run_recorded(args, run_dir, timing, "domain-adaptive pretraining on the reviews")
-    if seconds is not None:
-        _write_lines(timing, [json.dumps({"seconds": seconds, "steps": plan["num_train_steps"]})])
-    # The run's folder describes itself for run_classifier (see arm_model_files).
-    shutil.copyfile(vocab_file, run_dir / "vocab.txt")
-    shutil.copyfile(bert_config_file, run_dir / "bert_config.json")
-    seconds = json.loads(timing.read_text())["seconds"]
+    return data_args, args
+
+
+def domain_adapt(
+    output_dir,
+    vocab_file,
+    bert_config_file,
+    init_checkpoint: str,
+    budgets: Sequence[int],
+    seed: int,
+    **settings,
+) -> list[tuple[str, str, dict, tuple[str, str]]]:
+    """Domain-adaptive pretraining (ULMFiT's target-task LM fine-tuning, Howard & Ruder 2018;
+    Gururangan et al. 2020) on the unlabelled reviews that prepare() wrote: TFRecords from
+    reviews/*.txt with the model's vocabulary, then run_pretraining.py from `init_checkpoint`
+    ("" = the architecture from scratch, in-domain text only). settings: as dapt_commands.
+
+    All budgets share one linear-decay schedule to the largest, so a smaller budget's checkpoint
+    is mid-schedule rather than annealed (cheaper than one run per budget; stated in the README).
+    Budget 0 is the arm "dapt0": the architecture from scratch with this run's vocabulary and
+    config, the fair scratch baseline when the vocabulary is the run's own (build_review_vocab).
+    Returns [(arm name "dapt<steps>", checkpoint prefix, {"steps", "tokens", "minutes"},
+    (vocab, config))]; the minutes are the measured wall time of the run scaled to the budget's
+    share of its steps. A finished run is not repeated; a run folder made by another command is
+    refused.
+    """
+    run_dir = Path(output_dir) / "dapt" / "pretrain"
+    data_args, args = dapt_commands(
+        output_dir, vocab_file, bert_config_file, init_checkpoint, budgets, seed, **settings
+    )
+    steps = dapt_schedule(budgets)["num_train_steps"]
+    seconds = 0.0
+    if steps:
+        for split, split_args in data_args.items():
+            record = Path(split_args[2].partition("=")[2])
+            if not record.exists():
+                record.parent.mkdir(parents=True, exist_ok=True)
+                _run_script(split_args, f"review {split} TFRecords")
+        timing = run_dir / "timing.json"
+        ran = run_recorded(args, run_dir, timing, "domain-adaptive pretraining on the reviews")
+        if ran is not None:
+            _write_lines(timing, [json.dumps({"seconds": ran, "steps": steps})])
+        # The run's folder describes itself for run_classifier (see arm_model_files).
+        shutil.copyfile(vocab_file, run_dir / "vocab.txt")
+        shutil.copyfile(bert_config_file, run_dir / "bert_config.json")
+        seconds = json.loads(timing.read_text())["seconds"]
+    batch = settings.get("train_batch_size", 32)
+    length = settings.get("max_seq_length", 128)
     return [
         (
             f"dapt{k}",
-            str(run_dir / f"ckpt-{k}"),
+            str(run_dir / f"ckpt-{k}") if k else "",
             {
                 "steps": k,
-                "tokens": k * train_batch_size * max_seq_length,
-                "minutes": seconds / 60 * k / plan["num_train_steps"],
+                "tokens": k * batch * length,
+                "minutes": seconds / 60 * k / steps if steps else 0.0,
                 "init_checkpoint": init_checkpoint,
-                "corpus": str(data / "train.tfrecord"),
+                "corpus": str(Path(output_dir) / "dapt" / "data" / "train.tfrecord"),
+                "vocab_file": str(vocab_file),
             },
+            (str(vocab_file), str(bert_config_file)),
         )
         for k in sorted(budgets)
     ]
@@ -741,7 +838,7 @@ def main(argv):
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     try:
-        arms = [(name, checkpoint, None) for name, checkpoint in parse_arms(FLAGS.arms)]
+        arms = [(name, checkpoint, None, None) for name, checkpoint in parse_arms(FLAGS.arms)]
         budgets = [int(k) for k in FLAGS.dapt_steps]
         if budgets:
             dapt_schedule(budgets)
@@ -754,6 +851,11 @@ def main(argv):
         per_arm = parse_arm_settings(FLAGS.arm_settings, names)
     except ValueError as e:
         raise SystemExit(str(e)) from None
+    if FLAGS.dapt_vocab_size and FLAGS.dapt_init_checkpoint:
+        raise SystemExit(
+            "--dapt_vocab_size learns a new vocabulary, so pretraining starts from scratch: "
+            f"leave --dapt_init_checkpoint empty (found {FLAGS.dapt_init_checkpoint!r})"
+        )
     if (arms or budgets) and not (FLAGS.vocab_file and FLAGS.bert_config_file):
         raise SystemExit("--arms and --dapt_steps need --vocab_file and --bert_config_file")
     info = prepare(FLAGS.output_dir, FLAGS.random_seed)
@@ -778,20 +880,38 @@ def main(argv):
         "do_lower_case": FLAGS.do_lower_case,
     }
     if budgets:
-        arms += domain_adapt(
-            FLAGS.output_dir,
-            FLAGS.vocab_file,
-            FLAGS.bert_config_file,
-            FLAGS.dapt_init_checkpoint,
-            budgets,
-            FLAGS.random_seed,
-            learning_rate=FLAGS.dapt_learning_rate,
-        )
+        dapt_vocab, dapt_config = FLAGS.vocab_file, FLAGS.bert_config_file
+        if FLAGS.dapt_vocab_size:
+            dapt_vocab, dapt_config = build_review_vocab(
+                FLAGS.output_dir, FLAGS.bert_config_file, FLAGS.dapt_vocab_size
+            )
+        try:
+            # Largest budget first: the end of the one schedule (fully annealed) is the arm that
+            # answers "does pretraining pay off"; smaller budgets and budget 0 follow.
+            arms += sorted(
+                domain_adapt(
+                    FLAGS.output_dir,
+                    dapt_vocab,
+                    dapt_config,
+                    FLAGS.dapt_init_checkpoint,
+                    budgets,
+                    FLAGS.random_seed,
+                    learning_rate=FLAGS.dapt_learning_rate,
+                    train_batch_size=FLAGS.dapt_batch_size,
+                    max_seq_length=FLAGS.dapt_max_seq_length,
+                    max_predictions_per_seq=FLAGS.dapt_max_predictions_per_seq,
+                    sentence_objective=FLAGS.dapt_sentence_objective,
+                    masking=FLAGS.dapt_masking,
+                ),
+                key=lambda arm: -arm[2]["steps"],
+            )
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
     if FLAGS.minilm:
-        arms.append(("minilm", convert_minilm(FLAGS.output_dir), None))
+        arms.append(("minilm", convert_minilm(FLAGS.output_dir), None, None))
     seeds = [int(s) for s in FLAGS.seeds]
-    for name, checkpoint, pretraining in arms:
-        vocab_file, config_file = arm_model_files(
+    for name, checkpoint, pretraining, files in arms:
+        vocab_file, config_file = files or arm_model_files(
             checkpoint, FLAGS.vocab_file, FLAGS.bert_config_file
         )
         finetune_arm(
@@ -840,7 +960,8 @@ def _define_flags():
         "dapt_steps",
         [],
         "Domain-adaptive pretraining budgets in steps (e.g. 500,1000,2000): one run on the "
-        "unlabelled reviews to the largest, an arm dapt<steps> fine-tuned from each.",
+        "unlabelled reviews to the largest, an arm dapt<steps> fine-tuned from each (0: the "
+        "architecture from scratch with the pretraining's vocabulary).",
     )
     flags.DEFINE_string(
         "dapt_init_checkpoint",
@@ -849,6 +970,32 @@ def _define_flags():
         "scratch on the reviews alone.",
     )
     flags.DEFINE_float("dapt_learning_rate", 5e-4, "Peak learning rate of that pretraining.")
+    flags.DEFINE_integer("dapt_batch_size", 32, "Batch size of that pretraining.")
+    flags.DEFINE_integer("dapt_max_seq_length", 128, "Sequence length of that pretraining.")
+    flags.DEFINE_integer(
+        "dapt_max_predictions_per_seq", 20, "Masked positions per sequence (about 15%)."
+    )
+    flags.DEFINE_enum(
+        "dapt_sentence_objective",
+        "nsp",
+        ["nsp", "none"],
+        "nsp: BERT's MLM + next sentence prediction; none: MLM only over sentences packed across "
+        "reviews (RoBERTa's FULL-SENTENCES).",
+    )
+    flags.DEFINE_enum(
+        "dapt_masking",
+        "static",
+        ["static", "dynamic"],
+        "static: masks written once (dupe_factor 5); dynamic: masked anew at every draw.",
+    )
+    flags.DEFINE_integer(
+        "dapt_vocab_size",
+        0,
+        "0: pretrain with --vocab_file. N: learn an in-domain WordPiece vocabulary of at most N "
+        "entries from the unlabelled reviews (dapt/vocab.txt, with --bert_config_file's "
+        "architecture in dapt/bert_config.json) and pretrain from scratch with it; budget 0 in "
+        "--dapt_steps is then the fair scratch arm (same vocabulary, no pretraining).",
+    )
     flags.DEFINE_bool(
         "minilm",
         False,

@@ -4,6 +4,7 @@ run over the real registry package (needs PyPI, like CI; set CLOZE_OFFLINE=1 to 
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -143,19 +144,25 @@ def test_seed_summary_and_comparison_table(tmp_path):
     )
     pre = {"steps": 500, "tokens": 2_048_000, "minutes": 2.5}
     (tmp_path / "finetune" / "dapt500").mkdir()
-    (tmp_path / "finetune" / "dapt500" / "summary.json").write_text(
-        json.dumps(
-            {"arm": "dapt500", "init_checkpoint": "p/ckpt-500", "settings": {}, "pretraining": pre}
-            | summary
-        )
-    )
+    vocab = tmp_path / "v.txt"
+    vocab.write_text("[PAD]\n[UNK]\nfilm\n")
+    arm = {"arm": "dapt500", "init_checkpoint": "p/ckpt-500", "pretraining": pre}
+    arm |= {"settings": {"pooling": "mean"}, "vocab_file": str(vocab)}
+    (tmp_path / "finetune" / "dapt500" / "summary.json").write_text(json.dumps(arm | summary))
+    (tmp_path / "finetune" / "dapt0").mkdir()  # budget 0: no pretraining
+    arm |= {"arm": "dapt0", "init_checkpoint": "", "pretraining": {"steps": 0, "tokens": 0}}
+    (tmp_path / "finetune" / "dapt0" / "summary.json").write_text(json.dumps(arm | summary))
     _, table = rt_polarity.comparison_table(tmp_path)
-    assert "| bag-of-words LR (C=1.0) | - | - | - | - | 0.700 | 0.750 |" in table
+    assert "| bag-of-words LR (C=1.0) | - | - | - | - | - | - | 0.700 | 0.750 |" in table
     assert (
-        "| scratch | scratch | - | 0.0003 | 2 | 0.700 ± 0.141 [0.600, 0.800] | 0.750 ± 0.354"
+        "| scratch | scratch | - | - | - | 0.0003 | 2 | 0.700 ± 0.141 [0.600, 0.800] "
+        "| 0.750 ± 0.354" in table
+    )
+    assert (
+        f"| dapt500 | p/ckpt-500 | {vocab} (3) | 500 steps, 2.0M tokens, 2.5 min | mean | - | 2 |"
         in (table)
     )
-    assert "| dapt500 | p/ckpt-500 | 500 steps, 2.0M tokens, 2.5 min | - | 2 |" in table
+    assert f"| dapt0 | scratch | {vocab} (3) | - | mean | - | 2 |" in table
     assert rt_polarity.parse_arms(["scratch=", "pre=a/b"]) == [("scratch", ""), ("pre", "a/b")]
     with pytest.raises(ValueError, match="unique"):
         rt_polarity.parse_arms(["a=", "a=x"])
@@ -201,8 +208,109 @@ def test_one_pretraining_run_keeps_a_checkpoint_per_budget():
         "save_checkpoints_steps": 100,
         "keep": 5,
     }
-    with pytest.raises(ValueError, match="positive"):
-        rt_polarity.dapt_schedule([0, 10])
+    # Budget 0 (scratch with the run's vocabulary) changes nothing in the run; alone, no run.
+    assert rt_polarity.dapt_schedule([0, 300, 500]) == rt_polarity.dapt_schedule([300, 500])
+    assert rt_polarity.dapt_schedule([0])["num_train_steps"] == 0
+    with pytest.raises(ValueError, match=">= 0"):
+        rt_polarity.dapt_schedule([-1, 10])
+
+
+def _defined_flags(entrypoint: str) -> set[str]:
+    source = (ROOT / entrypoint).read_text()
+    return set(re.findall(r"DEFINE_\w+\(\s*\"(\w+)\"", source))
+
+
+def test_dapt_commands_keep_the_recorded_default_and_add_mlm_only_dynamic_masking():
+    data, args = rt_polarity.dapt_commands("o", "v.txt", "c.json", "ck", [250, 500, 1000], 7)
+    # The default run's recorded command (default_run/rt_polarity/dapt/pretrain/command.json):
+    # unchanged defaults keep that finished run valid instead of refused as "other settings".
+    assert args == [
+        "run_pretraining.py",
+        "--bert_config_file=c.json",
+        "--input_file=o/dapt/data/train.tfrecord",
+        "--eval_input_file=o/dapt/data/heldout.tfrecord",
+        "--output_dir=o/dapt/pretrain",
+        "--init_checkpoint=ck",
+        "--do_train",
+        "--do_eval",
+        "--max_seq_length=128",
+        "--max_predictions_per_seq=20",
+        "--train_batch_size=32",
+        "--eval_batch_size=32",
+        "--learning_rate=0.0005",
+        "--num_train_steps=1000",
+        "--num_warmup_steps=100",
+        "--save_checkpoints_steps=250",
+        "--keep_checkpoint_max=4",
+        "--iterations_per_loop=50",
+        "--max_eval_steps=100",
+        "--use_xla",
+        "--random_seed=7",
+    ]
+    assert "--dupe_factor=5" in data["train"] and "--dupe_factor=4" in data["heldout"]
+    data, args = rt_polarity.dapt_commands(
+        "o", "v.txt", "c.json", "", [0, 700, 1400], 7, learning_rate=1e-3,
+        max_seq_length=64, max_predictions_per_seq=10, sentence_objective="none",
+        masking="dynamic",
+    )  # fmt: skip
+    for split in ("train", "heldout"):
+        assert {"--sentence_objective=none", "--full_sentences", "--masking=dynamic"} <= set(
+            data[split]
+        )
+        assert "--dupe_factor=1" in data[split] and "--max_seq_length=64" in data[split]
+    assert {"--sentence_objective=none", "--masking=dynamic", "--vocab_file=v.txt"} <= set(args)
+    assert {"--num_train_steps=1400", "--save_checkpoints_steps=700", "--learning_rate=0.001"} <= (
+        set(args)
+    )
+    # Every flag named is one the entrypoint defines.
+    for entrypoint, argv in (
+        ("data_prep/create_pretraining_data.py", data["train"]),
+        ("run_pretraining.py", args),
+    ):
+        named = {a[2:].partition("=")[0] for a in argv[1:]}
+        assert named <= _defined_flags(entrypoint), named - _defined_flags(entrypoint)
+    with pytest.raises(ValueError, match="sentence_objective"):
+        rt_polarity.dapt_commands("o", "v", "c", "", [5], 1, sentence_objective="sop")
+
+
+def test_in_domain_vocab_from_the_reviews_only_and_the_scratch_arm(tmp_path):
+    """build_review_vocab learns from reviews/train.txt (not the labelled sentences) and keeps
+    every architecture field but vocab_size; budget 0 alone is the scratch arm with that
+    vocabulary and runs nothing."""
+    from tests import helpers
+
+    (tmp_path / "reviews").mkdir()
+    docs = [["zyzzyva films shine", "zyzzyva plots drag"], ["films shine ."]] * 5
+    corpus.write_documents(docs, tmp_path / "reviews" / "train.txt")
+    (tmp_path / "sst2").mkdir()
+    (tmp_path / "sst2" / "train.tsv").write_text("sentence\tlabel\nquokka !\t1\n")
+    base = helpers.tiny_config(vocab_size=99).to_dict()
+    (tmp_path / "c.json").write_text(json.dumps(base))
+    vocab_file, config_file = rt_polarity.build_review_vocab(tmp_path, tmp_path / "c.json", 60)
+    vocab = Path(vocab_file).read_text().split("\n")[:-1]
+    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and len(vocab) <= 60
+    assert "zyzzyva" in vocab and not any("quokka" in t or "okk" in t for t in vocab)
+    config = json.loads(Path(config_file).read_text())
+    assert config == {**base, "vocab_size": len(vocab)} and len(vocab) != 99
+    with pytest.raises(ValueError, match="vocab_size"):
+        rt_polarity.config_for_vocab({"hidden_size": 12}, 5)
+    arms = rt_polarity.domain_adapt(tmp_path, vocab_file, config_file, "", [0], seed=1)
+    assert arms == [
+        (
+            "dapt0",
+            "",
+            {
+                "steps": 0,
+                "tokens": 0,
+                "minutes": 0.0,
+                "init_checkpoint": "",
+                "corpus": str(tmp_path / "dapt" / "data" / "train.tfrecord"),
+                "vocab_file": vocab_file,
+            },
+            (vocab_file, config_file),
+        )
+    ]
+    assert not (tmp_path / "dapt" / "pretrain").exists()
 
 
 def test_domain_adaptive_pretraining_end_to_end(tmp_path):
@@ -229,7 +337,7 @@ def test_domain_adaptive_pretraining_end_to_end(tmp_path):
     )
     arms = rt_polarity.domain_adapt(tmp_path, vocab, config, "", [2, 4], seed=1, **kw)
     run_dir = tmp_path / "dapt" / "pretrain"
-    assert [(name, Path(ckpt).name) for name, ckpt, _ in arms] == [
+    assert [(name, Path(ckpt).name) for name, ckpt, *_ in arms] == [
         ("dapt2", "ckpt-2"),
         ("dapt4", "ckpt-4"),
     ]
