@@ -296,6 +296,21 @@ def feature_arms(checkpoint: str) -> list[tuple[str, str, str]]:
     return [(f"features_{mode}", checkpoint, mode) for mode in FEATURE_MODES]
 
 
+def arm_settings(arm, common: dict, feature: dict, output_dir, in_table: bool) -> dict:
+    """run_ner.py settings of one arm: `common` for a fine-tuned arm; a feature arm takes
+    `feature`'s (its learning rate, epochs, BiLSTM) over them and, with a checkpoint, a feature
+    cache: one for the six table arms (the same encoder), else one per arm (its seeds share it)."""
+    settings = dict(common)
+    if arm[2] == "finetune":
+        return settings
+    settings |= feature
+    if in_table:
+        settings["feature_cache"] = str(Path(output_dir) / "feature_cache")
+    elif arm[1]:
+        settings["feature_cache"] = str(Path(output_dir) / "feature_cache" / arm[0])
+    return settings
+
+
 def main(argv):
     from absl import flags
 
@@ -323,18 +338,16 @@ def main(argv):
     }
     seeds = [int(s) for s in FLAGS.seeds]
     table_arms = feature_arms(FLAGS.feature_table) if FLAGS.feature_table else []
+    feature = {
+        "learning_rate": FLAGS.feature_learning_rate,
+        "lstm_units": FLAGS.lstm_units,
+        "num_train_epochs": FLAGS.feature_epochs or FLAGS.num_train_epochs,
+    }
     for arm in table_arms + arms:
-        settings = dict(common, learning_rate=FLAGS.learning_rate)
-        if arm[2] != "finetune":
-            settings |= {
-                "learning_rate": FLAGS.feature_learning_rate,
-                "lstm_units": FLAGS.lstm_units,
-                "num_train_epochs": FLAGS.feature_epochs or FLAGS.num_train_epochs,
-            }
-        if arm in table_arms:  # the frozen encoder runs once; the six heads train on its outputs
-            settings["feature_cache"] = str(Path(FLAGS.output_dir) / "feature_cache")
-        elif arm[2] != "finetune" and arm[1]:  # once per arm: its seeds share the outputs
-            settings["feature_cache"] = str(Path(FLAGS.output_dir) / "feature_cache" / arm[0])
+        settings = arm_settings(
+            arm, dict(common, learning_rate=FLAGS.learning_rate), feature, FLAGS.output_dir,
+            in_table=arm in table_arms,
+        )  # fmt: skip
         run_arm(FLAGS.output_dir, arm, seeds, FLAGS.vocab_file, FLAGS.bert_config_file, settings)
     _, table = comparison_table(FLAGS.output_dir)
     print("\n" + table)

@@ -406,6 +406,19 @@ def test_wnut_arms_parse():
             wnut.parse_arms(bad)
 
 
+def test_wnut_arm_settings_give_feature_arms_their_own_rate_epochs_and_cache():
+    common, feature = {"learning_rate": 1e-4, "num_train_epochs": 1.0}, {
+        "learning_rate": 3e-3, "num_train_epochs": 10.0, "lstm_units": 0}  # fmt: skip
+    tuned = wnut.arm_settings(("t", "ckpt", "finetune"), common, feature, "out", in_table=False)
+    assert tuned == common
+    table = wnut.arm_settings(("f", "ckpt", "last"), common, feature, "out", in_table=True)
+    assert table == feature | {"feature_cache": "out/feature_cache"}
+    own = wnut.arm_settings(("elmo", "ckpt", "sum_all"), common, feature, "out", in_table=False)
+    assert own["feature_cache"] == "out/feature_cache/elmo" and own["num_train_epochs"] == 10.0
+    random = wnut.arm_settings(("r", "", "sum_all"), common, feature, "out", in_table=False)
+    assert "feature_cache" not in random  # nothing to cache: run_ner refuses a cache without one
+
+
 def test_wnut_feature_table_has_the_six_variants_in_the_papers_order(tmp_path):
     arms = wnut.feature_arms("ckpt/minilm")
     assert [a[2] for a in arms] == ["embeddings", "second_to_last", "last", "sum_last_four",
