@@ -21,6 +21,12 @@ writes eval_results.txt, dev_predictions.txt (`token gold predicted`, conlleval'
 dev_conlleval.txt. --do_predict writes test_predictions.txt from the best checkpoint, and for a
 labelled test file test_results.txt and test_conlleval.txt.
 
+An ELMo options.json as --bert_config_file (modeling/elmo.py, pretrained by run_pretraining.py on
+WordPiece blocks of the same --vocab_file) gives ELMo's downstream tagger: its frozen biLM's token
+layer and biLSTM layers take the place of the encoder's outputs (sum_all: ELMo's scalar mix with
+gamma), the words are WordPieces with the first one labelled as for BERT, and [CLS] is read as
+[SEP], the document boundary the biLM was pretrained with. Only frozen modes apply to it.
+
 --feature_mode other than finetune freezes the encoder and trains only a tagger on its layers
 (BERT paper table 7: embeddings, second_to_last, last, sum_last_four, concat_last_four, sum_all;
 the sums are ELMo's learned scalar mix), optionally through a BiLSTM (--lstm_units). A rerun
@@ -162,7 +168,7 @@ def _with_layer_features(
         logging.info("%s: %s windows' encoder outputs read from %s", split, values.shape, path)
     else:
         with strategy.scope():
-            extractor = tagging.BertLayerFeatures(config, "all")
+            extractor = tagging.all_layer_features(config)
             extractor.build()
         loaded, _ = trainer.init_from_checkpoint(extractor, ckpt)
         batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
@@ -303,14 +309,28 @@ def main(argv):
     import tensorflow as tf
 
     from data_prep import feature_files, features, glue
-    from modeling import albert, tagging
+    from modeling import tagging
     from training import distribute, finetune_tasks, ner_eval, optimization, trainer
 
-    # BERT, ALBERT or ELECTRA, told apart by the config's keys (as run_classifier does).
+    # BERT, ALBERT, ELECTRA or an ELMo biLM, told apart by the config's keys.
     try:
-        config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+        config = tagging.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
     except InputError as e:
         raise SystemExit(f"run_ner: {e}") from None
+    elmo_encoder = tagging.is_elmo(config)
+    if elmo_encoder and settings["feature_mode"] == "finetune":
+        raise app.UsageError(
+            "an ELMo biLM stays frozen (ELMo's downstream recipe): give a --feature_mode; "
+            "sum_all is ELMo's scalar mix of every layer"
+        )
+    if elmo_encoder:
+        # The biLM was pretrained on WordPiece blocks where [SEP] ends each document
+        # (data_prep/create_lm_data.py) and never saw [CLS]: with [SEP] at both ends a sentence
+        # looks to it like a document of its own.
+        cls_sep = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
+        train_enc, dev_enc, test_enc = (
+            x and conll.with_token_id_replaced(x, *cls_sep) for x in (train_enc, dev_enc, test_enc)
+        )
     try:
         tagging.layer_indices(settings["feature_mode"], tagging.encoder_layers(config))
     except ValueError as e:
@@ -359,7 +379,7 @@ def main(argv):
         )
     keras.utils.set_random_seed(FLAGS.random_seed)
     with strategy.scope():
-        model = (tagging.FeatureTagger if cached else tagging.BertTagger)(
+        model = tagging.tagger_class(config, cached)(
             config,
             len(labels),
             feature_mode=settings["feature_mode"],
@@ -371,7 +391,7 @@ def main(argv):
             FLAGS.learning_rate,
             max(num_train_steps, 1),
             num_warmup_steps,
-            config.num_hidden_layers,
+            getattr(config, "num_hidden_layers", tagging.encoder_layers(config)),
             FLAGS.layerwise_lr_decay,
         )
         # Built under the scope before the first step (shared/NOTES.md).

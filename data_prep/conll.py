@@ -415,6 +415,14 @@ class Encoded:
         return len(self.sentence_index)
 
 
+def with_token_id_replaced(encoded: Encoded, old_id: int, new_id: int) -> Encoded:
+    """`encoded` with every `old_id` in its input_ids (W, S) replaced by `new_id`; the rest (and
+    `encoded` itself) unchanged. run_ner.py gives an ELMo biLM [SEP] for [CLS]."""
+    ids = encoded.features["input_ids"]
+    ids = np.where(ids == old_id, new_id, ids).astype(ids.dtype)  # (W, S)
+    return dataclasses.replace(encoded, features=dict(encoded.features, input_ids=ids))
+
+
 def plan_windows(piece_counts: Sequence[int], max_pieces: int, overlap: int) -> list[range]:
     """Splits a sentence's words into windows of at most `max_pieces` pieces, at word boundaries.
 

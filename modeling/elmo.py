@@ -619,32 +619,37 @@ class ElmoFeatures(keras.Model):
     call(inputs) with int (B, S) `input_ids` and `input_mask` returns float32 (B, S, K + 1, 2 P):
     the representations `layers[k]` (feature_layer_indices) at [:, :, k], and at [:, :, K] the
     ELMo vector gamma * sum_j softmax(s)_j h_j over those K layers (eq. 1, tagging.ScalarMix; as
-    initialised, an equal mix with gamma 1, until a task trains s and gamma).
+    initialised, an equal mix with gamma 1, until a task trains s and gamma). mix=False leaves
+    the ELMo vector out: (B, S, K, 2 P) (run_ner.py's feature cache, whose tagger trains the mix).
     """
 
-    def __init__(self, config: ElmoConfig | dict, layers=None, **kwargs):
+    def __init__(self, config: ElmoConfig | dict, layers=None, mix: bool = True, **kwargs):
         super().__init__(**kwargs)
         c = self.config = _config(config)
         n = c.lstm.n_layers
         self.layers_ = tuple(range(n + 1)) if layers is None else tuple(int(i) for i in layers)
         self.indices = feature_layer_indices(self.layers_, n)
+        self.mix = mix
         self.encoder = ElmoBiLM(c, name="encoder")
         self.encoder.trainable = False
-        self.scalar_mix = ScalarMix(len(self.indices), name="scalar_mix")
+        self.scalar_mix = ScalarMix(len(self.indices), name="scalar_mix") if mix else None
 
     def build(self, input_shape=None):
         self.encoder.build()
-        self.scalar_mix.build()
+        if self.scalar_mix is not None:
+            self.scalar_mix.build()
         self.built = True
 
     def call(self, inputs, training=False):
         outputs = elmo_layer_outputs(self.encoder, inputs["input_ids"], inputs.get("input_mask"))
         chosen = [outputs[i] for i in self.indices]  # K x (B, S, 2P)
-        mixed = self.scalar_mix(chosen)  # (B, S, 2P)
-        return ops.cast(ops.stack([*chosen, mixed], axis=2), "float32")  # (B, S, K+1, 2P)
+        if self.scalar_mix is not None:
+            chosen.append(self.scalar_mix(chosen))  # (B, S, 2P)
+        return ops.cast(ops.stack(chosen, axis=2), "float32")  # (B, S, K(+1), 2P)
 
     def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict(), "layers": self.layers_}
+        return {**super().get_config(), "config": self.config.to_dict(), "layers": self.layers_,
+                "mix": self.mix}  # fmt: skip
 
     @classmethod
     def from_config(cls, config):

@@ -20,7 +20,13 @@ optional (`lstm_units` > 0, `lstm_layers` layers, one per direction of `lstm_uni
 default so that the modes compare the features themselves with one linear layer. The encoder
 sits in the attribute `encoder`, so a pretraining checkpoint's `model/encoder` loads into it
 (training/trainer.init_from_checkpoint).
-Shapes: B batch, S length, H hidden, L layers, K chosen layers, C tags.
+
+`ElmoTagger` is the same head on ELMo's frozen biLM (Peters et al. 2018, sec. 3.3): its L + 1
+representations (the token layer, then each biLSTM layer, modeling/elmo.elmo_layer_outputs) take
+the place of the encoder's outputs, so the same modes apply (sum_all is ELMo's own scalar mix with
+gamma; embeddings is the token layer). modeling/elmo.py imports ScalarMix from here, so this file
+imports elmo inside functions.
+Shapes: B batch, S length, H hidden (2 P for ELMo), L layers, K chosen layers, C tags.
 """
 
 from __future__ import annotations
@@ -85,11 +91,44 @@ class ScalarMix(keras.layers.Layer):
         return {**super().get_config(), "num_layers": self.num_layers}
 
 
+def is_elmo(config) -> bool:
+    from modeling import elmo
+
+    return isinstance(config, elmo.ElmoConfig)
+
+
 def encoder_layers(config) -> int:
     """How many Transformer blocks the encoder applies, i.e. its outputs less the embeddings: L,
     or L * inner_group_num for ALBERT, whose every inner block's output is one of its
-    encoder_outputs (the original's all_encoder_layers)."""
+    encoder_outputs (the original's all_encoder_layers); for ELMo its biLSTM layers."""
+    if is_elmo(config):
+        return config.lstm.n_layers
     return config.num_hidden_layers * getattr(config, "inner_group_num", 1)
+
+
+def feature_width(config) -> int:
+    """Width of each of the encoder's L + 1 outputs: H, or 2 P for ELMo ([forward; backward])."""
+    return config.output_dim if is_elmo(config) else config.hidden_size
+
+
+def load_config(path, max_seq_length: int, vocab_size: int):
+    """A tagger's encoder config from its JSON file: an ELMo options.json (modeling/elmo.py), else
+    a BERT, ALBERT or ELECTRA config (albert.load_encoder_config), checked against the run.
+    Raises InputError naming the file."""
+    from data_prep.errors import InputError
+    from modeling import bert, elmo
+
+    values = bert.read_config_json(path, "a model config JSON file")
+    if not elmo.is_elmo_config(values):
+        return albert.load_encoder_config(path, max_seq_length, vocab_size)
+    config = elmo.ElmoConfig.from_dict(values, str(path))
+    # The tagger feeds WordPiece ids: the token table, or the char table spelling them, is V long.
+    if config.n_tokens_vocab != vocab_size:
+        raise InputError(
+            f"{path}: n_tokens_vocab is {config.n_tokens_vocab}, expected the vocabulary's "
+            f"{vocab_size} entries (the biLM reads the ids of --vocab_file)"
+        )
+    return config
 
 
 def layer_indices(mode: str, num_hidden_layers: int) -> list[int]:
@@ -110,9 +149,15 @@ def layer_indices(mode: str, num_hidden_layers: int) -> list[int]:
 
 
 def _encoder_config(config):
-    """A BertConfig, AlbertConfig or ElectraConfig from itself or its dict (told apart by its keys,
-    as run_classifier's models do)."""
-    return albert.encoder_config_from_dict(config) if isinstance(config, dict) else config
+    """A BertConfig, AlbertConfig, ElectraConfig or ElmoConfig from itself or its dict (told apart
+    by its keys, as run_classifier's models do)."""
+    from modeling import elmo
+
+    if not isinstance(config, dict):
+        return config
+    if elmo.is_elmo_config(config):
+        return elmo.ElmoConfig.from_dict(config)
+    return albert.encoder_config_from_dict(config)
 
 
 def _init_head(model, config, num_labels, feature_mode, lstm_units, lstm_layers, dropout_rate):
@@ -137,8 +182,9 @@ def _init_head(model, config, num_labels, feature_mode, lstm_units, lstm_layers,
         lstm = keras.layers.LSTM(lstm_units, return_sequences=True)
         setattr(model, f"lstm_{i}", keras.layers.Bidirectional(lstm, name=f"lstm_{i}"))
     model.dropout = keras.layers.Dropout(dropout_rate)
+    # An ELMo options.json has no initializer_range: BERT's 0.02 then.
     model.classifier = heads.ClassificationHead(
-        num_labels, config.initializer_range, name="classifier"
+        num_labels, getattr(config, "initializer_range", 0.02), name="classifier"
     )
 
 
@@ -151,7 +197,7 @@ def _lstms(model) -> list:
 def _build_head(model) -> None:
     if model.scalar_mix is not None:
         model.scalar_mix.build()
-    h = model.config.hidden_size
+    h = feature_width(model.config)
     width = h * len(model.indices) if model.combine == "concat" else h
     for lstm in _lstms(model):
         lstm.build((None, None, width))
@@ -349,3 +395,63 @@ class FeatureTagger(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class ElmoTagger(FeatureTagger):
+    """ELMo's downstream tagger (Peters et al. 2018, sec. 3.3): a frozen biLM (modeling/elmo.py)
+    whose L + 1 representations replace BERT's layer outputs under BertTagger's head, e.g. the
+    scalar mix gamma * sum_j softmax(s)_j h_j of them all (feature_mode="sum_all", eq. 1).
+
+    A FeatureTagger that computes its features itself (hence the subclass: same settings, head
+    and config). call(inputs, training) with inputs a dict of int (B, S) `input_ids` (WordPiece
+    ids, the units the biLM was pretrained on) and `input_mask` returns logits float32 (B, S, C).
+    The biLM sits in `encoder`, as in ElmoLM, so a pretraining checkpoint's `model/encoder` loads
+    into it. Only frozen modes: ELMo's recipe does not tune the biLM.
+    """
+
+    def __init__(self, config, num_labels: int, feature_mode: str = "sum_all", **kwargs):
+        from modeling import elmo
+
+        if feature_mode == "finetune":
+            raise ValueError("ElmoTagger keeps the biLM frozen: pick a feature mode (sum_all is "
+                             "ELMo's scalar mix)")  # fmt: skip
+        super().__init__(config, num_labels, feature_mode, **kwargs)
+        if not is_elmo(self.config):
+            raise ValueError(f"ElmoTagger needs an ElmoConfig, found {type(self.config).__name__}")
+        self.encoder = elmo.ElmoBiLM(self.config, name="encoder")
+        self.encoder.trainable = False
+
+    def build(self, input_shape=None):
+        self.encoder.build()
+        super().build()
+
+    def features(self, inputs, training=False):
+        """The chosen representations combined: float (B, S, 2 P), or (B, S, K 2 P) for concat."""
+        from modeling import elmo
+
+        # A frozen biLM is a fixed feature extractor: no dropout inside it.
+        layers = elmo.elmo_layer_outputs(self.encoder, inputs["input_ids"], inputs["input_mask"])
+        return _combine(self, [layers[i] for i in self.indices])
+
+    def call(self, inputs, training=False):
+        return _head(self, self.features(inputs), inputs["input_mask"], training)
+
+
+def tagger_class(config, cached: bool):
+    """The tagger for an encoder config: FeatureTagger on cached outputs, ElmoTagger on an ELMo
+    biLM, else BertTagger."""
+    if cached:
+        return FeatureTagger
+    return ElmoTagger if is_elmo(config) else BertTagger
+
+
+def all_layer_features(config) -> keras.Model:
+    """A frozen model returning all L + 1 outputs of the encoder `config` describes, float32
+    (B, S, L + 1, W): BertLayerFeatures(config, "all"), or for ELMo its representations
+    (elmo.ElmoFeatures without the mix). run_ner.py --feature_cache stores these."""
+    from modeling import elmo
+
+    if is_elmo(config):
+        return elmo.ElmoFeatures(config, mix=False)
+    return BertLayerFeatures(config, "all")

@@ -267,6 +267,18 @@ def test_first_wordpiece_carries_the_label(tokenizer):
     assert enc.features["input_mask"][0].sum() == 10 and enc.num_windows == 1
 
 
+def test_elmo_input_gets_sep_for_cls_and_nothing_else_changes(tokenizer):
+    s = _sentence(["John", "unaffable", "in"], ["B-PER", "O", "O"])
+    enc = conll.encode_sentences([s, s], ["O", "B-PER", "I-PER"], tokenizer, 4, 1)
+    cls_id, sep_id = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
+    out = conll.with_token_id_replaced(enc, cls_id, sep_id)
+    ids, before = out.features["input_ids"], enc.features["input_ids"]
+    assert (ids[:, 0] == sep_id).all() and (before[:, 0] == cls_id).all()  # input untouched
+    np.testing.assert_array_equal(ids[:, 1:], before[:, 1:])
+    assert ids.dtype == before.dtype and out.word_index is enc.word_index
+    assert all(out.features[k] is enc.features[k] for k in enc.features if k != "input_ids")
+
+
 def test_words_without_pieces_unknown_labels_and_overlong_words_are_counted(tokenizer):
     s = _sentence(["john", "\u200b", "unaffable", "in"], ["B-PER", "O", "B-MISC", "O"])
     enc = conll.encode_sentences([s], ["O", "B-PER", "I-PER"], tokenizer, 4, 1)  # room 2
@@ -394,27 +406,41 @@ def test_wnut_arms_parse():
             wnut.parse_arms(bad)
 
 
+def test_wnut_arm_settings_give_feature_arms_their_own_rate_epochs_and_cache():
+    common, feature = {"learning_rate": 1e-4, "num_train_epochs": 1.0}, {
+        "learning_rate": 3e-3, "num_train_epochs": 10.0, "lstm_units": 0}  # fmt: skip
+    tuned = wnut.arm_settings(("t", "ckpt", "finetune"), common, feature, "out", in_table=False)
+    assert tuned == common
+    table = wnut.arm_settings(("f", "ckpt", "last"), common, feature, "out", in_table=True)
+    assert table == feature | {"feature_cache": "out/feature_cache"}
+    own = wnut.arm_settings(("elmo", "ckpt", "sum_all"), common, feature, "out", in_table=False)
+    assert own["feature_cache"] == "out/feature_cache/elmo" and own["num_train_epochs"] == 10.0
+    random = wnut.arm_settings(("r", "", "sum_all"), common, feature, "out", in_table=False)
+    assert "feature_cache" not in random  # nothing to cache: run_ner refuses a cache without one
+
+
 def test_wnut_feature_table_has_the_six_variants_in_the_papers_order(tmp_path):
     arms = wnut.feature_arms("ckpt/minilm")
     assert [a[2] for a in arms] == ["embeddings", "second_to_last", "last", "sum_last_four",
                                     "concat_last_four", "sum_all"]  # fmt: skip
     assert all(a[0] == f"features_{a[2]}" and a[1] == "ckpt/minilm" for a in arms)
 
-    def summary(name, mode, dev, test):
+    def summary(name, mode, dev, test, epochs=10.0):
         stats = {"mean": test, "std": 0.0, "min": test, "max": test, "n": 1}
         data = {"arm": name, "feature_mode": mode, "init_checkpoint": "ckpt/minilm",
-                "dev_f1": dict(stats, mean=dev), "test_f1": stats}  # fmt: skip
+                "dev_f1": dict(stats, mean=dev), "test_f1": stats,
+                "settings": {"num_train_epochs": epochs}}  # fmt: skip
         _write(tmp_path / "ner" / name / "summary.json", json.dumps(data))
 
     summary("features_sum_all", "sum_all", 0.41, 0.38)
     summary("features_embeddings", "embeddings", 0.11, 0.09)
-    summary("tuned", "finetune", 0.52, 0.47)
+    summary("tuned", "finetune", 0.52, 0.47, epochs=3.0)
     summary("other_features", "last", 0.3, 0.3)  # a feature arm of --arms: not a table row
     data, table = wnut.feature_table(tmp_path, "ckpt/minilm")
     assert table.splitlines()[2:] == [
-        "| embeddings | 1 | 0.110 | 0.090 |",
-        "| sum_all | 1 | 0.410 | 0.380 |",
-        "| fine-tuned | 1 | 0.520 | 0.470 |",
+        "| embeddings | 1 | 10.0 | 0.110 | 0.090 |",
+        "| sum_all | 1 | 10.0 | 0.410 | 0.380 |",
+        "| fine-tuned | 1 | 3.0 | 0.520 | 0.470 |",
     ]
     assert (tmp_path / "feature_table.md").read_text().strip() == table
     saved = json.loads((tmp_path / "feature_table.json").read_text())

@@ -17,11 +17,18 @@ import tensorflow as tf
 
 from data_prep import conll, fetch, tokenization, wnut
 from data_prep.tokenization import RESERVED_TOKENS
-from modeling import albert, bert, electra, tagging
+from modeling import albert, bert, electra, elmo, tagging
 from tests import helpers
 from tests.conftest import ROOT
 from training import ner_eval, trainer
 
+ELMO = {
+    "lstm": {"dim": 17, "projection_dim": 5, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
+             "use_skip_connections": True},
+    "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 3], [2, 5]], "n_highway": 1,
+                 "max_characters_per_token": 9, "n_characters": 262, "activation": "relu"},
+    "dropout": 0.0,
+}  # fmt: skip
 S = 11  # tiny config: max_position_embeddings 16
 NAMES = {"john": "PER", "mary": "PER", "paris": "geo-loc", "london": "geo-loc", "acme": "ORG"}
 OTHER = "the a in of went to saw works at visited city".split()
@@ -257,11 +264,15 @@ def families(files, tmp_path_factory):
             num_hidden_layers=4, generator_hidden_size=0.25, generator_layers=1.0, **small
         ),
     }
+    configs["elmo"] = elmo.ElmoConfig.from_dict(dict(ELMO, n_tokens_vocab=len(VOCAB)))
     prefixes = {}
     for name, cfg in configs.items():
         (root / f"{name}_config.json").write_text(cfg.to_json_string())
-        model = (albert.AlbertPretrainer if name == "albert" else electra.ElectraPretrainer)(cfg)
+        model = {"albert": albert.AlbertPretrainer, "electra": electra.ElectraPretrainer,
+                 "elmo": elmo.ElmoLM}[name](cfg)  # fmt: skip
         model.build()
+        if name == "elmo":
+            model.encoder.set_char_table(VOCAB)
         prefixes[name] = tf.train.Checkpoint(model=model).save(str(root / f"pre_{name}" / "ckpt"))
 
     def args(name, out, *extra):
@@ -279,11 +290,20 @@ def families(files, tmp_path_factory):
                           "--learning_rate=5e-2", "--do_predict"))  # fmt: skip
         return first, second
 
+    def albert_then_elmo():
+        tuned = run(args("albert", root / "albert", "--learning_rate=5e-3"))
+        # ELMo's downstream tagger: the scalar mix of the biLM's cached layers, then a tagger.
+        bilm = run(args("elmo", root / "elmo", "--feature_mode=sum_all", "--learning_rate=5e-2",
+                        f"--feature_cache={root / 'elmo_cache'}", "--do_predict"))  # fmt: skip
+        refused = run(args("elmo", root / "elmo_tuned"), check=False)
+        return tuned, bilm, refused
+
     with ThreadPoolExecutor(2) as pool:
-        tuned = pool.submit(run, args("albert", root / "albert", "--learning_rate=5e-3"))
+        first = pool.submit(albert_then_elmo)
         pair = pool.submit(cached_pair)
-    return {"root": root, "configs": configs, "prefixes": prefixes, "albert": tuned.result(),
-            "electra": pair.result()}  # fmt: skip
+    tuned, bilm, refused = first.result()
+    return {"root": root, "configs": configs, "prefixes": prefixes, "albert": tuned,
+            "elmo": (bilm, refused), "electra": pair.result()}  # fmt: skip
 
 
 def test_an_albert_checkpoint_fine_tunes(families):
@@ -292,6 +312,26 @@ def test_an_albert_checkpoint_fine_tunes(families):
     assert 0 <= results(out / "eval_results.txt")["f1"] <= 1
     saved = json.loads((out / "model_config.json").read_text())
     assert saved["bert_config"]["inner_group_num"] == 2  # read as ALBERT, not as BERT
+
+
+def test_an_elmo_bilm_tags_through_its_scalar_mix_and_is_never_fine_tuned(families, files):
+    bilm, refused = families["elmo"]
+    out = families["root"] / "elmo"
+    saved = json.loads((out / "model_config.json").read_text())
+    assert saved["bert_config"]["lstm"]["n_layers"] == 2 and saved["feature_mode"] == "sum_all"
+    assert "train: encoder outputs (" in bilm.stderr  # L + 1 = 3 representations, 2 P = 10 wide
+    cached = np.load(families["root"] / "elmo_cache" / "train.npz")["layer_features"]
+    assert cached.shape[2:] == (3, 10)
+    assert 0 <= results(out / "eval_results.txt")["f1"] <= 1
+    tagged = conll.read_conll(out / "test_predictions.txt").sentences
+    assert [len(x.words) for x in tagged] == [len(w) for w, _ in files["rows"]["test"]]
+    # The trained mix sits under BertTagger's names and loads into an ElmoTagger on the biLM.
+    model = tagging.ElmoTagger(families["configs"]["elmo"], len(saved["labels"]), "sum_all")
+    model.build()
+    trainer.init_from_checkpoint(model, families["prefixes"]["elmo"])
+    tf.train.Checkpoint(model=model).restore(tf.train.latest_checkpoint(out)).expect_partial()
+    assert abs(float(model.scalar_mix.gamma.numpy()) - 1.0) > 1e-4  # gamma trained
+    assert refused.returncode != 0 and "an ELMo biLM stays frozen" in refused.stderr
 
 
 def test_feature_modes_share_one_cache_and_equal_the_recomputed_encoder(families, files):

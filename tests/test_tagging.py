@@ -3,6 +3,8 @@ layers, frozen or trained, dropout), its BiLSTM option and padding, serializatio
 pretraining checkpoint's encoder, the token-tagging loss, the layer-feature extractor, the head
 alone on cached encoder outputs, and ALBERT / ELECTRA encoders under the same tagger."""
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -310,3 +312,72 @@ def test_a_frozen_probe_learns_a_tagging_that_its_features_separate(tmp_path):
     predicted = np.argmax(model(batch).numpy(), axis=-1)
     assert (predicted[entity] == labels[entity]).mean() > 0.9
     assert (predicted[~entity] == 0).mean() > 0.75
+
+
+ELMO = {
+    "lstm": {"dim": 17, "projection_dim": 5, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
+             "use_skip_connections": True},
+    "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 3], [2, 5]], "n_highway": 1,
+                 "max_characters_per_token": 9, "n_characters": 262, "activation": "relu"},
+    "n_tokens_vocab": 53, "dropout": 0.0,
+}  # fmt: skip
+
+
+def test_elmo_tagger_mixes_a_pretrained_bilms_layers_and_equals_its_cached_outputs(tmp_path):
+    from modeling import elmo
+
+    config = elmo.ElmoConfig.from_dict(ELMO)
+    lm = elmo.ElmoLM(config)
+    lm.build()
+    lm.encoder.set_char_table([f"t{i}" for i in range(53)])
+    prefix = tf.train.Checkpoint(model=lm).save(str(tmp_path / "elmo"))
+    model = tagging.ElmoTagger(ELMO, C, feature_mode="sum_all", lstm_units=3)  # a dict config
+    model.build()
+    assert trainer.init_from_checkpoint(model, prefix) == (prefix, "encoder")
+    for a, b in zip(lm.encoder.weights, model.encoder.weights):  # the char table included
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # Only the mix, the BiLSTM and the classifier train.
+    trainable = {v.path.split("/")[1] for v in model.trainable_variables}
+    assert trainable == {"scalar_mix", "lstm_0", "lstm_1", "classifier"}
+    model.scalar_mix.scalar_weights.assign([0.3, -1.2, 0.8])
+    model.scalar_mix.gamma.assign(0.6)
+    x = inputs()
+    # eq. 1 in numpy over the biLM's 3 representations (token layer, 2 biLSTM layers), 2 P wide.
+    layers = [h.numpy() for h in elmo.elmo_layer_outputs(lm, x["input_ids"], x["input_mask"])]
+    assert [h.shape for h in layers] == [(B, S, 10)] * 3
+    w = np.exp([0.3, -1.2, 0.8]) / np.exp([0.3, -1.2, 0.8]).sum()
+    np.testing.assert_allclose(
+        model.features(x), 0.6 * sum(wj * h for wj, h in zip(w, layers)), rtol=1e-5, atol=1e-6
+    )
+    # The cached path: all L + 1 representations once, then the head alone, same logits.
+    extractor = tagging.all_layer_features(config)
+    extractor.build()
+    trainer.init_from_checkpoint(extractor, prefix)
+    cached = extractor(x).numpy()
+    np.testing.assert_allclose(cached, np.stack(layers, axis=2), rtol=1e-6)
+    head = tagging.tagger_class(config, cached=True)(config, C, "sum_all", lstm_units=3)
+    head.build()
+    trainer.restore_model_weights(head, tf.train.Checkpoint(model=model).save(str(tmp_path / "t")))
+    got = head({"layer_features": cached, "input_mask": x["input_mask"]})
+    np.testing.assert_allclose(got, model(x), rtol=1e-5, atol=1e-6)
+    clone = tagging.ElmoTagger.from_config(model.get_config())
+    assert clone.get_config() == model.get_config() and clone.indices == [0, 1, 2]
+    assert tagging.tagger_class(config, cached=False) is tagging.ElmoTagger
+    assert tagging.layer_indices("embeddings", tagging.encoder_layers(config)) == [0]
+    with pytest.raises(ValueError, match="frozen"):
+        tagging.ElmoTagger(config, C, feature_mode="finetune")
+    with pytest.raises(ValueError, match="needs 4 layer outputs"):
+        tagging.ElmoTagger(config, C, feature_mode="sum_last_four")
+
+
+def test_load_config_tells_elmo_from_bert_and_checks_the_vocabulary(tmp_path):
+    from data_prep.errors import InputError
+    from modeling import elmo
+
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(ELMO))
+    assert isinstance(tagging.load_config(path, S, 53), elmo.ElmoConfig)
+    with pytest.raises(InputError, match=r"options.json: n_tokens_vocab is 53, expected .* 54"):
+        tagging.load_config(path, S, 54)
+    path.write_text(config().to_json_string())
+    assert isinstance(tagging.load_config(path, S, 53), bert.BertConfig)
