@@ -7,8 +7,9 @@ blank line between documents. Two ways to make the records:
                      instances on its own (random next segments from the chunk's other documents,
                      shuffled within the chunk) on --num_workers processes; memory stays bounded
                      whatever the corpus size, and the bytes written depend on the seed, the flags
-                     and --chunk_bytes, never on --num_workers. The same chunks as an Apache Beam
-                     pipeline: see data_prep/pretraining_shards.py.
+                     and --chunk_bytes, never on --num_workers. (No Apache Beam pipeline yet:
+                     data_prep/pretraining_shards.py says what one must do to write the same
+                     files.)
   --compat_original  the original's algorithm on the whole corpus in memory, one core: given the
                      same text, vocabulary and seed it writes the original script's records.
 Other recipes by flag: --sentence_objective=sop (ALBERT) or none (RoBERTa, with --full_sentences
