@@ -340,6 +340,31 @@ def test_several_steps_per_call_equal_one_step_per_call(data_file):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
+def test_slow_steps_shorten_the_compiled_calls_and_change_nothing(tmp_path, data_file):
+    # A SIGTERM is only seen between calls: with steps slower than max_seconds_per_loop allows,
+    # each call after the first holds one step, and the run is the same bit for bit.
+    config = helpers.tiny_config(hidden_dropout_prob=0.1)
+    plain = _run(tmp_path / "a", data_file, 8, config)  # calls of 2, 1, 2, 1, 2
+    calls = []
+    fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config, steps=12)
+    steps_fn = fit.train_steps
+    fit.train_steps = lambda iterator, n: calls.append(n) or steps_fn(iterator, n)
+    settings = trainer.TrainSettings(
+        str(tmp_path / "b"),
+        8,
+        save_checkpoints_steps=3,
+        iterations_per_loop=4,
+        config_json=config.to_json_string(),
+        max_seconds_per_loop=1e-9,
+    )
+    trainer.run_training(fit, lambda: dataset(data_file), settings, global_batch_size=B)
+    assert calls == [3, 1, 1, 1, 1, 1], calls  # the first call: to the save at step 3
+    for a, b in zip(weights(plain.task.model), weights(fit.task.model)):
+        np.testing.assert_array_equal(a, b)
+    log_a = trainer.read_jsonl(str(tmp_path / "a" / "train_log.jsonl"))
+    assert log_a == trainer.read_jsonl(str(tmp_path / "b" / "train_log.jsonl"))
+
+
 def test_bf16_loss_is_close_to_fp32_and_variables_stay_float32(tmp_path, data_file):
     config = helpers.tiny_config()
     fp32 = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config)

@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from training import optimization
+from training import distribute, optimization
 
 
 @dataclasses.dataclass
@@ -73,6 +73,13 @@ class TrainSettings:
     # the run, "skip" goes on and gives up after max_consecutive_nonfinite such steps in a row.
     on_nonfinite: str = "stop"
     max_consecutive_nonfinite: int = 10
+    # A SIGTERM is seen only between compiled calls (Python runs signal handlers when the main
+    # thread is back in the interpreter), so with slow steps one call of iterations_per_loop
+    # steps could outlast a preemption notice (about 30 s on cloud VMs). A single-worker run
+    # therefore shortens its calls to about this many seconds, from the last call's step time;
+    # which steps a call holds never changes what they compute. Multi-worker runs keep
+    # iterations_per_loop: their workers must agree on each call's length.
+    max_seconds_per_loop: float = 10.0
 
 
 # The exit code after SIGTERM: the checkpoint at the current step is saved, rerun to continue.
@@ -725,6 +732,8 @@ def run_training(
     # Skipped (non-finite) steps so far, counted from the log so a resumed run keeps the total.
     skipped = sum(1 for r in read_jsonl(train_log) if r.get("skipped"))
     in_a_row = 0
+    single_worker = distribute.num_workers(trainer.strategy) == 1
+    seconds_per_step = None  # of the last call (its first includes tracing: an overestimate)
     with _SigtermFlag() as sigterm:
         while True:
             if sigterm.received:
@@ -735,6 +744,8 @@ def run_training(
             step = int(step_var.numpy())
             to_save = settings.save_checkpoints_steps - step % settings.save_checkpoints_steps
             n = min(settings.iterations_per_loop, to_save, settings.num_train_steps - step)
+            if seconds_per_step and single_worker:
+                n = max(1, min(n, int(settings.max_seconds_per_loop / seconds_per_step)))
             try:
                 rows = trainer.train_steps(iterator, n)
             except tf.errors.DataLossError as e:
@@ -803,7 +814,8 @@ def run_training(
                         tf.summary.scalar(key, np.mean([r[key] for r in applied]))
                 tf.summary.scalar("skipped_steps", skipped)
             last = records[-1]
-            loop_rate = n * global_batch_size / max(time.time() - t_loop, 1e-9)
+            seconds_per_step = max(time.time() - t_loop, 1e-9) / n
+            loop_rate = global_batch_size / seconds_per_step
             loops += 1
             # The first loop also traces and compiles the step, so the second one replaces it.
             rate = loop_rate if loops <= 2 else 0.7 * rate + 0.3 * loop_rate
