@@ -97,3 +97,42 @@ def run_classifier_on_two_sentences(tmp_path, config_file, *flags):
         "--do_train", "--do_eval", "--do_predict", *flags,
     ]  # fmt: skip
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600), out
+
+
+def train_to_copy(model, decoder_start_id: int, steps: int, warmup: int):
+    """Teacher-forced training of an encoder-decoder (T5, BART) to copy 32 random 4-id sequences
+    followed by eos (id 1), 16 a step; returns the sources and the last step's loss."""
+    import tensorflow as tf
+
+    from training import optimization
+
+    rng = np.random.default_rng(0)
+    src = rng.integers(3, 23, (32, 4)).astype("int32")
+    targets = np.concatenate([src, np.ones((32, 1), np.int32)], axis=1)
+    opt = optimization.create_optimizer(5e-3, steps, warmup)
+
+    @tf.function
+    def step(ids, tgt):
+        start = tf.fill(tf.shape(tgt[:, :1]), decoder_start_id)
+        with tf.GradientTape() as tape:
+            out = model(
+                {
+                    "input_ids": ids,
+                    "input_mask": tf.ones_like(ids),
+                    "decoder_input_ids": tf.concat([start, tgt[:, :-1]], 1),
+                },
+                training=True,
+            )
+            loss = tf.reduce_mean(
+                tf.keras.losses.sparse_categorical_crossentropy(
+                    tgt, out["lm_logits"], from_logits=True
+                )
+            )
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply(grads, model.trainable_variables)
+        return loss
+
+    for i in range(steps):
+        j = (i * 16) % 32
+        loss = float(step(src[j : j + 16], targets[j : j + 16]))
+    return src, loss

@@ -8,10 +8,10 @@ import math
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from data_prep.errors import InputError
 from modeling import bart, t5
+from tests import helpers
 
 TINY = dict(
     vocab_size=23,
@@ -219,38 +219,9 @@ def t5_root():
 def test_learns_to_copy_then_greedy_and_beam_decoding_agree_and_repeat():
     """Teacher-forced training on copying 32 sequences; both decoders (t5's, shared) then
     reproduce them, starting from BART's decoder start (</s>), and give the same ids twice."""
-    from training import optimization
-
     # init_std 0.2 (not BART's 0.02): tiny tied logits would need several times the steps.
     model = tiny(d_model=24, encoder_ffn_dim=48, decoder_ffn_dim=48, init_std=0.2)
-    rng = np.random.default_rng(0)
-    src = rng.integers(3, 23, (32, 4)).astype("int32")
-    targets = np.concatenate([src, np.ones((32, 1), np.int32)], axis=1)  # then eos (id 1)
-    opt = optimization.create_optimizer(5e-3, 150, 15)
-
-    @tf.function
-    def step(ids, tgt):
-        with tf.GradientTape() as tape:
-            out = model(
-                {
-                    "input_ids": ids,
-                    "input_mask": tf.ones_like(ids),
-                    "decoder_input_ids": tf.concat([tf.ones_like(tgt[:, :1]), tgt[:, :-1]], 1),
-                },
-                training=True,
-            )
-            loss = tf.reduce_mean(
-                tf.keras.losses.sparse_categorical_crossentropy(
-                    tgt, out["lm_logits"], from_logits=True
-                )
-            )
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply(grads, model.trainable_variables)
-        return loss
-
-    for i in range(150):
-        j = (i * 16) % 32
-        loss = float(step(src[j : j + 16], targets[j : j + 16]))
+    src, loss = helpers.train_to_copy(model, decoder_start_id=1, steps=150, warmup=15)
     assert loss < 0.05, loss
     test, mask = src[:3], np.ones((3, 4), "int32")
     expected = np.concatenate([test, np.ones((3, 1), np.int32)], axis=1)

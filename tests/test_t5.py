@@ -8,6 +8,7 @@ from keras import ops
 
 from data_prep.errors import InputError
 from modeling import t5
+from tests import helpers
 
 TINY = dict(vocab_size=23, d_model=12, d_kv=4, d_ff=17, num_layers=2, num_heads=3, dropout_rate=0.0)
 
@@ -133,38 +134,8 @@ def test_decoder_never_sees_later_targets_and_ignores_padded_sources():
 
 def test_learns_to_copy_and_greedy_and_beam_decoding_agree():
     """Teacher-forced training on copying 32 sequences; both decoders then reproduce them."""
-    from training import optimization
-
     model = tiny(d_model=24, d_kv=8, d_ff=48, num_heads=3)
-    rng = np.random.default_rng(0)
-    src = rng.integers(3, 23, (32, 4)).astype("int32")
-    targets = np.concatenate([src, np.ones((32, 1), np.int32)], axis=1)  # then eos (id 1)
-    opt = optimization.create_optimizer(5e-3, 500, 20)
-    import tensorflow as tf
-
-    @tf.function
-    def step(ids, tgt):
-        with tf.GradientTape() as tape:
-            out = model(
-                {
-                    "input_ids": ids,
-                    "input_mask": tf.ones_like(ids),
-                    "decoder_input_ids": tf.concat([tf.zeros_like(tgt[:, :1]), tgt[:, :-1]], 1),
-                },
-                training=True,
-            )
-            loss = tf.reduce_mean(
-                tf.keras.losses.sparse_categorical_crossentropy(
-                    tgt, out["lm_logits"], from_logits=True
-                )
-            )
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply(grads, model.trainable_variables)
-        return loss
-
-    for i in range(500):
-        j = (i * 16) % 32
-        loss = float(step(src[j : j + 16], targets[j : j + 16]))
+    src, loss = helpers.train_to_copy(model, decoder_start_id=0, steps=500, warmup=20)
     assert loss < 0.05, loss
     test = src[:3]  # sequences it was taught: the decoders must give what teacher forcing learned
     mask = np.ones_like(test)
