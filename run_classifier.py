@@ -151,6 +151,8 @@ def main(argv):
         )
     if is_xlnet and FLAGS.layerwise_lr_decay != 1.0:
         raise app.UsageError("--layerwise_lr_decay: not for XLNet (it reads BERT's layer names)")
+    if is_xlnet and FLAGS.pooling != "cls":
+        raise app.UsageError("--pooling: XLNet summarises its last (<cls>) token; drop the flag")
     s = FLAGS.max_seq_length
     if s < 3:
         raise app.UsageError(f"--max_seq_length={s} leaves no room for [CLS] a [SEP] b [SEP]")

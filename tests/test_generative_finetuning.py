@@ -82,6 +82,8 @@ def test_run_classifier_fine_tunes_an_xlnet_config(tmp_path):
     assert glue.read_submission(out / "SST-2.tsv") == [("4", "0"), ("8", "1")]
     bad, _ = run_classifier_on_two_sentences(tmp_path / "swag", config, "--task_name=swag")
     assert bad.returncode != 0 and "one sequence per example" in bad.stderr
+    bad, _ = run_classifier_on_two_sentences(tmp_path / "pool", config, "--pooling=mean")
+    assert bad.returncode != 0 and "XLNet summarises its last" in bad.stderr
 
 
 def defined_flags(script: str) -> set[str]:
