@@ -561,8 +561,6 @@ def agreed_checkpoint(strategy, manager) -> str | None:
     with an older one; both then resume from the newest step they share (common_checkpoint_step,
     which fails naming the steps when there is none) instead of at different steps.
     """
-    from training import distribute
-
     mine = held_checkpoint_steps(manager)
     held = distribute.gather_from_workers(strategy, mine)
     step = common_checkpoint_step(held)
