@@ -183,6 +183,22 @@ def write_sst2_layout(out_dir: str | os.PathLike, train, dev, test) -> dict:
     return {k: str(v) for k, v in paths.items()}
 
 
+def labelled_subset(sst2_dir, out_dir, n: int) -> Path:
+    """Writes out_dir in the SST-2 layout with the first `n` training rows of sst2_dir (the
+    split is already shuffled by its seed, so these are a seeded random sample) and the same
+    dev and test files: the low-resource variant of the task. Returns out_dir."""
+    src, out = Path(sst2_dir), Path(out_dir)
+    lines = (src / "train.tsv").read_text(encoding="utf-8").splitlines()
+    if not 0 < n <= len(lines) - 1:
+        raise ValueError(
+            f"{src / 'train.tsv'}: asked for {n} training examples, it holds {len(lines) - 1}"
+        )
+    _write_lines(out / "train.tsv", lines[: n + 1])
+    for name in ("dev", "test", "test_labels"):
+        _write_lines(out / f"{name}.tsv", (src / f"{name}.tsv").read_text("utf-8").splitlines())
+    return out
+
+
 def review_documents(rows: Sequence[tuple[str, str]]) -> list[list[str]]:
     """The reviews' text as documents of sentences (labels dropped: unlabelled text only).
 
@@ -453,6 +469,7 @@ def finetune_arm(
     bert_config_file,
     settings: dict,
     pretraining: dict | None = None,
+    data_dir=None,
 ) -> dict:
     """Fine-tunes one arm (a starting checkpoint, "" for scratch) once per seed with
     run_classifier.py as a subprocess; writes and returns finetune/<arm>/summary.json (the
@@ -462,15 +479,18 @@ def finetune_arm(
     run_dir/command.json); a run folder left by another command is refused, so results of
     different settings never mix. An interrupted run resumes from its checkpoint.
     pretraining: what the starting checkpoint cost (steps, tokens, minutes), kept in the summary.
+    data_dir: the SST-2-layout folder to train on (default output_dir/sst2; see labelled_subset).
     """
     out = Path(output_dir)
     arm_dir = out / "finetune" / arm
     labels_file = out / "sst2" / "test_labels.tsv"
+    data_dir = Path(data_dir) if data_dir else out / "sst2"
+    train_examples = sum(1 for _ in open(data_dir / "train.tsv", encoding="utf-8")) - 1
     results = []
     for seed in seeds:
         run_dir = arm_dir / f"seed_{seed}"
         args = classifier_args(
-            out / "sst2", run_dir, vocab_file, bert_config_file, init_checkpoint, seed, settings
+            data_dir, run_dir, vocab_file, bert_config_file, init_checkpoint, seed, settings
         )
         run_recorded(args, run_dir, run_dir / "SST-2.tsv", f"{arm}, seed {seed}")
         results.append({"seed": seed, **run_result(run_dir, labels_file)})
@@ -480,6 +500,7 @@ def finetune_arm(
         "vocab_file": str(vocab_file),
         "bert_config_file": str(bert_config_file),
         "settings": settings,
+        "train_examples": train_examples,
         "pretraining": pretraining or {},
         "runs": results,
         **summarize(results),
@@ -910,19 +931,31 @@ def main(argv):
     if FLAGS.minilm:
         arms.append(("minilm", convert_minilm(FLAGS.output_dir), None, None))
     seeds = [int(s) for s in FLAGS.seeds]
+    data_dir, suffix = None, ""
+    if FLAGS.train_examples:
+        suffix = f"_n{FLAGS.train_examples}"
+        try:
+            data_dir = labelled_subset(
+                Path(FLAGS.output_dir) / "sst2",
+                Path(FLAGS.output_dir) / f"sst2{suffix}",
+                FLAGS.train_examples,
+            )
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
     for name, checkpoint, pretraining, files in arms:
         vocab_file, config_file = files or arm_model_files(
             checkpoint, FLAGS.vocab_file, FLAGS.bert_config_file
         )
         finetune_arm(
             FLAGS.output_dir,
-            name,
+            name + suffix,
             checkpoint,
             seeds,
             vocab_file,
             config_file,
             settings | per_arm.get(name, {}),
             pretraining,
+            data_dir,
         )
     _, table = comparison_table(FLAGS.output_dir)
     print("\n" + table)
@@ -948,6 +981,12 @@ def _define_flags():
     )
     flags.DEFINE_float("num_train_epochs", 4.0, "Epochs over the 3,200 training sentences.")
     flags.DEFINE_float("warmup_proportion", 0.1, "Warmup fraction.")
+    flags.DEFINE_integer(
+        "train_examples",
+        0,
+        "0: fine-tune on the whole training split. N: on its first N sentences only (a seeded "
+        "sample; dev and test unchanged), arms named <arm>_nN: the low-resource question.",
+    )
     flags.DEFINE_integer("save_checkpoints_steps", 100, "Dev evaluation (and checkpoint) period.")
     flags.DEFINE_string("pooling", "cls", "cls or mean (see modeling/finetuning.py).")
     flags.DEFINE_float("layerwise_lr_decay", 1.0, "Layer-wise learning-rate decay (1.0 = off).")

@@ -389,3 +389,15 @@ def test_real_rt_polarity(tmp_path):
     review_lines = {s for d in docs + held for s in d}
     assert not review_lines & set(texts)
     assert "3200" in result.stdout and "bag_of_words" in result.stdout
+
+
+def test_labelled_subset_keeps_the_first_training_rows_and_the_same_dev_and_test(tmp_path):
+    rows = [("1", f"good {i}") if i % 2 else ("-1", f"bad {i}") for i in range(9)]
+    paths = rt_polarity.write_sst2_layout(tmp_path / "sst2", rows[:5], rows[5:7], rows[7:])
+    out = rt_polarity.labelled_subset(tmp_path / "sst2", tmp_path / "sst2_n3", 3)
+    lines = (out / "train.tsv").read_text().splitlines()
+    assert lines == Path(paths["train"]).read_text().splitlines()[:4]
+    for name in ("dev", "test", "test_labels"):
+        assert (out / f"{name}.tsv").read_text() == Path(paths[name]).read_text()
+    with pytest.raises(ValueError, match=r"train.tsv: asked for 6 training examples, it holds 5"):
+        rt_polarity.labelled_subset(tmp_path / "sst2", tmp_path / "x", 6)
