@@ -147,3 +147,38 @@ def test_spanbert_on_a_bert_config_pretrains_and_its_checkpoint_fine_tunes(tmp_p
     )
     assert np.isfinite(tuned["loss"]) and tuned["loss"] > 0
     assert not np.array_equal(model.encoder.weights[0].numpy(), pre.encoder.weights[0].numpy())
+
+
+def test_an_electra_discriminator_fine_tunes_as_run_squads_span_model(tmp_path):
+    """ELECTRA's pretraining checkpoint starts run_squad's model (modeling/span_qa.BertSpanQA,
+    built from the ELECTRA config as run_squad builds it): its encoder gets the discriminator's
+    weights, not the generator's, and a span QA training step runs (run_classifier and run_ner
+    from ELECTRA checkpoints are tested in test_run_pretraining.py and test_tagging.py)."""
+    from modeling import electra, span_qa
+    from tests.test_electra import TINY as ELECTRA_TINY
+    from training import squad_eval
+
+    config = electra.ElectraConfig(**ELECTRA_TINY)
+    keras.utils.set_random_seed(7)
+    pre = electra.ElectraPretrainer(config)
+    pre.build()
+    prefix = tf.train.Checkpoint(model=pre).save(str(tmp_path / "electra" / "ckpt"))
+    model = span_qa.BertSpanQA(config)
+    model.build()
+    assert trainer.init_from_checkpoint(model, str(tmp_path / "electra")) == (prefix, "encoder")
+    for a, b in zip(model.encoder.weights, pre.encoder.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # The discriminator, not the (smaller) generator: the widths tell them apart.
+    assert model.encoder.weights[-1].shape[-1] == config.hidden_size
+    rng = np.random.default_rng(0)
+    batch = {
+        "input_ids": tf.constant(rng.integers(5, config.vocab_size, (B, S)), tf.int32),
+        "input_mask": tf.ones((B, S), tf.int32),
+        "segment_ids": tf.constant([[0] * 5 + [1] * (S - 5)] * B, tf.int32),
+        "start_positions": tf.constant([6, 7, 0], tf.int32),
+        "end_positions": tf.constant([8, 7, 0], tf.int32),
+    }
+    task = squad_eval.span_qa_task(model)
+    step = eager_step(task, optimization.create_optimizer(1e-3, 1, 0), batch)
+    assert np.isfinite(step["loss"]) and step["count"] == B
+    assert not np.array_equal(model.encoder.weights[0].numpy(), pre.encoder.weights[0].numpy())
