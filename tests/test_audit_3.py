@@ -208,3 +208,22 @@ def test_a_bad_init_checkpoint_leaves_output_dir_untouched(tmp_path):
     assert message + "Received incompatible tensor with shape (15,)" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists()
+
+
+def test_a_config_left_without_a_checkpoint_does_not_refuse_a_corrected_rerun(tmp_path):
+    """A run that fails before its first checkpoint (a non-finite first step, a kill) leaves
+    model_config.json but no checkpoint; the rerun with a corrected config goes ahead and records
+    its own config. With a checkpoint present, another config is still refused."""
+    from training import trainer
+
+    a = helpers.tiny_config().to_json_string()
+    b = helpers.tiny_config(intermediate_size=19).to_json_string()
+    trainer.check_output_dir_config(str(tmp_path), a)
+    trainer.check_output_dir_config(str(tmp_path), b)  # no checkpoint: a describes nothing
+    assert (tmp_path / "model_config.json").read_text() == b
+    step = tf.Variable(3)
+    tf.train.CheckpointManager(tf.train.Checkpoint(step=step), str(tmp_path), 1, "ckpt").save()
+    trainer.check_output_dir_config(str(tmp_path), b)  # the same config resumes
+    with pytest.raises(ValueError, match="different model config"):
+        trainer.check_output_dir_config(str(tmp_path), a)
+    assert (tmp_path / "model_config.json").read_text() == b
