@@ -86,3 +86,15 @@ def test_empty_feature_input_names_the_file(tmp_path):
     assert [(x.line, x.text_a, x.text_b) for x in lines] == [
         (1, "John lives in York .", None), (2, "", None), (3, "New York", "Acme"),
     ]  # fmt: skip
+
+
+def test_conlleval_report_is_written_atomically_byte_for_byte(tmp_path):
+    """run_ner writes dev_conlleval.txt / test_conlleval.txt with conll.write_lines (temp file +
+    rename) from the report's lines: the file equals the report exactly and no temp file stays."""
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-ORG"]]
+    pred = [["B-PER", "I-PER", "O", "O"], ["B-ORG", "B-ORG"]]
+    report = ner_eval.report(ner_eval.evaluate(gold, pred))
+    path = tmp_path / "dev_conlleval.txt"
+    conll.write_lines(path, report.splitlines())
+    assert path.read_text() == report and report.endswith("\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["dev_conlleval.txt"]
