@@ -285,12 +285,23 @@ def main(argv):
             )
         return results
 
-    def init_fn():
-        loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
+    def init_from(path):
+        try:
+            loaded, part = trainer.init_from_checkpoint(model, path)
+        except ValueError as e:  # TF's shape messages name the variable, not the checkpoint
+            raise SystemExit(
+                f"run_classifier: cannot initialise the model from {path}: {e}"
+            ) from None
         logging.info("initialised the %s from %s", part, loaded)
+        return loaded, part
 
     if FLAGS.do_train:
         if tf.train.latest_checkpoint(output_dir) is None:
+            # A fresh run loads --init_checkpoint before it writes anything, so that a bad
+            # checkpoint leaves output_dir as it was (no train.tf_record, no model_config.json
+            # that would then refuse a corrected config).
+            if FLAGS.init_checkpoint:
+                init_from(FLAGS.init_checkpoint)
             best.clear()  # a fresh run: a kept best from another run must not survive
         train_file = os.path.join(output_dir, "train.tf_record")
         glue.write_tfrecord(train_file, train[1].features, task.kind == glue.REGRESSION)
@@ -325,7 +336,6 @@ def main(argv):
             ),
             global_batch_size=FLAGS.train_batch_size,
             eval_fn=eval_fn if FLAGS.do_eval else None,
-            init_fn=init_fn if FLAGS.init_checkpoint else None,
         )
         acc_key = "accuracy" if task.kind != glue.REGRESSION else None
         logging.info(
@@ -339,7 +349,7 @@ def main(argv):
                 f"nothing to evaluate: {output_dir} holds no checkpoint and --init_checkpoint "
                 "is empty"
             )
-        loaded, part = trainer.init_from_checkpoint(model, source)
+        loaded, part = init_from(source)
         if part != "model":
             logging.warning("%s holds no %s head: its outputs are untrained", loaded, task.name)
         logging.info("evaluating %s", loaded)

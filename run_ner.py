@@ -517,8 +517,9 @@ def main(argv):
         logging.info("wrote %d tagged sentences to %s", len(tags), path)
         if scores is not None:
             report = ner_eval.report(scores)
-            with open(os.path.join(output_dir, f"{prefix}_conlleval.txt"), "w") as f:
-                f.write(report)
+            # Atomically (temp file + rename), as every other output; the report ends with "\n".
+            report_file = os.path.join(output_dir, f"{prefix}_conlleval.txt")
+            conll.write_lines(report_file, report.splitlines())
             logging.info("%s (conlleval):\n%s", prefix, report)
 
     if FLAGS.do_eval:

@@ -449,9 +449,10 @@ def clean_temp_checkpoints(output_dir: str) -> list[str]:
 
 def check_output_dir_config(output_dir: str, config_json: str) -> None:
     """Refuses to resume in an output_dir whose checkpoint belongs to another model config;
-    writes the config there on first use (atomically)."""
+    writes the config there on first use (atomically). A config left by a run that failed before
+    its first checkpoint describes no checkpoint: it is replaced, not held against a rerun."""
     path = os.path.join(output_dir, "model_config.json")
-    if os.path.exists(path):
+    if os.path.exists(path) and tf.train.latest_checkpoint(output_dir):
         old = json.loads(Path(path).read_text())
         new = json.loads(config_json)
         if old != new:
