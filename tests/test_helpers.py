@@ -27,3 +27,31 @@ def test_run_main_starts_from_the_defaults_and_reports_failures_as_app_run_does(
     r = helpers.run_main("run_pretraining.py", [*args, f"--output_dir={tmp_path / 'o'}"])
     assert r.returncode == 1 and "no_such_field" in r.stderr and "Traceback" in r.stderr
     assert "bert_config_file" not in flags.FLAGS and "run_pretraining" not in sys.modules
+
+
+def test_xdist_hands_out_the_slowest_files_first(tmp_path):
+    """conftest's scheduler, on stand-in files in a one-worker session (no TensorFlow): the
+    listed slow files first, longest first, then xdist's own order (most tests first)."""
+    import subprocess
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "tests" / "conftest.py").read_text()
+    hook = text[text.index("FILE_SECONDS = {") :]
+    (tmp_path / "conftest.py").write_text("from pathlib import Path\n\n" + hook)
+    order = tmp_path / "order.txt"
+    for name, tests in (("many", 5), ("run_pretraining", 1), ("bench", 1), ("rouge", 2)):
+        body = f"def test_{{}}():\n    open({str(order)!r}, 'a').write('{name}\\n')\n"
+        (tmp_path / f"test_{name}.py").write_text("".join(body.format(i) for i in range(tests)))
+    args = ["-n", "1", "--dist", "loadfile", "-p", "no:cacheprovider", "-p", "no:benchmark", "-q"]
+    for conftest, want in (
+        ([], ["run_pretraining", "bench", "many", "rouge"]),
+        (["--noconftest"], ["many", "rouge", "bench", "run_pretraining"]),  # xdist's order
+    ):
+        order.unlink(missing_ok=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", *args, *conftest, "-c", "/dev/null", str(tmp_path)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout[-2000:]
+        assert list(dict.fromkeys(order.read_text().split())) == want
