@@ -14,3 +14,50 @@ import tensorflow as tf  # noqa: E402
 # This must happen before TensorFlow initialises its devices, hence at conftest import time.
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+# Seconds of each slow test file: the sum of its tests among the 40 slowest of the last measured
+# whole-suite run (SUITE_TIMES.md "Before"; a lower bound). xdist's loadfile hands files out in
+# order of their test count, so a file of a few long smoke runs would start last and leave one
+# worker running alone at the end; these start first, longest first (the longest-processing-time
+# rule) and the many short files fill the gaps. A file not listed counts as short. Only the order
+# changes: every test runs.
+FILE_SECONDS = {
+    "test_run_pretraining.py": 390,
+    "test_reliability.py": 224,
+    "test_trainer.py": 145,
+    "test_convert_checkpoint.py": 127,
+    "test_bench.py": 115,
+    "test_run_ner.py": 95,
+    "test_bart.py": 85,
+    "test_run_classifier.py": 58,
+    "test_elmo.py": 58,
+    "test_gpt.py": 56,
+    "test_run_squad.py": 43,
+    "test_rt_polarity.py": 41,
+    "test_run_text2text.py": 39,
+    "test_seq2seq_pretraining.py": 30,
+    "test_xlnet.py": 27,
+    "test_generative_finetuning.py": 24,
+    "test_t5.py": 20,
+    "test_create_pretraining_data.py": 19,
+    "test_gpt_finetuning.py": 17,
+}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node):
+            # Python's sort is stable: unlisted files keep xdist's order among themselves.
+            queue = sorted(
+                self.workqueue.items(), key=lambda kv: -FILE_SECONDS.get(Path(kv[0]).name, 0)
+            )
+            self.workqueue.clear()
+            self.workqueue.update(queue)
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -74,15 +75,11 @@ def mirrored_strategy():
 
 
 def run_classifier_on_two_sentences(tmp_path, config_file, *flags):
-    """run_classifier.py as a subprocess on a learnable SST-2 folder ("The cat sat." 1 and "The
-    dog barked." 0, six times each in train.tsv, once each in dev.tsv; test.tsv indices 4 (dog)
-    and 8 (cat)) with the BPE folder tmp_path/bpe: train, eval and predict at batch 4 and
-    learning rate 1e-2, plus `flags`. Returns (the completed process, its output folder)."""
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
+    """run_classifier.py (in this process, run_main) on a learnable SST-2 folder ("The cat sat."
+    1 and "The dog barked." 0, six times each in train.tsv, once each in dev.tsv; test.tsv
+    indices 4 (dog) and 8 (cat)) with the BPE folder tmp_path/bpe: train, eval and predict at
+    batch 4 and learning rate 1e-2, plus `flags`. Returns (run_main's Completed, the output
+    folder)."""
     data = tmp_path / "sst"
     data.mkdir(parents=True, exist_ok=True)
     rows = ["The cat sat.\t1", "The dog barked.\t0"] * 6
@@ -91,12 +88,12 @@ def run_classifier_on_two_sentences(tmp_path, config_file, *flags):
     (data / "test.tsv").write_text("index\tsentence\n4\tThe dog barked.\n8\tThe cat sat.\n")
     out = tmp_path / "out"
     args = [
-        sys.executable, "run_classifier.py", "--task_name=sst-2", f"--data_dir={data}",
+        "--task_name=sst-2", f"--data_dir={data}",
         f"--vocab_file={tmp_path / 'bpe'}", f"--bert_config_file={config_file}",
         f"--output_dir={out}", "--train_batch_size=4", "--learning_rate=1e-2",
         "--do_train", "--do_eval", "--do_predict", *flags,
     ]  # fmt: skip
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600), out
+    return run_main("run_classifier.py", args), out
 
 
 def train_to_copy(model, decoder_start_id: int, steps: int, warmup: int):
@@ -136,3 +133,89 @@ def train_to_copy(model, decoder_start_id: int, steps: int, warmup: int):
         j = (i * 16) % 32
         loss = float(step(src[j : j + 16], targets[j : j + 16]))
     return src, loss
+
+
+# ---------------------------------------------------------------------------------------------
+# Entrypoints in this process: what `python <script> <args>` does, without the ~10 s that a new
+# interpreter spends importing TensorFlow. Each entrypoint keeps one real subprocess smoke run in
+# its test file (the CLI itself: app.run, exit codes, signals); the other runs go through here.
+
+
+@dataclasses.dataclass
+class Completed:
+    """The parts of subprocess.CompletedProcess the tests read."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_main(script: str, args=()) -> Completed:
+    """Runs entrypoint `script` (a path under the repository, e.g. "run_pretraining.py" or
+    "bench/run_all.py") in this process with command-line `args`, as `app.run(main)` would:
+    flags parsed from args, main(argv) called, a UsageError, flag error or any exception is exit
+    code 1 with its message (and traceback) in stderr, SystemExit its code. stderr also holds what
+    absl and Python logging wrote at INFO; stdout what was printed.
+
+    The entrypoint's module is imported afresh for the call and its flags are removed from the
+    global absl FLAGS afterwards, so every call starts from the flags' defaults and two
+    entrypoints that define the same flag names (--bert_config_file ...) can run one after the
+    other in one process."""
+    import contextlib
+    import importlib
+    import io
+    import logging
+    import os
+    import sys
+    import traceback
+
+    import keras
+    from absl import app, flags
+    from absl import logging as absl_logging
+
+    from tests.conftest import ROOT
+
+    name = script.removesuffix(".py").replace("/", ".")
+    if name in sys.modules:
+        raise RuntimeError(f"{name} was imported elsewhere in this process; its flags would clash")
+    FLAGS = flags.FLAGS
+    before = set(FLAGS)
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(
+        logging.Formatter("%(relativeCreated)d %(levelname)s %(name)s: %(message)s")
+    )
+    root, verbosity, level = logging.getLogger(), absl_logging.get_verbosity(), None
+    cwd, code = os.getcwd(), 0
+    try:
+        module = importlib.import_module(name)
+        level = root.level
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        absl_logging.set_verbosity(absl_logging.INFO)
+        os.chdir(ROOT)
+        argv = [str(ROOT / script), *map(str, args)]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                module.main(FLAGS(argv))
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+                if e.code is not None and not isinstance(e.code, int):
+                    err.write(f"{e.code}\n")
+            except (app.UsageError, flags.Error) as e:
+                code = 1
+                err.write(f"FATAL: {e}\n")
+            except Exception:
+                code = 1
+                err.write(traceback.format_exc())
+    finally:
+        os.chdir(cwd)
+        root.removeHandler(handler)
+        if level is not None:
+            root.setLevel(level)
+        absl_logging.set_verbosity(verbosity)
+        for flag in set(FLAGS) - before:
+            delattr(FLAGS, flag)
+        sys.modules.pop(name, None)
+        keras.backend.clear_session()  # the run's models and layer names; the next run starts clean
+    return Completed(code, out.getvalue(), err.getvalue())

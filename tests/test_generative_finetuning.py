@@ -62,7 +62,7 @@ XLNET = dict(
 
 
 def test_run_classifier_fine_tunes_an_xlnet_config(tmp_path):
-    """One subprocess: the XLNet path trains, keeps the best dev checkpoint, predicts."""
+    """One run: the XLNet path trains, keeps the best dev checkpoint, predicts."""
     tok = tiny_bpe(tmp_path)
     config = tmp_path / "xlnet.json"
     config.write_text(json.dumps(XLNET | {"n_token": len(tok.encoder)}))

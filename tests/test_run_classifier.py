@@ -3,24 +3,21 @@ three submission files (MNLI + AX), regression (STS-B, then predicting from the 
 multiple choice (SWAG); plus bad input stopping before output_dir exists."""
 
 import json
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from data_prep import glue, rt_polarity
 from tests import helpers
-from tests.conftest import ROOT
 from tests.test_glue import VOCAB, write_task
 
 S = 13  # tiny config: max_position_embeddings 16
 
 
 def run(args, check=True):
-    result = subprocess.run(
-        [sys.executable, "run_classifier.py", *args], cwd=ROOT, capture_output=True, text=True
-    )
+    """run_classifier.py in this process (helpers.run_main); the rt-polarity arm below runs it as
+    the real command line (rt_polarity.finetune_arm starts it as a subprocess)."""
+    result = helpers.run_main("run_classifier.py", args)
     if check and result.returncode != 0:
         raise AssertionError(result.stderr[-4000:])
     return result
@@ -69,9 +66,9 @@ def check_submission(path, test_file_rows, allowed):
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory, model_files):
-    """Runs the three smoke jobs at once: each spends most of its time tracing, which uses one
-    core, so running them side by side roughly halves the wall time on 2 cores. Returns
-    {job: (output_dir, expected rows per split, [CompletedProcess])}."""
+    """Runs the three smoke jobs in this process, one after the other, while the rt-polarity arm
+    (a subprocess) runs beside them. Returns {job: (output_dir, expected rows per split,
+    [helpers.Completed])}."""
     root = tmp_path_factory.mktemp("smoke")
     jobs = {}
     data = root / "glue" / "MNLI"
@@ -111,10 +108,9 @@ def smoke(tmp_path_factory, model_files):
                 break
         return done
 
-    with ThreadPoolExecutor(len(jobs) + 1) as pool:
-        futures = {name: pool.submit(run_all, job[2]) for name, job in jobs.items()}
+    with ThreadPoolExecutor(1) as pool:
         rt_job = pool.submit(rt_polarity.finetune_arm, root / "rt", "scratch", "", [5], *arm)
-    out = {name: (*jobs[name][:2], futures[name].result()) for name in jobs}
+        out = {name: (*job[:2], run_all(job[2])) for name, job in jobs.items()}
     return out | {"rt": (root / "rt", rt_job)}
 
 

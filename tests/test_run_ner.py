@@ -8,7 +8,6 @@ bad input stopping before output_dir exists."""
 import json
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -19,7 +18,6 @@ from data_prep import conll, fetch, tokenization, wnut
 from data_prep.tokenization import RESERVED_TOKENS
 from modeling import albert, bert, electra, elmo, tagging
 from tests import helpers
-from tests.conftest import ROOT
 from training import ner_eval, trainer
 
 ELMO = {
@@ -36,9 +34,9 @@ VOCAB = [*RESERVED_TOKENS, *NAMES, *OTHER, ".", ",", "new", "york"]
 
 
 def run(args, check=True):
-    result = subprocess.run(
-        [sys.executable, "run_ner.py", *args], cwd=ROOT, capture_output=True, text=True
-    )
+    """run_ner.py in this process (helpers.run_main); the WNUT driver's feature arm below runs it
+    as the real command line (wnut.run_arm starts it as a subprocess)."""
+    result = helpers.run_main("run_ner.py", args)
     if check and result.returncode != 0:
         raise AssertionError(result.stderr[-4000:])
     return result
@@ -116,8 +114,8 @@ def common(files, data_dir, out):
 
 @pytest.fixture(scope="module")
 def smoke(files, tmp_path_factory):
-    """The fine-tune + predict-only pair and the driver's feature arm, side by side (each is
-    mostly single-core tracing)."""
+    """The fine-tune + predict-only pair (in this process) and the driver's feature arm (a
+    subprocess) side by side."""
     root = tmp_path_factory.mktemp("runs")
     d = files["dir"]
     tuned = root / "tuned"
@@ -145,10 +143,10 @@ def smoke(files, tmp_path_factory):
             root / "wnut", arm, [2], d / "vocab.txt", d / "bert_config.json", settings
         )
 
-    with ThreadPoolExecutor(2) as pool:
-        pair = pool.submit(finetune_then_predict)
+    with ThreadPoolExecutor(1) as pool:
         features = pool.submit(feature_arm)
-    return {"tuned": (tuned, *pair.result()), "features": (root / "wnut", features)}
+        pair = finetune_then_predict()
+    return {"tuned": (tuned, *pair), "features": (root / "wnut", features)}
 
 
 def results(path):
@@ -250,7 +248,8 @@ def test_bad_input_stops_before_output_dir_exists(files, tmp_path):
 
 @pytest.fixture(scope="module")
 def families(files, tmp_path_factory):
-    """ALBERT fine-tuned, and ELECTRA feature modes over one --feature_cache, side by side."""
+    """ALBERT fine-tuned, ELMo's frozen biLM tagging, and ELECTRA feature modes over one
+    --feature_cache, one after the other in this process."""
     root = tmp_path_factory.mktemp("families")
     d = files["dir"]
     small = dict(
@@ -298,12 +297,9 @@ def families(files, tmp_path_factory):
         refused = run(args("elmo", root / "elmo_tuned"), check=False)
         return tuned, bilm, refused
 
-    with ThreadPoolExecutor(2) as pool:
-        first = pool.submit(albert_then_elmo)
-        pair = pool.submit(cached_pair)
-    tuned, bilm, refused = first.result()
+    tuned, bilm, refused = albert_then_elmo()
     return {"root": root, "configs": configs, "prefixes": prefixes, "albert": tuned,
-            "elmo": (bilm, refused), "electra": pair.result()}  # fmt: skip
+            "elmo": (bilm, refused), "electra": cached_pair()}  # fmt: skip
 
 
 def test_an_albert_checkpoint_fine_tunes(families):

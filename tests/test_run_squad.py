@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -21,9 +20,9 @@ S = 48  # tiny config below: max_position_embeddings 64
 
 
 def run(args):
-    return subprocess.run(
-        [sys.executable, "run_squad.py", *args], cwd=ROOT, capture_output=True, text=True
-    )
+    """run_squad.py in this process (helpers.run_main); the two-worker test below runs it as the
+    real command line."""
+    return helpers.run_main("run_squad.py", args)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +79,7 @@ def common(files, out, data_file):
 
 @pytest.fixture(scope="module")
 def smoke(files, tmp_path_factory):
-    """Runs both jobs side by side (each is mostly single-core tracing)."""
+    """Runs both jobs in this process, one after the other."""
     root = tmp_path_factory.mktemp("runs")
     # v1.1: train on the questions it then predicts, long enough to learn them by heart.
     v1 = [
@@ -116,9 +115,7 @@ def smoke(files, tmp_path_factory):
         again = run([*v2, "--do_predict", "--do_eval", "--null_score_diff_threshold=1e9"])
         return [first, eval_only, again]
 
-    with ThreadPoolExecutor(2) as pool:
-        a, b = pool.submit(run, v1), pool.submit(v2_job)
-        return {"v1": (root / "v1", [a.result()]), "v2": (root / "v2", b.result())}
+    return {"v1": (root / "v1", [run(v1)]), "v2": (root / "v2", v2_job())}
 
 
 def finished(job):

@@ -1,0 +1,57 @@
+"""helpers.run_main, which most entrypoint tests use instead of a subprocess: each call starts
+from the flags' defaults, two entrypoints with the same flag names run one after the other, and
+failures come back as exit code 1 with the message, as under app.run."""
+
+import sys
+
+from absl import flags
+
+from tests import helpers
+
+
+def test_run_main_starts_from_the_defaults_and_reports_failures_as_app_run_does(tmp_path):
+    r = helpers.run_main("run_pretraining.py", ["--do_train"])
+    assert r.returncode == 1 and "--bert_config_file is required" in r.stderr
+    # --do_train is not carried over from the call before.
+    r = helpers.run_main("run_pretraining.py", [f"--output_dir={tmp_path}"])
+    assert r.returncode == 1 and "at least one of --do_train or --do_eval" in r.stderr
+    # run_classifier.py defines the same flag names (--bert_config_file ...) in this process.
+    r = helpers.run_main("run_classifier.py", ["--do_eval", "--task_name=sst-2"])
+    assert r.returncode == 1 and "--vocab_file is required" in r.stderr
+    r = helpers.run_main("run_classifier.py", ["--no_such_flag=1"])
+    assert r.returncode == 1 and "no_such_flag" in r.stderr
+    # A failure inside main (not a usage error) keeps its traceback.
+    config = tmp_path / "bert_config.json"
+    config.write_text('{"hidden_size": 12, "no_such_field": 1}')
+    args = [f"--bert_config_file={config}", f"--input_file={tmp_path}/x", "--do_train"]
+    r = helpers.run_main("run_pretraining.py", [*args, f"--output_dir={tmp_path / 'o'}"])
+    assert r.returncode == 1 and "no_such_field" in r.stderr and "Traceback" in r.stderr
+    assert "bert_config_file" not in flags.FLAGS and "run_pretraining" not in sys.modules
+
+
+def test_xdist_hands_out_the_slowest_files_first(tmp_path):
+    """conftest's scheduler, on stand-in files in a one-worker session (no TensorFlow): the
+    listed slow files first, longest first, then xdist's own order (most tests first)."""
+    import subprocess
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "tests" / "conftest.py").read_text()
+    hook = text[text.index("FILE_SECONDS = {") :]
+    (tmp_path / "conftest.py").write_text("from pathlib import Path\n\n" + hook)
+    order = tmp_path / "order.txt"
+    for name, tests in (("many", 5), ("run_pretraining", 1), ("bench", 1), ("rouge", 2)):
+        body = f"def test_{{}}():\n    open({str(order)!r}, 'a').write('{name}\\n')\n"
+        (tmp_path / f"test_{name}.py").write_text("".join(body.format(i) for i in range(tests)))
+    args = ["-n", "1", "--dist", "loadfile", "-p", "no:cacheprovider", "-p", "no:benchmark", "-q"]
+    for conftest, want in (
+        ([], ["run_pretraining", "bench", "many", "rouge"]),
+        (["--noconftest"], ["many", "rouge", "bench", "run_pretraining"]),  # xdist's order
+    ):
+        order.unlink(missing_ok=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", *args, *conftest, "-c", "/dev/null", str(tmp_path)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout[-2000:]
+        assert list(dict.fromkeys(order.read_text().split())) == want
