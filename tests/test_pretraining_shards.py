@@ -24,6 +24,7 @@ from data_prep.pretraining_shards import (
     create_shards,
     iter_text_chunks,
     mask_batch,
+    nsp_pairs,
     ordered_map,
     packed_varints,
     tokenize_chunk,
@@ -103,6 +104,51 @@ def test_packed_varints_match_the_one_at_a_time_encoder():
         values = rng.integers(0, high, (5, 13))
         values[0, 0] = high - 1  # the largest value sets the width
         assert packed_varints(values) == [encoder.packed(row) for row in values.tolist()]
+
+
+def corpus_documents(tokenizer, tmp_path, num_docs=19, seed=4):
+    corpus = write_corpus(tmp_path / "docs.txt", num_docs, seed=seed)
+    return pretraining_data.read_documents([str(corpus)], tokenizer)
+
+
+@pytest.mark.parametrize("seq, short_seq_prob, dupe", [(23, 0.1, 3), (9, 0.5, 2), (5, 1.0, 1)])
+def test_nsp_pairs_equal_the_general_instances(tmp_path, tokenizer, seq, short_seq_prob, dupe):
+    # The reference: create_training_instances on the same rng state, unmasked.
+    documents = corpus_documents(tokenizer, tmp_path)
+    vocab = MaskingVocab.from_vocab(tokenizer.vocab)
+    want = pretraining_data.create_training_instances(
+        documents, vocab, seq, dupe, short_seq_prob, 0.15, 5, random.Random(7), static_masking=False
+    )
+    rng = random.Random(7)
+    got = nsp_pairs(documents, seq, short_seq_prob, dupe, vocab, rng)
+    assert len(got) == len(want) > 20
+    labels = {label for *_, label in got}
+    assert labels == ({True, False} if seq > 5 else {True})  # seq 5: one-token chunks
+    for (ids, len_a, len_b, label), instance in zip(got, want, strict=True):
+        assert ids == instance.input_ids.tobytes()
+        assert bytes(len_a + 2) + b"\x01" * (len_b + 1) == instance.segment_ids
+        assert label == instance.is_random_next
+    reference_rng = random.Random(7)
+    pretraining_data.create_training_instances(
+        documents, vocab, seq, dupe, short_seq_prob, 0.15, 5, reference_rng, static_masking=False
+    )
+    assert rng.random() == reference_rng.random()  # the same number of draws consumed
+    with pytest.raises(ValueError, match="two documents"):
+        nsp_pairs(documents[:1], seq, short_seq_prob, dupe, vocab, rng)
+
+
+def test_trim_draws_as_truncate_seq_pair():
+    for len_a in range(0, 13):
+        for len_b in range(0, 13):
+            for limit in (1, 4, 9):
+                tokens_a, tokens_b = list(range(len_a)), list(range(100, 100 + len_b))
+                want = pretraining_data.truncate_seq_pair(
+                    tokens_a, tokens_b, limit, random.Random(len_a * 31 + len_b)
+                )
+                rng = random.Random(len_a * 31 + len_b)
+                fa, ba, fb, bb = pretraining_shards._trim(len_a, len_b, limit, rng.random)
+                got = tokens_a[fa : len_a - ba], tokens_b[fb : len_b - bb]
+                assert got == want, (len_a, len_b, limit)
 
 
 def masking_batch(n, seq, rng):
