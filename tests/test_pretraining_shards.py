@@ -197,6 +197,23 @@ def test_mask_batch_rates_all_and_80_10_10():
     assert abs((out[candidates] == ids[candidates]).sum() / total - 0.1) < 0.01
 
 
+def test_mask_batch_samples_every_subset_equally_often():
+    # Rows of 8 positions, [CLS] x x [SEP] x x x [SEP]: 5 candidates, 2 chosen (round(8 * 0.25)):
+    # each of the 10 pairs is a tenth of 20,000 rows (binomial sd ~42, i.e. 2%; bound 10%).
+    import itertools
+
+    vocab = MaskingVocab(2, 3, 4, (9,), bytes(10))
+    ids = np.tile(np.array([2, 5, 6, 3, 7, 8, 5, 3], np.int32), (20_000, 1))
+    lengths = np.full(20_000, 8)
+    _, positions, counts = mask_batch(ids, lengths, vocab, 0.25, 3, np.random.default_rng(5))
+    assert (counts == 2).all() and (positions[:, 2] == 0).all()
+    seen = {}
+    for pair in map(tuple, positions[:, :2].tolist()):
+        seen[pair] = seen.get(pair, 0) + 1
+    assert set(seen) == set(itertools.combinations([1, 2, 4, 5, 6], 2))
+    assert all(abs(c - 2000) < 200 for c in seen.values()), seen
+
+
 def test_chunks_are_bounded_whole_documents(tmp_path, monkeypatch):
     corpus = write_corpus(tmp_path / "a.txt", 60, seed=1)
     documents = [d.split("\n") for d in corpus.read_text().strip("\n").split("\n\n")]
@@ -204,8 +221,8 @@ def test_chunks_are_bounded_whole_documents(tmp_path, monkeypatch):
     lines_read = []
     real = pretraining_shards.read_utf8_lines
 
-    def counting(path):
-        for number, text in real(path):
+    def counting(path, opener=None):
+        for number, text in real(path, opener):
             lines_read.append(number)
             yield number, text
 
