@@ -67,8 +67,9 @@ from data_prep.pretraining_data import (
 )
 from data_prep.tokenization import read_utf8_lines
 
-# Instances masked and serialized per numpy batch: large enough to amortize numpy's per-call cost,
-# small enough that the batch's (n, S) float arrays stay a few MB.
+# Instances masked and serialized per numpy batch: large enough to amortize numpy's per-call cost
+# (mask_batch takes P small steps over the batch), small enough that its [n, S] int32 arrays
+# stay about a MB.
 _MASK_BATCH = 2048
 
 
