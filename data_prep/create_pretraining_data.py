@@ -1,15 +1,16 @@
 """Text corpus -> pre-training TFRecords (masked LM + next sentence prediction, or another recipe).
 
 The original google-research/bert script's flags and defaults. Input: one sentence per line, a
-blank line between documents. Two ways to make the records:
+blank line between documents. Three ways to make the records:
   default            streaming (data_prep/pretraining_shards.py): each input file is cut into
                      chunks of about --chunk_bytes of whole documents, each chunk made into
                      instances on its own (random next segments from the chunk's other documents,
                      shuffled within the chunk) on --num_workers processes; memory stays bounded
                      whatever the corpus size, and the bytes written depend on the seed, the flags
-                     and --chunk_bytes, never on --num_workers. (No Apache Beam pipeline yet:
-                     data_prep/pretraining_shards.py says what one must do to write the same
-                     files.)
+                     and --chunk_bytes, never on --num_workers.
+  --beam             the same streaming creation as an Apache Beam pipeline
+                     (data_prep/beam_pipeline.py; the DirectRunner here, Dataflow, Flink or Spark
+                     through --beam_options): the same files, byte for byte.
   --compat_original  the original's algorithm on the whole corpus in memory, one core: given the
                      same text, vocabulary and seed it writes the original script's records.
 Other recipes by flag: --sentence_objective=sop (ALBERT) or none (RoBERTa, with --full_sentences
@@ -26,6 +27,7 @@ Example:
 
 import os
 import random
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -93,6 +95,20 @@ flags.DEFINE_integer(
     "in flight) and is the pool random next segments are drawn from; changes the records.",
 )
 
+flags.DEFINE_bool(
+    "beam",
+    False,
+    "Run the streaming creation as an Apache Beam pipeline (same records, byte for byte); "
+    "--beam_options picks the runner.",
+)
+flags.DEFINE_string(
+    "beam_options",
+    "",
+    "With --beam: Beam's own pipeline options as one string, e.g. \"--runner=DataflowRunner "
+    '--project=P --region=R --temp_location=gs://b/tmp" (data_prep/beam_pipeline.py lists '
+    "Dataflow, Flink and Spark settings). Empty: the DirectRunner in this process.",
+)
+
 FLAGS = flags.FLAGS
 
 
@@ -129,6 +145,16 @@ flags.register_multi_flags_validator(
     ),
     "--masking=dynamic leaves the choice of masks to run_pretraining, which masks single tokens: "
     "drop --masking_scheme / --do_whole_word_mask, or use --masking=static",
+)
+flags.register_multi_flags_validator(
+    ["beam", "compat_original"],
+    lambda f: not (f["beam"] and f["compat_original"]),
+    "--beam runs the streaming creation; --compat_original is the whole-corpus one: pick one",
+)
+flags.register_multi_flags_validator(
+    ["beam", "beam_options"],
+    lambda f: f["beam"] or not f["beam_options"],
+    "--beam_options without --beam would be ignored: add --beam",
 )
 flags.register_validator(
     "output_file",
@@ -213,6 +239,21 @@ def main(argv):
             static_masking=FLAGS.masking == "static",
             full_sentences=FLAGS.full_sentences,
         )
+        if FLAGS.beam:
+            from data_prep import beam_pipeline
+
+            options = shlex.split(FLAGS.beam_options)
+            logging.info("Apache Beam pipeline, options %s", options or "(DirectRunner)")
+            beam_pipeline.run(
+                input_files,
+                output_files,
+                vocab,
+                FLAGS.do_lower_case,
+                settings,
+                chunk_bytes=FLAGS.chunk_bytes,
+                beam_options=options,
+            )
+            return
         if not FLAGS.compat_original:
             num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
             total = sum(tf.io.gfile.stat(path).length for path in input_files)

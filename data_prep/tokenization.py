@@ -35,7 +35,7 @@ _log = logging.getLogger(__name__)
 # Reading files.
 
 
-def read_utf8_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+def read_utf8_lines(path: str | os.PathLike, opener=None) -> Iterator[tuple[int, str]]:
     """Yields (line number from 1, text without its line ending) of a UTF-8 file, decoding strictly.
 
     A byte-order mark at the very start of the file is dropped: editors add it and it is never
@@ -44,9 +44,12 @@ def read_utf8_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     Raises:
       InputError: `corpus.txt:17: expected UTF-8 text, found byte 0xff at column 5` for bad bytes
         (column counts characters from 1), or when the file cannot be opened.
+
+    `opener(path)` opens another filesystem's file for reading bytes (e.g. tf.io.gfile.GFile for
+    gs://, data_prep/beam_pipeline.py); default: the built-in open.
     """
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb") if opener is None else opener(path)
     except OSError as e:
         raise input_error(str(path), "a readable file", e.strerror or str(e)) from None
     with handle:

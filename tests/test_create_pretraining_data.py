@@ -134,6 +134,8 @@ def test_streaming_run_writes_the_library_shards(tmp_path, vocab_file):
         ("--chunk_bytes=0", "--chunk_bytes=0: must be at least 1"),
         ("--masking=dynamic --masking_scheme=span", "--masking=dynamic leaves the choice of masks"),
         ("--masking=dynamic --do_whole_word_mask", "drop --masking_scheme / --do_whole_word_mask"),
+        ("--beam --compat_original", "--compat_original is the whole-corpus one: pick one"),
+        ("--beam_options=--runner=DirectRunner", "--beam_options without --beam"),
     ],
 )
 def test_bad_flags_are_refused_with_a_message(flag, message):

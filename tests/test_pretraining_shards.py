@@ -24,6 +24,7 @@ from data_prep.pretraining_shards import (
     create_shards,
     iter_text_chunks,
     mask_batch,
+    nsp_pairs,
     ordered_map,
     packed_varints,
     tokenize_chunk,
@@ -105,6 +106,51 @@ def test_packed_varints_match_the_one_at_a_time_encoder():
         assert packed_varints(values) == [encoder.packed(row) for row in values.tolist()]
 
 
+def corpus_documents(tokenizer, tmp_path, num_docs=19, seed=4):
+    corpus = write_corpus(tmp_path / "docs.txt", num_docs, seed=seed)
+    return pretraining_data.read_documents([str(corpus)], tokenizer)
+
+
+@pytest.mark.parametrize("seq, short_seq_prob, dupe", [(23, 0.1, 3), (9, 0.5, 2), (5, 1.0, 1)])
+def test_nsp_pairs_equal_the_general_instances(tmp_path, tokenizer, seq, short_seq_prob, dupe):
+    # The reference: create_training_instances on the same rng state, unmasked.
+    documents = corpus_documents(tokenizer, tmp_path)
+    vocab = MaskingVocab.from_vocab(tokenizer.vocab)
+    want = pretraining_data.create_training_instances(
+        documents, vocab, seq, dupe, short_seq_prob, 0.15, 5, random.Random(7), static_masking=False
+    )
+    rng = random.Random(7)
+    got = nsp_pairs(documents, seq, short_seq_prob, dupe, vocab, rng)
+    assert len(got) == len(want) > 20
+    labels = {label for *_, label in got}
+    assert labels == ({True, False} if seq > 5 else {True})  # seq 5: one-token chunks
+    for (ids, len_a, len_b, label), instance in zip(got, want, strict=True):
+        assert ids == instance.input_ids.tobytes()
+        assert bytes(len_a + 2) + b"\x01" * (len_b + 1) == instance.segment_ids
+        assert label == instance.is_random_next
+    reference_rng = random.Random(7)
+    pretraining_data.create_training_instances(
+        documents, vocab, seq, dupe, short_seq_prob, 0.15, 5, reference_rng, static_masking=False
+    )
+    assert rng.random() == reference_rng.random()  # the same number of draws consumed
+    with pytest.raises(ValueError, match="two documents"):
+        nsp_pairs(documents[:1], seq, short_seq_prob, dupe, vocab, rng)
+
+
+def test_trim_draws_as_truncate_seq_pair():
+    for len_a in range(0, 13):
+        for len_b in range(0, 13):
+            for limit in (1, 4, 9):
+                tokens_a, tokens_b = list(range(len_a)), list(range(100, 100 + len_b))
+                want = pretraining_data.truncate_seq_pair(
+                    tokens_a, tokens_b, limit, random.Random(len_a * 31 + len_b)
+                )
+                rng = random.Random(len_a * 31 + len_b)
+                fa, ba, fb, bb = pretraining_shards._trim(len_a, len_b, limit, rng.random)
+                got = tokens_a[fa : len_a - ba], tokens_b[fb : len_b - bb]
+                assert got == want, (len_a, len_b, limit)
+
+
 def masking_batch(n, seq, rng):
     lengths = rng.integers(5, seq + 1, n)
     ids = np.zeros((n, seq), np.int32)
@@ -151,6 +197,23 @@ def test_mask_batch_rates_all_and_80_10_10():
     assert abs((out[candidates] == ids[candidates]).sum() / total - 0.1) < 0.01
 
 
+def test_mask_batch_samples_every_subset_equally_often():
+    # Rows of 8 positions, [CLS] x x [SEP] x x x [SEP]: 5 candidates, 2 chosen (round(8 * 0.25)):
+    # each of the 10 pairs is a tenth of 20,000 rows (binomial sd ~42, i.e. 2%; bound 10%).
+    import itertools
+
+    vocab = MaskingVocab(2, 3, 4, (9,), bytes(10))
+    ids = np.tile(np.array([2, 5, 6, 3, 7, 8, 5, 3], np.int32), (20_000, 1))
+    lengths = np.full(20_000, 8)
+    _, positions, counts = mask_batch(ids, lengths, vocab, 0.25, 3, np.random.default_rng(5))
+    assert (counts == 2).all() and (positions[:, 2] == 0).all()
+    seen = {}
+    for pair in map(tuple, positions[:, :2].tolist()):
+        seen[pair] = seen.get(pair, 0) + 1
+    assert set(seen) == set(itertools.combinations([1, 2, 4, 5, 6], 2))
+    assert all(abs(c - 2000) < 200 for c in seen.values()), seen
+
+
 def test_chunks_are_bounded_whole_documents(tmp_path, monkeypatch):
     corpus = write_corpus(tmp_path / "a.txt", 60, seed=1)
     documents = [d.split("\n") for d in corpus.read_text().strip("\n").split("\n\n")]
@@ -158,8 +221,8 @@ def test_chunks_are_bounded_whole_documents(tmp_path, monkeypatch):
     lines_read = []
     real = pretraining_shards.read_utf8_lines
 
-    def counting(path):
-        for number, text in real(path):
+    def counting(path, opener=None):
+        for number, text in real(path, opener):
             lines_read.append(number)
             yield number, text
 
