@@ -165,6 +165,12 @@ flags.DEFINE_string(
     "DistilBERT: the teacher's bert_config.json; default model_config.json or bert_config.json "
     "beside --teacher_checkpoint.",
 )
+flags.DEFINE_string(
+    "teacher_vocab_file",
+    None,
+    "DistilBERT: the teacher's vocabulary; default vocab.txt beside --teacher_checkpoint. When "
+    "it and --vocab_file are both known they must be the same token for token.",
+)
 flags.DEFINE_float("temperature", 2.0, "DistilBERT: softmax temperature of the soft targets.")
 flags.DEFINE_float("alpha_ce", 5.0, "DistilBERT: weight of the soft-target loss.")
 flags.DEFINE_float("alpha_mlm", 2.0, "DistilBERT: weight of the student's masked-LM loss.")
@@ -172,7 +178,14 @@ flags.DEFINE_float("alpha_cos", 1.0, "DistilBERT: weight of the hidden-state cos
 FLAGS = flags.FLAGS
 # The losses plotted in training_curves.png (with every accuracy).
 CURVE_LOSSES = ("masked_lm_loss", "disc_loss", "soft_target_loss")
-DISTILLATION_FLAGS = ("teacher_config_file", "temperature", "alpha_ce", "alpha_mlm", "alpha_cos")
+DISTILLATION_FLAGS = (
+    "teacher_config_file",
+    "teacher_vocab_file",
+    "temperature",
+    "alpha_ce",
+    "alpha_mlm",
+    "alpha_cos",
+)
 
 
 def check_objective_flags(family: str, objective: str) -> None:
@@ -232,6 +245,21 @@ def read_teacher_config(student_config):
         bert.check_student_fits_teacher(student_config, config, FLAGS.bert_config_file)
     except InputError as e:
         raise SystemExit(f"run_pretraining: {e} (teacher config: {config_file})") from None
+    teacher_vocab = FLAGS.teacher_vocab_file or os.path.join(folder, "vocab.txt")
+    if FLAGS.vocab_file and (FLAGS.teacher_vocab_file or os.path.isfile(teacher_vocab)):
+        # Same vocab_size is not enough: the soft targets are compared id by id.
+        from data_prep import tokenization
+
+        try:
+            difference = tokenization.vocab_difference(FLAGS.vocab_file, teacher_vocab)
+        except InputError as e:
+            raise SystemExit(f"run_pretraining: {e}") from None
+        if difference:
+            raise SystemExit(
+                f"run_pretraining: the student's --vocab_file and the teacher's vocabulary differ "
+                f"({difference}); distil with records and --vocab_file made with the teacher's "
+                "vocabulary"
+            )
     return config
 
 

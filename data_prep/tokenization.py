@@ -72,6 +72,18 @@ def read_utf8_lines(path: str | os.PathLike, opener=None) -> Iterator[tuple[int,
             yield number, text
 
 
+def vocab_difference(vocab_file, other_file) -> str | None:
+    """None when the two vocabularies map every token to the same id, else where they first
+    differ: "line N: 'a' in <vocab_file>, 'b' in <other_file>" (or which one is longer)."""
+    a, b = list(load_vocab(vocab_file)), list(load_vocab(other_file))
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"line {i + 1}: {x!r} in {vocab_file}, {y!r} in {other_file}"
+    if len(a) != len(b):
+        return f"{vocab_file} has {len(a)} tokens, {other_file} has {len(b)}"
+    return None
+
+
 def load_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
     """Reads a WordPiece vocab, one token a line, into {token: id} in file order (id = line - 1).
 
