@@ -60,9 +60,10 @@ class BartConfig:
     defaults are its defaults (bart-large's sizes).
 
     Only vocab_size is required. encoder_layerdrop / decoder_layerdrop exist so published configs
-    load; only 0.0 (no LayerDrop) is implemented. bos_token_id may be null: Cloze's denoising
-    records (data_prep/create_seq2seq_data.py) carry no <s>, and the model never reads it.
-    decoder_start_token_id is BART's </s> (eos) in the released models.
+    load; only 0.0 (no LayerDrop) is implemented. bos_token_id is the <s> that starts inputs and
+    targets (data_prep/create_seq2seq_data.py writes them so, as BART was pretrained); null is
+    accepted for data without one. decoder_start_token_id is BART's </s> (eos) in the released
+    models: the decoder reads `</s> <s> ...`.
     """
 
     vocab_size: int

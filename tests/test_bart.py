@@ -240,7 +240,7 @@ def bart_records_and_config(tmp_path):
     from tests.test_seq2seq_data import tiny_bpe
 
     encoder, merges = tiny_bpe(tmp_path)
-    vocab = seq2seq_data.Seq2SeqVocab.from_files(encoder, merges, num_sentinels=0)
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(encoder, merges, num_sentinels=0, bos=True)
     text = ["The cat sat on the mat.", "The dog barked.", "A bird sang at noon.", "It rained."]
     documents = [seq2seq_data.encode_sentences(vocab, text[i:] + text[:i]) for i in range(4)]
     settings = seq2seq_data.NoisingSettings("bart_infill", 29, 29, permute_sentences=True)
@@ -255,13 +255,15 @@ def bart_records_and_config(tmp_path):
     values = dict(TINY, vocab_size=vocab.size, max_position_embeddings=31, d_model=16, init_std=0.3,
                   encoder_attention_heads=4, decoder_attention_heads=4,
                   pad_token_id=vocab.pad_id, eos_token_id=vocab.eos_id,
-                  decoder_start_token_id=vocab.eos_id)  # fmt: skip
+                  bos_token_id=vocab.bos_id, decoder_start_token_id=vocab.eos_id)  # fmt: skip
     config = tmp_path / "bart.json"
     config.write_text(json.dumps(values))
     # BART's convention is checked: decoding starts from </s>; T5's <pad> start is refused.
     vocab.check_config(bart.BartConfig(**values), "bart.json", vocab.eos_id)
     with pytest.raises(InputError, match="decoder_start_token_id"):
         vocab.check_config(bart.BartConfig(**values), "bart.json")
+    with pytest.raises(InputError, match="bos_token_id"):
+        vocab.check_config(bart.BartConfig(**dict(values, bos_token_id=None)), "b", vocab.eos_id)
     return records, config, encoder, merges
 
 
