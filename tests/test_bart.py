@@ -32,23 +32,11 @@ TINY = dict(
 
 
 def tiny(**changes):
-    keras.utils.set_random_seed(5)
-    model = bart.BartModel(bart.BartConfig(**{**TINY, **changes}))
-    model.build()
-    return model
+    return helpers.tiny_encoder_decoder(bart.BartModel, bart.BartConfig, {**TINY, **changes})
 
 
 def batch(b=3, s=7, t=5, seed=0):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(2, 23, (b, s)).astype("int32")
-    mask = np.ones_like(ids)
-    mask[0, 5:] = 0
-    mask[2, 6:] = 0
-    return {
-        "input_ids": ids,
-        "input_mask": mask,
-        "decoder_input_ids": rng.integers(2, 23, (b, t)).astype("int32"),
-    }
+    return helpers.encoder_decoder_batch(b, s, t, seed, padded=((0, 5), (2, 6)))
 
 
 def keras_hub_backbone():
