@@ -228,6 +228,12 @@ def main(argv):
             raise SystemExit(f"run_classifier: {e}") from None
     else:
         config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+    # The layer count --layerwise_lr_decay reads (ELMo's is refused above).
+    num_layers = (
+        config.n_layer
+        if is_xlnet
+        else (tagging.encoder_layers(config) if is_elmo else config.num_hidden_layers)
+    )
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy,
         FLAGS.tpu or "",
@@ -258,7 +264,7 @@ def main(argv):
             FLAGS.learning_rate,
             max(num_train_steps, 1),
             num_warmup_steps,
-            config.n_layer if is_xlnet else tagging.encoder_layers(config),
+            num_layers,
             FLAGS.layerwise_lr_decay,
         )
         # Built under the scope before the first step (shared/NOTES.md).
