@@ -17,15 +17,20 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
         hf        a folder with model.safetensors (or a shard index), config.json, vocab.txt;
                   config.json's model_type says the family: bert, roberta (positions from
                   pad_token_id + 1), albert or electra (the discriminator; its head and a
-                  generator, a separate model there, are not read)
+                  generator, a separate model there, are not read), or bart
+                  (BartForConditionalGeneration / BartModel; --to=cloze only, no vocab.txt
+                  needed: vocab.json and merges.txt are copied as encoder.json and vocab.bpe)
         cloze     a Cloze output folder or checkpoint prefix, with bert_config.json or
-                  model_config.json beside it (or --bert_config_file); BERT, ALBERT or ELECTRA,
+                  model_config.json beside it (or --bert_config_file); BERT, ALBERT, ELECTRA
+                  or BART (a run_pretraining / run_text2text checkpoint; --to=hf or cloze),
                   told by the config's keys
         keras_hub a keras-hub BertBackbone preset folder (config.json, model.weights.h5,
                   assets/tokenizer/vocabulary.txt), e.g. one written by --to=keras_hub
 --to:   cloze        ckpt-1 + bert_config.json + vocab.txt; any run script takes the folder as
                      --init_checkpoint
-        hf           model.safetensors + config.json + vocab.txt + tokenizer_config.json, as
+        hf           (a BART checkpoint: BartForConditionalGeneration's model.safetensors +
+                     config.json, encoder.json / vocab.bpe copied as vocab.json / merges.txt)
+                     model.safetensors + config.json + vocab.txt + tokenizer_config.json, as
                      transformers writes the family: BertModel / BertForPreTraining, RobertaModel /
                      RobertaForMaskedLM (a config with position_offset), AlbertModel /
                      AlbertForPreTraining, ElectraModel / ElectraForPreTraining (a pretrainer's
@@ -215,6 +220,64 @@ def check_target_family(config, target_format: str, where: str) -> None:
         )
 
 
+def is_bart_file(config_file) -> bool:
+    from modeling import bart, checkpoints
+
+    return bart.is_bart_config(checkpoints.read_json(config_file))
+
+
+# BART's byte-level BPE files: Cloze's names (create_seq2seq_data's GPT-2 style) <-> Hugging
+# Face's (BartTokenizer), the same formats under other names.
+BART_VOCAB_NAMES = {"encoder.json": "vocab.json", "vocab.bpe": "merges.txt"}
+
+
+def convert_bart(source_format, target_format, config_file, input_dir, checkpoint) -> None:
+    """BART between a Cloze checkpoint (run_pretraining / run_text2text) and Hugging Face's
+    BartForConditionalGeneration files (model.safetensors + config.json), both ways. The BPE
+    files in --input_dir are copied under the target's names."""
+    from data_prep.errors import input_error
+    from modeling import bart, checkpoints
+
+    if target_format not in ("hf", "cloze"):
+        raise input_error(
+            f"--to={target_format}", "--to=hf or --to=cloze for a BART model", target_format
+        )
+    values = checkpoints.read_json(config_file)
+    if "model_type" in values:  # Hugging Face's config.json, with its bookkeeping keys
+        config = bart.BartConfig.from_hf_config(values, str(config_file))
+    else:
+        config = bart.BartConfig.from_dict(values, str(config_file))
+    source = checkpoint or input_dir
+    if source_format == "hf":
+        model, report = bart.load_hf(
+            source, config, str(config_file), FLAGS.skip_variables, FLAGS.trust_pickle
+        )
+        summary = report.summary()
+    else:
+        try:
+            model, prefix = bart.load_cloze(source, config)
+        except ValueError as e:
+            where = f"a Cloze BART checkpoint of {config_file}"
+            raise input_error(str(source), where, str(e)) from None
+        summary = f"read the Cloze checkpoint {prefix}"
+    names = (
+        BART_VOCAB_NAMES if target_format == "hf" else {v: k for k, v in BART_VOCAB_NAMES.items()}
+    )
+    with checkpoints.AtomicOutputDir(FLAGS.output_dir) as tmp:
+        if target_format == "hf":
+            bart.save_hf(model, tmp)
+        else:
+            bart.save_cloze(model, tmp)
+            (tmp / "bert_config.json").write_text(config.to_json_string())
+        for theirs, ours in names.items():
+            if input_dir and (Path(input_dir) / theirs).is_file():
+                shutil.copyfile(Path(input_dir) / theirs, tmp / ours)
+        written = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
+    print(f"converted BART --from={source_format} to --to={target_format}")
+    print(summary)
+    print(f"wrote {FLAGS.output_dir}: {', '.join(written)}")
+
+
 def convert(source_format: str, target_format: str) -> None:
     from data_prep.errors import input_error
     from modeling import checkpoints
@@ -224,7 +287,12 @@ def convert(source_format: str, target_format: str) -> None:
         raise input_error(input_dir, "a folder (--input_dir)", "no such folder")
     config_file = find_config(source_format, input_dir, checkpoint)
     vocab_file = find_vocab(input_dir)
-    if vocab_file is None and target_format in ("hf", "saved_model", "keras_hub"):
+    bart_model = source_format in ("hf", "cloze") and is_bart_file(config_file)
+    if (
+        vocab_file is None
+        and target_format in ("hf", "saved_model", "keras_hub")
+        and not bart_model
+    ):
         raise input_error(
             str(Path(input_dir or ".") / "vocab.txt"),
             f"a vocab file for --to={target_format} (or --vocab_file)",
@@ -232,6 +300,8 @@ def convert(source_format: str, target_format: str) -> None:
         )
     checkpoints.check_output_dir(FLAGS.output_dir)  # before the slow part
 
+    if source_format in ("hf", "cloze") and is_bart_file(config_file):
+        return convert_bart(source_format, target_format, config_file, input_dir, checkpoint)
     if source_format in ("hf", "cloze"):
         # Either field set and any family, told by the keys (checkpoints.read_any_config).
         config = checkpoints.read_any_config(config_file)

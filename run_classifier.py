@@ -30,8 +30,9 @@ flags.DEFINE_string(
     "bert_config_file",
     None,
     "JSON config of the model (original fields): a bert_config.json, albert_config.json, an "
-    "ELECTRA, GPT or XLNet config, told apart by their keys (albert.load_encoder_config, "
-    "gpt.is_gpt_config, xlnet.is_xlnet_config).",
+    "ELECTRA, GPT or XLNet config, or an ELMo options.json (a frozen biLM's scalar mix, "
+    "elmo.ElmoClassifier), told apart by their keys (albert.load_encoder_config, "
+    "gpt.is_gpt_config, xlnet.is_xlnet_config, elmo.is_elmo_config).",
 )
 flags.DEFINE_string(
     "init_checkpoint",
@@ -90,14 +91,17 @@ FLAGS = flags.FLAGS
 
 
 def config_family(path) -> str:
-    """The family of a model config file: "gpt", "xlnet" or "bert" (BERT, ALBERT, ELECTRA)."""
+    """The family of a model config file: "gpt", "xlnet", "elmo" or "bert" (BERT, ALBERT,
+    ELECTRA)."""
     from data_prep.errors import InputError
-    from modeling import bert, gpt, xlnet
+    from modeling import bert, elmo, gpt, xlnet
 
     try:
         values = bert.read_config_json(path, "a model config JSON file")
     except InputError as e:
         raise SystemExit(f"run_classifier: {e}") from None
+    if elmo.is_elmo_config(values):
+        return "elmo"
     return (
         "gpt" if gpt.is_gpt_config(values) else "xlnet" if xlnet.is_xlnet_config(values) else "bert"
     )
@@ -153,6 +157,13 @@ def main(argv):
         raise app.UsageError("--layerwise_lr_decay: not for XLNet (it reads BERT's layer names)")
     if is_xlnet and FLAGS.pooling != "cls":
         raise app.UsageError("--pooling: XLNet summarises its last (<cls>) token; drop the flag")
+    # ELMo (an options.json): its frozen biLM's scalar mix, mean-pooled (elmo.ElmoClassifier).
+    is_elmo = family == "elmo"
+    if is_elmo and (task.kind == glue.MULTIPLE_CHOICE or FLAGS.layerwise_lr_decay != 1.0):
+        raise app.UsageError("an ELMo config classifies single texts or pairs with a frozen "
+                             "biLM: no multiple choice, no --layerwise_lr_decay")  # fmt: skip
+    if is_elmo and FLAGS["pooling"].present:
+        raise app.UsageError("--pooling: ELMo's classifier averages its scalar mix over tokens")
     s = FLAGS.max_seq_length
     if s < 3:
         raise app.UsageError(f"--max_seq_length={s} leaves no room for [CLS] a [SEP] b [SEP]")
@@ -184,6 +195,12 @@ def main(argv):
             encoded = tokenizer.encode_examples(data.examples, task, s)
         else:
             encoded = glue.encode_examples(data.examples, task, tokenizer, s)
+        if is_elmo:
+            # The biLM was pretrained on WordPiece blocks that [SEP] separates and never saw
+            # [CLS] (as run_ner's ELMo tagger): [CLS] is read as [SEP].
+            cls_id, sep_id = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
+            ids = encoded.features["input_ids"]
+            ids[ids == cls_id] = sep_id
         glue.log_truncation(data.source, encoded, s)
         logging.info("%s: %d examples", data.source, len(data.examples))
         return data, encoded
@@ -196,7 +213,7 @@ def main(argv):
     import tensorflow as tf
 
     from data_prep import features
-    from modeling import albert, finetuning, xlnet
+    from modeling import albert, elmo, finetuning, tagging, xlnet
     from training import distribute, finetune_tasks, optimization, trainer
 
     if is_xlnet:
@@ -204,8 +221,19 @@ def main(argv):
             config = xlnet_finetuning.load_config(FLAGS.bert_config_file, tokenizer.vocab_size)
         except InputError as e:
             raise SystemExit(f"run_classifier: {e}") from None
+    elif is_elmo:
+        try:
+            config = tagging.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+        except InputError as e:
+            raise SystemExit(f"run_classifier: {e}") from None
     else:
         config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+    # The layer count --layerwise_lr_decay reads (ELMo's is refused above).
+    num_layers = (
+        config.n_layer
+        if is_xlnet
+        else (tagging.encoder_layers(config) if is_elmo else config.num_hidden_layers)
+    )
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy,
         FLAGS.tpu or "",
@@ -225,6 +253,8 @@ def main(argv):
     with strategy.scope():
         if is_xlnet:  # the summary is the last token's content stream; no --pooling
             model = xlnet.XLNetClassifier(config, task.num_outputs)
+        elif is_elmo:
+            model = elmo.ElmoClassifier(config, task.num_outputs)
         elif task.kind == glue.MULTIPLE_CHOICE:
             model = finetuning.BertMultipleChoice(config, pooling=FLAGS.pooling)
         else:
@@ -234,7 +264,7 @@ def main(argv):
             FLAGS.learning_rate,
             max(num_train_steps, 1),
             num_warmup_steps,
-            config.n_layer if is_xlnet else config.num_hidden_layers,
+            num_layers,
             FLAGS.layerwise_lr_decay,
         )
         # Built under the scope before the first step (shared/NOTES.md).

@@ -110,13 +110,15 @@ def main(argv):
     from modeling import bart, bert, t5
 
     try:
-        vocab = seq2seq_data.Seq2SeqVocab.from_files(
-            FLAGS.encoder_file, FLAGS.merges_file, FLAGS.num_sentinels
-        )
         values = bert.read_config_json(FLAGS.bert_config_file, "a T5 or BART config file")
-        # The family by its config's names; each decodes from its own start token: T5 from
-        # <pad>, BART from </s> (the released models' decoder_start_token_id).
-        if bart.is_bart_config(values):
+        # The family by its config's names. BART's texts are <s> ... </s> (its pretraining
+        # layout) and decoding starts from </s> (the released models' decoder_start_token_id);
+        # T5's are ... </s>, started from <pad>.
+        is_bart = bart.is_bart_config(values)
+        vocab = seq2seq_data.Seq2SeqVocab.from_files(
+            FLAGS.encoder_file, FLAGS.merges_file, FLAGS.num_sentinels, bos=is_bart
+        )
+        if is_bart:
             family, make_model, start = "bart", bart.BartModel, vocab.eos_id
             config = bart.BartConfig.from_dict(values, FLAGS.bert_config_file)
         else:

@@ -4,8 +4,8 @@ Documents (the BERT corpus format: one sentence a line, blank lines between docu
 tokenized with byte-level BPE files (GPT-2's format), cut into chunks of consecutive sentences and
 noised (data_prep/noising.py through data_prep/seq2seq_data.py) with one seeded rng; records hold
 input_ids, input_mask (encoder) and target_ids, target_mask (decoder), written round-robin.
-The special ids (<pad>, </s>, <mask>, <extra_id_i>) follow the BPE vocabulary; the printed
-summary gives the T5 and BART config values they need (vocab_size, pad/eos/decoder start ids).
+The special ids (<pad>, </s>, <mask>, <extra_id_i>, and <s> for BART) follow the BPE vocabulary;
+the printed summary gives the config values they need (vocab_size, pad/bos/eos/decoder start).
 
 Example (the 8k-merge BPE of data_prep/build_vocab.py --vocab_type=byte_level_bpe):
   python data_prep/create_seq2seq_data.py --input_file=default_run/corpus/train.txt \\
@@ -69,9 +69,11 @@ def main(argv):
         raise app.UsageError(str(e)) from None
     try:
         inputs = expand_input_files(FLAGS.input_file)
+        # BART's records start with <s> (the released models' layout); T5's have none.
         vocab = seq2seq_data.Seq2SeqVocab.from_files(
-            FLAGS.encoder_file, FLAGS.merges_file, FLAGS.num_sentinels
-        )
+            FLAGS.encoder_file, FLAGS.merges_file, FLAGS.num_sentinels,
+            bos=FLAGS.noising == "bart_infill",
+        )  # fmt: skip
     except InputError as e:
         raise SystemExit(f"create_seq2seq_data: {e}") from None
     outputs = [f.strip() for f in FLAGS.output_file.split(",") if f.strip()]
@@ -107,16 +109,23 @@ def main(argv):
             f"create_seq2seq_data: {FLAGS.input_file}: expected text for at least one instance "
             f"of 2 or more tokens, found {stats['documents']} documents"
         )
+    if FLAGS.noising == "t5_span":
+        needs = (
+            f"T5 config: vocab_size >= {vocab.size}, pad_token_id={vocab.pad_id}, "
+            f"eos_token_id={vocab.eos_id}, decoder_start_token_id={vocab.pad_id}"
+        )
+    else:
+        # BART starts decoding from </s> (its released configs' decoder_start_token_id = eos);
+        # inputs and targets are <s> ... </s>.
+        needs = (
+            f"BART config: vocab_size >= {vocab.size}, pad_token_id={vocab.pad_id}, "
+            f"bos_token_id={vocab.bos_id}, eos_token_id={vocab.eos_id}, "
+            f"decoder_start_token_id={vocab.eos_id} (<mask> is {vocab.mask_id})"
+        )
     print(
         f"wrote {n} {FLAGS.noising} instances ({stats['documents']} documents, "
         f"{stats['too_long']} too long dropped, {time.time() - t0:.1f}s) to {', '.join(outputs)}\n"
-        f"T5 config: vocab_size >= {vocab.size}, pad_token_id={vocab.pad_id}, "
-        f"eos_token_id={vocab.eos_id}, decoder_start_token_id={vocab.pad_id}\n"
-        # BART starts decoding from </s> (its released configs' decoder_start_token_id = eos);
-        # the records hold no <s>, so bos_token_id is null (modeling/bart.py).
-        f"BART config: vocab_size >= {vocab.size}, pad_token_id={vocab.pad_id}, "
-        f"eos_token_id={vocab.eos_id}, decoder_start_token_id={vocab.eos_id}, bos_token_id=null "
-        f"(<mask> is {vocab.mask_id})"
+        + needs
     )
 
 

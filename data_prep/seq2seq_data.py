@@ -2,13 +2,16 @@
 
 The token ids are byte-level BPE (data_prep/bpe.py, GPT-2's files) with the special tokens an
 encoder-decoder needs appended after the BPE vocabulary (`Seq2SeqVocab`): <pad> (also the decoder
-start, as in T5), </s>, <mask> (BART) and the sentinels <extra_id_i>, counted down from the
-vocabulary's end as T5 does. Tokens already in encoder.json under those names keep their ids.
+start, as in T5), </s>, <mask> (BART), <s> (BART's sequence start, only when asked for) and the
+sentinels <extra_id_i>, counted down from the vocabulary's end as T5 does. Tokens already in
+encoder.json under those names keep their ids (a RoBERTa / BART vocab.json: <s> 0, <pad> 1,
+</s> 2, <mask> last).
 
   read_sentence_documents  corpus documents as lists of sentences (lm_data's reader)
   chunk_sentences          consecutive sentences grouped into chunks of at most N tokens
   t5_chunk_length          the longest raw chunk whose span corruption fits both lengths
-  t5_instance, bart_instance  one chunk -> (inputs, targets), each ending with </s>
+  t5_instance, bart_instance  one chunk -> (inputs, targets), each ending with </s> (BART's
+                           also starting with <s>, as the released BART's were)
   create_instances         documents -> instances, pure given the rng
   write_seq2seq_tfrecords  TFRecords with input_ids, input_mask, target_ids, target_mask
   seq2seq_dataset          batches of those four features for training or evaluation
@@ -25,7 +28,7 @@ import tensorflow as tf
 from data_prep import bpe, lm_data, noising
 from data_prep.errors import input_error
 
-PAD, EOS, MASK = "<pad>", "</s>", "<mask>"
+PAD, EOS, MASK, BOS = "<pad>", "</s>", "<mask>", "<s>"
 # T5 reserves 100 sentinels (Raffel et al. 2020, its released vocabulary's extra_ids).
 NUM_SENTINELS = 100
 NOISINGS = ("t5_span", "bart_infill")
@@ -42,6 +45,7 @@ class Seq2SeqVocab:
 
     size: the vocabulary the model needs (T5Config.vocab_size at least this); pad_id doubles as
     the decoder start id (T5Config.decoder_start_token_id), eos_id ends inputs and targets.
+    bos_id: BART's <s>, which starts its inputs and targets (None: T5, which has none).
     """
 
     tokenizer: bpe.ByteLevelBPE
@@ -50,9 +54,13 @@ class Seq2SeqVocab:
     mask_id: int
     sentinel_ids: tuple[int, ...]
     size: int
+    bos_id: int | None = None
 
     @classmethod
-    def from_bpe(cls, tokenizer: bpe.ByteLevelBPE, num_sentinels: int = NUM_SENTINELS):
+    def from_bpe(
+        cls, tokenizer: bpe.ByteLevelBPE, num_sentinels: int = NUM_SENTINELS, bos: bool = False
+    ):
+        """bos: also a <s> (BART), placed after <mask> so T5's ids are the same either way."""
         encoder = tokenizer.encoder
         next_id = len(encoder)  # GPT-2's layout: ids are 0 .. len - 1
 
@@ -64,6 +72,7 @@ class Seq2SeqVocab:
             return next_id - 1
 
         pad, eos, mask = special(PAD), special(EOS), special(MASK)
+        bos_id = special(BOS) if bos else None
         # Sentinel 0 gets the highest id, as T5's extra_id_0 is the vocabulary's last entry.
         missing = [i for i in range(num_sentinels) if sentinel_name(i) not in encoder]
         top = next_id + len(missing) - 1
@@ -75,22 +84,33 @@ class Seq2SeqVocab:
                 ids.append(top)
                 top -= 1
         size = max(next_id + len(missing), max(encoder.values()) + 1)
-        return cls(tokenizer, pad, eos, mask, tuple(ids), size)
+        return cls(tokenizer, pad, eos, mask, tuple(ids), size, bos_id)
 
     @classmethod
-    def from_files(cls, encoder_file, merges_file, num_sentinels: int = NUM_SENTINELS):
-        return cls.from_bpe(bpe.ByteLevelBPE.from_files(encoder_file, merges_file), num_sentinels)
+    def from_files(
+        cls, encoder_file, merges_file, num_sentinels: int = NUM_SENTINELS, bos: bool = False
+    ):
+        tokenizer = bpe.ByteLevelBPE.from_files(encoder_file, merges_file)
+        return cls.from_bpe(tokenizer, num_sentinels, bos)
 
     def special_names(self) -> dict[int, str]:
         names = {self.pad_id: PAD, self.eos_id: EOS, self.mask_id: MASK}
+        if self.bos_id is not None:
+            names[self.bos_id] = BOS
         return names | {t: sentinel_name(i) for i, t in enumerate(self.sentinel_ids)}
+
+    def wrap(self, ids: Sequence[int]) -> list[int]:
+        """One sequence as the model reads it: `<s> ids </s>` with a bos_id (BART), else
+        `ids </s>` (T5)."""
+        start = [] if self.bos_id is None else [self.bos_id]
+        return start + list(ids) + [self.eos_id]
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
 
     def decode(self, ids: Iterable[int], stop_at_eos: bool = True) -> str:
-        """Text of ids: stops at the first </s> (stop_at_eos), drops <pad>, writes the other
-        special tokens by name."""
+        """Text of ids: stops at the first </s> (stop_at_eos), drops <pad> and <s>, writes the
+        other special tokens by name."""
         names, out, run = self.special_names(), [], []
         for i in (int(x) for x in ids):
             if i == self.eos_id and stop_at_eos:
@@ -98,7 +118,7 @@ class Seq2SeqVocab:
             if i in names:
                 out.append(self.tokenizer.decode(run))
                 run = []
-                if i != self.pad_id:
+                if i not in (self.pad_id, self.bos_id):
                     out.append(names[i])
             else:
                 run.append(i)
@@ -106,12 +126,15 @@ class Seq2SeqVocab:
 
     def check_config(self, config, where: str, decoder_start_id: int | None = None) -> None:
         """Refuses a T5Config (or BartConfig) whose vocabulary or special ids do not fit this
-        vocabulary. decoder_start_id: None = pad_id (T5's convention); BART starts from eos_id."""
+        vocabulary. decoder_start_id: None = pad_id (T5's convention); BART starts from eos_id.
+        With a bos_id the config's bos_token_id must be it."""
         expected = {
             "pad_token_id": self.pad_id,
             "eos_token_id": self.eos_id,
             "decoder_start_token_id": self.pad_id if decoder_start_id is None else decoder_start_id,
         }
+        if self.bos_id is not None:
+            expected["bos_token_id"] = self.bos_id
         wrong = {k: getattr(config, k) for k, v in expected.items() if getattr(config, k) != v}
         if config.vocab_size < self.size or wrong:
             raise input_error(
@@ -203,7 +226,11 @@ def bart_instance(
     permute: bool = False,
 ) -> tuple[list[int], list[int]]:
     """BART's noising of one chunk (Lewis et al. 2020, sec. 2.2): the sentences permuted
-    (permute), then text infilling; the target is the original chunk. Both end in </s>."""
+    (permute), then text infilling; the target is the original chunk. Both are `<s> ... </s>`,
+    the layout the released BART was pretrained on (fairseq's and Hugging Face's: the decoder
+    then reads `</s> <s> ...`, the targets shifted right after decoder_start_token_id = </s>)."""
+    if vocab.bos_id is None:
+        raise ValueError("bart_instance: expected a Seq2SeqVocab with a <s> (from_bpe bos=True)")
     original = [t for s in sentences for t in s]
     if permute:
         sentences, _ = noising.permute_sentences(list(sentences), rng)
@@ -211,7 +238,7 @@ def bart_instance(
     noised, _ = noising.bart_text_infilling(
         shuffled, vocab.mask_id, rng, mask_ratio, poisson_lambda
     )
-    return noised + [vocab.eos_id], original + [vocab.eos_id]
+    return vocab.wrap(noised), vocab.wrap(original)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,9 +266,15 @@ class NoisingSettings:
                 self.noise_density,
                 self.mean_noise_span_length,
             )
-        # BART's target is the chunk plus </s>; infilling shortens the input in all but rare
-        # cases (instances whose input would not fit are dropped and counted).
-        return min(self.max_seq_length, self.max_target_length) - 1
+        # BART's target is <s> chunk </s>; infilling shortens the input in all but rare cases
+        # (instances whose input would not fit are dropped and counted).
+        length = min(self.max_seq_length, self.max_target_length) - 2
+        if length < 2:
+            raise ValueError(
+                f"no chunk of 2 or more tokens fits inputs of {self.max_seq_length} and targets "
+                f"of {self.max_target_length} ids with BART's <s> and </s>"
+            )
+        return length
 
 
 def create_instances(

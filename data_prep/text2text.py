@@ -7,7 +7,7 @@ target text.
   tsv_seq2seq                train.tsv, dev.tsv, test.tsv of `source<TAB>target` lines (a
                              summarisation-style task; test.tsv's targets may be empty).
 Then `encode_pairs` turns (source, target) texts into the four features of
-data_prep/seq2seq_data.py, each side cut to its length with </s> kept last.
+data_prep/seq2seq_data.py, each side cut to its length with </s> kept last (and BART's <s> first).
 """
 
 from __future__ import annotations
@@ -123,23 +123,26 @@ def read_pairs(
     return classification_pairs(task, data.examples, chosen), data.source
 
 
-def _cut(ids: list[int], length: int, eos_id: int) -> tuple[list[int], bool]:
-    return ids[: length - 1] + [eos_id], len(ids) > length - 1
+def _cut(ids: list[int], length: int, vocab: Seq2SeqVocab) -> tuple[list[int], bool]:
+    """ids cut to fit `length` with the vocabulary's wrapping (<s> for BART, </s>)."""
+    room = length - 1 - (vocab.bos_id is not None)
+    return vocab.wrap(ids[:room]), len(ids) > room
 
 
 def encode_pairs(
     pairs: Sequence[Pair], vocab: Seq2SeqVocab, max_seq_length: int, max_target_length: int
 ) -> tuple[dict, int]:
     """The four features (int32 (N, S) and (N, T), padded with <pad>) of the pairs and how many
-    sources or targets were truncated. Unlabelled pairs get an empty target (</s> only)."""
+    sources or targets were truncated. Each side is `text </s>`, or `<s> text </s>` with a
+    vocabulary that has a <s> (BART). Unlabelled pairs get an empty target (</s> only)."""
     arrays = {
         k: np.full((len(pairs), n), vocab.pad_id if "ids" in k else 0, np.int32)
         for k, n in zip(FEATURES, (max_seq_length,) * 2 + (max_target_length,) * 2)
     }
     cut = 0
     for row, pair in enumerate(pairs):
-        source, a = _cut(vocab.encode(pair.source), max_seq_length, vocab.eos_id)
-        target, b = _cut(vocab.encode(pair.target or ""), max_target_length, vocab.eos_id)
+        source, a = _cut(vocab.encode(pair.source), max_seq_length, vocab)
+        target, b = _cut(vocab.encode(pair.target or ""), max_target_length, vocab)
         cut += a or b
         arrays["input_ids"][row, : len(source)] = source
         arrays["input_mask"][row, : len(source)] = 1

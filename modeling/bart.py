@@ -60,9 +60,10 @@ class BartConfig:
     defaults are its defaults (bart-large's sizes).
 
     Only vocab_size is required. encoder_layerdrop / decoder_layerdrop exist so published configs
-    load; only 0.0 (no LayerDrop) is implemented. bos_token_id may be null: Cloze's denoising
-    records (data_prep/create_seq2seq_data.py) carry no <s>, and the model never reads it.
-    decoder_start_token_id is BART's </s> (eos) in the released models.
+    load; only 0.0 (no LayerDrop) is implemented. bos_token_id is the <s> that starts inputs and
+    targets (data_prep/create_seq2seq_data.py writes them so, as BART was pretrained); null is
+    accepted for data without one. decoder_start_token_id is BART's </s> (eos) in the released
+    models: the decoder reads `</s> <s> ...`.
     """
 
     vocab_size: int
@@ -512,3 +513,174 @@ def from_keras_hub(backbone, **token_ids) -> BartModel:
     model.build()
     copy_from_keras_hub(backbone, model)
     return model
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face's BART checkpoints (BartForConditionalGeneration / BartModel safetensors)
+# ---------------------------------------------------------------------------------------------
+
+# A BartForConditionalGeneration holds the network under `model.`; a bare BartModel has no prefix.
+HF_PREFIX = "model."
+
+
+def named_variables(model: BartModel) -> dict:
+    """The model's variables by their path below the model (`encoder_0/self_attn/query/kernel`):
+    the names modeling/checkpoints.py's converters map onto."""
+    root = model.name + "/"
+    return {v.path[len(root) :]: v for v in model.weights if v.path.startswith(root)}
+
+
+def _hf_attention_entries(dst: str, src: str, h: int, n: int) -> list:
+    """One BartAttention: nn.Linear q / k / v_proj ((out, in) weights) onto Keras
+    MultiHeadAttention's per-head kernels (H, N, D) and biases (N, D); out_proj onto (N, D, H)."""
+    from modeling.checkpoints import Entry
+
+    d = h // n
+    out = []
+    for mine, theirs in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj")):
+        out.append(Entry(
+            f"{dst}/{mine}/kernel", (f"{src}.{theirs}.weight",), ((h, h),),
+            lambda a: a[0].T.reshape(h, n, d), lambda x: [x.reshape(h, h).T],
+        ))  # fmt: skip
+        out.append(Entry(
+            f"{dst}/{mine}/bias", (f"{src}.{theirs}.bias",), ((h,),),
+            lambda a: a[0].reshape(n, d), lambda x: [x.reshape(h)],
+        ))  # fmt: skip
+    out.append(Entry(
+        f"{dst}/attention_output/kernel", (f"{src}.out_proj.weight",), ((h, h),),
+        lambda a: a[0].T.reshape(n, d, h), lambda x: [x.reshape(h, h).T],
+    ))  # fmt: skip
+    out.append(Entry(f"{dst}/attention_output/bias", (f"{src}.out_proj.bias",), ((h,),),
+                     lambda a: a[0], lambda x: [x]))  # fmt: skip
+    return out
+
+
+def hf_entries(config: BartConfig, prefix: str = HF_PREFIX) -> list:
+    """Hugging Face's BART parameter names (modeling_bart.py) onto BartModel's variables.
+
+    final_logits_bias is (1, V) there; positions keep fairseq's offset rows in both."""
+    from modeling.checkpoints import Entry, _copy, _hf_linear_entries, _hf_norm_entries
+
+    c, h = config, config.d_model
+    rows = c.max_position_embeddings + POSITION_OFFSET
+    out = [
+        _copy("shared", f"{prefix}shared.weight", (c.vocab_size, h)),
+        Entry("final_logits_bias", ("final_logits_bias",), ((1, c.vocab_size),),
+              lambda a: a[0][0], lambda x: [x[None]]),
+    ]  # fmt: skip
+    for side, layers, ffn in (
+        ("encoder", c.encoder_layers, c.encoder_ffn_dim),
+        ("decoder", c.decoder_layers, c.decoder_ffn_dim),
+    ):
+        heads = getattr(c, f"{side}_attention_heads")
+        scope = f"{prefix}{side}"
+        out.append(_copy(f"{side}_embed_positions", f"{scope}.embed_positions.weight", (rows, h)))
+        out += _hf_norm_entries(f"{side}_layernorm_embedding", f"{scope}.layernorm_embedding", h)
+        for i in range(layers):
+            dst, src = f"{side}_{i}", f"{scope}.layers.{i}"
+            attentions = ["self_attn"] + (["encoder_attn"] if side == "decoder" else [])
+            for a in attentions:
+                out += _hf_attention_entries(f"{dst}/{a}", f"{src}.{a}", h, heads)
+                out += _hf_norm_entries(f"{dst}/{a}_layer_norm", f"{src}.{a}_layer_norm", h)
+            out += _hf_linear_entries(f"{dst}/ffn/fc1", f"{src}.fc1", h, ffn)
+            out += _hf_linear_entries(f"{dst}/ffn/fc2", f"{src}.fc2", ffn, h)
+            out += _hf_norm_entries(f"{dst}/final_layer_norm", f"{src}.final_layer_norm", h)
+    return out
+
+
+def hf_config(config: BartConfig) -> dict:
+    """The config.json transformers writes for a BartForConditionalGeneration of this config
+    (HF_FIXED's values, num_hidden_layers = encoder_layers as BartConfig sets it)."""
+    values = {k: v for k, v in config.to_dict().items()}
+    return {
+        **values,
+        **HF_FIXED,
+        "architectures": ["BartForConditionalGeneration"],
+        "num_hidden_layers": config.encoder_layers,
+        "tie_word_embeddings": True,
+    }
+
+
+def load_hf(weights, config: BartConfig, config_where: str = "config.json", skip=None,
+            trust_pickle: bool = False):  # fmt: skip
+    """Hugging Face BART weights (folder, file or shard index of a BartForConditionalGeneration
+    or BartModel) -> (BartModel, checkpoints.ConversionReport). The tied copies of `shared`
+    (encoder / decoder embed_tokens, lm_head) are checked equal and not converted; a missing
+    final_logits_bias (a bare BartModel) is zeros, as transformers makes it."""
+    from modeling import checkpoints
+
+    source = checkpoints._hf_source(weights, trust_pickle)
+    prefix = checkpoints._prefix_of(source.shapes, HF_PREFIX)
+    shared = f"{prefix}shared.weight"
+    tied = {f"{prefix}{s}.embed_tokens.weight": shared for s in ("encoder", "decoder")}
+    tied["lm_head.weight"] = shared
+    if "final_logits_bias" not in source.shapes:
+        source = _with_zero_logits_bias(source, config)
+    model = BartModel(config)
+    model.build()
+    where = (
+        f"{config_where} (BART: {config.encoder_layers} + {config.decoder_layers} layers, "
+        f"d_model={config.d_model}, vocab_size={config.vocab_size})"
+    )
+    report = checkpoints.convert_into(
+        model, hf_entries(config, prefix), source, where,
+        checkpoints._hf_ignore(tied, source), skip,
+    )  # fmt: skip
+    return model, report
+
+
+def _with_zero_logits_bias(source, config: BartConfig):
+    from modeling import checkpoints
+
+    zeros = np.zeros((1, config.vocab_size), np.float32)
+    inner = source
+
+    class WithBias(checkpoints.Source):
+        label = inner.label
+        shapes = {**inner.shapes, "final_logits_bias": zeros.shape}
+        dtypes = {**inner.dtypes, "final_logits_bias": "float32"}
+
+        def read(self, name):
+            return zeros if name == "final_logits_bias" else inner.read(name)
+
+    return WithBias()
+
+
+def save_hf(model: BartModel, output_dir) -> list:
+    """Writes model.safetensors and config.json as transformers' save_pretrained does for a
+    BartForConditionalGeneration: `model.`-prefixed names, the tied embed_tokens / lm_head
+    left out (transformers ties them on load), final_logits_bias (1, V)."""
+    from pathlib import Path
+
+    from safetensors.numpy import save_file
+
+    from modeling import checkpoints
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    arrays = checkpoints.export_arrays(model, hf_entries(model.config))
+    # transformers refuses safetensors files whose metadata lacks a known "format".
+    save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
+    text = json.dumps(hf_config(model.config), indent=2, sort_keys=True) + "\n"
+    (out / "config.json").write_text(text)
+    return [out / "model.safetensors", out / "config.json"]
+
+
+def load_cloze(checkpoint, config: BartConfig) -> tuple[BartModel, str]:
+    """A Cloze BART checkpoint (run_pretraining / run_text2text: prefix or folder) -> (built
+    BartModel, the prefix read). Raises ValueError naming the path when it does not fit."""
+    from training import trainer
+
+    model = BartModel(config)
+    model.build()
+    return model, trainer.restore_model_weights(model, str(checkpoint))
+
+
+def save_cloze(model: BartModel, output_dir) -> str:
+    """A Cloze checkpoint (`ckpt-1`, the model under `model`) that run_text2text.py and
+    load_cloze read."""
+    import os
+
+    import tensorflow as tf
+
+    return tf.train.Checkpoint(model=model).save(os.path.join(str(output_dir), "ckpt"))

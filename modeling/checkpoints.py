@@ -194,9 +194,11 @@ def cloze_variables(model) -> dict:
     rather than the attribute `output_dense` that checkpoints use), then checks that the walk found
     every trainable variable of the model, so a layer added later cannot be skipped silently.
     """
-    from modeling import albert, bert, electra
+    from modeling import albert, bart, bert, electra
 
-    if isinstance(model, (albert.AlbertEncoder, albert.AlbertPretrainer)):
+    if isinstance(model, bart.BartModel):  # an encoder-decoder: bart.py names its own
+        out = bart.named_variables(model)
+    elif isinstance(model, (albert.AlbertEncoder, albert.AlbertPretrainer)):
         out = _albert_variables(model)
     elif isinstance(model, (electra.ElectraEncoder, electra.ElectraPretrainer)):
         out = _electra_variables(model)

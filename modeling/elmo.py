@@ -6,7 +6,8 @@ highway layers, projection: Kim et al. 2016 as ELMo sec. 3.4), `LstmpCell` (an L
 projected recurrent state and clipping, Sak et al. 2014, as bilm-tf's LSTMCell(num_proj=...)),
 `ElmoBiLM` (the backbone: token layer plus forward and backward LSTM stacks), `ElmoLM` (the
 softmax both directions share, for pretraining), `elmo_layer_outputs` (the L + 1 representations
-of sec. 3.2) and `ElmoFeatures` (frozen biLM + ScalarMix, eq. 1, for extract_features.py).
+of sec. 3.2), `ElmoFeatures` (frozen biLM + ScalarMix, eq. 1, for extract_features.py) and
+`ElmoClassifier` (the mix pooled over tokens under a softmax layer, for run_classifier.py).
 
 The forward LM reads tokens 1..t and its top state at t scores token t + 1; the backward LM reads
 tokens S..t and its top state at t scores token t - 1 (sec. 3.1). Both read the same token
@@ -672,3 +673,55 @@ def build_features_model(config: ElmoConfig, layers, vocab_size: int) -> tuple:
     model.build()
     written = (*model.indices, config.lstm.n_layers + 1)
     return model, written, config.output_dim
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class ElmoClassifier(keras.Model):
+    """ELMo for sentence classification (Peters et al. 2018, sec. 3.3 and 5: the frozen biLM's
+    representations as features of a task model): the scalar mix gamma * sum_j softmax(s)_j h_j
+    of all L + 1 layers (eq. 1, tagging.ScalarMix, as run_ner's ElmoTagger uses it), averaged
+    over the real tokens, dropout, then a softmax layer (heads.ClassificationHead).
+
+    call(inputs, training) with int (B, S) `input_ids` (the WordPiece ids the biLM was
+    pretrained on) and `input_mask` returns logits float32 (B, num_labels); num_labels 1 is a
+    regression output. The biLM sits in `encoder` (frozen), as in ElmoLM and ElmoTagger, so a
+    pretraining checkpoint's `model/encoder` loads into it; only the mix and the head train.
+    """
+
+    def __init__(self, config: ElmoConfig | dict, num_labels: int, dropout_rate=0.1, **kwargs):
+        from modeling import heads
+
+        super().__init__(**kwargs)
+        self.config = _config(config)
+        self.num_labels, self.dropout_rate = num_labels, dropout_rate
+        self.encoder = ElmoBiLM(self.config, name="encoder")
+        self.encoder.trainable = False
+        self.scalar_mix = ScalarMix(self.config.lstm.n_layers + 1, name="scalar_mix")
+        self.dropout = keras.layers.Dropout(dropout_rate)
+        # An options.json has no initializer_range: BERT's 0.02.
+        self.classifier = heads.ClassificationHead(num_labels, 0.02, name="classifier")
+
+    def build(self, input_shape=None):
+        self.encoder.build()
+        self.scalar_mix.build()
+        self.classifier.build((None, self.config.output_dim))
+        self.built = True
+
+    def call(self, inputs, training=False):
+        from modeling import finetuning
+
+        mask = inputs["input_mask"]
+        # A frozen biLM is a fixed feature extractor: no dropout inside it.
+        layers = elmo_layer_outputs(self.encoder, inputs["input_ids"], mask)  # L+1 x (B, S, 2P)
+        mixed = self.scalar_mix(layers)  # (B, S, 2P)
+        pooled = finetuning.pool({"sequence_output": mixed}, mask, "mean")  # (B, 2P)
+        logits = self.classifier(self.dropout(pooled, training=training))  # (B, C)
+        return ops.cast(logits, "float32")
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict(),
+                "num_labels": self.num_labels, "dropout_rate": self.dropout_rate}  # fmt: skip
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

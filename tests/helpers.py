@@ -135,6 +135,31 @@ def train_to_copy(model, decoder_start_id: int, steps: int, warmup: int):
     return src, loss
 
 
+def tiny_encoder_decoder(model_cls, config_cls, values: dict):
+    """A built T5Model / BartModel of `values` with the same seeded initialisation each call."""
+    import keras
+
+    keras.utils.set_random_seed(5)
+    model = model_cls(config_cls(**values))
+    model.build()
+    return model
+
+
+def encoder_decoder_batch(b=3, s=7, t=5, seed=0, padded=((0, 5),), vocab_size=23):
+    """Random int32 encoder ids (B, S) with `padded` rows cut at (row, length), and decoder
+    inputs (B, T); ids from 2 up, so that 0 / 1 stay free for pad / eos."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(2, vocab_size, (b, s)).astype("int32")
+    mask = np.ones_like(ids)
+    for row, length in padded:
+        mask[row, length:] = 0
+    return {
+        "input_ids": ids,
+        "input_mask": mask,
+        "decoder_input_ids": rng.integers(2, vocab_size, (b, t)).astype("int32"),
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Entrypoints in this process: what `python <script> <args>` does, without the ~10 s that a new
 # interpreter spends importing TensorFlow. Each entrypoint keeps one real subprocess smoke run in

@@ -32,23 +32,11 @@ TINY = dict(
 
 
 def tiny(**changes):
-    keras.utils.set_random_seed(5)
-    model = bart.BartModel(bart.BartConfig(**{**TINY, **changes}))
-    model.build()
-    return model
+    return helpers.tiny_encoder_decoder(bart.BartModel, bart.BartConfig, {**TINY, **changes})
 
 
 def batch(b=3, s=7, t=5, seed=0):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(2, 23, (b, s)).astype("int32")
-    mask = np.ones_like(ids)
-    mask[0, 5:] = 0
-    mask[2, 6:] = 0
-    return {
-        "input_ids": ids,
-        "input_mask": mask,
-        "decoder_input_ids": rng.integers(2, 23, (b, t)).astype("int32"),
-    }
+    return helpers.encoder_decoder_batch(b, s, t, seed, padded=((0, 5), (2, 6)))
 
 
 def keras_hub_backbone():
@@ -240,7 +228,7 @@ def bart_records_and_config(tmp_path):
     from tests.test_seq2seq_data import tiny_bpe
 
     encoder, merges = tiny_bpe(tmp_path)
-    vocab = seq2seq_data.Seq2SeqVocab.from_files(encoder, merges, num_sentinels=0)
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(encoder, merges, num_sentinels=0, bos=True)
     text = ["The cat sat on the mat.", "The dog barked.", "A bird sang at noon.", "It rained."]
     documents = [seq2seq_data.encode_sentences(vocab, text[i:] + text[:i]) for i in range(4)]
     settings = seq2seq_data.NoisingSettings("bart_infill", 29, 29, permute_sentences=True)
@@ -255,13 +243,15 @@ def bart_records_and_config(tmp_path):
     values = dict(TINY, vocab_size=vocab.size, max_position_embeddings=31, d_model=16, init_std=0.3,
                   encoder_attention_heads=4, decoder_attention_heads=4,
                   pad_token_id=vocab.pad_id, eos_token_id=vocab.eos_id,
-                  decoder_start_token_id=vocab.eos_id)  # fmt: skip
+                  bos_token_id=vocab.bos_id, decoder_start_token_id=vocab.eos_id)  # fmt: skip
     config = tmp_path / "bart.json"
     config.write_text(json.dumps(values))
     # BART's convention is checked: decoding starts from </s>; T5's <pad> start is refused.
     vocab.check_config(bart.BartConfig(**values), "bart.json", vocab.eos_id)
     with pytest.raises(InputError, match="decoder_start_token_id"):
         vocab.check_config(bart.BartConfig(**values), "bart.json")
+    with pytest.raises(InputError, match="bos_token_id"):
+        vocab.check_config(bart.BartConfig(**dict(values, bos_token_id=None)), "b", vocab.eos_id)
     return records, config, encoder, merges
 
 
@@ -323,3 +313,98 @@ def test_run_pretraining_then_run_text2text_with_a_bart_config(tmp_path):
     assert header == "index\tprediction\ttarget" and len(rows) == 2
     lines = (out / "test_predictions.tsv").read_text().splitlines()
     assert [line.split("\t")[0] for line in lines] == ["index", "7", "9"]
+
+
+def random_weights(model, seed=0):
+    """Every weight random (layer-norm gains near 1), final_logits_bias included, so that a
+    weight converted to the wrong place or not at all shows in the outputs."""
+    rng = np.random.default_rng(seed)
+    for w in model.weights:
+        w.assign(rng.normal(0.0, 0.3, w.shape).astype("float32") + ("gamma" in w.path))
+    return model
+
+
+def test_hugging_face_files_load_in_keras_hub_and_round_trip_exactly(tmp_path):
+    """bart.save_hf writes BartForConditionalGeneration's names; keras-hub's own transformers
+    converter (keras_hub/src/utils/transformers/convert_bart.py) loads the folder offline and
+    computes the same states; bart.load_hf reads it back bit for bit."""
+    import keras_hub
+    from safetensors.numpy import load_file, save_file
+
+    model = random_weights(tiny(bos_token_id=2))
+    files = bart.save_hf(model, tmp_path / "hf")
+    arrays = load_file(str(files[0]))
+    assert arrays["final_logits_bias"].shape == (1, 23)
+    assert "model.encoder.layers.1.self_attn.q_proj.weight" in arrays
+    assert not any("embed_tokens" in k or k.startswith("lm_head") for k in arrays)
+    config = json.loads(files[1].read_text())
+    assert config["model_type"] == "bart" and config["num_hidden_layers"] == 2
+
+    ref = keras_hub.models.BartBackbone.from_preset(str(tmp_path / "hf"))
+    b = batch()
+    theirs = ref({
+        "encoder_token_ids": b["input_ids"], "encoder_padding_mask": b["input_mask"],
+        "decoder_token_ids": b["decoder_input_ids"],
+        "decoder_padding_mask": np.ones_like(b["decoder_input_ids"]),
+    })  # fmt: skip
+    ours = model(b)
+    real = b["input_mask"].astype(bool)
+    np.testing.assert_allclose(
+        np.asarray(ours["encoder_output"])[real],
+        np.asarray(theirs["encoder_sequence_output"])[real], atol=2e-5,
+    )  # fmt: skip
+    np.testing.assert_allclose(ours["decoder_output"], theirs["decoder_sequence_output"], atol=2e-5)
+
+    back, report = bart.load_hf(tmp_path / "hf", model.config)
+    assert report.num_source_variables == len(model.weights)
+    for mine, read in zip(model.weights, back.weights):
+        np.testing.assert_array_equal(mine.numpy(), read.numpy(), err_msg=mine.path)
+    # transformers' older files carry tied copies of `shared`: checked equal, not converted.
+    arrays["lm_head.weight"] = arrays["model.shared.weight"]
+    save_file(arrays, str(tmp_path / "tied.safetensors"))
+    _, report = bart.load_hf(tmp_path / "tied.safetensors", model.config)
+    assert "lm_head.weight" in report.ignored
+    arrays["lm_head.weight"] = arrays["model.shared.weight"] + 1.0
+    save_file(arrays, str(tmp_path / "tied.safetensors"))
+    with pytest.raises(InputError, match="lm_head.weight: expected a copy of model.shared"):
+        bart.load_hf(tmp_path / "tied.safetensors", model.config)
+    with pytest.raises(InputError, match=r"fc1.weight: expected shape \(18, 12\)"):
+        bart.load_hf(tmp_path / "hf", bart.BartConfig(**dict(TINY, encoder_ffn_dim=18)))
+
+
+def test_convert_checkpoint_moves_bart_between_cloze_and_hugging_face(tmp_path):
+    """convert_checkpoint.py with a BART config: a Cloze checkpoint -> Hugging Face files ->
+    a Cloze checkpoint again, weights equal bit for bit, BPE files renamed each way."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    model = random_weights(tiny(bos_token_id=2), seed=4)
+    cloze = tmp_path / "cloze"
+    cloze.mkdir()
+    bart.save_cloze(model, cloze)
+    (cloze / "bert_config.json").write_text(model.config.to_json_string())
+    (cloze / "encoder.json").write_text('{"a": 0}')
+
+    def convert(*args):
+        r = subprocess.run(
+            [sys.executable, "convert_checkpoint.py", *args],
+            cwd=ROOT, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r.stdout
+
+    convert("--from=cloze", "--to=hf", f"--input_dir={cloze}", f"--output_dir={tmp_path / 'hf'}")
+    assert (tmp_path / "hf/vocab.json").read_text() == '{"a": 0}'
+    out = convert(
+        "--from=hf", "--to=cloze", f"--input_dir={tmp_path / 'hf'}",
+        f"--output_dir={tmp_path / 'back'}",
+    )  # fmt: skip
+    assert "model.decoder.layers.1.encoder_attn.out_proj.weight" in out
+    assert (tmp_path / "back/encoder.json").read_text() == '{"a": 0}'
+    config = bart.BartConfig.from_json_file(tmp_path / "back/bert_config.json")
+    assert config == model.config
+    back, _ = bart.load_cloze(tmp_path / "back", config)
+    for mine, read in zip(model.weights, back.weights):
+        np.testing.assert_array_equal(mine.numpy(), read.numpy(), err_msg=mine.path)

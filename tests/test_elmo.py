@@ -428,3 +428,77 @@ def test_extract_features_writes_the_layers_and_the_elmo_vector(pretrained):
         np.testing.assert_allclose(line.values[:, 3], sum(layers) / 3, atol=1e-5)
     from_json = list(feature_files.read_jsonl(d / "f.jsonl"))
     np.testing.assert_allclose(from_json[1].values, lines[1].values, atol=5.1e-7)
+
+
+def test_classifier_learns_a_separable_task_on_the_frozen_bilm():
+    """ElmoClassifier: only the scalar mix (w, gamma) and the softmax layer train; the biLM stays
+    exactly as it was; a task told apart by one token is learned; the logits are the head on
+    the mean over real tokens of the mix (padding changes nothing)."""
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(3)
+    model = elmo.ElmoClassifier(config(), 2, dropout_rate=0.0)
+    model.build()
+    model.encoder.set_char_table(tokens())
+    trainable = sorted(v.path.split("/", 1)[1] for v in model.trainable_variables)
+    assert trainable == [
+        "classifier/dense/bias", "classifier/dense/kernel", "scalar_mix/gamma",
+        "scalar_mix/scalar_weights",
+    ]  # fmt: skip
+    frozen = [v.numpy().copy() for v in model.encoder.weights]
+    rng = np.random.default_rng(0)
+    n = 27
+    x = rng.integers(5, V, (n, S)).astype("int32")
+    labels = np.arange(n) % 2
+    x[:, 2] = np.where(labels == 1, 3, 4)  # the one token that tells the classes apart
+    x[:, 4] = np.where(labels == 1, 3, 4)
+    mask = np.ones_like(x)
+    mask[::3, 5:] = 0
+    inputs = {"input_ids": x, "input_mask": mask}
+    optimizer = keras.optimizers.Adam(0.05)
+    for _ in range(60):
+        with tf.GradientTape() as tape:
+            logits = model(inputs, training=True)
+            loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+            loss = tf.reduce_mean(loss)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    logits = np.asarray(model(inputs))
+    assert (logits.argmax(-1) == labels).all(), float(loss)
+    assert float(model.scalar_mix.gamma.numpy()) != 1.0
+    for before, after in zip(frozen, model.encoder.weights):
+        np.testing.assert_array_equal(before, after.numpy())
+    # The same logits by hand: eq. 1 over the L + 1 layers, the mean over real tokens, the head.
+    layers = [np.asarray(h) for h in elmo.elmo_layer_outputs(model.encoder, x, mask)]
+    w = np.exp(model.scalar_mix.scalar_weights.numpy())
+    w /= w.sum()
+    mix = model.scalar_mix.gamma.numpy() * sum(wj * h for wj, h in zip(w, layers))
+    m = mask[:, :, None].astype("float32")
+    pooled = (mix * m).sum(1) / m.sum(1)
+    expected = pooled @ model.classifier.weights[0].numpy() + model.classifier.weights[1].numpy()
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
+    changed = dict(inputs, input_ids=np.where(mask == 1, x, 7).astype("int32"))
+    np.testing.assert_allclose(model(changed), logits, atol=1e-5)
+    clone = elmo.ElmoClassifier.from_config(model.get_config())
+    assert clone.num_labels == 2 and clone.config == model.config
+
+
+def test_run_classifier_trains_elmo_features_from_a_pretrained_bilm(pretrained, tmp_path):
+    """run_classifier.py with the options.json as --bert_config_file: the pretraining
+    checkpoint's biLM is loaded into the classifier, which learns the two-sentence task."""
+    from tests import helpers
+
+    d = pretrained["dir"]
+    r, out = helpers.run_classifier_on_two_sentences(
+        tmp_path, d / "options.json", f"--vocab_file={d / 'vocab.txt'}",
+        f"--init_checkpoint={d / 'out'}", "--max_seq_length=9", "--num_train_epochs=10",
+        "--learning_rate=5e-2", "--iterations_per_loop=10", "--save_checkpoints_steps=30",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "initialised the encoder from" in r.stderr
+    results = dict(line.split(" = ") for line in (out / "eval_results.txt").read_text().split("\n")
+                   if line)  # fmt: skip
+    assert float(results["accuracy"]) == 1.0, results
+    from data_prep import glue
+
+    assert glue.read_submission(out / "SST-2.tsv") == [("4", "0"), ("8", "1")]

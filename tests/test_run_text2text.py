@@ -84,6 +84,28 @@ def test_encoding_cuts_each_side_and_keeps_eos_last(tmp_path):
     assert features["input_mask"][1].tolist() == [1] * n + [0] * (s - n)
 
 
+def test_bart_encoding_is_wrapped_in_bos_and_eos_as_bart_was_pretrained(tmp_path):
+    """With BART's <s>, each side is `<s> text </s>` (Hugging Face's BartTokenizer layout) and
+    is still cut to its length."""
+    encoder, merges = tiny_bpe(tmp_path)
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(encoder, merges, num_sentinels=0, bos=True)
+    text = "The cat sat on the mat."
+    ids = vocab.encode(text)
+    pairs = [text2text.Pair("g:1", "0", text, "Hi."), text2text.Pair("g:2", "1", text, None)]
+    features, cut = text2text.encode_pairs(pairs, vocab, len(ids) + 2, 5)
+    assert cut == 0
+    assert features["input_ids"][0].tolist() == [vocab.bos_id, *ids, vocab.eos_id]
+    short = vocab.encode("Hi.")
+    assert len(short) == 3
+    target = features["target_ids"][0][features["target_mask"][0] == 1].tolist()
+    assert target == [vocab.bos_id, *short, vocab.eos_id]
+    assert vocab.decode(target) == "Hi."
+    assert features["target_ids"][1, :2].tolist() == [vocab.bos_id, vocab.eos_id]
+    features, cut = text2text.encode_pairs(pairs[:1], vocab, 5, 5)
+    assert cut == 1
+    assert features["input_ids"][0].tolist() == [vocab.bos_id, *ids[:3], vocab.eos_id]
+
+
 def run(args):
     return subprocess.run(
         [sys.executable, "run_text2text.py", *args],

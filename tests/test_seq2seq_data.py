@@ -37,6 +37,24 @@ def test_special_ids_follow_the_bpe_vocabulary_with_sentinels_counted_down(tmp_p
     assert vocab.decode(ids, stop_at_eos=False).startswith("The cat<extra_id_1></s>")
 
 
+def test_bart_vocab_adds_bos_after_mask_and_leaves_t5_ids_alone(tmp_path):
+    files = tiny_bpe(tmp_path)
+    t5_vocab = seq2seq_data.Seq2SeqVocab.from_files(*files, num_sentinels=5)
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(*files, num_sentinels=0, bos=True)
+    n = len(vocab.tokenizer.encoder)
+    assert t5_vocab.bos_id is None and vocab.bos_id == n + 3 and vocab.size == n + 4
+    assert (vocab.pad_id, vocab.eos_id, vocab.mask_id) == (n, n + 1, n + 2)
+    assert vocab.wrap([7, 8]) == [n + 3, 7, 8, n + 1] and t5_vocab.wrap([7, 8]) == [7, 8, n + 1]
+    assert vocab.decode(vocab.wrap(vocab.encode("The cat"))) == "The cat"
+    # A RoBERTa / BART vocabulary already holds <s>: its id is kept.
+    specials = ("<s>", "<pad>", "</s>", "<mask>")
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(*tiny_bpe(tmp_path, specials), 0, bos=True)
+    enc = vocab.tokenizer.encoder
+    assert (vocab.bos_id, vocab.pad_id, vocab.eos_id) == (enc["<s>"], enc["<pad>"], enc["</s>"])
+    with pytest.raises(ValueError, match="<s>"):
+        seq2seq_data.bart_instance([[1, 2]], t5_vocab, np.random.default_rng(0))
+
+
 def test_special_tokens_already_in_the_encoder_keep_their_ids(tmp_path):
     specials = ("<pad>", "</s>", "<mask>", "<extra_id_0>", "<extra_id_1>")
     vocab = seq2seq_data.Seq2SeqVocab.from_files(*tiny_bpe(tmp_path, specials), num_sentinels=3)
@@ -80,17 +98,18 @@ def test_t5_chunk_length_is_the_longest_that_fits():
 
 
 def test_degenerate_bart_rates_give_the_original_or_its_permutation(tmp_path):
-    vocab = seq2seq_data.Seq2SeqVocab.from_files(*tiny_bpe(tmp_path), num_sentinels=5)
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(*tiny_bpe(tmp_path), 0, bos=True)
+    bos, eos = vocab.bos_id, vocab.eos_id
     sentences = [[1, 2], [3, 4, 5], [6]]
     rng = np.random.default_rng(3)
     inputs, targets = seq2seq_data.bart_instance(sentences, vocab, rng, mask_ratio=0.0)
-    assert inputs == targets == [1, 2, 3, 4, 5, 6, vocab.eos_id]
+    assert inputs == targets == [bos, 1, 2, 3, 4, 5, 6, eos]
     inputs, targets = seq2seq_data.bart_instance(
         sentences, vocab, np.random.default_rng(3), mask_ratio=0.0, permute=True
     )
-    assert targets == [1, 2, 3, 4, 5, 6, vocab.eos_id]
+    assert targets == [bos, 1, 2, 3, 4, 5, 6, eos]
     order = noising.permute_sentences(sentences, np.random.default_rng(3))[0]
-    assert inputs == [t for s in order for t in s] + [vocab.eos_id]
+    assert inputs == [bos] + [t for s in order for t in s] + [eos]
 
 
 def run_create(tmp_path, *extra) -> subprocess.CompletedProcess:
@@ -142,7 +161,11 @@ def test_create_seq2seq_data_round_trips_to_the_corpus(tmp_path):
         texts.append(vocab.decode(noising.t5_reconstruct(inputs, targets, vocab.sentinel_ids)))
     assert "".join(texts).replace("\n", "") == CORPUS.replace("\n", "")
 
-    # BART through the same writer in-process (one entrypoint start per test is slow enough).
+    # BART through the same writer in-process (one entrypoint start per test is slow enough),
+    # with the published BART layout: `<s> ... </s>` on both sides.
+    vocab = seq2seq_data.Seq2SeqVocab.from_files(
+        tmp_path / "bpe/encoder.json", tmp_path / "bpe/vocab.bpe", 0, bos=True
+    )
     out_bart = tmp_path / "bart.tfrecord"
     docs = [
         seq2seq_data.encode_sentences(vocab, d)
@@ -154,15 +177,18 @@ def test_create_seq2seq_data_round_trips_to_the_corpus(tmp_path):
     texts = []
     for inputs, targets in seq2seq_data.read_seq2seq_records(str(out_bart)):
         assert vocab.mask_id in inputs
+        for ids in (inputs, targets):
+            assert ids[0] == vocab.bos_id and ids[-1] == vocab.eos_id
+            assert ids.count(vocab.bos_id) == ids.count(vocab.eos_id) == 1
         # The input is the target with spans replaced by masks: the unmasked runs in order.
         runs, run = [], []
-        for t in inputs[:-1]:
+        for t in inputs[1:-1]:
             if t == vocab.mask_id:
                 runs.append(run)
                 run = []
             else:
                 run.append(t)
-        assert _in_order([r for r in runs + [run] if r], targets[:-1])
+        assert _in_order([r for r in runs + [run] if r], targets[1:-1])
         texts.append(vocab.decode(targets))
     assert "".join(texts).replace("\n", "") == CORPUS.replace("\n", "")
 
@@ -171,6 +197,8 @@ def test_same_seed_same_instances_and_bad_settings_are_refused(tmp_path):
     vocab = seq2seq_data.Seq2SeqVocab.from_files(*tiny_bpe(tmp_path), num_sentinels=10)
     docs = [seq2seq_data.encode_sentences(vocab, d.split("\n")) for d in CORPUS.split("\n\n")]
     for noising_name in seq2seq_data.NOISINGS:
+        bart = noising_name == "bart_infill"
+        vocab = seq2seq_data.Seq2SeqVocab.from_files(*tiny_bpe(tmp_path), 10, bos=bart)
         settings = seq2seq_data.NoisingSettings(noising_name, 19, 11)
         runs = [
             list(seq2seq_data.create_instances(docs, vocab, settings, np.random.default_rng(5)))
@@ -181,6 +209,8 @@ def test_same_seed_same_instances_and_bad_settings_are_refused(tmp_path):
         seq2seq_data.NoisingSettings("t5_span", 19, 11, permute_sentences=True)
     with pytest.raises(ValueError, match="no chunk"):
         seq2seq_data.NoisingSettings("t5_span", 3, 2).chunk_length()
+    with pytest.raises(ValueError, match="no chunk"):
+        seq2seq_data.NoisingSettings("bart_infill", 3, 9).chunk_length()
     a, b = tmp_path / "a.tfrecord", tmp_path / "b.tfrecord"
     seq2seq_data.write_seq2seq_tfrecords(runs[0], [str(a)], 19, 11, vocab.pad_id)
     assert seq2seq_data.seq2seq_file_lengths([str(a)])[:2] == (19, 11)

@@ -1,7 +1,6 @@
 """T5: relative buckets by hand, keras-hub's T5Backbone as an independent implementation, the
 decoder's causality, teacher forcing, and greedy / beam decoding on a model taught to copy."""
 
-import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -14,22 +13,11 @@ TINY = dict(vocab_size=23, d_model=12, d_kv=4, d_ff=17, num_layers=2, num_heads=
 
 
 def tiny(**changes):
-    keras.utils.set_random_seed(5)
-    model = t5.T5Model(t5.T5Config(**{**TINY, **changes}))
-    model.build()
-    return model
+    return helpers.tiny_encoder_decoder(t5.T5Model, t5.T5Config, {**TINY, **changes})
 
 
 def batch(b=3, s=7, t=5, seed=0):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(2, 23, (b, s)).astype("int32")
-    mask = np.ones_like(ids)
-    mask[0, 5:] = 0
-    return {
-        "input_ids": ids,
-        "input_mask": mask,
-        "decoder_input_ids": rng.integers(2, 23, (b, t)).astype("int32"),
-    }
+    return helpers.encoder_decoder_batch(b, s, t, seed, padded=((0, 5),))
 
 
 def test_relative_buckets_match_hand_computed_values():
