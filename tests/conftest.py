@@ -17,7 +17,7 @@ tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceCon
 
 
 # Seconds of each slow test file: the sum of its tests among the 40 slowest of the last measured
-# whole-suite run (tests/SUITE_TIMES.md "Before"; a lower bound). xdist's loadfile hands files out in
+# whole-suite run (SUITE_TIMES.md "Before"; a lower bound). xdist's loadfile hands files out in
 # order of their test count, so a file of a few long smoke runs would start last and leave one
 # worker running alone at the end; these start first, longest first (the longest-processing-time
 # rule) and the many short files fill the gaps. A file not listed counts as short. Only the order

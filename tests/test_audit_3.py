@@ -1,7 +1,7 @@
-"""Issue #3 gaps closed by the audit (tests/claims/issue3_classifier.md): GLUE submission file names and label names
-against jiant's benchmark formatter (code no one here wrote), one submission row per test row for
-every task, the truncation warning's count and lines, the tensorflow-datasets label mapping, and a
-bad --init_checkpoint leaving output_dir untouched."""
+"""Issue #3 gaps closed by the audit (tests/claims/issue3_classifier.md): GLUE submission file
+names and label names against jiant's benchmark formatter (code no one here wrote), one
+submission row per test row for every task, the truncation warning's count and lines, the
+tensorflow-datasets label mapping, and a bad --init_checkpoint leaving output_dir untouched."""
 
 import ast
 import logging

@@ -1,7 +1,7 @@
-"""Issue #5 gaps closed by the audit (tests/claims/issue5_ner.md): tags unknown at evaluation time are a
-counted warning naming file and line and are still scored as gold (conlleval counts them as
-missed), checked against seqeval; the strict-scheme repair count reaches the log line; an empty
-extract_features input names the file."""
+"""Issue #5 gaps closed by the audit (tests/claims/issue5_ner.md): tags unknown at evaluation time
+are a counted warning naming file and line and are still scored as gold (conlleval counts them
+as missed), checked against seqeval; the strict-scheme repair count reaches the log line; an
+empty extract_features input names the file."""
 
 import logging
 

@@ -1,8 +1,8 @@
-"""Issue #7 gaps closed by the audit (tests/claims/issue7_objectives.md): whole-word masked records through the BERT
-record checks and tf.data pipeline with every word masked whole, and SpanBERT on a BERT config
-(span masking + span boundary objective, no NSP) pretraining two steps and its checkpoint
-fine-tuning a classifier, in process (the other objectives' smoke runs are subprocess runs in
-test_run_pretraining.py)."""
+"""Issue #7 gaps closed by the audit (tests/claims/issue7_objectives.md): whole-word masked records
+through the BERT record checks and tf.data pipeline with every word masked whole, and SpanBERT
+on a BERT config (span masking + span boundary objective, no NSP) pretraining two steps and its
+checkpoint fine-tuning a classifier, in process (the other objectives' smoke runs are subprocess
+runs in test_run_pretraining.py)."""
 
 import random
 
