@@ -468,7 +468,7 @@ def _ner_input(d):
         for i in range(13)
     ]
     (d / "train.txt").write_text("\n\n".join(sentences) + "\n")
-    return [f"--data_dir={d}"]
+    return [f"--data_dir={d}", "--window_overlap=3"]
 
 
 # entrypoint -> (module and name of the function that writes its train.tf_record, its input)
