@@ -202,7 +202,7 @@ def test_read_only_output_dir_names_the_path_and_keeps_the_checkpoint(tmp_path):
             [sys.executable, "-c", script],
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=900,
             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
         )
         assert result.returncode != 0, result.stderr[-2000:]
@@ -531,7 +531,14 @@ def test_toggling_span_boundary_objective_is_refused_naming_the_flag(tmp_path):
     # run_pretraining records the flag with its checkpoints; a resume with the span boundary
     # head toggled is refused before anything restores, naming the flag and what to do.
     data, config = tmp_path / "train.tfrecord", tmp_path / "bert_config.json"
-    helpers.write_synthetic_pretraining_file(data, 13, S, P, helpers.TINY["vocab_size"])
+    rows = helpers.write_synthetic_pretraining_file(
+        tmp_path / "plain.tfrecord", 13, S, P, helpers.TINY["vocab_size"]
+    )
+    with tf.io.TFRecordWriter(str(data)) as w:  # the same records with span boundaries
+        for ids, seg, pos, labels, label in rows:
+            left, right = [q - 1 for q in pos], [min(q + 1, len(ids) - 1) for q in pos]
+            w.write(features.serialize_pretraining_example(ids, seg, pos, labels, label, S, P,
+                                                           left, right))  # fmt: skip
     config.write_text(helpers.tiny_config().to_json_string())
     out = tmp_path / "out"
     common = [
@@ -540,15 +547,14 @@ def test_toggling_span_boundary_objective_is_refused_naming_the_flag(tmp_path):
         "--num_train_steps=2", "--num_warmup_steps=1", "--save_checkpoints_steps=2",
         "--iterations_per_loop=2", "--learning_rate=1e-3", "--do_train",
     ]  # fmt: skip
-    with _entrypoint("run_pretraining", common) as script:
+    with _entrypoint("run_pretraining", [*common, "--span_boundary_objective"]) as script:
         script.main(["run_pretraining"])
     assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-2")
     recorded = json.loads((out / trainer.RUN_SETTINGS_FILE).read_text())
-    assert recorded == {"skip_corrupt_records": False, "span_boundary_objective": False}
-    toggled = [*common, "--span_boundary_objective", "--num_train_steps=4"]
-    with _entrypoint("run_pretraining", toggled) as script:
-        with pytest.raises(ValueError, match=r"--span_boundary_objective was False and is now "
-                           r"True.*Rerun with --span_boundary_objective=False"):  # fmt: skip
+    assert recorded == {"skip_corrupt_records": False, "span_boundary_objective": True}
+    with _entrypoint("run_pretraining", [*common, "--num_train_steps=4"]) as script:
+        with pytest.raises(ValueError, match=r"--span_boundary_objective was True and is now "
+                           r"False.*Rerun with --span_boundary_objective=True"):  # fmt: skip
             script.main(["run_pretraining"])
     assert _held_steps(out) == [2]
 
@@ -622,12 +628,18 @@ def _latest_step(folder) -> int:
 
 
 def _wait_for(procs, done, seconds=600):
-    """Polls until done() holds; fails with the stderr of any worker that ended before."""
+    """Polls until done() holds. When a worker ends first or time runs out, kills the workers
+    and fails showing what each wrote to stderr."""
     deadline = time.time() + seconds
     while not done():
-        assert time.time() < deadline and all(p.poll() is None for p in procs), [
-            p.stderr.read()[-3000:] for p in procs if p.poll() is not None
-        ]
+        ended = [i for i, p in enumerate(procs) if p.poll() is not None]
+        if ended or time.time() > deadline:
+            why = f"worker(s) {ended} ended" if ended else f"nothing happened in {seconds} s"
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            errs = _finish(procs, timeout=60)
+            raise AssertionError(f"{why}: {[e[-3000:] for e in errs]}")
         time.sleep(0.02)
 
 
