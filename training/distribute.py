@@ -92,3 +92,13 @@ def gather_from_workers(strategy, values, width: int = 32) -> dict[int, list[int
     dist = strategy.experimental_distribute_values_from_function(lambda ctx: tf.constant(row))
     table = strategy.gather(dist, axis=0).numpy()  # (replicas, 1 + width), local replicas alike
     return {int(r[0]): [int(v) for v in r[1:] if v >= 0] for r in table}
+
+
+def workers_flagged(strategy, flag: bool) -> list[int]:
+    """The indexes of the workers whose `flag` is set: the same list on every worker.
+
+    A collective (gather_from_workers): every worker must call it at the same point. With one
+    worker no collective runs.
+    """
+    flags = gather_from_workers(strategy, [1] if flag else [], width=1)
+    return sorted(w for w, values in flags.items() if values)

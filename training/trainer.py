@@ -12,6 +12,21 @@ checkpoint while a distributed one cannot (tensorflow issue 56372), so a resumed
 the exact input position: no batch is replayed or skipped, under any strategy. Under
 MultiWorkerMirroredStrategy every worker saves its own checkpoints (its own iterator's position);
 a restart resumes all workers from the newest step they all hold (agreed_checkpoint).
+
+Preemption: a SIGTERM makes the run save the checkpoint at the current step and exit with code
+42 (Preempted). Under MultiWorkerMirroredStrategy a SIGTERM to any one worker stops every worker
+at the same step: after each compiled call the workers share their "SIGTERM seen" flags in one
+collective (distribute.workers_flagged), so all of them save that step and exit 42 together, and
+a restart of all resumes there. tf.distribute.experimental.PreemptionCheckpointHandler does the
+same agreement through the coordination service, but does not fit here (TF 2.21's
+failure_handling.py): (1) it picks its behaviour by probing the Google Cloud metadata server
+over HTTP at start-up; on a Google Cloud CPU VM it then handles no signal at all (a warning
+only), and on a GCE GPU VM it ignores SIGTERM and polls the metadata server instead, training on
+through a one-hour grace period and exiting 143; (2) it restores the manager's latest
+checkpoint when built, bypassing agreed_checkpoint, so workers whose newest checkpoints differ
+would resume at different steps; (3) it counts calls of single-step functions in a
+`checkpointed_runs` variable it adds to the checkpoint, so checkpoints written before would no
+longer restore whole; (4) it replaces the process's SIGTERM handler for good.
 """
 
 from __future__ import annotations
@@ -733,10 +748,13 @@ def run_training(
     in_a_row = 0
     single_worker = distribute.num_workers(trainer.strategy) == 1
     seconds_per_step = None  # of the last call (its first includes tracing: an overestimate)
+    # Multi-worker: the workers a SIGTERM reached, as every worker agreed after the last call.
+    # A worker that stopped on its own flag alone would leave the others failing mid-collective.
+    sigterm_on: list[int] = []
     with _SigtermFlag() as sigterm:
         while True:
-            if sigterm.received:
-                _exit_preempted(manager, model, int(step_var.numpy()))
+            if sigterm.received if single_worker else sigterm_on:
+                _exit_preempted(manager, model, int(step_var.numpy()), sigterm_on)
             if int(step_var.numpy()) >= settings.num_train_steps:
                 break
             t_loop = time.time()
@@ -832,9 +850,12 @@ def run_training(
                 _fmt_duration(eta),
                 f" | {skipped} non-finite steps skipped" if skipped else "",
             )
+            if not single_worker:
+                sigterm_on = distribute.workers_flagged(strategy, sigterm.received)
             if step % settings.save_checkpoints_steps == 0 or step >= settings.num_train_steps:
                 _save(manager, model, step)
-                if eval_fn and not sigterm.received:
+                # Multi-worker: the eval's collectives run on every worker or on none.
+                if eval_fn and not (sigterm.received if single_worker else sigterm_on):
                     _log_eval(eval_fn, step, eval_log, out)
     writer.flush()
     return last
@@ -853,13 +874,18 @@ def _append_jsonl(path: str, records: list[dict]) -> None:
         f.writelines(json.dumps(r) + "\n" for r in records)
 
 
-def _exit_preempted(manager, model, step: int) -> None:
-    """Saves the checkpoint at `step` (unless there is one) and raises Preempted."""
+def _exit_preempted(manager, model, step: int, sigterm_on: list[int]) -> None:
+    """Saves the checkpoint at `step` (unless there is one) and raises Preempted.
+
+    sigterm_on: under MultiWorkerMirroredStrategy, the workers the SIGTERM reached (every
+    worker stops here at the same step); empty for a single worker.
+    """
     latest = manager.latest_checkpoint
     if not latest or not latest.endswith(f"ckpt-{step}"):
         _save(manager, model, step)
     logging.warning(
-        "SIGTERM: saved %s at step %d; exiting with code %d, rerun to continue",
+        "SIGTERM%s: saved %s at step %d; exiting with code %d, rerun to continue",
+        f" on worker {', '.join(map(str, sigterm_on))}, every worker stops" if sigterm_on else "",
         manager.latest_checkpoint,
         step,
         PREEMPTED_EXIT_CODE,
