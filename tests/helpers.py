@@ -211,6 +211,10 @@ def run_main(script: str, args=()) -> Completed:
         logging.Formatter("%(relativeCreated)d %(levelname)s %(name)s: %(message)s")
     )
     root, verbosity, level = logging.getLogger(), absl_logging.get_verbosity(), None
+    # set_verbosity(verbosity) alone would leave the absl logger at the flag's default (WARNING)
+    # where it was NOTSET before the first run: later caplog-based tests would then see nothing.
+    absl_logger = logging.getLogger("absl")
+    absl_level = absl_logger.level
     cwd, code = os.getcwd(), 0
     try:
         module = importlib.import_module(name)
@@ -239,6 +243,7 @@ def run_main(script: str, args=()) -> Completed:
         if level is not None:
             root.setLevel(level)
         absl_logging.set_verbosity(verbosity)
+        absl_logger.setLevel(absl_level)
         for flag in set(FLAGS) - before:
             delattr(FLAGS, flag)
         sys.modules.pop(name, None)

@@ -10,8 +10,13 @@ from tests import helpers
 
 
 def test_run_main_starts_from_the_defaults_and_reports_failures_as_app_run_does(tmp_path):
+    import logging
+
+    absl_level = logging.getLogger("absl").level
     r = helpers.run_main("run_pretraining.py", ["--do_train"])
     assert r.returncode == 1 and "--bert_config_file is required" in r.stderr
+    # Logging is left as found: a later test's caplog still sees absl's INFO lines.
+    assert logging.getLogger("absl").level == absl_level
     # --do_train is not carried over from the call before.
     r = helpers.run_main("run_pretraining.py", [f"--output_dir={tmp_path}"])
     assert r.returncode == 1 and "at least one of --do_train or --do_eval" in r.stderr
