@@ -129,19 +129,24 @@ _FULL_DISK_SCRIPT = textwrap.dedent(
 )
 
 
+def _run_child(script: str, timeout: int) -> subprocess.CompletedProcess:
+    """`python -c script` with TensorFlow's C++ logging quiet; output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+
+
 def test_full_disk_names_the_path_and_keeps_the_previous_checkpoint(tmp_path, data_file):
     out = tmp_path / "run"
     saved = tmp_path / "after3.npz"
     script = _FULL_DISK_SCRIPT.format(
         root=str(ROOT), out=str(out), data=data_file, saved=str(saved), limit=20_000
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-    )
+    result = _run_child(script, timeout=300)
     assert result.returncode != 0, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]
     assert re.search(re.escape(str(out)) + r"/ckpt-6_temp/\S+; File too large", last), last
@@ -198,13 +203,7 @@ def test_read_only_output_dir_names_the_path_and_keeps_the_checkpoint(tmp_path):
         script = _READ_ONLY_SCRIPT.format(
             root=str(ROOT), out=str(out), data=str(data), saved=str(saved)
         )
-        result = subprocess.run(
-            [sys.executable, "-c", script],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-        )
+        result = _run_child(script, timeout=900)
         assert result.returncode != 0, result.stderr[-2000:]
         # The run's error (not the last line: at exit TensorFlow's autograph fails to delete the
         # temp files root made before the drop, and says so).
