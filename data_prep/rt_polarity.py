@@ -485,7 +485,8 @@ def finetune_arm(
     arm_dir = out / "finetune" / arm
     labels_file = out / "sst2" / "test_labels.tsv"
     data_dir = Path(data_dir) if data_dir else out / "sst2"
-    train_examples = sum(1 for _ in open(data_dir / "train.tsv", encoding="utf-8")) - 1
+    with open(data_dir / "train.tsv", encoding="utf-8") as f:
+        train_examples = sum(1 for _ in f) - 1  # less the header
     results = []
     for seed in seeds:
         run_dir = arm_dir / f"seed_{seed}"
