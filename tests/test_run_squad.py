@@ -255,3 +255,49 @@ def test_multi_worker_prediction_equals_one_device(smoke, files, tmp_path):
         for key in ("start_logit", "end_logit", "probability"):
             got_values = [e[key] for e in entries]
             assert got_values == pytest.approx([e[key] for e in want_nbest[qid]], abs=1e-4)
+
+
+def test_an_electra_pretraining_checkpoint_fine_tunes_through_run_squad(files, tmp_path):
+    """run_squad.py with an ELECTRA config and an ELECTRA pretraining checkpoint: the span model's
+    encoder starts from the discriminator (the logged part is the encoder, and its first weight
+    equals the discriminator's before training), trains and predicts every question."""
+    import numpy as np
+    import tensorflow as tf
+
+    from modeling import electra
+    from tests.test_electra import TINY
+
+    config = electra.ElectraConfig(**{**TINY, "vocab_size": 30522, "max_position_embeddings": 64})
+    config_file = tmp_path / "electra_config.json"
+    config_file.write_text(config.to_json_string())
+    pre = electra.ElectraPretrainer(config)
+    pre.build()
+    tf.train.Checkpoint(model=pre).save(str(tmp_path / "electra" / "ckpt"))
+    out = tmp_path / "squad"
+    job = run(
+        [
+            *common(files, out, files["sample"]),
+            f"--bert_config_file={config_file}",
+            f"--init_checkpoint={tmp_path / 'electra'}",
+            "--do_train",
+            "--do_predict",
+        ]
+    )
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert "initialised the encoder from" in job.stderr
+    predictions = json.loads((out / "predictions.json").read_text())
+    questions = {
+        qa["id"] for a in files["data"]["data"] for p in a["paragraphs"] for qa in p["qas"]
+    }
+    assert set(predictions) == questions
+    # The checkpoint run_squad wrote restores into a span model built from the ELECTRA config:
+    # its encoder has the discriminator's widths (not the generator's) and moved in training.
+    from modeling import span_qa
+    from training import trainer
+
+    tuned = span_qa.BertSpanQA(config)
+    tuned.build()
+    assert trainer.init_from_checkpoint(tuned, str(out))[1] == "model"
+    for a, b in zip(tuned.encoder.weights, pre.encoder.weights, strict=True):
+        assert a.shape == b.shape
+    assert not np.array_equal(tuned.encoder.weights[0].numpy(), pre.encoder.weights[0].numpy())
