@@ -622,9 +622,10 @@ def load_hf(weights, config: BartConfig, config_where: str = "config.json", skip
         f"{config_where} (BART: {config.encoder_layers} + {config.decoder_layers} layers, "
         f"d_model={config.d_model}, vocab_size={config.vocab_size})"
     )
+    # The LM head (tied to `shared`, plus final_logits_bias) is BART's pre-training head.
     report = checkpoints.convert_into(
         model, hf_entries(config, prefix), source, where,
-        checkpoints._hf_ignore(tied, source), skip,
+        checkpoints._hf_ignore(tied, source), skip, heads=True,
     )  # fmt: skip
     return model, report
 

@@ -1298,6 +1298,7 @@ def convert_into(
     context: str,
     ignore: Callable[[str], str | None] = lambda name: None,
     skip: str | None = None,
+    heads: bool | None = None,
 ) -> ConversionReport:
     """Checks `entries` against `source` and `model`, then assigns every Cloze variable.
 
@@ -1309,6 +1310,8 @@ def convert_into(
       ignore: name -> a reason when the source variable is not a weight (optimizer state, a
         buffer, a tied copy), else None.
       skip: a regex; source variables it matches (re.search) are deliberately left out.
+      heads: whether the model holds its pre-training head(s), for the report; None = a
+        pretrainer of the BERT family (has_heads). Sequence-to-sequence models say it themselves.
     Raises:
       InputError: before anything is assigned, listing every source variable that is missing,
         has another shape or dtype, or has no place in the model, and every Cloze variable the
@@ -1364,7 +1367,9 @@ def convert_into(
         if tuple(value.shape) != tuple(var.shape):
             raise RuntimeError(f"{e.target}: map made {value.shape}, variable is {var.shape}")
         var.assign(value)
-    return ConversionReport(source.label, entries, has_heads(model), ignored)
+    return ConversionReport(
+        source.label, entries, has_heads(model) if heads is None else heads, ignored
+    )
 
 
 def export_arrays(model, entries: list[Entry], leave_out=()) -> dict[str, np.ndarray]:

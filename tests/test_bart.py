@@ -357,6 +357,8 @@ def test_hugging_face_files_load_in_keras_hub_and_round_trip_exactly(tmp_path):
 
     back, report = bart.load_hf(tmp_path / "hf", model.config)
     assert report.num_source_variables == len(model.weights)
+    # Its LM head (final_logits_bias, the tied table) is BART's pre-training head.
+    assert "pre-training heads: included" in report.summary()
     for mine, read in zip(model.weights, back.weights):
         np.testing.assert_array_equal(mine.numpy(), read.numpy(), err_msg=mine.path)
     # transformers' older files carry tied copies of `shared`: checked equal, not converted.
