@@ -2,7 +2,6 @@
 of what Cloze deletes and deserialises. (Kill/resume, SIGTERM and damaged TFRecords are tested in
 test_trainer.py and test_run_pretraining.py; bench/reliability.py loops over them.)"""
 
-import contextlib
 import importlib
 import io
 import json
@@ -414,24 +413,6 @@ def test_damaged_fine_tuning_features_are_named_or_skipped_and_counted(tmp_path,
         _squad_run(tmp_path / "skip", path, False, 9, **named)
 
 
-@contextlib.contextmanager
-def _entrypoint(name: str, args: list[str]):
-    """Entrypoint module `name` imported with `args` parsed into its flags, to call its main in
-    this process (a subprocess would pay another TensorFlow import). Afterwards its flags and
-    the module are removed again, so that another entrypoint, which defines flags of the same
-    names, can be imported next."""
-    from absl import flags
-
-    module = importlib.import_module(name)
-    try:
-        flags.FLAGS([name, *args])
-        yield module
-    finally:
-        for flag in flags.FLAGS.get_flags_for_module(name):
-            delattr(flags.FLAGS, flag.name)
-        sys.modules.pop(name)
-
-
 _WORDS = "john mary paris london went to saw in the who where did .".split()
 
 
@@ -479,7 +460,7 @@ FINE_TUNING = {
 
 
 @pytest.mark.parametrize("name", sorted(FINE_TUNING))
-def test_fine_tuning_scripts_pass_skip_corrupt_records_through(name, tmp_path, monkeypatch, caplog):
+def test_fine_tuning_scripts_pass_skip_corrupt_records_through(name, tmp_path, monkeypatch):
     # Each script rewrites train.tf_record from its text input on every run, so the damage is
     # done between that write and training: the writer is wrapped to flip a bit of record 9.
     module, writer, write_input = FINE_TUNING[name]
@@ -508,18 +489,18 @@ def test_fine_tuning_scripts_pass_skip_corrupt_records_through(name, tmp_path, m
         "--do_train",
     ]
     # Without the flag the run stops naming the file, the record and its byte offset.
-    with _entrypoint(name, [*common, f"--output_dir={tmp_path / 'plain'}"]) as script:
-        with pytest.raises(InputError) as error:
-            script.main([name])
+    plain = helpers.run_main(f"{name}.py", [*common, f"--output_dir={tmp_path / 'plain'}"])
+    assert plain.returncode == 1 and "InputError" in plain.stderr, plain.stderr[-2000:]
     assert damaged["records"] == 13
     where = rf"{re.escape(damaged['path'])}: 9 good records.*record 9 \(byte {damaged['offset']}\)"
-    assert re.search(where, str(error.value)), str(error.value)
+    assert re.search(where, plain.stderr), plain.stderr[-2000:]
     # With it the run trains past the damage to its last step, counting what it skipped.
     out = tmp_path / "skip"
-    with _entrypoint(name, [*common, f"--output_dir={out}", "--skip_corrupt_records"]) as script:
-        with caplog.at_level(logging.INFO, logger="absl"):
-            script.main([name])
-    assert f"skipping 4 records of {damaged['path']}" in caplog.text, caplog.text[-2000:]
+    skip = helpers.run_main(
+        f"{name}.py", [*common, f"--output_dir={out}", "--skip_corrupt_records"]
+    )
+    assert skip.returncode == 0, skip.stderr[-2000:]
+    assert f"skipping 4 records of {damaged['path']}" in skip.stderr, skip.stderr[-2000:]
     assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-4")
     assert json.loads((out / trainer.RUN_SETTINGS_FILE).read_text()) == {
         "skip_corrupt_records": True
@@ -546,15 +527,17 @@ def test_toggling_span_boundary_objective_is_refused_naming_the_flag(tmp_path):
         "--num_train_steps=2", "--num_warmup_steps=1", "--save_checkpoints_steps=2",
         "--iterations_per_loop=2", "--learning_rate=1e-3", "--do_train",
     ]  # fmt: skip
-    with _entrypoint("run_pretraining", [*common, "--span_boundary_objective"]) as script:
-        script.main(["run_pretraining"])
+    first = helpers.run_main("run_pretraining.py", [*common, "--span_boundary_objective"])
+    assert first.returncode == 0, first.stderr[-2000:]
     assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-2")
     recorded = json.loads((out / trainer.RUN_SETTINGS_FILE).read_text())
     assert recorded == {"skip_corrupt_records": False, "span_boundary_objective": True}
-    with _entrypoint("run_pretraining", [*common, "--num_train_steps=4"]) as script:
-        with pytest.raises(ValueError, match=r"--span_boundary_objective was True and is now "
-                           r"False.*Rerun with --span_boundary_objective=True"):  # fmt: skip
-            script.main(["run_pretraining"])
+    toggled = helpers.run_main("run_pretraining.py", [*common, "--num_train_steps=4"])
+    assert toggled.returncode == 1
+    assert re.search(
+        r"--span_boundary_objective was True and is now False.*Rerun with "
+        r"--span_boundary_objective=True", toggled.stderr, re.S
+    ), toggled.stderr[-2000:]  # fmt: skip
     assert _held_steps(out) == [2]
 
 
