@@ -392,3 +392,9 @@ def test_streaming_entrypoint_never_imports_tensorflow(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "*** Example ***" in result.stderr  # the first records, decoded for the log
     check_pretraining_files([str(out)], 23, 5)
+    # Its workers were forked (no TensorFlow there): the same bytes as one worker in this process
+    # with the flags' defaults.
+    tokenizer = FullTokenizer(str(vocab))
+    conf = settings(tokenizer, dupe_factor=10, random_seed=12345)
+    create_shards([str(corpus)], [str(tmp_path / "here.tfrecord")], tokenizer, conf, 1, 1 << 20)
+    assert (tmp_path / "here.tfrecord").read_bytes() == out.read_bytes()
