@@ -1,7 +1,8 @@
 """Tokenization throughput: Cloze's tokenizers against Hugging Face `tokenizers` (Rust), ids equal.
 
-WordPiece: data_prep/tokenization.InGraphTokenizer.batch_tokenize_ids, the path
-create_pretraining_data.py takes (via pretraining_data.read_documents), against
+WordPiece: data_prep/tokenization.InGraphTokenizer.batch_tokenize_ids (the path of
+create_pretraining_data.py --compat_original, via pretraining_data.read_documents) and
+FullTokenizer.batch_tokenize_ids (the path of its streaming workers), against
 tokenizers.BertWordPieceTokenizer with the same vocabulary and the original BERT's normalization,
 both tokenizing the same non-blank corpus lines in bulk. Byte-level BPE: data_prep/bpe.ByteLevelBPE
 against a tokenizers BPE model with GPT-2's byte-level pre-tokenizer on GPT-2's own files.
@@ -82,7 +83,7 @@ def wordpiece(corpus, vocab_file, do_lower_case: bool = True, repeats: int = 2, 
     """WordPiece tokens/s of Cloze's bulk path and of Hugging Face's BertWordPieceTokenizer."""
     import tokenizers
 
-    from data_prep.tokenization import InGraphTokenizer
+    from data_prep.tokenization import FullTokenizer, InGraphTokenizer
 
     numbered = read_lines(corpus, max_lines)
     lines = [t for _, t in numbered]
@@ -100,9 +101,18 @@ def wordpiece(corpus, vocab_file, do_lower_case: bool = True, repeats: int = 2, 
     peer_s, encodings = _best_time(lambda: _hf_encode(hf, lines, add_special_tokens=False), repeats)
     theirs = [e.ids for e in encodings]
     compared = check_identical(corpus, numbered, ours, theirs, "WordPiece")
+    # FullTokenizer, the path create_pretraining_data.py's workers take: a fresh tokenizer each
+    # pass, so its word cache starts empty as in a worker.
+    vocab = cloze.vocab
+    full_s, full_ids = _best_time(
+        lambda: FullTokenizer.from_vocab(vocab, do_lower_case).batch_tokenize_ids(lines), repeats
+    )
+    check_identical(corpus, numbered, full_ids, theirs, "WordPiece (FullTokenizer)")
     tokens = sum(len(ids) for ids in ours)
     return _report(corpus, len(lines), tokens, cloze_s, peer_s, compared) | {
-        "vocab": str(vocab_file)
+        "vocab": str(vocab_file),
+        "cloze_full_tokenizer": {"seconds": full_s, "tokens_per_s": tokens / full_s},
+        "ratio_full_tokenizer": peer_s / full_s,
     }
 
 

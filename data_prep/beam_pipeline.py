@@ -10,13 +10,13 @@ vocabulary, flags, --chunk_bytes and seed it writes the same files as
   chunks       iter_file_chunks: each file cut into chunks of whole documents, named (file index,
                chunk index); one worker reads one file from start to end
   Reshuffle    spreads the chunks over the workers (else each stays fused to its file's reader)
-  records      tokenize_chunk (the tensorflow-text tokenizer, built once per worker) and
+  records      tokenize_chunk (FullTokenizer, built once per worker) and
                chunk_records, the pure function of one chunk seeded from (seed, file, chunk)
   deal         record j of chunk (f, c) goes to shard shard_of(f, c, j); one element per chunk and
                shard: (shard, (f, c, records))
   GroupByKey   per shard (every shard keyed once more with no records, so empty shards exist too)
-  write        a shard's blocks sorted by (f, c), its records written in that order with
-               tf.io.TFRecordWriter under a temporary name, then renamed into place
+  write        a shard's blocks sorted by (f, c), its records framed (frame_records: the bytes of
+               tf.io.TFRecordWriter) in that order under a temporary name, then renamed into place
 
 A shard passes through one worker when it is written (as with any Beam file sink), so its records
 are held there at once: choose enough output shards that one fits a worker's memory (the
@@ -65,26 +65,20 @@ from data_prep.pretraining_shards import (
     ChunkSettings,
     TextChunk,
     chunk_records,
+    frame_records,
     iter_file_chunks,
+    open_file,
+    remove_files,
+    replace_files,
     shard_of,
     tokenize_chunk,
 )
 
 
-def _opener(path: str):
-    """Local paths through the built-in open; other filesystems (gs://, hdfs://, s3://) through
-    TensorFlow's, which the workers have for the tokenizer anyway."""
-    if "://" not in path:
-        return open(path, "rb")
-    import tensorflow as tf
-
-    return tf.io.gfile.GFile(path, "rb")
-
-
 def read_chunks(item: tuple[int, str], chunk_bytes: int) -> Iterator[TextChunk]:
     """The chunks of input file `item` = (file index, path), as the local path cuts them."""
     file_index, path = item
-    yield from iter_file_chunks(file_index, path, chunk_bytes, opener=_opener)
+    yield from iter_file_chunks(file_index, path, chunk_bytes, opener=open_file)
 
 
 def deal(
@@ -101,24 +95,21 @@ def deal(
 
 def write_shard(path: str, blocks) -> int:
     """Writes one shard: the blocks (file index, chunk index, records) in (file, chunk) order,
-    under a temporary name renamed into place when complete (a retried bundle rewrites it).
-    Returns the records written. `None` blocks (the empty-shard markers) are skipped."""
-    import tensorflow as tf
-
+    framed as create_shards frames them, under a temporary name renamed into place when complete
+    (a retried bundle rewrites it). Returns the records written. `None` blocks (the empty-shard
+    markers) are skipped."""
     ordered = sorted((b for b in blocks if b is not None), key=lambda b: (b[0], b[1]))
     temporary = f"{path}.incomplete-{uuid.uuid4().hex[:12]}"
     count = 0
     try:
-        with tf.io.TFRecordWriter(temporary) as writer:
+        with open_file(temporary, "wb") as out:
             for _, _, records in ordered:
-                for record in records:
-                    writer.write(record)
+                out.write(b"".join(frame_records(records)))
                 count += len(records)
-        tf.io.gfile.rename(temporary, path, overwrite=True)
+        replace_files([temporary], [path])
         logging.info("%s: %d records", path, count)
     except BaseException:
-        if tf.io.gfile.exists(temporary):
-            tf.io.gfile.remove(temporary)
+        remove_files([temporary])
         raise
     return count
 
@@ -148,12 +139,13 @@ def build(
     outputs = list(output_files)
 
     class ChunkRecords(beam.DoFn):
-        """tokenize_chunk + chunk_records; the tokenizer (TensorFlow) made once per worker."""
+        """tokenize_chunk + chunk_records; the tokenizer made once per worker (FullTokenizer, as
+        create_pretraining_data's workers: no TensorFlow)."""
 
         def setup(self):
-            from data_prep.tokenization import InGraphTokenizer
+            from data_prep.tokenization import FullTokenizer
 
-            self.tokenizer = InGraphTokenizer(vocab, do_lower_case=do_lower_case)
+            self.tokenizer = FullTokenizer.from_vocab(vocab, do_lower_case=do_lower_case)
 
         def process(self, chunk: TextChunk):
             documents = tokenize_chunk(chunk, self.tokenizer, settings.sentence_objective)

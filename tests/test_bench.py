@@ -169,3 +169,36 @@ def test_run_all_quick_writes_every_figure(tmp_path):
     for label in ("pretrain L2/H36/A3/I37", "WordPiece", "GPT-2 BPE", "create_pretraining_data 2x"):
         assert label in result.stdout
     assert "cloze_keras" in result.stdout and "saved_model" in result.stdout
+
+
+def _side(instances, seconds, work_seconds, cpu_seconds, rss):
+    return {
+        "instances_per_s": instances / seconds,
+        "work_instances_per_s": instances / work_seconds,
+        "instances_per_cpu_s": instances / cpu_seconds,
+        "peak_rss_mb": rss,
+        "peak_tree_rss_mb": rss + 7,
+    }
+
+
+def test_create_data_headline_is_the_wall_clock_ratio_and_memory_is_extrapolated():
+    rows = [
+        {
+            "scale": 1,
+            "corpus_bytes": 3_000_000,
+            "cloze": _side(900, 3, 2, 5, 100),
+            "original": _side(900, 30, 20, 25, 1000),
+        },
+        {"scale": 10, "corpus_bytes": 30_000_000, "cloze": _side(9000, 9, 8, 17, 110)},
+    ]
+    lines = create_data.headline(rows)
+    assert [line["wall_ratio"] for line in lines] == pytest.approx([10.0, 100 / 3.0])
+    assert lines[0]["work_wall_ratio"] == pytest.approx(10.0)
+    assert lines[0]["cpu_ratio"] == pytest.approx(5.0)
+    assert lines[1]["original_scale"] == 1  # its rate at the largest scale it ran at
+    assert "wall_ratio" not in create_data.headline(rows[1:])[0]
+    # one row: proportional; two: the line through them
+    assert create_data.estimate_original_rss_mb(rows, 30_000_000) == pytest.approx(10_000)
+    rows[1]["original"] = _side(9000, 300, 200, 250, 1900)
+    assert create_data.estimate_original_rss_mb(rows, 57_000_000) == pytest.approx(2800)
+    assert create_data.estimate_original_rss_mb(rows[:0], 1) is None

@@ -98,12 +98,17 @@ def test_encoder_bytes_equal_protobufs_serialization(seq, predictions, vocab_siz
 
 
 def test_packed_varints_match_the_one_at_a_time_encoder():
-    encoder = ExampleEncoder(9, 2, 1 << 22)
+    # _varint is what ExampleEncoder's table holds (a table of 2^22 entries takes seconds)
     rng = np.random.default_rng(3)
     for high in (2, 128, 129, 1 << 14, (1 << 14) + 1, 1 << 21, 1 << 22):
         values = rng.integers(0, high, (5, 13))
         values[0, 0] = high - 1  # the largest value sets the width
-        assert packed_varints(values) == [encoder.packed(row) for row in values.tolist()]
+        want = [b"".join(map(pretraining_shards._varint, row)) for row in values.tolist()]
+        assert packed_varints(values) == want
+    encoder = ExampleEncoder(9, 2, 300)
+    assert encoder.packed([0, 127, 128, 299]) == b"".join(
+        map(pretraining_shards._varint, [0, 127, 128, 299])
+    )
 
 
 def corpus_documents(tokenizer, tmp_path, num_docs=19, seed=4):
@@ -321,3 +326,75 @@ def test_workers_never_import_tensorflow():
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert pretraining_data.MASKING_SCHEMES == masking.STATIC_SCHEMES
+
+
+def test_framed_records_are_tf_record_writer_bytes(tmp_path):
+    # The reference: TensorFlow's own writer, over lengths around the varint and 4-byte steps
+    # (the CRC consumes 4 bytes a step after right-aligning each record).
+    rng = random.Random(9)
+    sizes = [0, 1, 3, 4, 5, 127, 128, 129, 301, 16_385, *(rng.randrange(900) for _ in range(40))]
+    records = [rng.randbytes(n) for n in sizes]
+    path = tmp_path / "tf.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in records:
+            writer.write(record)
+    assert b"".join(pretraining_shards.frame_records(records)) == path.read_bytes()
+    assert pretraining_shards.crc32c_batch([b"123456789"]).tolist() == [0xE3069283]  # RFC 3720
+    assert pretraining_shards.frame_records([]) == []
+
+
+def test_deal_framed_puts_record_j_in_shard_of(tmp_path):
+    records = [bytes([j]) * (j + 1) for j in range(11)]
+    blocks = pretraining_shards.deal_framed(2, 5, records, 4)
+    assert [shard for shard, _, _ in blocks] == [0, 1, 2, 3]
+    for shard, block, count in blocks:
+        path = tmp_path / f"{shard}.tfrecord"
+        path.write_bytes(block)
+        want = [
+            r for j, r in enumerate(records) if pretraining_shards.shard_of(2, 5, j, 4) == shard
+        ]
+        assert read_records([path])[0] == want and count == len(want)
+    assert [s for s, _, _ in pretraining_shards.deal_framed(0, 0, records[:2], 5)] == [0, 1]
+
+
+def test_decode_example_reads_what_tf_train_example_reads():
+    rng = random.Random(2)
+    encoder = ExampleEncoder(13, 4, 300)
+    for masked in (True, False):
+        for _ in range(20):
+            record = encoder.encode_instance(random_instance(rng, 13, 4, 300, masked))
+            parsed = tf.train.Example.FromString(record).features.feature
+            want = {k: list(v.int64_list.value or v.float_list.value) for k, v in parsed.items()}
+            assert pretraining_shards.decode_example(record) == want
+    # protobuf's own bytes, with a negative int64 and floats
+    example = tf.train.Example()
+    example.features.feature["a"].int64_list.value.extend([-3, 0, 1 << 40])
+    example.features.feature["w"].float_list.value.extend([0.5, -2.0])
+    got = pretraining_shards.decode_example(example.SerializeToString())
+    assert got == {"a": [-3, 0, 1 << 40], "w": [0.5, -2.0]}
+
+
+def test_streaming_entrypoint_never_imports_tensorflow(tmp_path):
+    # Its import takes longer than the whole run on the default corpus at --dupe_factor=1.
+    corpus = write_corpus(tmp_path / "c.txt", 9, seed=3)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n")
+    out = tmp_path / "out" / "a.tfrecord"
+    code = (
+        "import sys; from absl import flags; "
+        "from data_prep import create_pretraining_data as m; "
+        f"flags.FLAGS(['x', '--input_file={corpus}', '--output_file={out}', "
+        f"'--vocab_file={vocab}', '--max_seq_length=23', '--max_predictions_per_seq=5', "
+        "'--num_workers=2']); m.main(['x']); "
+        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "*** Example ***" in result.stderr  # the first records, decoded for the log
+    check_pretraining_files([str(out)], 23, 5)
+    # Its workers were forked (no TensorFlow there): the same bytes as one worker in this process
+    # with the flags' defaults.
+    tokenizer = FullTokenizer(str(vocab))
+    conf = settings(tokenizer, dupe_factor=10, random_seed=12345)
+    create_shards([str(corpus)], [str(tmp_path / "here.tfrecord")], tokenizer, conf, 1, 1 << 20)
+    assert (tmp_path / "here.tfrecord").read_bytes() == out.read_bytes()
