@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import keras
+import keras_hub
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -41,7 +42,9 @@ def hub_from_cloze(model: bert.BertPretrainer):
     from each Cloze variable path to (keras-hub variable, reshape of its value into Cloze's
     layout)."""
     hub = pretrain_throughput.KerasHubPretrainer(model.config)
-    copy_into_keras_hub(model.encoder, hub.model.get_layer("bert_backbone"))
+    # Found by type: Keras numbers the name (bert_backbone_1, ...) after the first in a process.
+    backbone = next(x for x in hub.model.layers if isinstance(x, keras_hub.models.BertBackbone))
+    copy_into_keras_hub(model.encoder, backbone)
     head = hub.model.get_layer("mlm_head")
     head._intermediate_dense.set_weights(model.masked_lm.transform.get_weights())
     head._intermediate_layer_norm.set_weights(model.masked_lm.layer_norm.get_weights())
