@@ -183,13 +183,14 @@ def test_pretrain_run_measures_the_peak_before_every_round(monkeypatch):
     monkeypatch.setattr(flops, "matmul_peak_flops", fake_peak)
     logged = []
     monkeypatch.setattr(pretrain_throughput, "print", logged.append, raising=False)
+    # Sizes, batch, length, predictions, steps per round, rounds.
     result = pretrain_throughput.run(
-        sizes=("L1/H12/A3/I17",),
-        batch=3,
-        seq=7,
-        predictions=2,
-        steps=1,
-        rounds=3,
+        ("L1/H12/A3/I17",),
+        3,
+        7,
+        2,
+        1,
+        3,
         peak={"flops_per_s": 0.5e9},
         vocab_size=53,
         round_peak={"sizes": (5,), "repeats": 1},
