@@ -23,6 +23,29 @@ def gather_positions(sequence, positions):
     return ops.take_along_axis(sequence, ops.expand_dims(positions, -1), axis=1)
 
 
+def tied_logits(x, embedding_table):
+    """Scores vectors against every row of the tied embedding table: float (B, P, E) and
+    (V, E) -> (B, P, V).
+
+    One 2-D matmul of the (B*P, E) rows against the table with the contraction on both last
+    axes (TensorFlow: transpose_b). `matmul(x, transpose(table))` made the gradient transpose
+    the whole (E, V) table gradient back to (V, E) every step (a Transpose op of V x E floats:
+    13% of this projection's forward + backward time at B 8, P 20, E 256, V 30522, profiled in
+    one process); transpose_b's gradient writes (V, E) directly. An einsum "bpe,ve->bpv" is worse:
+    Keras lowers it to a batched matmul that broadcasts the table over B and sums B copies of
+    its gradient (2.2x slower in the same measurement). Other backends keep matmul + transpose.
+    """
+    table = ops.cast(ops.convert_to_tensor(embedding_table), x.dtype)  # autocast under bf16
+    flat = ops.reshape(x, (-1, ops.shape(x)[-1]))  # (B*P, E)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        logits = tf.linalg.matmul(flat, table, transpose_b=True)  # (B*P, V)
+    else:
+        logits = ops.matmul(flat, ops.transpose(table))  # (B*P, E) x (E, V) -> (B*P, V)
+    return ops.reshape(logits, (*ops.shape(x)[:-1], ops.shape(table)[0]))  # (B, P, V)
+
+
 @keras.saving.register_keras_serializable(package="cloze")
 class MaskedLMHead(keras.layers.Layer):
     """BERT's MLM head: dense + activation + LayerNorm, then the tied input embedding and a bias.
@@ -54,8 +77,7 @@ class MaskedLMHead(keras.layers.Layer):
     def call(self, sequence, positions, embedding_table):
         x = gather_positions(sequence, positions)  # (B, P, H)
         x = self.layer_norm(self.transform(x))  # (B, P, E)
-        logits = ops.matmul(x, ops.transpose(embedding_table))  # (B, P, E) x (E, V) -> (B, P, V)
-        return logits + self.output_bias
+        return tied_logits(x, embedding_table) + self.output_bias
 
     def get_config(self):
         return {
@@ -163,8 +185,7 @@ class SpanBoundaryHead(keras.layers.Layer):
         )  # (B, P, 3H)
         h1 = self.layer_norm_1(self.dense_1(h0))  # (B, P, H)
         y = self.layer_norm_2(self.dense_2(h1))  # (B, P, E)
-        logits = ops.matmul(y, ops.transpose(embedding_table))  # (B, P, E) x (E, V) -> (B, P, V)
-        return logits + self.output_bias
+        return tied_logits(y, embedding_table) + self.output_bias
 
     def get_config(self):
         return {

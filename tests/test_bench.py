@@ -123,6 +123,7 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         for side in ("cloze", "keras_hub"):
             assert row[side]["tokens_per_s"] > 0 and 0 < row[side]["mfu"]
             assert len(row[side]["step_s_rounds"]) == p["rounds"]
+            assert len(row[side]["mfu_rounds"]) == len(row[side]["peak_rounds"]) == p["rounds"]
         # Equal work: the two networks have the same parameters, to the last one.
         assert row["cloze"]["params"] == row["keras_hub"]["params"]
         assert row["ratio"] > 0
@@ -202,3 +203,43 @@ def test_create_data_headline_is_the_wall_clock_ratio_and_memory_is_extrapolated
     rows[1]["original"] = _side(9000, 300, 200, 250, 1900)
     assert create_data.estimate_original_rss_mb(rows, 57_000_000) == pytest.approx(2800)
     assert create_data.estimate_original_rss_mb(rows[:0], 1) is None
+
+
+def test_pretrain_run_measures_the_peak_before_every_round(monkeypatch):
+    # A fake peak per call (1, 2, 3, ... GFLOP/s) pins which peak each round's MFU divides by.
+    calls = []
+
+    def fake_peak(sizes, repeats, dtype="float32"):
+        calls.append((sizes, repeats))
+        return {"flops_per_s": 1e9 * len(calls), "by_size": {}, "dtype": dtype}
+
+    monkeypatch.setattr(flops, "matmul_peak_flops", fake_peak)
+    logged = []
+    monkeypatch.setattr(pretrain_throughput, "print", logged.append, raising=False)
+    # Sizes, batch, length, predictions, steps per round, rounds.
+    result = pretrain_throughput.run(
+        ("L1/H12/A3/I17",),
+        3,
+        7,
+        2,
+        1,
+        3,
+        peak={"flops_per_s": 0.5e9},
+        vocab_size=53,
+        round_peak={"sizes": (5,), "repeats": 1},
+    )
+    assert calls == [((5,), 1)] * 6  # before each of 3 rounds of each of the 2 sides
+    row = result["sizes"][0]
+    assert result["round_peak"] == {"sizes": (5,), "repeats": 1}
+    assert row["best_peak_flops_per_s"] == 6e9
+    seen = sorted(p for side in ("cloze", "keras_hub") for p in row[side]["peak_rounds"])
+    assert seen == [1e9 * i for i in range(1, 7)]
+    for side in ("cloze", "keras_hub"):
+        r = row[side]
+        for step_s, peak, mfu in zip(r["step_s_rounds"], r["peak_rounds"], r["mfu_rounds"]):
+            assert mfu == pytest.approx(row["flops_per_step"] / step_s / peak)
+        assert r["mfu"] == pytest.approx(row["flops_per_step"] / min(r["step_s_rounds"]) / 6e9)
+    assert row["ratio_rounds"] == pytest.approx(
+        [k / c for c, k in zip(row["cloze"]["step_s_rounds"], row["keras_hub"]["step_s_rounds"])]
+    )
+    assert len(logged) == 3 and "ETA" in logged[-1]

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import helpers
 from training import optimization
 
 
@@ -69,3 +70,64 @@ def test_keras_lamb_differs_from_the_paper_with_bert_exclusions():
 def test_unknown_optimizer_is_named():
     with pytest.raises(ValueError, match="expected one of.*'sgd'"):
         optimization.create_optimizer(0.1, 10, 0, optimizer="sgd")
+
+
+def keras_adamw(learning_rate):
+    """create_optimizer's AdamW settings on Keras' own AdamW (Keras' element-wise update)."""
+    opt = keras.optimizers.AdamW(
+        learning_rate=learning_rate, weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6
+    )
+    opt.exclude_from_weight_decay(var_names=list(optimization.NO_DECAY_PATTERNS))
+    return opt
+
+
+def test_fused_adamw_equals_keras_adamw_over_steps():
+    # The fused ApplyAdam update against Keras' AdamW: same weights after 3 steps (decayed
+    # kernel, excluded bias and gamma), float32 rounding apart.
+    schedule = optimization.WarmupLinearDecay(1e-2, 10, 2)
+    fused = optimization.create_optimizer(1e-2, 10, 2)
+    assert type(fused) is optimization.AdamW
+    start, grads, mine = run_steps(fused, num_steps=3)
+    _, _, theirs = run_steps(keras_adamw(schedule), num_steps=3)
+    for a, b, s in zip(mine, theirs, start):
+        assert not np.allclose(a, s)  # the steps moved every variable
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    # ... and the fused kernel is what ran, once per variable.
+    var = keras.Variable(np.ones((3, 5), np.float32), name="kernel")
+    opt = optimization.create_optimizer(1e-2, 10, 2)
+    opt.build([var])
+    graph = (
+        tf.function(lambda g: opt.apply([g], [var]))
+        .get_concrete_function(tf.TensorSpec((3, 5), tf.float32))
+        .graph
+    )
+    assert [op.type for op in graph.get_operations()].count("ResourceApplyAdam") == 1
+
+
+def test_fused_adamw_under_mirrored_strategy_updates_each_replica_alike():
+    # Inside MirroredStrategy's update() the fused kernel must write each device's copy of the
+    # variable and of its moments: both replicas end equal to the one-device Keras AdamW.
+    strategy = helpers.mirrored_strategy()
+    rng = np.random.default_rng(4)
+    init = rng.normal(size=(5, 3)).astype(np.float32)
+    grads = [rng.normal(size=(5, 3)).astype(np.float32) for _ in range(2)]
+    with strategy.scope():
+        var = keras.Variable(init, name="kernel")
+        opt = optimization.create_optimizer(1e-2, 10, 0)
+        opt.build([var])
+
+    @tf.function
+    def step(g):
+        strategy.run(lambda: opt.apply([g], [var]))
+
+    for g in grads:
+        step(tf.constant(g))
+    ref_var = keras.Variable(init, name="kernel")
+    ref = keras_adamw(optimization.WarmupLinearDecay(1e-2, 10, 0))
+    ref.build([ref_var])
+    for g in grads:
+        ref.apply([tf.constant(g)], [ref_var])
+    copies = strategy.experimental_local_results(var.value)
+    assert len(copies) == 2
+    for copy in copies:
+        np.testing.assert_allclose(copy.numpy(), ref_var.numpy(), rtol=1e-6, atol=1e-7)

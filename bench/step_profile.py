@@ -1,0 +1,150 @@
+"""Where a pretraining step's time goes: a tf.profiler trace of the Trainer's step, by op type.
+
+Profiles a few train steps of Cloze's BertPretrainer and of keras-hub's BERT (the same two
+Trainers as bench/pretrain_throughput.py) and sums the TensorFlow ops' own execution time from
+the trace, by op type (MatMul, Mul, Transpose, ...) and by phase (forward, backward = ops under
+the gradient tape, optimizer = ops of the AdamW update, other = clipping, the finiteness check,
+metrics). Shares are of the summed op time on the executor threads, which with two cores can
+exceed the wall time; they say what to make cheaper, not how long a step takes.
+
+  python -m bench.step_profile --size=L4/H256/A4/I1024 --steps=3 --output=/tmp/profile.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import json
+import os
+import tempfile
+import time
+
+PHASES = ("forward", "backward", "optimizer", "other")
+
+
+def phase_of(op_name: str) -> str:
+    """The phase of a traced op from its name scope (see the module docstring)."""
+    if "gradient_tape/" in op_name:
+        return "backward"
+    if "adam_w" in op_name or "/lamb" in op_name:
+        return "optimizer"
+    if "pretrainer" in op_name or "SparseSoftmaxCrossEntropy" in op_name:
+        return "forward"
+    return "other"
+
+
+def read_op_events(xplane_path: str):
+    """Yields (op name, op type, seconds) of every TensorFlow op execution in a profiler
+    XSpace file (`*.xplane.pb`). TF ops are the trace events named "name:Type"; the executor's
+    own bookkeeping events (ExecutorState::Process, ...) have no colon and are left out."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    with open(xplane_path, "rb") as f:
+        space.ParseFromString(f.read())
+    for plane in space.planes:
+        for line in plane.lines:
+            if not line.name.startswith("tf_Compute"):
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                if ":" not in name or "::" in name:
+                    continue
+                op_name, op_type = name.rsplit(":", 1)
+                yield op_name, op_type, event.duration_ps / 1e12
+
+
+def breakdown(events, top: int = 12) -> dict:
+    """Summed op seconds by type and by phase, with shares of the total, from read_op_events."""
+    by_type: collections.Counter = collections.Counter()
+    by_phase: collections.Counter = collections.Counter()
+    by_op: collections.Counter = collections.Counter()
+    for op_name, op_type, seconds in events:
+        by_type[op_type] += seconds
+        by_phase[phase_of(op_name)] += seconds
+        by_op[f"{op_name}:{op_type}"] += seconds
+    total = sum(by_type.values())
+    if total <= 0:
+        raise ValueError("the trace holds no TensorFlow op (was the profiler running?)")
+
+    def shares(counter, n=None):
+        return {k: {"s": v, "share": v / total} for k, v in counter.most_common(n)}
+
+    return {
+        "total_op_s": total,
+        "by_type": shares(by_type, top),
+        "by_phase": shares(by_phase),
+        "top_ops": shares(by_op, top),
+    }
+
+
+def profile_steps(fit, iterator, steps: int, logdir: str) -> dict:
+    """Traces `steps` train steps of a Trainer (already traced and compiled) into `logdir` and
+    returns their breakdown plus the wall time per step while profiled."""
+    import tensorflow as tf
+
+    tf.profiler.experimental.start(logdir)
+    start = time.perf_counter()
+    fit.train_steps(iterator, steps)
+    wall = (time.perf_counter() - start) / steps
+    tf.profiler.experimental.stop()
+    files = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))
+    if not files:
+        raise RuntimeError(f"{logdir}: the profiler wrote no .xplane.pb file")
+    result = breakdown(read_op_events(files[-1]))
+    result["profiled_wall_s_per_step"] = wall
+    result["op_s_per_step"] = result["total_op_s"] / steps
+    return result
+
+
+def run(size: str, batch: int, seq: int, predictions: int, steps: int, use_xla: bool) -> dict:
+    import tensorflow as tf
+
+    from bench import pretrain_throughput
+
+    config = pretrain_throughput.parse_size(size, max_seq_length=seq)
+    trainers = pretrain_throughput.build_trainers(config, "fp32", use_xla)
+    data = pretrain_throughput.synthetic_batch(batch, seq, predictions, config.vocab_size)
+    out = {"size": size, "batch": batch, "seq": seq, "predictions": predictions, "steps": steps}
+    for name, fit in trainers.items():
+        iterator = iter(tf.data.Dataset.from_tensors(data).repeat())
+        fit.train_steps(iterator, 1)  # trace and compile outside the profile
+        with tempfile.TemporaryDirectory() as logdir:
+            out[name] = profile_steps(fit, iterator, steps, logdir)
+    return out
+
+
+def format_table(result: dict) -> str:
+    lines = []
+    for name in ("cloze", "keras_hub"):
+        r = result[name]
+        lines.append(
+            f"{name}: {r['op_s_per_step']:.3f} op-s per step, "
+            f"{r['profiled_wall_s_per_step']:.3f} s wall per step (profiled)"
+        )
+        for group in ("by_phase", "by_type"):
+            cells = ", ".join(f"{k} {v['share']:.1%}" for k, v in r[group].items())
+            lines.append(f"  {group}: {cells}")
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="L4/H256/A4/I1024")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--predictions", type=int, default=20)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--use_xla", action="store_true")
+    p.add_argument("--output", default="")
+    args = p.parse_args()
+    result = run(args.size, args.batch, args.seq, args.predictions, args.steps, args.use_xla)
+    print(format_table(result))
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
