@@ -282,7 +282,9 @@ def run(
     streaming side (default: its own, the cores it may use). The original is skipped (and the
     estimate recorded) at a scale where estimate_original_rss_mb exceeds `original_max_rss_mb`.
     The headline is `headline`: wall-clock instances/s, streaming / original."""
-    work = Path(work_dir)
+    # The sides run in work_dir: paths relative to the caller's folder are resolved first.
+    corpus, vocab_file = Path(corpus).resolve(), Path(vocab_file).resolve()
+    work = Path(work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     base = work / "corpus_x1.txt"
     info = base_corpus(corpus, base, base_bytes)
