@@ -86,7 +86,9 @@ def hub_from_cloze(model: bert.BertPretrainer):
         }
     mapping = {}
     for v in model.trainable_variables:
-        mine = v.path.split("bert_pretrainer/")[-1].removeprefix("encoder/")
+        # Without the model's own name, which Keras numbers (bert_pretrainer_11, ...) when other
+        # tests in this process built pretrainers first.
+        mine = v.path.split("/", 1)[1].removeprefix("encoder/")
         if mine in same:
             mapping[v.path] = ([by_path[same[mine]]], lambda a: a[0])
             continue
