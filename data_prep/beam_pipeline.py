@@ -61,15 +61,13 @@ from collections.abc import Iterator, Sequence
 
 from absl import logging
 
+from data_prep.files import open_file, remove_files, replace_files
 from data_prep.pretraining_shards import (
     ChunkSettings,
     TextChunk,
     chunk_records,
     frame_records,
     iter_file_chunks,
-    open_file,
-    remove_files,
-    replace_files,
     shard_of,
     tokenize_chunk,
 )

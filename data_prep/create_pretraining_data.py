@@ -177,36 +177,6 @@ def _log_records(records: list[bytes], inv_vocab: dict[int, str]) -> None:
                 logging.info("%s: %s", name, " ".join(map(str, feature[name])))
 
 
-def _expand_input_files(spec: str) -> list[str]:
-    """features.expand_input_files (TensorFlow's glob), or for local paths the same expansion
-    with the standard library, so that local streaming never imports TensorFlow."""
-    import glob
-
-    from data_prep.errors import input_error
-
-    if "://" in spec:
-        from data_prep.features import expand_input_files
-
-        return expand_input_files(spec)
-    files: list[str] = []
-    for part in _split(spec):
-        matched = sorted(glob.glob(part)) if any(c in part for c in "*?[") else [part]
-        if not matched or not all(os.path.isfile(f) for f in matched):
-            raise input_error(part, "an existing file or a glob that matches files", "nothing")
-        files.extend(matched)
-    if not files:
-        raise input_error(repr(spec), "a comma list of files or globs", "an empty list")
-    return files
-
-
-def _file_size(path: str) -> int:
-    if "://" in path:
-        import tensorflow as tf
-
-        return tf.io.gfile.stat(path).length
-    return os.path.getsize(path)
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -215,7 +185,7 @@ def main(argv):
     # takes longer than streaming the default corpus at --dupe_factor=1.
     from tqdm import tqdm
 
-    from data_prep import pretraining_shards
+    from data_prep import files, pretraining_shards
     from data_prep.errors import InputError
     from data_prep.pretraining_data import MaskingVocab
     from data_prep.tokenization import FullTokenizer, load_vocab
@@ -245,14 +215,9 @@ def main(argv):
 
     output_files = _split(FLAGS.output_file)
     for folder in {os.path.dirname(path) for path in output_files} - {""}:
-        if "://" in folder:
-            import tensorflow as tf
-
-            tf.io.gfile.makedirs(folder)
-        else:
-            os.makedirs(folder, exist_ok=True)
+        files.makedirs(folder)
     try:
-        input_files = _expand_input_files(FLAGS.input_file)
+        input_files = files.expand_input_files(FLAGS.input_file)
         vocab = load_vocab(FLAGS.vocab_file)
         masking_vocab = MaskingVocab.from_vocab(vocab, where=FLAGS.vocab_file)
         logging.info("Reading %d file(s): %s", len(input_files), ", ".join(input_files))
@@ -291,7 +256,7 @@ def main(argv):
             # and, for ASCII text, faster than it without TensorFlow's start-up.
             tokenizer = FullTokenizer.from_vocab(vocab, do_lower_case=FLAGS.do_lower_case)
             num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
-            total = sum(_file_size(path) for path in input_files)
+            total = sum(files.file_size(path) for path in input_files)
             inv_vocab = {i: t for t, i in vocab.items()}
             with tqdm(
                 desc="streaming", total=total, unit="B", unit_scale=True, smoothing=0.1

@@ -14,6 +14,7 @@ import struct
 import tensorflow as tf
 
 from data_prep.errors import InputError, input_error
+from data_prep.files import expand_input_files  # noqa: F401  (the scripts' features.expand_input_files)
 
 INT_PRETRAINING_FEATURES = (
     "input_ids",
@@ -162,24 +163,6 @@ def parse_pretraining_example(
     else:
         parsed = tf.io.parse_example(serialized, spec)
     return {k: (tf.cast(v, tf.int32) if v.dtype == tf.int64 else v) for k, v in parsed.items()}
-
-
-def expand_input_files(pattern: str) -> list[str]:
-    """Expands a comma list of files or globs, as the original `--input_file` flag; keeps order.
-
-    Raises InputError naming the pattern when it matches nothing.
-    """
-    files: list[str] = []
-    for part in (p.strip() for p in pattern.split(",")):
-        if not part:
-            continue
-        matched = sorted(tf.io.gfile.glob(part)) if any(c in part for c in "*?[") else [part]
-        if not matched or not all(tf.io.gfile.exists(f) for f in matched):
-            raise input_error(part, "an existing file or a glob that matches files", "nothing")
-        files.extend(matched)
-    if not files:
-        raise input_error(repr(pattern), "a comma list of files or globs", "an empty list")
-    return files
 
 
 def check_pretraining_files(

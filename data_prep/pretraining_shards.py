@@ -64,6 +64,7 @@ import google_crc32c
 import numpy as np
 from absl import logging
 
+from data_prep.files import open_file, remove_files, replace_files
 from data_prep.pretraining_data import (
     Document,
     MaskingVocab,
@@ -751,16 +752,6 @@ def decode_example(record: bytes) -> dict[str, list]:
     return out
 
 
-def open_file(path: str, mode: str = "rb"):
-    """Local paths through the built-in open; other filesystems (gs://, hdfs://, s3://) through
-    tf.io.gfile, imported only then."""
-    if "://" not in path:
-        return open(path, mode)
-    import tensorflow as tf
-
-    return tf.io.gfile.GFile(path, mode)
-
-
 # --------------------------------------------------------------------------------------------
 # Running it: a bounded window of chunks over worker processes, results written in order
 
@@ -853,28 +844,6 @@ def ordered_map(
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
-
-
-def replace_files(temporary: Sequence[str], final: Sequence[str]) -> None:
-    """Renames each temporary file onto its final name (local: os.replace; URLs: tf.io.gfile)."""
-    for tmp, path in zip(temporary, final, strict=True):
-        if "://" in path:
-            import tensorflow as tf
-
-            tf.io.gfile.rename(tmp, path, overwrite=True)
-        else:
-            os.replace(tmp, path)
-
-
-def remove_files(paths: Sequence[str]) -> None:
-    for path in paths:
-        if "://" in path:
-            import tensorflow as tf
-
-            if tf.io.gfile.exists(path):
-                tf.io.gfile.remove(path)
-        elif os.path.exists(path):
-            os.remove(path)
 
 
 def create_shards(
