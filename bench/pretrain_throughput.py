@@ -200,8 +200,8 @@ def time_trainers(
     warm-up round each, which traces and compiles). With `peak_fn` (a no-argument callable
     returning FLOP/s) the matmul peak is measured right before every side's round.
 
-    Returns {name: [seconds per step, ...]}, plus {"peaks": {name: [FLOP/s before each of its
-    rounds]}} when peak_fn is given.
+    Returns ({name: [seconds per step, ...]}, {name: [FLOP/s before each of its rounds]}); the
+    second is empty lists without peak_fn.
     """
     import tensorflow as tf
 
@@ -231,9 +231,7 @@ def time_trainers(
             * (peak_fn is not None)
             + f" | {done:.0f} s, ETA {done / (r + 1) * (rounds - r - 1):.0f} s"
         )
-    if peak_fn is not None:
-        return {**times, "peaks": peaks}
-    return times
+    return times, peaks
 
 
 def padding_fraction(path: str, max_seq_length: int, max_records: int = 100_000) -> dict:
@@ -292,14 +290,13 @@ def run(
         config = parse_size(spec, vocab_size, seq)
         trainers = build_trainers(config, precision, use_xla)
         data = synthetic_batch(batch, seq, predictions, vocab_size)
-        times = time_trainers(
+        times, peaks = time_trainers(
             trainers,
             data,
             n,
             rounds,
             peak_fn=lambda: flops.matmul_peak_flops(**round_peak)["flops_per_s"],
         )
-        peaks = times.pop("peaks")
         best_peak = max(peak["flops_per_s"], *(p for ps in peaks.values() for p in ps))
         bert_flops = flops.bert_pretraining_flops(config, batch, seq, predictions)
         row = {"size": spec, "flops_per_step": bert_flops, "steps_per_round": n}
