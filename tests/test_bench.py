@@ -7,6 +7,7 @@ work (equal parameter counts, equal outputs, equal records, identical token ids)
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -106,7 +107,9 @@ def test_run_all_quick_writes_every_figure(tmp_path):
             "bench/run_all.py",
             "--quick",
             f"--output_dir={out}",
-            f"--default_run_dir={default_run}",
+            # Relative to the working folder, as a user types it: create_data's sides run in
+            # their own folder and must still find the corpus and vocabulary.
+            f"--default_run_dir={os.path.relpath(default_run, REPO)}",
         ],
         cwd=REPO,
         capture_output=True,
