@@ -22,8 +22,15 @@ peak of the whole run (both best-of: what each reaches when the machine lets it)
 `mfu_rounds`, every round's FLOP/s over the peak measured just before it (same load, so the
 per-round ratio is meaningful even when the absolute figures are not).
 
+oneDNN: TensorFlow turns its oneDNN kernels on by default only on CPUs with AVX-512 VNNI /
+BF16 or AMX; on others (the 2-core AVX2 machines here) they are off unless the environment says
+TF_ENABLE_ONEDNN_OPTS=1 before TensorFlow loads. They change the matmul speeds a lot (the peak,
+and keras-hub's rows-first vocabulary projection most: see modeling/heads.tied_logits), so the
+result records `onednn` and the README gives the figures both ways:
+
   python bench/run_all.py --benchmarks=pretrain --output_dir=/tmp/bench \
     --default_run_dir=default_run
+  TF_ENABLE_ONEDNN_OPTS=1 python bench/run_all.py --benchmarks=pretrain ...
 """
 
 from __future__ import annotations
@@ -227,8 +234,11 @@ def time_trainers(
         log(
             f"round {r + 1}/{rounds}: "
             + ", ".join(f"{n} {times[n][-1]:.3f} s/step" for n in trainers)
-            + (", peak " + ", ".join(f"{peaks[n][-1] / 1e9:.0f}" for n in trainers) + " GFLOP/s")
-            * (peak_fn is not None)
+            + (
+                ", peak " + ", ".join(f"{peaks[n][-1] / 1e9:.0f}" for n in trainers) + " GFLOP/s"
+                if peak_fn is not None
+                else ""
+            )
             + f" | {done:.0f} s, ETA {done / (r + 1) * (rounds - r - 1):.0f} s"
         )
     return times, peaks
@@ -329,5 +339,13 @@ def run(
         "rounds": rounds,
         "peak": peak,
         "round_peak": round_peak,
+        "onednn": onednn_enabled(),
         "sizes": results,
     }
+
+
+def onednn_enabled() -> bool:
+    """Whether this TensorFlow process runs its oneDNN CPU kernels (see the module docstring)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())

@@ -230,7 +230,9 @@ def table(results: dict) -> str:
                 for side, x in (("c", c), ("k", k))
             }
             rows.append(
-                f"| pretrain {r['size']} b{p['batch']} s{p['seq']} {p['precision']} tokens/s "
+                f"| pretrain {r['size']} b{p['batch']} s{p['seq']} {p['precision']}"
+                + (", oneDNN" if p.get("onednn") else "")
+                + " tokens/s "
                 f"(MFU) | {c['tokens_per_s']:,.0f} ({mfu['c']}) | keras-hub "
                 f"{k['tokens_per_s']:,.0f} ({mfu['k']}) | {r['ratio']:.2f} |"
             )

@@ -27,20 +27,23 @@ def tied_logits(x, embedding_table):
     """Scores vectors against every row of the tied embedding table: float (B, P, E) and
     (V, E) -> (B, P, V).
 
-    One 2-D matmul of the (B*P, E) rows against the table with the contraction on both last
-    axes (TensorFlow: transpose_b). `matmul(x, transpose(table))` made the gradient transpose
-    the whole (E, V) table gradient back to (V, E) every step (a Transpose op of V x E floats:
-    13% of this projection's forward + backward time at B 8, P 20, E 256, V 30522, profiled in
-    one process); transpose_b's gradient writes (V, E) directly. An einsum "bpe,ve->bpv" is worse:
-    Keras lowers it to a batched matmul that broadcasts the table over B and sums B copies of
-    its gradient (2.2x slower in the same measurement). Other backends keep matmul + transpose.
+    On TensorFlow one 2-D matmul with the vocabulary as its rows, table (V, E) x rows (B*P, E)
+    transposed -> (V, B*P), then one transpose to (B*P, V). Measured on 2 CPU cores at B 8,
+    P 20, E 256, V 30522 (`python -m bench.kernel_speed`): TensorFlow's CPU matmul runs this
+    shape (M = V) at about 160 GFLOP/s but the rows-first `matmul(x, table, transpose_b=True)`
+    (M = B*P = 160, N = V) at about 45, so the forward projection took 53 ms that way and 16 ms
+    this way; the (B*P, V) transpose costs a few ms, and Grappler folds its gradient into the
+    two backward matmuls. `matmul(x, transpose(table))` is worse still: its gradient transposes
+    the whole (E, V) table gradient back every step. An einsum "bpe,ve->bpv" lowers to a
+    batched matmul that broadcasts the table over B and sums B copies of its gradient. Other
+    backends keep matmul + transpose.
     """
     table = ops.cast(ops.convert_to_tensor(embedding_table), x.dtype)  # autocast under bf16
     flat = ops.reshape(x, (-1, ops.shape(x)[-1]))  # (B*P, E)
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
-        logits = tf.linalg.matmul(flat, table, transpose_b=True)  # (B*P, V)
+        logits = tf.transpose(tf.linalg.matmul(table, flat, transpose_b=True))  # (B*P, V)
     else:
         logits = ops.matmul(flat, ops.transpose(table))  # (B*P, E) x (E, V) -> (B*P, V)
     return ops.reshape(logits, (*ops.shape(x)[:-1], ops.shape(table)[0]))  # (B, P, V)

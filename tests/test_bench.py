@@ -246,3 +246,45 @@ def test_pretrain_run_measures_the_peak_before_every_round(monkeypatch):
         [k / c for c, k in zip(row["cloze"]["step_s_rounds"], row["keras_hub"]["step_s_rounds"])]
     )
     assert len(logged) == 3 and "ETA" in logged[-1]
+
+
+def test_time_trainers_without_a_peak_logs_each_round():
+    # peak_fn is optional: the round line then has no peak (it raised IndexError before).
+    config = pretrain_throughput.parse_size("L1/H12/A3/I17", vocab_size=53, max_seq_length=7)
+    trainers = pretrain_throughput.build_trainers(config, "fp32", use_xla=False)
+    batch = pretrain_throughput.synthetic_batch(3, 7, 2, 53)
+    logged = []
+    times, peaks = pretrain_throughput.time_trainers(trainers, batch, 1, 2, log=logged.append)
+    assert set(times) == {"cloze", "keras_hub"} and all(len(t) == 2 for t in times.values())
+    assert all(s > 0 for t in times.values() for s in t)
+    assert peaks == {"cloze": [], "keras_hub": []}
+    assert len(logged) == 2 and "GFLOP/s" not in logged[-1] and "ETA" in logged[-1]
+
+
+def test_kernel_speed_variants_agree_and_are_timed():
+    # bench/kernel_speed.py on a tiny head: every variant timed, and a variant whose gradients
+    # differ from the reference is refused, not timed.
+    from bench import kernel_speed
+
+    result = kernel_speed.run(
+        rows=6, hidden=4, vocab=11, tokens=5, intermediate=7, repeats=1, iterations=1
+    )
+    assert set(result["projection_ms"]) == {"rows_first", "cloze_vocab_first"}
+    assert set(result["xent_ms"]) == {"keras", "tf_fused_op", "cloze_fused"}
+    assert set(result["gelu_ms"]) == {"autodiff_gelu_tanh", "tf_nn_gelu", "cloze_fused_xla"}
+    keys = ("projection_ms", "xent_ms", "gelu_ms")
+    assert all(v > 0 for k in keys for v in result[k].values())
+    with pytest.raises(ValueError, match="differ from the reference"):
+        kernel_speed._check_equal("x", [tf.ones((2, 2))], [tf.zeros((2, 2))])
+
+
+def test_pretrain_result_records_whether_onednn_is_on():
+    # The figures depend on it (module docstring); TF_ENABLE_ONEDNN_OPTS=1 in a fresh process
+    # turns it on, so the recorded flag must follow.
+    code = "from bench import pretrain_throughput as p; print(p.onednn_enabled())"
+    for value, want in (("0", "False"), ("1", "True")):
+        env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": value}
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True
+        )
+        assert out.stdout.strip().splitlines()[-1] == want, out.stderr[-2000:]

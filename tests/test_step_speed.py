@@ -202,3 +202,101 @@ def test_phase_of_names():
     assert step_profile.phase_of("while/cond/adam_w/Mul_3") == "optimizer"
     assert step_profile.phase_of("while/bert_pretrainer_1/encoder/MatMul") == "forward"
     assert step_profile.phase_of("while/global_norm/L2Loss") == "other"
+
+
+@pytest.mark.parametrize("name", ["gelu", "gelu_exact"])
+def test_fused_gelu_values_and_gradients_equal_the_formulas(name):
+    # The XLA-compiled forward and gradient kernels (layers.fused_activation) against the
+    # float64 formulas. Tolerances as gelu_tanh's own test: float32 rounding (XLA has its own
+    # tanh and erf); a wrong derivative term is off by O(0.1).
+    x = np.linspace(-6.0, 6.0, 241).astype("float32")
+    x64 = x.astype("float64")
+    if name == "gelu":
+        c = math.sqrt(2.0 / math.pi)
+        t = np.tanh(c * (x64 + 0.044715 * x64**3))
+        want = 0.5 * x64 * (1.0 + t)
+        want_grad = 0.5 * (1.0 + t) + 0.5 * x64 * (1.0 - t**2) * c * (1.0 + 3 * 0.044715 * x64**2)
+    else:
+        from scipy.special import erf
+
+        want = 0.5 * x64 * (1.0 + erf(x64 / math.sqrt(2.0)))
+        want_grad = 0.5 * (1.0 + erf(x64 / math.sqrt(2.0))) + x64 * np.exp(
+            -0.5 * x64**2
+        ) / math.sqrt(2.0 * math.pi)
+    fused = layers.fused_activation(name)
+    assert fused is not None
+    xt = tf.constant(x)
+    upstream = tf.constant(np.linspace(0.5, 2.0, 241).astype("float32"))
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        y = fused(xt)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-6, atol=1e-6)
+    grad = tape.gradient(y, xt, output_gradients=upstream).numpy()
+    np.testing.assert_allclose(grad, want_grad * upstream.numpy(), rtol=1e-5, atol=2e-5)
+
+
+def test_dense_uses_the_fused_activation_only_in_training():
+    # training=True goes through the XLA kernels, anything else through the plain ops (what a
+    # SavedModel export traces); both give the same values.
+    assert layers.fused_activation("relu") is None and layers.fused_activation("tanh") is None
+    dense = layers.Dense(5, activation="gelu", initializer_range=0.5)
+    x = tf.constant(np.random.default_rng(0).normal(size=(2, 3, 4)).astype("float32"))
+    dense.build(x.shape)
+
+    def op_types(training):
+        graph = tf.function(lambda v: dense(v, training=training)).get_concrete_function(x).graph
+        return {op.type for op in graph.get_operations()}
+
+    assert "Tanh" not in op_types(True) and "Tanh" in op_types(False)
+    np.testing.assert_allclose(
+        dense(x, training=True).numpy(), dense(x, training=False).numpy(), rtol=1e-6, atol=1e-6
+    )
+
+
+def test_softmax_xent_and_hits_equal_tensorflow_and_argmax():
+    # Cloze's fused cross-entropy (modeling/losses.py) against TensorFlow's own
+    # SparseSoftmaxCrossEntropyWithLogits and ArgMax: values, gradients under a non-uniform
+    # upstream gradient, and hits, on (2, 5, 37) logits with labels at and off the argmax.
+    from modeling import losses
+
+    rng = np.random.default_rng(1)
+    logits = tf.constant(rng.normal(scale=3.0, size=(2, 5, 37)).astype("float32"))
+    labels = rng.integers(0, 37, (2, 5)).astype("int32")
+    labels[0, :3] = np.argmax(logits.numpy()[0, :3], axis=-1)  # some certain hits
+    labels = tf.constant(labels)
+    upstream = tf.constant(rng.uniform(0.1, 2.0, (2, 5)).astype("float32"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(logits)
+        ce, hits = losses.softmax_xent_and_hits(logits, labels)
+        want = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+    np.testing.assert_allclose(ce.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        tape.gradient(ce, logits, output_gradients=upstream).numpy(),
+        tape.gradient(want, logits, output_gradients=upstream).numpy(),
+        rtol=1e-6,
+        atol=1e-7,
+    )
+    want_hits = (np.argmax(logits.numpy(), -1) == labels.numpy()).astype("float32")
+    assert want_hits.sum() >= 3
+    np.testing.assert_array_equal(hits.numpy(), want_hits)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        losses.softmax_xent_and_hits(logits, tf.fill((2, 5), 37))  # a label past the vocabulary
+
+
+def test_tied_logits_equal_a_plain_matmul_and_its_gradients():
+    # The vocabulary-first projection (modeling/heads.tied_logits) against x @ table^T in
+    # float64 numpy, forward and both gradients.
+    from modeling import heads
+
+    rng = np.random.default_rng(2)
+    x = tf.constant(rng.normal(size=(2, 3, 4)).astype("float32"))
+    table = tf.constant(rng.normal(size=(11, 4)).astype("float32"))
+    upstream = rng.normal(size=(2, 3, 11)).astype("float32")
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([x, table])
+        y = heads.tied_logits(x, table)
+    x64, t64, u64 = x.numpy().astype("float64"), table.numpy().astype("float64"), upstream
+    np.testing.assert_allclose(y.numpy(), x64 @ t64.T, rtol=1e-5, atol=1e-5)
+    dx, dt = tape.gradient(y, [x, table], output_gradients=tf.constant(upstream))
+    np.testing.assert_allclose(dx.numpy(), u64 @ t64, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dt.numpy(), np.einsum("bpv,bpe->ve", u64, x64), rtol=1e-5, atol=1e-5)
