@@ -31,12 +31,12 @@ def tied_logits(x, embedding_table):
     transposed -> (V, B*P), then one transpose to (B*P, V). Measured on 2 CPU cores at B 8,
     P 20, E 256, V 30522 (`python -m bench.kernel_speed`): TensorFlow's CPU matmul runs this
     shape (M = V) at about 160 GFLOP/s but the rows-first `matmul(x, table, transpose_b=True)`
-    (M = B*P = 160, N = V) at about 45, so the forward projection took 53 ms that way and 16 ms
-    this way; the (B*P, V) transpose costs a few ms, and Grappler folds its gradient into the
-    two backward matmuls. `matmul(x, transpose(table))` is worse still: its gradient transposes
-    the whole (E, V) table gradient back every step. An einsum "bpe,ve->bpv" lowers to a
-    batched matmul that broadcasts the table over B and sums B copies of its gradient. Other
-    backends keep matmul + transpose.
+    (M = B*P = 160, N = V) at about 45: forward + backward 85 ms that way, 64 ms this way
+    (bench/results/kernels_2026-11-23_s7.json); the (B*P, V) transpose costs a few ms, and
+    Grappler folds its gradient into the two backward matmuls. `matmul(x, transpose(table))`
+    is worse still: its gradient transposes the whole (E, V) table gradient back every step.
+    An einsum "bpe,ve->bpv" lowers to a batched matmul that broadcasts the table over B and
+    sums B copies of its gradient. Other backends keep matmul + transpose.
     """
     table = ops.cast(ops.convert_to_tensor(embedding_table), x.dtype)  # autocast under bf16
     flat = ops.reshape(x, (-1, ops.shape(x)[-1]))  # (B*P, E)

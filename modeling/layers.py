@@ -55,8 +55,9 @@ def fused_activation(name: str):
 
     Why by hand: without XLA, TensorFlow runs GELU as ~9 separate element-wise ops forward and
     ~10 backward, each a full pass over the (B*S, I) activations. Measured on 2 CPU cores at
-    (1024, 3072), forward + backward: 23.5 ms as `gelu_tanh` with autodiff, 21.2 ms as
-    tf.nn.gelu, 9.4 ms as these two kernels (`python -m bench.kernel_speed` re-measures it).
+    (1024, 3072), forward + backward: 19.1 ms as `gelu_tanh` with autodiff, 18.2 ms as
+    tf.nn.gelu, 5.7 ms as these two kernels (`python -m bench.kernel_speed`;
+    bench/results/kernels_2026-11-23_s7.json).
     The gradient kernel recomputes tanh from x instead of keeping it, so nothing but x is saved.
     Values and gradients equal `gelu_tanh` / `gelu_exact` within float32 rounding (XLA's own
     tanh and erf; tests/test_step_speed.py). Dense uses it only under training=True: a

@@ -18,10 +18,10 @@ def _xent_and_hits_tf(logits, labels):
 
     Written by hand because the library path was measured slow on the MLM head's (160, 30522)
     logits (2 CPU cores, forward + backward + hits): Keras' sparse_categorical_crossentropy
-    plus its argmax took 24.5 ms, TensorFlow's fused SparseSoftmaxCrossEntropyWithLogits with a
-    plain ArgMax 18.5 ms, this 8.8 ms. Keras' argmax adds four full passes over the logits (a
-    negative-zero fix-up); here the row maximum the softmax needs anyway gives the hits.
-    `python -m bench.kernel_speed` re-measures it.
+    plus its argmax took 20.9 ms, TensorFlow's fused SparseSoftmaxCrossEntropyWithLogits with a
+    plain ArgMax 16.2 ms, this 9.2 ms (bench/results/kernels_2026-11-23_s7.json). Keras' argmax
+    adds four full passes over the logits (a negative-zero fix-up); here the row maximum the
+    softmax needs anyway gives the hits. `python -m bench.kernel_speed` re-measures it.
 
     A hit is a label whose logit equals its row's maximum; argmax differs only where another
     entry ties that maximum exactly (argmax takes the first).
@@ -30,7 +30,7 @@ def _xent_and_hits_tf(logits, labels):
 
     labels = tf.cast(labels, tf.int32)
     n = tf.shape(logits)[0]
-    # Out-of-range labels raise here (on CPU) as they do in TensorFlow's own op.
+    # An out-of-range label makes gather_nd below raise on CPU, as TensorFlow's own op does.
     scatter_index = tf.stack([tf.range(n), labels], axis=1)
 
     @tf.custom_gradient
