@@ -8,13 +8,15 @@ original's: int64 features everywhere except the float `masked_lm_weights`.
 from __future__ import annotations
 
 import dataclasses
-import os
 import struct
 
 import tensorflow as tf
 
 from data_prep.errors import InputError, input_error
-from data_prep.files import expand_input_files  # noqa: F401  (the scripts' features.expand_input_files)
+from data_prep.files import (  # noqa: F401  (the scripts' features.expand_input_files, ...)
+    expand_input_files,
+    write_atomically,
+)
 
 INT_PRETRAINING_FEATURES = (
     "input_ids",
@@ -804,27 +806,3 @@ def tagging_dataset(
         tagging_feature_spec(max_seq_length),
         skip_corrupt_records,
     )
-
-
-def write_atomically(outputs, write) -> int:
-    """Runs `write(temporary_paths) -> count` on temporary names beside `outputs` and renames
-    them into place only when it returned a count above 0: a failed or empty run leaves no
-    partial file and replaces nothing. Returns the count (0: nothing was written)."""
-    tmp = [f"{p}.tmp{os.getpid()}" for p in outputs]
-
-    def remove():
-        for t in tmp:
-            if os.path.exists(t):
-                os.remove(t)
-
-    try:
-        n = write(tmp)
-    except BaseException:
-        remove()
-        raise
-    if n == 0:
-        remove()
-        return 0
-    for t, p in zip(tmp, outputs):
-        os.replace(t, p)
-    return n

@@ -78,3 +78,20 @@ def remove_files(paths: Sequence[str]) -> None:
                 _gfile().remove(path)
         elif os.path.exists(path):
             os.remove(path)
+
+
+def write_atomically(outputs: Sequence[str], write) -> int:
+    """Runs `write(temporary_paths) -> count` on temporary names beside `outputs` and renames
+    them into place only when it returned a count above 0: a failed or empty run leaves no
+    partial file and replaces nothing. Returns the count (0: nothing was written)."""
+    tmp = [f"{p}.tmp{os.getpid()}" for p in outputs]
+    try:
+        n = write(tmp)
+    except BaseException:
+        remove_files(tmp)
+        raise
+    if n == 0:
+        remove_files(tmp)
+        return 0
+    replace_files(tmp, outputs)
+    return n

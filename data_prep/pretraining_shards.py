@@ -50,7 +50,6 @@ import collections
 import dataclasses
 import functools
 import multiprocessing
-import os
 import random
 import struct
 import sys
@@ -64,7 +63,7 @@ import google_crc32c
 import numpy as np
 from absl import logging
 
-from data_prep.files import open_file, remove_files, replace_files
+from data_prep.files import open_file, write_atomically
 from data_prep.pretraining_data import (
     Document,
     MaskingVocab,
@@ -877,39 +876,35 @@ def create_shards(
     num_shards = len(output_files)
     counts = [0] * num_shards
     tasks = ((chunk, settings, num_shards) for chunk in iter_text_chunks(input_files, chunk_bytes))
-    temporary = [f"{p}.tmp{os.getpid()}" for p in output_files]
+
+    def write(paths: list[str]) -> int:
+        files = []
+        try:
+            for path in paths:
+                files.append(open_file(path, "wb"))  # each opened one is closed below
+            results = ordered_map(
+                _chunk_shards_task,
+                tasks,
+                num_workers,
+                initializer=_set_tokenizer,
+                initargs=(tokenizer,),
+            )
+            for number, result in enumerate(results):
+                if number == 0 and log_records is not None:
+                    log_records(result.head)
+                for shard, block, count in result.blocks:
+                    files[shard].write(block)
+                    counts[shard] += count
+                if progress is not None:
+                    progress(result.num_bytes, result.num_records)
+        finally:
+            for file in files:
+                file.close()
+        return sum(counts)
+
     start = time.perf_counter()
-    files = []
-    try:
-        files = [open_file(p, "wb") for p in temporary]
-        results = ordered_map(
-            _chunk_shards_task,
-            tasks,
-            num_workers,
-            initializer=_set_tokenizer,
-            initargs=(tokenizer,),
-        )
-        for number, result in enumerate(results):
-            if number == 0 and log_records is not None:
-                log_records(result.head)
-            for shard, block, count in result.blocks:
-                files[shard].write(block)
-                counts[shard] += count
-            if progress is not None:
-                progress(result.num_bytes, result.num_records)
-        for file in files:
-            file.close()
-        if sum(counts) == 0:  # no text at all: nothing written, nothing replaced
-            remove_files(temporary)
-        else:
-            replace_files(temporary, output_files)
-    except BaseException:
-        for file in files:
-            file.close()
-        remove_files(temporary)
-        raise
+    total = write_atomically(list(output_files), write)
     seconds = time.perf_counter() - start
-    total = sum(counts)
     logging.info(
         "%d records in %.1f s (%.0f instances/s) with %d worker(s): %s",
         total,

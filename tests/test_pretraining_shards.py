@@ -294,6 +294,24 @@ def test_records_depend_on_the_seed_not_the_workers(tmp_path, tokenizer):
     assert read_records(single)[0][: len(records)] == records
 
 
+def test_a_failed_run_keeps_the_previous_shards_and_leaves_no_temporary_file(tmp_path, tokenizer):
+    # create_shards writes through files.write_atomically: an error after some chunks were
+    # written (here the progress callback) replaces nothing and removes the temporary files.
+    corpus = [str(write_corpus(tmp_path / "c.txt", 17, seed=3))]
+    out = [tmp_path / "out" / f"s{k}.tfrecord" for k in range(2)]
+    out[0].parent.mkdir()
+    for p in out:
+        p.write_bytes(b"previous")
+
+    def fail(num_bytes, num_records):
+        raise RuntimeError("stopped after a chunk")
+
+    with pytest.raises(RuntimeError, match="stopped after a chunk"):
+        create_shards(corpus, [str(p) for p in out], tokenizer, settings(tokenizer), 1, 200, fail)
+    assert [p.read_bytes() for p in out] == [b"previous", b"previous"]
+    assert sorted(x.name for x in out[0].parent.iterdir()) == ["s0.tfrecord", "s1.tfrecord"]
+
+
 @pytest.mark.parametrize(
     "overrides, masking_mode",
     [
