@@ -65,6 +65,11 @@ def run(
 
     from modeling import heads, layers, losses
 
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "bench.kernel_speed times TensorFlow paths: run with KERAS_BACKEND=tensorflow"
+        )
+
     rng = np.random.default_rng(seed)
     x = tf.constant(rng.normal(size=(rows, hidden)).astype(np.float32))
     table = tf.Variable(rng.normal(size=(vocab, hidden)).astype(np.float32) * 0.02)
@@ -74,47 +79,49 @@ def run(
     pre = tf.constant(rng.normal(size=(tokens, intermediate)).astype(np.float32))
     pre_up = tf.constant(rng.normal(size=(tokens, intermediate)).astype(np.float32))
 
-    def projection(form):
+    def timed_step(sources, loss_and_counts):
+        """A tf.function returning d loss / d sources, then each count of loss_and_counts()
+        and the loss as (1, 1) tensors: the loss is returned, or Grappler prunes the forward
+        work it alone needs."""
+
         @tf.function
         def step():
             with tf.GradientTape() as tape:
-                tape.watch(x)
-                if form == "rows_first":
-                    out = tf.linalg.matmul(x, table, transpose_b=True) + bias
-                else:
-                    out = heads.tied_logits(x[None], table)[0] + bias
-                # A fixed non-uniform upstream gradient, so every output position matters.
-                loss = tf.reduce_sum(out * logits)
-            # The loss is returned too, or Grappler prunes the forward matmul it alone needs.
-            return [*tape.gradient(loss, [x, table, bias]), tf.reshape(loss, (1, 1))]
+                tape.watch(sources)
+                loss, *counts = loss_and_counts()
+            grads = tape.gradient(loss, sources)
+            return [*grads, *(tf.reshape(v, (1, 1)) for v in (*counts, loss))]
 
         return step
+
+    def projection(form):
+        def loss():
+            if form == "rows_first":
+                out = tf.linalg.matmul(x, table, transpose_b=True) + bias
+            else:
+                out = heads.tied_logits(x[None], table)[0] + bias
+            # A fixed non-uniform upstream gradient, so every output position matters.
+            return (tf.reduce_sum(out * logits),)
+
+        return timed_step([x, table, bias], loss)
 
     def xent(form):
-        @tf.function
-        def step():
-            with tf.GradientTape() as tape:
-                tape.watch(logits)
-                if form == "keras":
-                    ce = ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-                    hits = ops.cast(
-                        ops.equal(ops.argmax(logits, -1), ops.cast(labels, "int64")), "float32"
-                    )
-                elif form == "tf_fused_op":
-                    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
-                    hits = tf.cast(
-                        tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32
-                    )
-                else:
-                    ce, hits = losses.softmax_xent_and_hits(logits, labels)
-                loss = tf.reduce_sum(ce * tf.range(1.0, rows + 1.0) / rows)
-            return [
-                tape.gradient(loss, logits),
-                tf.reshape(tf.reduce_sum(hits), (1, 1)),
-                tf.reshape(loss, (1, 1)),
-            ]
+        def loss_and_hits():
+            if form == "keras":
+                ce = ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+                hits = ops.cast(
+                    ops.equal(ops.argmax(logits, -1), ops.cast(labels, "int64")), "float32"
+                )
+            elif form == "tf_fused_op":
+                ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+                hits = tf.cast(
+                    tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32
+                )
+            else:
+                ce, hits = losses.softmax_xent_and_hits(logits, labels)
+            return tf.reduce_sum(ce * tf.range(1.0, rows + 1.0) / rows), tf.reduce_sum(hits)
 
-        return step
+        return timed_step([logits], loss_and_hits)
 
     def gelu(form):
         act = {
@@ -122,20 +129,8 @@ def run(
             "tf_nn_gelu": lambda v: tf.nn.gelu(v, approximate=True),
             "cloze_fused_xla": layers.fused_activation("gelu"),
         }[form]
+        return timed_step([pre], lambda: (tf.reduce_sum(act(pre) * pre_up),))
 
-        @tf.function
-        def step():
-            with tf.GradientTape() as tape:
-                tape.watch(pre)
-                loss = tf.reduce_sum(act(pre) * pre_up)
-            return [tape.gradient(loss, pre), tf.reshape(loss, (1, 1))]
-
-        return step
-
-    if keras.backend.backend() != "tensorflow":
-        raise ValueError(
-            "bench.kernel_speed times TensorFlow paths: run with KERAS_BACKEND=tensorflow"
-        )
     result = {
         "rows": rows,
         "hidden": hidden,
