@@ -3,7 +3,8 @@
 Profiles a few train steps of Cloze's BertPretrainer and of keras-hub's BERT (the same two
 Trainers as bench/pretrain_throughput.py) and sums the TensorFlow ops' own execution time from
 the trace, by op type (MatMul, Mul, Transpose, ...) and by phase (forward, backward = ops under
-the gradient tape, optimizer = ops of the AdamW update, other = clipping, the finiteness check,
+the gradient tape, optimizer = ops of the AdamW update, xla = XLA-compiled kernels such as the
+fused GELU, whose trace events carry no name scope, other = clipping, the finiteness check,
 metrics). Shares are of the summed op time on the executor threads, which with two cores can
 exceed the wall time; they say what to make cheaper, not how long a step takes.
 
@@ -20,16 +21,16 @@ import os
 import tempfile
 import time
 
-PHASES = ("forward", "backward", "optimizer", "other")
-
 
 def phase_of(op_name: str) -> str:
     """The phase of a traced op from its name scope (see the module docstring)."""
-    if "gradient_tape/" in op_name:
+    if op_name.startswith("xla/"):
+        return "xla"
+    if "gradient_tape/" in op_name or "_backward/" in op_name:  # _backward: custom gradients
         return "backward"
     if "adam_w" in op_name or "/lamb" in op_name:
         return "optimizer"
-    if "pretrainer" in op_name or "SparseSoftmaxCrossEntropy" in op_name:
+    if any(k in op_name for k in ("pretrainer", "softmax_xent", "SparseSoftmaxCrossEntropy")):
         return "forward"
     return "other"
 
@@ -37,7 +38,9 @@ def phase_of(op_name: str) -> str:
 def read_op_events(xplane_path: str):
     """Yields (op name, op type, seconds) of every TensorFlow op execution in a profiler
     XSpace file (`*.xplane.pb`). TF ops are the trace events named "name:Type"; the executor's
-    own bookkeeping events (ExecutorState::Process, ...) have no colon and are left out."""
+    own bookkeeping events (ExecutorState::Process, ...) have no colon and are left out. XLA's
+    CPU kernels run inline as events named after their HLO fusion ("add_multiply_fusion", each
+    followed by an "end: ..." marker): yielded as ("xla/<name>", "XlaFusion", seconds)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
@@ -49,7 +52,9 @@ def read_op_events(xplane_path: str):
                 continue
             for event in line.events:
                 name = plane.event_metadata[event.metadata_id].name
-                if ":" not in name or "::" in name:
+                if ":" not in name and "fusion" in name:
+                    yield f"xla/{name}", "XlaFusion", event.duration_ps / 1e12
+                if ":" not in name or "::" in name or name.startswith("end: "):
                     continue
                 op_name, op_type = name.rsplit(":", 1)
                 yield op_name, op_type, event.duration_ps / 1e12

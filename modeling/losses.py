@@ -28,28 +28,32 @@ def _xent_and_hits_tf(logits, labels):
     """
     import tensorflow as tf
 
-    labels = tf.cast(labels, tf.int32)
-    n = tf.shape(logits)[0]
-    # An out-of-range label makes gather_nd below raise on CPU, as TensorFlow's own op does.
-    scatter_index = tf.stack([tf.range(n), labels], axis=1)
+    # The scopes name these ops in traces (bench/step_profile.py: forward and backward).
+    with tf.name_scope("softmax_xent"):
+        labels = tf.cast(labels, tf.int32)
+        n = tf.shape(logits)[0]
+        # An out-of-range label makes gather_nd below raise on CPU, as TensorFlow's own op does.
+        scatter_index = tf.stack([tf.range(n), labels], axis=1)
 
-    @tf.custom_gradient
-    def xent(x):
-        row_max = tf.reduce_max(x, axis=-1, keepdims=True)  # (N, 1)
-        exp = tf.exp(x - row_max)  # (N, V), kept for the gradient
-        total = tf.reduce_sum(exp, axis=-1, keepdims=True)  # (N, 1)
-        label_logit = tf.gather_nd(x, scatter_index)  # (N,)
-        ce = tf.squeeze(tf.math.log(total) + row_max, -1) - label_logit
-        hits = tf.cast(label_logit >= tf.squeeze(row_max, -1), tf.float32)
+        @tf.custom_gradient
+        def xent(x):
+            row_max = tf.reduce_max(x, axis=-1, keepdims=True)  # (N, 1)
+            exp = tf.exp(x - row_max)  # (N, V), kept for the gradient
+            total = tf.reduce_sum(exp, axis=-1, keepdims=True)  # (N, 1)
+            label_logit = tf.gather_nd(x, scatter_index)  # (N,)
+            ce = tf.squeeze(tf.math.log(total) + row_max, -1) - label_logit
+            hits = tf.cast(label_logit >= tf.squeeze(row_max, -1), tf.float32)
 
-        def grad(d_ce, d_hits=None):
-            # d ce / d x = softmax(x) - one_hot(label), scaled by the incoming d_ce per row.
-            softmax_part = exp * (d_ce[:, None] / total)
-            return tf.tensor_scatter_nd_sub(softmax_part, scatter_index, d_ce)
+            def grad(d_ce, d_hits=None):
+                # d ce / d x = softmax(x) - one_hot(label), scaled by the incoming d_ce per row.
+                # (A custom gradient's ops are outside the tape's scope: named here instead.)
+                with tf.name_scope("softmax_xent_backward"):
+                    softmax_part = exp * (d_ce[:, None] / total)
+                    return tf.tensor_scatter_nd_sub(softmax_part, scatter_index, d_ce)
 
-        return (ce, tf.stop_gradient(hits)), grad
+            return (ce, tf.stop_gradient(hits)), grad
 
-    return xent(logits)
+        return xent(logits)
 
 
 def softmax_xent_and_hits(logits, labels):

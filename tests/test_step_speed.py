@@ -170,11 +170,13 @@ def test_gelu_tanh_and_its_gradient_equal_the_formula():
 def test_profile_breakdown_sums_op_types_and_phases(tmp_path):
     a = tf.constant(np.ones((37, 41), np.float32))
     w = tf.Variable(np.ones((41, 23), np.float32))
+    # An XLA kernel inside the plain graph, as the fused GELU: traced under its fusion's name.
+    squash = tf.function(lambda x: x * x * 0.5 + x, jit_compile=True)
 
     @tf.function
     def step():
         with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.matmul(a, w))
+            loss = tf.reduce_sum(squash(tf.matmul(a, w)))
         return tape.gradient(loss, w)
 
     step()
@@ -193,6 +195,9 @@ def test_profile_breakdown_sums_op_types_and_phases(tmp_path):
     # The gradient's matmul runs under the tape's name scope: the backward phase.
     assert any("gradient_tape" in n for n, t, _ in events if t == "MatMul")
     assert result["by_phase"]["backward"]["s"] > 0
+    assert {t for n, t, _ in events if n.startswith("xla/")} == {"XlaFusion"}
+    assert "end" not in {n for n, _, _ in events}  # XLA's end-of-kernel markers are not ops
+    assert result["by_phase"]["xla"]["s"] > 0
     with pytest.raises(ValueError, match="no TensorFlow op"):
         step_profile.breakdown([])
 
@@ -201,7 +206,10 @@ def test_phase_of_names():
     assert step_profile.phase_of("while/gradient_tape/x/MatMul") == "backward"
     assert step_profile.phase_of("while/cond/adam_w/Mul_3") == "optimizer"
     assert step_profile.phase_of("while/bert_pretrainer_1/encoder/MatMul") == "forward"
+    assert step_profile.phase_of("while/softmax_xent/Exp") == "forward"
+    assert step_profile.phase_of("while/softmax_xent/softmax_xent_backward/Mul") == "backward"
     assert step_profile.phase_of("while/global_norm/L2Loss") == "other"
+    assert step_profile.phase_of("xla/add_multiply_fusion") == "xla"
 
 
 @pytest.mark.parametrize("name", ["gelu", "gelu_exact"])
