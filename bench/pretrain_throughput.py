@@ -202,7 +202,7 @@ def build_trainers(config, precision: str, use_xla: bool, seed: int = 12345) -> 
 
 def time_trainers(
     trainers: dict, batch: dict, steps: int, rounds: int, peak_fn=None, log=None
-) -> dict:
+) -> tuple[dict, dict]:
     """Alternates timed rounds of `steps` train steps between the trainers (after one untimed
     warm-up round each, which traces and compiles). With `peak_fn` (a no-argument callable
     returning FLOP/s) the matmul peak is measured right before every side's round.
