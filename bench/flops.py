@@ -12,7 +12,13 @@ import time
 
 
 def bert_pretraining_flops(
-    config, batch: int, seq: int, predictions: int, sentence_head: bool = True, train: bool = True
+    config,
+    batch: int,
+    seq: int,
+    predictions: int,
+    sentence_head: bool = True,
+    train: bool = True,
+    last_layer_queries: int | None = None,
 ) -> float:
     """FLOPs of one BERT MLM (+ NSP) step, counting 2 FLOPs per multiply-add of every matmul.
 
@@ -31,10 +37,22 @@ def bert_pretraining_flops(
     Embedding lookups, softmax, layer norm, GELU and the optimizer update are left out: they are
     not matmuls and are a few percent of the total at these sizes. `config` is anything with
     BertConfig's field names (hidden_size, num_hidden_layers, intermediate_size, vocab_size).
+
+    That is the model's count, the MFU numerator for every implementation. With
+    last_layer_queries = Q, the FLOPs executed by an encoder whose last layer computes only Q
+    positions (BertEncoder's output_positions: [CLS] + the P predictions, Q = 1 + P): there the
+    K and V projections stay at all S positions and the rest runs at Q,
+      last layer forward = B * (2 * S * 2 * H^2 + 2 * Q * (2 * H^2 + 2 * H * I) + 4 * Q * S * H),
+    the numerator of the hardware FLOPs utilisation (what the matmul units really did).
     """
     h, n_layers = config.hidden_size, config.num_hidden_layers
     i, v = config.intermediate_size, config.vocab_size
-    encoder = batch * n_layers * (2 * seq * (4 * h * h + 2 * h * i) + 4 * seq * seq * h)
+    layer = 2 * seq * (4 * h * h + 2 * h * i) + 4 * seq * seq * h
+    encoder = batch * n_layers * layer
+    if last_layer_queries is not None and n_layers:
+        q = last_layer_queries
+        last = 2 * seq * 2 * h * h + 2 * q * (2 * h * h + 2 * h * i) + 4 * q * seq * h
+        encoder = batch * ((n_layers - 1) * layer + last)
     mlm = batch * predictions * (2 * h * h + 2 * h * v)
     nsp = batch * (2 * h * h + 2 * h * 2) if sentence_head else 0
     return float((3 if train else 1) * (encoder + mlm + nsp))

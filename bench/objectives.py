@@ -24,7 +24,12 @@ two forward passes, Kaplan et al. 2020 sec. 2.1; ELECTRA's appendix D counts the
 2 FLOPs per multiply-add. Per sequence of S tokens, P predictions, an encoder of width H, L
 layers, FFN width I, and embedding width E:
   encoder     L x (8 S H^2 + 4 S^2 H + 4 S H I)   (Q, K, V, output projections; QK^T and AV;
-                                                    the FFN) + 2 S E H when E != H
+                                                    the FFN) + 2 S E H when E != H; a last
+                                                    layer read only at Q = 1 + P positions
+                                                    ([CLS] and the predictions: the MLM arms
+                                                    and ELECTRA's generator) costs
+                                                    4 S H^2 + 4 Q H^2 + 4 Q S H + 4 Q H I
+                                                    (K and V stay at all S): what runs
   MLM head    2 P H E' + 2 P E' V                  (transform to the output width E', tied
                                                     decoder to the vocabulary; E' = E for
                                                     ALBERT and ELECTRA's generator, else H)
@@ -128,12 +133,19 @@ def arm_configs(bert_values: dict) -> dict[str, dict]:
     return {"bert": bert_values, "roberta": bert_values, "albert": albert, "electra": electra}
 
 
-def encoder_flops(s: int, h: int, layers: int, intermediate: int, e: int | None = None) -> int:
+def encoder_flops(
+    s: int, h: int, layers: int, intermediate: int, e: int | None = None, q: int | None = None
+) -> int:
     """Forward matrix-multiply FLOPs of a Transformer encoder over one sequence of s tokens (see
-    the module docstring), with the E -> H embedding projection when e differs from h."""
+    the module docstring), with the E -> H embedding projection when e differs from h, and with
+    the last layer computed at q positions only when q is given (BertEncoder's
+    output_positions)."""
     per_layer = 8 * s * h * h + 4 * s * s * h + 4 * s * h * intermediate
     project = 2 * s * e * h if e is not None and e != h else 0
-    return layers * per_layer + project
+    if q is None or not layers:
+        return layers * per_layer + project
+    last = 4 * s * h * h + 4 * q * h * h + 4 * q * s * h + 4 * q * h * intermediate
+    return (layers - 1) * per_layer + last + project
 
 
 def mlm_head_flops(p: int, h: int, out_width: int, vocab: int) -> int:
@@ -162,19 +174,20 @@ def pretraining_step_flops(arm: str, config: dict, s: int, p: int, batch: int) -
         config["vocab_size"],
     )
     fwd: dict[str, int] = {}
+    q = 1 + p  # a masked-LM encoder's last layer runs at [CLS] and the predictions only
     if arm in ("bert", "roberta"):
-        fwd["encoder"] = encoder_flops(s, h, n_layers, inter)
+        fwd["encoder"] = encoder_flops(s, h, n_layers, inter, q=q)
         fwd["mlm_head"] = mlm_head_flops(p, h, h, v)
     elif arm == "albert":
         e = config["embedding_size"]
         # Shared layers save parameters, not compute: every one of the L layers still runs.
-        fwd["encoder"] = encoder_flops(s, h, n_layers, inter, e)
+        fwd["encoder"] = encoder_flops(s, h, n_layers, inter, e, q=q)
         fwd["mlm_head"] = mlm_head_flops(p, h, e, v)
     elif arm == "electra":
         e = config["embedding_size"]
         h_g = int(round(h * config["generator_hidden_size"]))
         l_g = int(round(n_layers * config["generator_layers"]))
-        fwd["generator"] = encoder_flops(s, h_g, l_g, 4 * h_g, e)
+        fwd["generator"] = encoder_flops(s, h_g, l_g, 4 * h_g, e, q=q)
         fwd["generator_head"] = mlm_head_flops(p, h_g, e, v)
         fwd["encoder"] = encoder_flops(s, h, n_layers, inter, e)
         fwd["discriminator_head"] = 2 * s * h * h + 2 * s * h

@@ -20,7 +20,10 @@ does not describe the rounds. The peak is therefore measured again right before 
 (`round_peak`), and each side gets two figures: `mfu`, its best round's FLOP/s over the best
 peak of the whole run (both best-of: what each reaches when the machine lets it), and
 `mfu_rounds`, every round's FLOP/s over the peak measured just before it (same load, so the
-per-round ratio is meaningful even when the absolute figures are not).
+per-round ratio is meaningful even when the absolute figures are not). `hfu` is `mfu` with the
+FLOPs each side executes as numerator: Cloze's last layer skips the positions no loss reads
+(bench/flops.bert_pretraining_flops' last_layer_queries), so its `mfu` credits it with work it
+did not do and its `hfu` does not.
 
 oneDNN: TensorFlow turns its oneDNN kernels on by default only on CPUs with AVX-512 VNNI /
 BF16 or AMX; on others (the 2-core AVX2 machines here) they are off unless the environment says
@@ -309,6 +312,14 @@ def run(
         )
         best_peak = max(peak["flops_per_s"], *(p for ps in peaks.values() for p in ps))
         bert_flops = flops.bert_pretraining_flops(config, batch, seq, predictions)
+        # What each side's matmuls really do: Cloze's last layer runs only at [CLS] and the
+        # predictions (BertEncoder's output_positions), keras-hub's at every position.
+        executed = {
+            "cloze": flops.bert_pretraining_flops(
+                config, batch, seq, predictions, last_layer_queries=1 + predictions
+            ),
+            "keras_hub": bert_flops,
+        }
         row = {"size": spec, "flops_per_step": bert_flops, "steps_per_round": n}
         for name, t in times.items():
             best = min(t)
@@ -320,6 +331,8 @@ def run(
                 "mfu": bert_flops / best / best_peak,
                 "peak_rounds": peaks[name],
                 "mfu_rounds": [bert_flops / s / p for s, p in zip(t, peaks[name])],
+                "executed_flops_per_step": executed[name],
+                "hfu": executed[name] / best / best_peak,
                 "params": int(trainers[name].task.model.count_params()),
             }
         row["best_peak_flops_per_s"] = best_peak

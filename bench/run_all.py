@@ -227,6 +227,13 @@ def table(results: dict) -> str:
                     if "mfu_rounds" in x
                     else ""
                 )
+                # HFU when a side executes fewer FLOPs than the model count (Cloze's sparse
+                # last layer): its MFU credits work it skipped.
+                + (
+                    f", HFU {x['hfu']:.0%}"
+                    if "hfu" in x and x["executed_flops_per_step"] != r["flops_per_step"]
+                    else ""
+                )
                 for side, x in (("c", c), ("k", k))
             }
             rows.append(

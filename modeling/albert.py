@@ -213,10 +213,15 @@ class AlbertLayerGroup(keras.layers.Layer):
         for block in self.blocks:
             block.build(input_shape)
 
-    def call(self, x, attention_mask=None, training=False):
+    def call(self, x, attention_mask=None, training=False, query_positions=None):
+        """Every block's output; query_positions (B, Q), if given, goes to the last block
+        (layers.TransformerBlock), whose output is then (B, Q, H)."""
         outputs = []
-        for block in self.blocks:
-            x = block(x, attention_mask, training=training)
+        blocks = self.blocks
+        for i, block in enumerate(blocks):
+            last = i == len(blocks) - 1
+            queries = query_positions if last else None
+            x = block(x, attention_mask, training=training, query_positions=queries)
             outputs.append(x)
         return outputs
 
@@ -238,12 +243,13 @@ class AlbertLayerGroup(keras.layers.Layer):
 class AlbertEncoder(keras.Model):
     """The ALBERT backbone: factorised embeddings, shared layer groups and the pooler.
 
-    call(inputs, training) with inputs a dict of int (B, S) tensors `input_ids`, `input_mask`,
-    `segment_ids` returns BertEncoder's dict:
+    call(inputs, training, output_positions) with inputs a dict of int (B, S) tensors
+    `input_ids`, `input_mask`, `segment_ids` returns BertEncoder's dict:
       sequence_output: float (B, S, H), the last block's output;
       pooled_output: float (B, H), tanh(dense([CLS] vector));
       encoder_outputs: list of L * inner_group_num + 1 float (B, S, H): the projected embedding
         output, then every block applied (the original's `all_encoder_layers`).
+    output_positions as BertEncoder's: the last block computes only [CLS] and those positions.
     """
 
     def __init__(self, config: AlbertConfig | dict, **kwargs):
@@ -304,19 +310,23 @@ class AlbertEncoder(keras.Model):
         self.pooler.build((None, c.hidden_size))
         self.built = True
 
-    def call(self, inputs, training=False):
+    def call(self, inputs, training=False, output_positions=None):
         mask = inputs["input_mask"]
         x = self.embeddings(inputs["input_ids"], inputs["segment_ids"], training=training)
         if self.embedding_hidden_mapping_in is not None:
             x = self.embedding_hidden_mapping_in(x)  # (B, S, E) -> (B, S, H)
         outputs = [x]
         groups = self.groups
-        for layer_index in range(self.config.num_hidden_layers):
-            block_outputs = groups[self.group_of_layer(layer_index)](x, mask, training=training)
+        queries = bert.last_layer_queries(output_positions)
+        n_layers = self.config.num_hidden_layers
+        for layer_index in range(n_layers):
+            last = layer_index == n_layers - 1
+            block_outputs = groups[self.group_of_layer(layer_index)](
+                x, mask, training=training, query_positions=queries if last else None
+            )
             outputs.extend(block_outputs)
             x = block_outputs[-1]
-        pooled = self.pooler(x[:, 0, :])  # (B, H) from the [CLS] position
-        return {"sequence_output": x, "pooled_output": pooled, "encoder_outputs": outputs}
+        return bert.encoder_result(x, outputs, queries, self.pooler)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

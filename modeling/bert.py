@@ -255,15 +255,38 @@ class BertEmbeddings(keras.layers.Layer):
         }
 
 
+def last_layer_queries(output_positions):
+    """The positions an encoder's last layer computes for `output_positions` (int (B, P) or
+    None): [CLS] (position 0, for the pooler) first, then output_positions; None for all."""
+    if output_positions is None:
+        return None
+    cls = ops.zeros_like(output_positions[:, :1])
+    return ops.concatenate([cls, output_positions], axis=1)  # (B, 1 + P)
+
+
+def encoder_result(x, outputs, queries, pooler) -> dict:
+    """An encoder's output dict (see BertEncoder) from its last layer x: (B, S, H), or
+    (B, 1 + P, H) at last_layer_queries' positions when `queries` is not None."""
+    if queries is not None:
+        if not outputs[1:]:  # no Transformer layer: gather from the embedding output
+            x = layers.gather_positions(x, queries)
+        outputs[-1] = x[:, 1:, :]
+    pooled = pooler(x[:, 0, :])  # (B, H) from the [CLS] position
+    return {"sequence_output": outputs[-1], "pooled_output": pooled, "encoder_outputs": outputs}
+
+
 @keras.saving.register_keras_serializable(package="cloze")
 class BertEncoder(keras.Model):
     """The BERT backbone: embeddings, `num_hidden_layers` Transformer blocks and the pooler.
 
-    call(inputs, training) with inputs a dict of int (B, S) tensors `input_ids`, `input_mask`,
-    `segment_ids` returns a dict:
+    call(inputs, training, output_positions) with inputs a dict of int (B, S) tensors
+    `input_ids`, `input_mask`, `segment_ids` returns a dict:
       sequence_output: float (B, S, H), the last layer;
       pooled_output: float (B, H), tanh(dense([CLS] vector)) as the original pooler;
       encoder_outputs: list of L+1 float (B, S, H): the embedding output, then every layer.
+    With output_positions int (B, P), the last layer computes only the [CLS] vector and those
+    positions (layers.TransformerBlock's query_positions): sequence_output is then (B, P, H),
+    the last layer's outputs at output_positions, and so is the last of encoder_outputs.
     """
 
     def __init__(self, config: BertConfig | dict, **kwargs):
@@ -310,15 +333,17 @@ class BertEncoder(keras.Model):
         self.pooler.build((None, self.config.hidden_size))
         self.built = True
 
-    def call(self, inputs, training=False):
+    def call(self, inputs, training=False, output_positions=None):
         mask = inputs["input_mask"]
         x = self.embeddings(inputs["input_ids"], inputs["segment_ids"], training=training)
         outputs = [x]
-        for block in self.blocks:
-            x = block(x, mask, training=training)
+        blocks = self.blocks
+        queries = last_layer_queries(output_positions)
+        for i, block in enumerate(blocks):
+            last = i == len(blocks) - 1
+            x = block(x, mask, training=training, query_positions=queries if last else None)
             outputs.append(x)
-        pooled = self.pooler(x[:, 0, :])  # (B, H) from the [CLS] position
-        return {"sequence_output": x, "pooled_output": pooled, "encoder_outputs": outputs}
+        return encoder_result(x, outputs, queries, self.pooler)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}
@@ -368,20 +393,25 @@ def pretraining_outputs(model, inputs, training: bool) -> dict:
     """The forward pass every masked-LM pretrainer shares (see BertPretrainer's docstring): the
     MLM head at the masked positions through the tied word table ((V, H) for BERT, (V, E) for
     ALBERT), the 2-way sentence head on the pooled vector, and optionally the span boundary
-    head."""
-    out = model.encoder(inputs, training=training)
+    head. The encoder's last layer computes only the positions these heads read (its
+    output_positions): [CLS], the masked positions and, with span_boundary, the span boundaries.
+    """
+    positions = inputs["masked_lm_positions"]  # (B, P)
+    wanted = positions
+    if model.span_boundary:
+        left, right = inputs["masked_lm_span_left"], inputs["masked_lm_span_right"]
+        wanted = ops.concatenate([positions, left, right], axis=1)  # (B, 3P)
+    out = model.encoder(inputs, training=training, output_positions=wanted)
+    vectors = out["sequence_output"]  # (B, P, H), or (B, 3P, H): at positions, left, right
     table = model.encoder.embeddings.word_embeddings
+    p = ops.shape(positions)[1]
     result = {
-        "mlm_logits": model.masked_lm(out["sequence_output"], inputs["masked_lm_positions"], table),
+        "mlm_logits": model.masked_lm(vectors[:, :p, :], None, table),
         "nsp_logits": model.next_sentence(out["pooled_output"]),
     }
     if model.span_boundary:
-        result["sbo_logits"] = model.span_boundary_head(
-            out["sequence_output"],
-            inputs["masked_lm_positions"],
-            inputs["masked_lm_span_left"],
-            inputs["masked_lm_span_right"],
-            table,
+        result["sbo_logits"] = model.span_boundary_head.from_boundaries(
+            vectors[:, p : 2 * p, :], vectors[:, 2 * p :, :], positions, left, table
         )
     return result
 

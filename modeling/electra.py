@@ -171,11 +171,12 @@ class ElectraEncoder(keras.Model):
     """The ELECTRA backbone: embeddings of width E, a dense E -> H when E != H, then
     `num_hidden_layers` Transformer blocks. No pooler.
 
-    call(inputs, training) with inputs a dict of int (B, S) tensors `input_ids`, `input_mask`,
-    `segment_ids` returns BertEncoder's dict:
+    call(inputs, training, output_positions) with inputs a dict of int (B, S) tensors
+    `input_ids`, `input_mask`, `segment_ids` returns BertEncoder's dict:
       sequence_output: float (B, S, H), the last layer;
       pooled_output: float (B, H), the [CLS] vector itself (the original's pooled output);
       encoder_outputs: list of L+1 float (B, S, H): the projected embeddings, then every layer.
+    output_positions as BertEncoder's: the last layer computes only [CLS] and those positions.
 
     Args:
       config: an ElectraConfig (or its dict).
@@ -237,16 +238,19 @@ class ElectraEncoder(keras.Model):
             block.build((None, None, c.hidden_size))
         self.built = True
 
-    def call(self, inputs, training=False):
+    def call(self, inputs, training=False, output_positions=None):
         mask = inputs["input_mask"]
         x = self.embeddings(inputs["input_ids"], inputs["segment_ids"], training=training)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)  # (B, S, E) -> (B, S, H)
         outputs = [x]
-        for block in self.blocks:
-            x = block(x, mask, training=training)
+        blocks = self.blocks
+        queries = bert.last_layer_queries(output_positions)
+        for i, block in enumerate(blocks):
+            last = i == len(blocks) - 1
+            x = block(x, mask, training=training, query_positions=queries if last else None)
             outputs.append(x)
-        return {"sequence_output": x, "pooled_output": x[:, 0, :], "encoder_outputs": outputs}
+        return bert.encoder_result(x, outputs, queries, lambda cls: cls)  # no pooler
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}
@@ -387,9 +391,10 @@ class ElectraPretrainer(keras.Model):
         if seed is None:
             seed = tf.constant([0, 0], tf.int64)
         positions = inputs["masked_lm_positions"]
-        generated = self.generator(inputs, training=training)
+        # The generator's last layer only at the masked positions: its MLM head reads no other.
+        generated = self.generator(inputs, training=training, output_positions=positions)
         table = self.encoder.embeddings.word_embeddings  # (V, E), shared
-        mlm_logits = self.generator_predictions(generated["sequence_output"], positions, table)
+        mlm_logits = self.generator_predictions(generated["sequence_output"], None, table)
         sampled = sample_tokens(mlm_logits, seed, self.temperature)  # (B, P)
         ids, labels = replace_tokens(
             inputs["input_ids"],

@@ -11,16 +11,7 @@ from keras import ops
 
 from modeling import layers
 
-
-def gather_positions(sequence, positions):
-    """Gathers vectors at given positions of each sequence.
-
-    Args:
-      sequence: float (B, S, H).
-      positions: int (B, P), indices into S.
-    Returns float (B, P, H).
-    """
-    return ops.take_along_axis(sequence, ops.expand_dims(positions, -1), axis=1)
+gather_positions = layers.gather_positions  # float (B, S, H), int (B, P) -> (B, P, H)
 
 
 def tied_logits(x, embedding_table):
@@ -55,7 +46,8 @@ class MaskedLMHead(keras.layers.Layer):
 
     call(sequence, positions, embedding_table):
       sequence float (B, S, H); positions int (B, P); embedding_table float (V, E), the encoder's
-      word embeddings (weight tying, as the original `get_masked_lm_output`).
+      word embeddings (weight tying, as the original `get_masked_lm_output`). With positions
+      None, sequence is already the (B, P, H) vectors at the masked positions.
     Returns logits float (B, P, V), only at the P masked positions.
     `hidden_size` is the transform's output width E: H for BERT, `embedding_size` for ALBERT,
     whose head projects back to the factorised embedding width (Lan et al. 2020, sec. 3.1).
@@ -78,7 +70,7 @@ class MaskedLMHead(keras.layers.Layer):
             )
 
     def call(self, sequence, positions, embedding_table):
-        x = gather_positions(sequence, positions)  # (B, P, H)
+        x = sequence if positions is None else gather_positions(sequence, positions)  # (B, P, H)
         x = self.layer_norm(self.transform(x))  # (B, P, E)
         return tied_logits(x, embedding_table) + self.output_bias
 
@@ -128,9 +120,11 @@ class SpanBoundaryHead(keras.layers.Layer):
       h1 = LayerNorm(GeLU(W1 h0)),  y_i = LayerNorm(GeLU(W2 h1))
     then y_i goes through the tied input embedding and a bias of its own, as the MLM head.
 
-    call(sequence, positions, left, right, embedding_table):
+    call(sequence, positions, left, right, embedding_table, boundaries):
       sequence float (B, S, H); positions, left, right int (B, P): each prediction's position and
-      its span's boundary positions s - 1 and e + 1; embedding_table float (V, E).
+      its span's boundary positions s - 1 and e + 1; embedding_table float (V, E); boundaries
+      None, or the vectors at left and at right already gathered ((B, P, H) each), when
+      sequence and right are not read (from_boundaries).
     Returns logits float (B, P, V).
 
     Args:
@@ -176,12 +170,13 @@ class SpanBoundaryHead(keras.layers.Layer):
                 name="output_bias", shape=(vocab_size,), initializer="zeros"
             )
 
-    def call(self, sequence, positions, left, right, embedding_table):
+    def call(self, sequence, positions, left, right, embedding_table, boundaries=None):
+        if boundaries is None:
+            boundaries = (gather_positions(sequence, left), gather_positions(sequence, right))
         offset = ops.clip(positions - left - 1, 0, self.max_span_length - 1)  # (B, P), 0-based
         h0 = ops.concatenate(
             [
-                gather_positions(sequence, left),  # (B, P, H)
-                gather_positions(sequence, right),  # (B, P, H)
+                *boundaries,  # (B, P, H) each: the vectors at left and at right
                 ops.take(self.position_embeddings, offset, axis=0),  # (B, P, H)
             ],
             axis=-1,
@@ -189,6 +184,10 @@ class SpanBoundaryHead(keras.layers.Layer):
         h1 = self.layer_norm_1(self.dense_1(h0))  # (B, P, H)
         y = self.layer_norm_2(self.dense_2(h1))  # (B, P, E)
         return tied_logits(y, embedding_table) + self.output_bias
+
+    def from_boundaries(self, left_vectors, right_vectors, positions, left, embedding_table):
+        """call() with the vectors at the span boundaries already gathered, (B, P, H) each."""
+        return self(None, positions, left, None, embedding_table, (left_vectors, right_vectors))
 
     def get_config(self):
         return {

@@ -156,6 +156,17 @@ class Dense(keras.layers.Layer):
         }
 
 
+def gather_positions(sequence, positions):
+    """Gathers vectors at given positions of each sequence.
+
+    Args:
+      sequence: float (B, S, H).
+      positions: int (B, P), indices into S.
+    Returns float (B, P, H).
+    """
+    return ops.take_along_axis(sequence, ops.expand_dims(positions, -1), axis=1)
+
+
 def layer_norm(name: str) -> keras.layers.LayerNormalization:
     # epsilon 1e-12 as the original BERT `layer_norm` (tf.contrib.layers.layer_norm default in
     # modeling.py); published checkpoints were trained with it.
@@ -166,10 +177,12 @@ def layer_norm(name: str) -> keras.layers.LayerNormalization:
 class SelfAttention(keras.layers.Layer):
     """Multi-head self-attention with a fused Q/K/V projection and an output projection.
 
-    call(x, attention_mask, training):
+    call(x, attention_mask, training, query_positions):
       x: float (B, S, H).
       attention_mask: int or bool (B, S), 1 for real tokens, 0 for padding; or None.
-    Returns float (B, S, H).
+      query_positions: int (B, Q) or None: attend from these positions only (keys and values
+        stay at all S), for a last layer whose other outputs nobody reads.
+    Returns float (B, S, H), or (B, Q, H) at query_positions.
     """
 
     def __init__(
@@ -199,19 +212,31 @@ class SelfAttention(keras.layers.Layer):
         self.qkv.build(input_shape)
         self.output_dense.build((*input_shape[:-1], self.hidden_size))
 
-    def call(self, x, attention_mask=None, training=False):
+    def call(self, x, attention_mask=None, training=False, query_positions=None):
         n, d = self.num_attention_heads, self.head_size
         batch, seq = ops.shape(x)[0], ops.shape(x)[1]
-        qkv = ops.reshape(self.qkv(x), (batch, seq, 3, n, d))  # (B, S, 3H) -> (B, S, 3, N, D)
-        # One transpose puts every head's rows together for the batched matmuls below, and
-        # unstacking the leading axis takes contiguous blocks. Indexing qkv[:, :, i] instead
-        # cost three strided slices whose gradients (StridedSliceGrad: a zero-filled (B, S, 3H)
-        # tensor each, then summed) were 7% of the small pretraining step's op time
-        # (bench/step_profile.py); einsums over (B, S, N, D) operands transpose each one anyway.
-        q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)  # (B, N, S, D)
+        if query_positions is None:
+            qkv = ops.reshape(self.qkv(x), (batch, seq, 3, n, d))  # (B, S, 3H) -> (B, S, 3, N, D)
+            # One transpose puts every head's rows together for the batched matmuls below, and
+            # unstacking the leading axis takes contiguous blocks. Indexing qkv[:, :, i] instead
+            # cost three strided slices whose gradients (StridedSliceGrad: a zero-filled
+            # (B, S, 3H) tensor each, then summed) were 7% of the small pretraining step's op
+            # time (bench/step_profile.py); einsums over (B, S, N, D) operands transpose each
+            # one anyway.
+            q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)  # (B, N, S, D)
+        else:
+            # Queries only at the Q given positions; keys and values at all S. The fused kernel
+            # is split by columns (its gradient is one concat, not two zero-filled slices).
+            w_q, w_kv = ops.split(self.qkv.kernel, [self.hidden_size], axis=1)  # (H, H), (H, 2H)
+            b_q, b_kv = ops.split(self.qkv.bias, [self.hidden_size], axis=0)
+            x_q = gather_positions(x, query_positions)  # (B, Q, H)
+            q = ops.reshape(ops.matmul(x_q, w_q) + b_q, (batch, -1, n, d))  # (B, Q, N, D)
+            q = ops.transpose(q, (0, 2, 1, 3))  # (B, N, Q, D)
+            kv = ops.reshape(ops.matmul(x, w_kv) + b_kv, (batch, seq, 2, n, d))
+            k, v = ops.unstack(ops.transpose(kv, (2, 0, 3, 1, 4)), 2, axis=0)  # (B, N, S, D)
         # The 1/sqrt(D) scale on q (B*S*H values) rather than on the (B, N, S, S) scores.
         q = q * (1.0 / math.sqrt(d))
-        scores = ops.einsum("bnqd,bnkd->bnqk", q, k)  # (B, N, S, S)
+        scores = ops.einsum("bnqd,bnkd->bnqk", q, k)  # (B, N, S or Q, S)
         if attention_mask is not None:
             # Additive mask of -10000 as the original BERT (modeling.py): exp() underflows to 0
             # in fp32 while staying finite in fp16 / bf16.
@@ -221,9 +246,9 @@ class SelfAttention(keras.layers.Layer):
         # exp / sum loses the small probabilities.
         probs = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), scores.dtype)
         probs = self.dropout(probs, training=training)
-        context = ops.einsum("bnqk,bnkd->bnqd", probs, v)  # (B, N, S, D)
-        context = ops.transpose(context, (0, 2, 1, 3))  # (B, S, N, D)
-        context = ops.reshape(context, (batch, seq, self.hidden_size))  # (B, S, H)
+        context = ops.einsum("bnqk,bnkd->bnqd", probs, v)  # (B, N, S or Q, D)
+        context = ops.transpose(context, (0, 2, 1, 3))  # (B, S or Q, N, D)
+        context = ops.reshape(context, (batch, -1, self.hidden_size))  # (B, S or Q, H)
         return self.output_dense(context)
 
     def get_config(self):
@@ -242,7 +267,12 @@ class TransformerBlock(keras.layers.Layer):
 
     x -> attention -> dropout -> LN(x + .) -> FFN(act) -> dropout -> LN(. + .)
 
-    call(x, attention_mask, training): x float (B, S, H), attention_mask (B, S) -> (B, S, H).
+    call(x, attention_mask, training, query_positions): x float (B, S, H), attention_mask (B, S)
+    -> (B, S, H); with query_positions int (B, Q), only the outputs at those positions, (B, Q, H).
+    A pretrainer's last block needs no more: its loss reads the [CLS] vector and the P masked
+    positions, and every step after attention is per position. At sequence 128 with 20
+    predictions this skips the Q projection, attention output, FFN and LayerNorms at 107 of 128
+    positions, about 70% of the last layer's FLOPs; the outputs it does compute are the same.
     """
 
     def __init__(
@@ -287,8 +317,10 @@ class TransformerBlock(keras.layers.Layer):
         self.output_dense.build((*input_shape[:-1], self.intermediate_size))
         self.output_layer_norm.build(input_shape)
 
-    def call(self, x, attention_mask=None, training=False):
-        a = self.attention(x, attention_mask, training=training)
+    def call(self, x, attention_mask=None, training=False, query_positions=None):
+        a = self.attention(x, attention_mask, training=training, query_positions=query_positions)
+        if query_positions is not None:
+            x = gather_positions(x, query_positions)  # (B, Q, H)
         x = self.attention_layer_norm(x + self.attention_dropout(a, training=training))
         h = self.output_dense(self.intermediate(x))  # (B, S, I) -> (B, S, H)
         return self.output_layer_norm(x + self.output_dropout(h, training=training))

@@ -49,6 +49,12 @@ def test_pretraining_flops_match_a_hand_count():
     assert flops.bert_pretraining_flops(config, 1, 2, 1, sentence_head=False) == 3 * 172
     assert flops.bert_pretraining_flops(config, 3, 2, 1) == 3 * 564  # linear in the batch
     assert flops.bert_encoder_flops(config, 1, 2) == 144
+    # A last layer at Q = 1 of the 2 positions: K, V at S: 2*S*2H^2 = 32; Q, output and FFN at
+    # Q: 2*Q*(2H^2 + 2HI) = 40; scores and probabilities 4*Q*S*H = 16: 88, so forward 132.
+    assert flops.bert_pretraining_flops(config, 1, 2, 1, last_layer_queries=1) == 3 * 132
+    assert flops.bert_pretraining_flops(config, 1, 2, 1, last_layer_queries=2) == 564  # Q = S
+    two = pretrain_throughput.parse_size("L2/H2/A1/I3", vocab_size=5)  # only the last is cut
+    assert flops.bert_pretraining_flops(two, 1, 2, 1, last_layer_queries=1) == 3 * (144 + 132)
 
 
 def test_parse_size_refuses_a_bad_spec():
@@ -242,6 +248,12 @@ def test_pretrain_run_measures_the_peak_before_every_round(monkeypatch):
         for step_s, peak, mfu in zip(r["step_s_rounds"], r["peak_rounds"], r["mfu_rounds"]):
             assert mfu == pytest.approx(row["flops_per_step"] / step_s / peak)
         assert r["mfu"] == pytest.approx(row["flops_per_step"] / min(r["step_s_rounds"]) / 6e9)
+        assert r["hfu"] == pytest.approx(
+            r["executed_flops_per_step"] / min(r["step_s_rounds"]) / 6e9
+        )
+    # keras-hub executes the model count; Cloze's last layer skips positions no loss reads.
+    assert row["keras_hub"]["executed_flops_per_step"] == row["flops_per_step"]
+    assert row["cloze"]["executed_flops_per_step"] < row["flops_per_step"]
     assert row["ratio_rounds"] == pytest.approx(
         [k / c for c, k in zip(row["cloze"]["step_s_rounds"], row["keras_hub"]["step_s_rounds"])]
     )

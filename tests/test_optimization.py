@@ -81,32 +81,53 @@ def keras_adamw(learning_rate):
     return opt
 
 
-def test_fused_adamw_equals_keras_adamw_over_steps():
-    # The fused ApplyAdam update against Keras' AdamW: same weights after 3 steps (decayed
-    # kernel, excluded bias and gamma), float32 rounding apart.
+def update_graph_ops(opt, var) -> list[str]:
+    """The op types of one opt.apply to `var`, traced as a graph, its function calls' bodies
+    included (the XLA kernel is a called function)."""
+    graph = (
+        tf.function(lambda g: opt.apply([g], [var]))
+        .get_concrete_function(tf.TensorSpec(var.shape, tf.float32))
+        .graph
+    )
+    types = [op.type for op in graph.get_operations()]
+    for f in graph.as_graph_def().library.function:
+        types += [node.op for node in f.node_def] + [f"attr:{k}" for k in f.attr]
+    return types
+
+
+@pytest.mark.parametrize("fused_min_size", [0, 8])
+def test_fused_adamw_equals_keras_adamw_over_steps(fused_min_size):
+    # The fused updates against Keras' AdamW: same weights after 3 steps (decayed kernel,
+    # excluded bias and gamma), float32 rounding apart. fused_min_size 0: every variable goes
+    # through the one-pass XLA kernel; 8: the (5, 3) kernel does, the bias (3,) and gamma (7,)
+    # take the decay multiply + ApplyAdam path.
     schedule = optimization.WarmupLinearDecay(1e-2, 10, 2)
     fused = optimization.create_optimizer(1e-2, 10, 2)
     assert type(fused) is optimization.AdamW
+    fused.fused_min_size = fused_min_size
     start, grads, mine = run_steps(fused, num_steps=3)
     _, _, theirs = run_steps(keras_adamw(schedule), num_steps=3)
     for a, b, s in zip(mine, theirs, start):
         assert not np.allclose(a, s)  # the steps moved every variable
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-    # ... and the fused kernel is what ran, once per variable.
-    var = keras.Variable(np.ones((3, 5), np.float32), name="kernel")
-    opt = optimization.create_optimizer(1e-2, 10, 2)
-    opt.build([var])
-    graph = (
-        tf.function(lambda g: opt.apply([g], [var]))
-        .get_concrete_function(tf.TensorSpec((3, 5), tf.float32))
-        .graph
-    )
-    assert [op.type for op in graph.get_operations()].count("ResourceApplyAdam") == 1
+    # ... and the fused kernels are what ran, once per variable: the XLA one from
+    # fused_min_size elements, ApplyAdam below, and no separate decay assignment either way.
+    for shape, xla in [((3, 5), fused_min_size <= 15), ((5,), fused_min_size <= 5)]:
+        var = keras.Variable(np.ones(shape, np.float32), name="kernel")
+        opt = optimization.create_optimizer(1e-2, 10, 2)
+        opt.fused_min_size = fused_min_size
+        opt.build([var])
+        types = update_graph_ops(opt, var)
+        assert types.count("ResourceApplyAdam") == (0 if xla else 1), shape
+        assert types.count("AssignSubVariableOp") == (0 if xla else 1), shape  # the decay
+        assert ("attr:_XlaMustCompile" in types) == xla, shape
 
 
-def test_fused_adamw_under_mirrored_strategy_updates_each_replica_alike():
-    # Inside MirroredStrategy's update() the fused kernel must write each device's copy of the
-    # variable and of its moments: both replicas end equal to the one-device Keras AdamW.
+@pytest.mark.parametrize("fused_min_size", [0, 1 << 16])
+def test_fused_adamw_under_mirrored_strategy_updates_each_replica_alike(fused_min_size):
+    # Inside MirroredStrategy's update() the fused kernels (XLA at 0, ApplyAdam at the default)
+    # must write each device's copy of the variable and of its moments: both replicas end equal
+    # to the one-device Keras AdamW.
     strategy = helpers.mirrored_strategy()
     rng = np.random.default_rng(4)
     init = rng.normal(size=(5, 3)).astype(np.float32)
@@ -114,6 +135,7 @@ def test_fused_adamw_under_mirrored_strategy_updates_each_replica_alike():
     with strategy.scope():
         var = keras.Variable(init, name="kernel")
         opt = optimization.create_optimizer(1e-2, 10, 0)
+        opt.fused_min_size = fused_min_size
         opt.build([var])
 
     @tf.function

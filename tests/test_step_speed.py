@@ -308,3 +308,119 @@ def test_tied_logits_equal_a_plain_matmul_and_its_gradients():
     dx, dt = tape.gradient(y, [x, table], output_gradients=tf.constant(upstream))
     np.testing.assert_allclose(dx.numpy(), u64 @ t64, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(dt.numpy(), np.einsum("bpv,bpe->ve", u64, x64), rtol=1e-5, atol=1e-5)
+
+
+def full_and_sparse_encoders():
+    """(name, encoder) of each encoder family with output_positions, at odd tiny sizes: ALBERT
+    with two blocks in its one shared group (the query positions go to the group's last block
+    of the last layer only), ELECTRA with an embedding width of its own."""
+    from modeling import albert, electra
+
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=12,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        intermediate_size=17,
+        hidden_act="gelu",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        max_position_embeddings=16,
+        type_vocab_size=2,
+        initializer_range=0.2,
+    )
+    keras.utils.set_random_seed(11)
+    yield "bert", bert.BertEncoder(bert.BertConfig(**common))
+    yield (
+        "albert",
+        albert.AlbertEncoder(albert.AlbertConfig(**common, embedding_size=5, inner_group_num=2)),
+    )
+    yield "electra", electra.ElectraEncoder(electra.ElectraConfig(**common, embedding_size=5))
+
+
+def test_last_layer_at_output_positions_equals_the_full_encoder():
+    # Positions with a repeat, [CLS] itself and a padded position; training=True runs the
+    # training-only fused GELU too (dropout is off). Tolerance 1e-5 absolute on outputs of
+    # order 1: float32 rounding of a (Q, H) and an (S, H) matmul order; a wrong row or a lost
+    # mask is off by O(0.1).
+    batch = pretrain_throughput.synthetic_batch(BATCH, SEQ, PREDICTIONS, VOCAB, seed=5)
+    batch["input_mask"][1, 4:] = 0
+    positions = np.array([[3, 3, 1], [0, 5, 2], [6, 1, 4]], np.int32)  # (B, 3)
+    for name, encoder in full_and_sparse_encoders():
+        full = encoder(batch, training=True)
+        sparse = encoder(batch, training=True, output_positions=positions)
+        expected = np.take_along_axis(np.array(full["sequence_output"]), positions[..., None], 1)
+        assert sparse["sequence_output"].shape == (BATCH, 3, 12), name
+        np.testing.assert_allclose(sparse["sequence_output"], expected, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(sparse["pooled_output"], full["pooled_output"], atol=1e-5)
+        np.testing.assert_array_equal(sparse["encoder_outputs"][-1], sparse["sequence_output"])
+        assert len(sparse["encoder_outputs"]) == len(full["encoder_outputs"]), name
+        for before, after in zip(full["encoder_outputs"][:-1], sparse["encoder_outputs"][:-1]):
+            np.testing.assert_allclose(after, before, atol=1e-5, err_msg=name)
+
+
+def test_span_boundary_pretrainer_loss_and_gradients_equal_the_full_last_layer():
+    # BertPretrainer's last layer computes [CLS], the masked positions and the span boundaries
+    # only; the same model through the full encoder and the heads' own gathers is the plain
+    # path. A random weighting of every logit reaches every output in the gradient. Tolerances:
+    # loss 1e-5 relative; each gradient 1e-4 of its largest entry (float32 op orders).
+    config = tiny_config()
+    keras.utils.set_random_seed(13)
+    model = bert.BertPretrainer(config, "nsp", span_boundary=True)
+    model.build()
+    batch = pretrain_throughput.synthetic_batch(BATCH, SEQ, PREDICTIONS, VOCAB, seed=6)
+    batch["input_mask"][2, 5:] = 0
+    positions = batch["masked_lm_positions"]
+    batch["masked_lm_span_left"] = np.maximum(positions - 1, 0).astype(np.int32)
+    batch["masked_lm_span_right"] = np.minimum(positions + 2, SEQ - 1).astype(np.int32)
+    rng = np.random.default_rng(0)
+    weights = {
+        "mlm_logits": rng.normal(size=(BATCH, PREDICTIONS, VOCAB)),
+        "sbo_logits": rng.normal(size=(BATCH, PREDICTIONS, VOCAB)),
+        "nsp_logits": rng.normal(size=(BATCH, 2)),
+    }
+
+    def plain(inputs):
+        out = model.encoder(inputs, training=True)
+        seq, table = out["sequence_output"], model.encoder.embeddings.word_embeddings
+        return {
+            "mlm_logits": model.masked_lm(seq, inputs["masked_lm_positions"], table),
+            "nsp_logits": model.next_sentence(out["pooled_output"]),
+            "sbo_logits": model.span_boundary_head(
+                seq,
+                inputs["masked_lm_positions"],
+                inputs["masked_lm_span_left"],
+                inputs["masked_lm_span_right"],
+                table,
+            ),
+        }
+
+    def loss_and_gradients(forward):
+        with tf.GradientTape() as tape:
+            out = forward(batch)
+            loss = sum(tf.reduce_sum(out[k] * w) for k, w in weights.items())
+        grads = tape.gradient(loss, model.trainable_variables)
+        return float(loss), [tf.convert_to_tensor(g).numpy() for g in grads]
+
+    loss, grads = loss_and_gradients(lambda b: model(b, training=True))
+    plain_loss, plain_grads = loss_and_gradients(plain)
+    assert loss == pytest.approx(plain_loss, rel=1e-5)
+    for v, mine, theirs in zip(model.trainable_variables, grads, plain_grads):
+        scale = max(np.abs(theirs).max(), 1e-6)
+        np.testing.assert_allclose(mine, theirs, atol=1e-4 * scale, err_msg=v.path)
+
+
+def test_electra_generator_logits_equal_the_head_on_the_full_generator():
+    from modeling import electra
+    from tests.test_electra import TINY as ELECTRA_TINY
+
+    keras.utils.set_random_seed(17)
+    model = electra.ElectraPretrainer(electra.ElectraConfig(**ELECTRA_TINY))
+    model.build()
+    batch = pretrain_throughput.synthetic_batch(BATCH, SEQ, PREDICTIONS, VOCAB, seed=8)
+    batch["input_mask"][0, 6:] = 0
+    out = model(batch, training=False)
+    full = model.generator(batch, training=False)["sequence_output"]
+    table = model.encoder.embeddings.word_embeddings
+    expected = model.generator_predictions(full, batch["masked_lm_positions"], table)
+    np.testing.assert_allclose(out["mlm_logits"], expected, atol=1e-5)
