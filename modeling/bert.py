@@ -424,7 +424,8 @@ class BertPretrainer(keras.Model):
       input_ids, input_mask, segment_ids: (B, S); masked_lm_positions: (B, P); with
       span_boundary also masked_lm_span_left, masked_lm_span_right: (B, P).
     Returns a dict: mlm_logits float (B, P, V), computed only at the masked positions (the
-    vocabulary projection is the costliest matmul, so skip the other S - P positions),
+    vocabulary projection is the costliest matmul, so skip the other S - P positions; and the
+    encoder's last layer, too, runs only where a head reads it: pretraining_outputs),
     nsp_logits float (B, 2) (the SOP logits under sentence_objective "sop"), and with
     span_boundary sbo_logits float (B, P, V).
 
