@@ -5,8 +5,9 @@ Trainers as bench/pretrain_throughput.py) and sums the TensorFlow ops' own execu
 the trace, by op type (MatMul, Mul, Transpose, ...) and by phase (forward, backward = ops under
 the gradient tape, optimizer = ops of the AdamW update, xla = XLA-compiled kernels: the fused
 GELU and AdamW's one-pass update of the large variables, whose trace events carry no name scope;
-other = clipping, the finiteness check, metrics). Shares are of the summed op time on the executor threads, which with two cores can
-exceed the wall time; they say what to make cheaper, not how long a step takes.
+other = clipping, the finiteness check, metrics). Shares are of the summed op time on the
+executor threads, which with two cores can exceed the wall time; they say what to make cheaper,
+not how long a step takes.
 
   python -m bench.step_profile --size=L4/H256/A4/I1024 --steps=3 --output=/tmp/profile.json
 """

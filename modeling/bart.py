@@ -23,7 +23,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from modeling import bert, t5
+from modeling import bert, layers, t5
 
 # fairseq's LearnedPositionalEmbedding numbers positions from padding_idx + 1 = 2, so the released
 # BART tables have max_position_embeddings + 2 rows and position 0 reads row 2 (Hugging Face's
@@ -245,7 +245,7 @@ class _FeedForward(keras.layers.Layer):
         self.config, self.ffn_dim = config, ffn_dim
         self.fc1 = _dense(ffn_dim, config, "fc1")
         self.fc2 = _dense(config.d_model, config, "fc2")
-        self.activation_dropout = keras.layers.Dropout(config.activation_dropout)
+        self.activation_dropout = layers.Dropout(config.activation_dropout)
 
     def build(self, input_shape):
         self.fc1.build(input_shape)
@@ -269,7 +269,7 @@ class BartEncoderLayer(keras.layers.Layer):
         self.self_attn_layer_norm = _layer_norm("self_attn_layer_norm")
         self.ffn = _FeedForward(c, c.encoder_ffn_dim, name="ffn")
         self.final_layer_norm = _layer_norm("final_layer_norm")
-        self.dropout = keras.layers.Dropout(c.dropout)
+        self.dropout = layers.Dropout(c.dropout)
 
     def build(self, input_shape):
         self.self_attn.build(input_shape, input_shape)
@@ -300,7 +300,7 @@ class BartDecoderLayer(keras.layers.Layer):
         self.encoder_attn_layer_norm = _layer_norm("encoder_attn_layer_norm")
         self.ffn = _FeedForward(c, c.decoder_ffn_dim, name="ffn")
         self.final_layer_norm = _layer_norm("final_layer_norm")
-        self.dropout = keras.layers.Dropout(c.dropout)
+        self.dropout = layers.Dropout(c.dropout)
 
     def build(self, input_shape):
         self.self_attn.build(input_shape, input_shape)
@@ -342,7 +342,7 @@ class BartModel(keras.Model):
             setattr(self, f"decoder_{i}", BartDecoderLayer(c, name=f"decoder_{i}"))
         self.encoder_layernorm_embedding = _layer_norm("encoder_layernorm_embedding")
         self.decoder_layernorm_embedding = _layer_norm("decoder_layernorm_embedding")
-        self.dropout = keras.layers.Dropout(c.dropout)
+        self.dropout = layers.Dropout(c.dropout)
         # BartScaledWordEmbedding: sqrt(d_model) when scale_embedding (fairseq's embed_scale).
         self.embed_scale = float(np.sqrt(c.d_model)) if c.scale_embedding else 1.0
 
@@ -568,7 +568,7 @@ def hf_entries(config: BartConfig, prefix: str = HF_PREFIX) -> list:
         Entry("final_logits_bias", ("final_logits_bias",), ((1, c.vocab_size),),
               lambda a: a[0][0], lambda x: [x[None]]),
     ]  # fmt: skip
-    for side, layers, ffn in (
+    for side, n_layers, ffn in (
         ("encoder", c.encoder_layers, c.encoder_ffn_dim),
         ("decoder", c.decoder_layers, c.decoder_ffn_dim),
     ):
@@ -576,7 +576,7 @@ def hf_entries(config: BartConfig, prefix: str = HF_PREFIX) -> list:
         scope = f"{prefix}{side}"
         out.append(_copy(f"{side}_embed_positions", f"{scope}.embed_positions.weight", (rows, h)))
         out += _hf_norm_entries(f"{side}_layernorm_embedding", f"{scope}.layernorm_embedding", h)
-        for i in range(layers):
+        for i in range(n_layers):
             dst, src = f"{side}_{i}", f"{scope}.layers.{i}"
             attentions = ["self_attn"] + (["encoder_attn"] if side == "decoder" else [])
             for a in attentions:

@@ -215,7 +215,7 @@ class BertEmbeddings(keras.layers.Layer):
         self.initializer_range = initializer_range
         self.position_offset = position_offset
         self.layer_norm = layers.layer_norm("layer_norm")
-        self.dropout = keras.layers.Dropout(hidden_dropout_prob)
+        self.dropout = layers.Dropout(hidden_dropout_prob)
 
     def build(self, input_shape):
         init = layers.truncated_normal(self.initializer_range)

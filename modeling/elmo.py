@@ -34,7 +34,7 @@ import numpy as np
 from keras import ops
 
 from data_prep.errors import InputError
-from modeling import bert
+from modeling import bert, layers
 from modeling.tagging import ScalarMix
 
 # ---------------------------------------------------------------------------------------------
@@ -438,7 +438,7 @@ class ElmoBiLM(keras.Model):
                 embeddings_initializer=keras.initializers.RandomNormal(stddev=p**-0.5),
                 name="token_embedding",
             )
-        self.dropout = keras.layers.Dropout(c.dropout)
+        self.dropout = layers.Dropout(c.dropout)
         # One attribute per layer: tf.train.Checkpoint does not follow Keras' TrackedList.
         for direction in ("forward", "backward"):
             for i in range(c.lstm.n_layers):
@@ -543,7 +543,7 @@ class ElmoLM(keras.Model):
         if c.n_tokens_vocab is None:
             raise ValueError("ElmoLM: the softmax needs n_tokens_vocab in the config")
         self.encoder = ElmoBiLM(c, name="encoder")
-        self.output_dropout = keras.layers.Dropout(c.dropout)
+        self.output_dropout = layers.Dropout(c.dropout)
 
     def build(self, input_shape=None):
         c = self.config
@@ -697,7 +697,7 @@ class ElmoClassifier(keras.Model):
         self.encoder = ElmoBiLM(self.config, name="encoder")
         self.encoder.trainable = False
         self.scalar_mix = ScalarMix(self.config.lstm.n_layers + 1, name="scalar_mix")
-        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.dropout = layers.Dropout(dropout_rate)
         # An options.json has no initializer_range: BERT's 0.02.
         self.classifier = heads.ClassificationHead(num_labels, 0.02, name="classifier")
 

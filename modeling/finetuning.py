@@ -16,7 +16,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from modeling import albert, electra, heads
+from modeling import albert, electra, heads, layers
 from modeling.bert import BertConfig, BertEncoder
 
 # The original run_classifier applies dropout with keep_prob 0.9 to the pooled output whatever the
@@ -106,7 +106,7 @@ class BertClassifier(keras.Model):
         self.dropout_rate = dropout_rate
         self.pooling = pooling
         self.encoder = _encoder(config, pooling)
-        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.dropout = layers.Dropout(dropout_rate)
         self.classifier = heads.ClassificationHead(
             num_classes, config.initializer_range, name="classifier"
         )
@@ -160,7 +160,7 @@ class BertMultipleChoice(keras.Model):
         self.dropout_rate = dropout_rate
         self.pooling = pooling
         self.encoder = _encoder(config, pooling)
-        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.dropout = layers.Dropout(dropout_rate)
         self.classifier = heads.ClassificationHead(1, config.initializer_range, name="classifier")
 
     def build(self, input_shape=None):

@@ -129,7 +129,7 @@ class CausalSelfAttention(keras.layers.Layer):
         self.attn_pdrop, self.resid_pdrop, self.init_range = attn_pdrop, resid_pdrop, init_range
         self.c_attn = layers.Dense(3 * n_embd, initializer_range=init_range, name="c_attn")
         self.c_proj = layers.Dense(n_embd, initializer_range=init_range, name="c_proj")
-        self.attn_dropout = keras.layers.Dropout(attn_pdrop)
+        self.attn_dropout = layers.Dropout(attn_pdrop)
 
     def build(self, input_shape):
         self.c_attn.build(input_shape)
@@ -194,7 +194,7 @@ class GptBlock(keras.layers.Layer):
         self.c_proj = layers.Dense(
             c.n_embd, initializer_range=c.initializer_range * scale, name="c_proj"
         )
-        self.dropout = keras.layers.Dropout(c.resid_pdrop)
+        self.dropout = layers.Dropout(c.resid_pdrop)
 
     def build(self, input_shape):
         self.attn.build(input_shape)
@@ -241,7 +241,7 @@ class GptModel(keras.Model):
         super().__init__(**kwargs)
         c = GptConfig.from_dict(config) if isinstance(config, dict) else config
         self.config = c
-        self.drop = keras.layers.Dropout(c.embd_pdrop)
+        self.drop = layers.Dropout(c.embd_pdrop)
         # One attribute per block: tf.train.Checkpoint does not follow Keras' TrackedList.
         for i in range(c.n_layer):
             setattr(self, f"h_{i}", GptBlock(c, name=f"h_{i}"))
@@ -354,7 +354,7 @@ class GptClassifier(keras.Model):
         self.config, self.num_classes, self.dropout_rate = c, num_classes, dropout_rate
         self.lm = GptLM(c, name="lm")
         self.encoder = self.lm.encoder  # the name run scripts load pretrained weights into
-        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.dropout = layers.Dropout(dropout_rate)
         self.classifier = layers.Dense(num_classes, initializer_range=0.02, name="classifier")
 
     def build(self, input_shape=None):

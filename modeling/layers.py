@@ -156,6 +156,51 @@ class Dense(keras.layers.Layer):
         }
 
 
+def _dropout_rng_alg():
+    """The random-number algorithm of Dropout: "philox", or None (TensorFlow's auto_select)
+    under a TPUStrategy, whose XLA picks the generator that is fast there."""
+    import tensorflow as tf
+
+    return None if isinstance(tf.distribute.get_strategy(), tf.distribute.TPUStrategy) else "philox"
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class Dropout(keras.layers.Dropout):
+    """keras.layers.Dropout that names its random-number algorithm (Philox) on TensorFlow.
+
+    Why by hand: Keras' dropout leaves TensorFlow's stateless dropout to pick the algorithm at
+    run time (a StatelessRandomGetKeyCounter op feeding StatelessRandomUniformV2). On CPU that
+    choice is Philox, so the masks are the same either way, eagerly and under XLA
+    (tests/test_step_speed.py), but XLA's CPU lowering of the run-time choice is slow: 1.57 M
+    uniforms (one base-size attention dropout) took 498 ms that way and 15 ms with Philox named.
+    It was the worst cost of every --use_xla step: the default run's model (bert_tiny, batch
+    32, 2 quiet CPU cores) trained at 57 examples/s under XLA with Keras' dropout and 172 with
+    this one (108 with Keras' dropout before the encoders' sparse last layer, whose odd shapes
+    made it worse). Same seed generator and state as keras.layers.Dropout, so checkpoints are
+    unchanged.
+    """
+
+    def call(self, inputs, training=False):
+        if (
+            not training
+            or self.rate <= 0
+            or self.noise_shape is not None
+            or keras.backend.backend() != "tensorflow"
+        ):
+            return super().call(inputs, training=training)
+        rng_alg = _dropout_rng_alg()
+        if rng_alg is None:
+            return super().call(inputs, training=training)
+        import tensorflow as tf
+
+        seed = self.seed_generator.next()
+        if seed.dtype != tf.int32:  # as Keras: stateless ops under XLA want int32 seeds
+            seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+        return tf.nn.experimental.stateless_dropout(
+            inputs, rate=self.rate, seed=seed, rng_alg=rng_alg
+        )
+
+
 def gather_positions(sequence, positions):
     """Gathers vectors at given positions of each sequence.
 
@@ -206,7 +251,7 @@ class SelfAttention(keras.layers.Layer):
         self.head_size = hidden_size // num_attention_heads
         self.qkv = Dense(3 * hidden_size, initializer_range=initializer_range, name="qkv")
         self.output_dense = Dense(hidden_size, initializer_range=initializer_range, name="output")
-        self.dropout = keras.layers.Dropout(attention_probs_dropout_prob)
+        self.dropout = Dropout(attention_probs_dropout_prob)
 
     def build(self, input_shape):
         self.qkv.build(input_shape)
@@ -301,13 +346,13 @@ class TransformerBlock(keras.layers.Layer):
             initializer_range,
             name="attention",
         )
-        self.attention_dropout = keras.layers.Dropout(hidden_dropout_prob)
+        self.attention_dropout = Dropout(hidden_dropout_prob)
         self.attention_layer_norm = layer_norm("attention_layer_norm")
         self.intermediate = Dense(
             intermediate_size, hidden_act, initializer_range, name="intermediate"
         )
         self.output_dense = Dense(hidden_size, initializer_range=initializer_range, name="output")
-        self.output_dropout = keras.layers.Dropout(hidden_dropout_prob)
+        self.output_dropout = Dropout(hidden_dropout_prob)
         self.output_layer_norm = layer_norm("output_layer_norm")
 
     def build(self, input_shape):

@@ -21,7 +21,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from modeling import bert
+from modeling import bert, layers
 
 FEED_FORWARD = ("relu", "gated-relu", "gated-gelu")
 
@@ -181,7 +181,7 @@ class T5Attention(keras.layers.Layer):
         self.k = _Dense(inner, f * c.d_model**-0.5, name="k")
         self.v = _Dense(inner, f * c.d_model**-0.5, name="v")
         self.o = _Dense(c.d_model, f * inner**-0.5, name="o")
-        self.dropout = keras.layers.Dropout(c.dropout_rate)
+        self.dropout = layers.Dropout(c.dropout_rate)
 
     def build(self, input_shape):
         c = self.config
@@ -255,7 +255,7 @@ class T5Block(keras.layers.Layer):
             self.wi_1 = _Dense(c.d_ff, f * c.d_model**-0.5, name="wi_1")
         self.wo = _Dense(c.d_model, f * c.d_ff**-0.5, name="wo")
         self.ff_norm = T5LayerNorm(eps, name="ff_norm")
-        self.dropout = keras.layers.Dropout(c.dropout_rate)
+        self.dropout = layers.Dropout(c.dropout_rate)
 
     def build(self, input_shape):
         c = self.config
@@ -328,7 +328,7 @@ class T5Model(keras.Model):
             setattr(self, f"decoder_{i}", T5Block(c, True, i == 0, name=f"decoder_{i}"))
         self.encoder_norm = T5LayerNorm(c.layer_norm_epsilon, name="encoder_norm")
         self.decoder_norm = T5LayerNorm(c.layer_norm_epsilon, name="decoder_norm")
-        self.dropout = keras.layers.Dropout(c.dropout_rate)
+        self.dropout = layers.Dropout(c.dropout_rate)
 
     def blocks(self, decoder: bool) -> list:
         c = self.config

@@ -34,7 +34,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from modeling import albert, finetuning, heads
+from modeling import albert, finetuning, heads, layers
 from modeling.bert import BertConfig
 
 # mode -> (indices into the encoder's L + 1 outputs, how they combine); None: all of them.
@@ -181,7 +181,7 @@ def _init_head(model, config, num_labels, feature_mode, lstm_units, lstm_layers,
     for i in range(lstm_layers if lstm_units else 0):
         lstm = keras.layers.LSTM(lstm_units, return_sequences=True)
         setattr(model, f"lstm_{i}", keras.layers.Bidirectional(lstm, name=f"lstm_{i}"))
-    model.dropout = keras.layers.Dropout(dropout_rate)
+    model.dropout = layers.Dropout(dropout_rate)
     # An ELMo options.json has no initializer_range: BERT's 0.02 then.
     model.classifier = heads.ClassificationHead(
         num_labels, getattr(config, "initializer_range", 0.02), name="classifier"

@@ -200,7 +200,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         self.d_model, self.n_head, self.d_head = d_model, n_head, d_head
         self.dropatt, self.init_std = dropatt, init_std
-        self.attn_dropout = keras.layers.Dropout(dropatt)
+        self.attn_dropout = layers.Dropout(dropatt)
 
     def build(self, input_shape=None):
         shape = (self.d_model, self.n_head, self.d_head)
@@ -301,7 +301,7 @@ class XLNetLayer(keras.layers.Layer):
         self.ff_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="ff_ln")
         self.layer_1 = layers.Dense(c.d_inner, c.ff_activation, c.init_std, name="layer_1")
         self.layer_2 = layers.Dense(c.d_model, initializer_range=c.init_std, name="layer_2")
-        self.dropout = keras.layers.Dropout(c.dropout)
+        self.dropout = layers.Dropout(c.dropout)
 
     def build(self, input_shape=None):
         shape = (None, None, self.config.d_model)
@@ -367,7 +367,7 @@ class XLNetModel(keras.Model):
         super().__init__(**kwargs)
         c = XLNetConfig.from_dict(config) if isinstance(config, dict) else config
         self.config = c
-        self.drop = keras.layers.Dropout(c.dropout)
+        self.drop = layers.Dropout(c.dropout)
         # One attribute per layer: tf.train.Checkpoint does not follow Keras' TrackedList.
         for i in range(c.n_layer):
             setattr(self, f"layer_{i}", XLNetLayer(c, name=f"layer_{i}"))
@@ -513,7 +513,7 @@ class XLNetClassifier(keras.Model):
         self.config, self.num_classes = c, num_classes
         self.encoder = XLNetModel(c, name="encoder")
         self.summary = layers.Dense(c.d_model, "tanh", c.init_std, name="summary")
-        self.dropout = keras.layers.Dropout(c.dropout)
+        self.dropout = layers.Dropout(c.dropout)
         self.classifier = layers.Dense(num_classes, initializer_range=c.init_std, name="logit")
 
     def build(self, input_shape=None):

@@ -424,3 +424,32 @@ def test_electra_generator_logits_equal_the_head_on_the_full_generator():
     table = model.encoder.embeddings.word_embeddings
     expected = model.generator_predictions(full, batch["masked_lm_positions"], table)
     np.testing.assert_allclose(out["mlm_logits"], expected, atol=1e-5)
+
+
+def test_dropout_draws_keras_masks_with_and_without_xla_through_philox():
+    # layers.Dropout names Philox instead of leaving the algorithm to a runtime choice: the
+    # masks are Keras' own for the same seed state, eagerly and under jit_compile (auto_select
+    # is Philox on CPU both ways), but the traced graph lacks StatelessRandomGetKeyCounter,
+    # the op whose XLA lowering made Keras' dropout ~30x slower under XLA on CPU.
+    x = tf.reshape(tf.range(1, 4 * 300 + 1, dtype=tf.float32), (4, 300))
+    mine, theirs = layers.Dropout(0.3, seed=5), keras.layers.Dropout(0.3, seed=5)
+    for _ in range(2):  # the second call draws the next seed from each generator
+        a, b = mine(x, training=True), theirs(x, training=True)
+        np.testing.assert_array_equal(a, b)
+    kept = np.array(a) != 0
+    assert 0.6 < kept.mean() < 0.8  # rate 0.3
+    np.testing.assert_allclose(np.array(a)[kept], np.array(x)[kept] / 0.7, rtol=1e-6)
+    np.testing.assert_array_equal(mine(x, training=False), x)
+
+    mine, theirs = layers.Dropout(0.3, seed=9), keras.layers.Dropout(0.3, seed=9)
+    compiled = {
+        name: tf.function(lambda v, d=d: d(v, training=True), jit_compile=True)
+        for name, d in (("mine", mine), ("theirs", theirs))
+    }
+    np.testing.assert_array_equal(compiled["mine"](x), compiled["theirs"](x))
+    ops_of = {
+        name: {op.type for op in f.get_concrete_function(x).graph.get_operations()}
+        for name, f in compiled.items()
+    }
+    assert "StatelessRandomGetKeyCounter" in ops_of["theirs"]
+    assert "StatelessRandomGetKeyCounter" not in ops_of["mine"]
