@@ -9,6 +9,9 @@
 3. GELU (tanh form) over the (B*S, I) intermediate activations, forward + backward: Cloze's
    plain `gelu_tanh` under autodiff, tf.nn.gelu(approximate=True), and the two XLA kernels of
    modeling/layers.fused_activation that Dense uses in training.
+4. The whole MLM loss from the head's vectors, forward + backward to the rows, the table and the
+   bias: tied_logits + bias, then softmax_xent_and_hits, against the vocabulary-major
+   modeling/heads.tied_xent_and_hits that pretrainers use in training.
 
 Each variant's gradients, loss (and hit count) must equal the first variant's (atol 1e-5
 relative to the largest value, 1e-4 for the summed loss: XLA's tanh rounds differently), else
@@ -131,6 +134,18 @@ def run(
         }[form]
         return timed_step([pre], lambda: (tf.reduce_sum(act(pre) * pre_up),))
 
+    def mlm_loss(form):
+        def loss_and_hits():
+            if form == "logits_then_xent":
+                logits = heads.tied_logits(x[None], table)[0] + bias
+                ce, hits = losses.softmax_xent_and_hits(logits, labels)
+            else:
+                ce, hits = heads.tied_xent_and_hits(x[None], table, bias, labels[None])
+            ce, hits = tf.reshape(ce, (-1,)), tf.reshape(hits, (-1,))
+            return tf.reduce_sum(ce * tf.range(1.0, rows + 1.0) / rows), tf.reduce_sum(hits)
+
+        return timed_step([x, table, bias], loss_and_hits)
+
     result = {
         "rows": rows,
         "hidden": hidden,
@@ -140,11 +155,13 @@ def run(
         "projection_ms": {},
         "xent_ms": {},
         "gelu_ms": {},
+        "mlm_loss_ms": {},
     }
     for key, forms, make in (
         ("projection_ms", ("rows_first", "cloze_vocab_first"), projection),
         ("xent_ms", ("keras", "tf_fused_op", "cloze_fused"), xent),
         ("gelu_ms", ("autodiff_gelu_tanh", "tf_nn_gelu", "cloze_fused_xla"), gelu),
+        ("mlm_loss_ms", ("logits_then_xent", "cloze_vocab_major"), mlm_loss),
     ):
         reference = None
         for form in forms:
@@ -178,7 +195,7 @@ def main():
         args.repeats,
         args.iterations,
     )
-    for key in ("projection_ms", "xent_ms", "gelu_ms"):
+    for key in ("projection_ms", "xent_ms", "gelu_ms", "mlm_loss_ms"):
         print(key + ": " + ", ".join(f"{k} {v:.1f}" for k, v in result[key].items()))
     if args.output:
         with open(args.output, "w") as f:

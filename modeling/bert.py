@@ -395,6 +395,10 @@ def pretraining_outputs(model, inputs, training: bool) -> dict:
     ALBERT), the 2-way sentence head on the pooled vector, and optionally the span boundary
     head. The encoder's last layer computes only the positions these heads read (its
     output_positions): [CLS], the masked positions and, with span_boundary, the span boundaries.
+    In training, when the inputs hold masked_lm_ids, also mlm_xent and mlm_hits (B, P): the MLM
+    head's cross-entropy and hits, computed vocabulary-major (heads.tied_xent_and_hits), which
+    the pretraining task reads instead of mlm_logits; inside a tf.function TensorFlow prunes
+    whichever of the two a loss does not read.
     """
     positions = inputs["masked_lm_positions"]  # (B, P)
     wanted = positions
@@ -409,6 +413,10 @@ def pretraining_outputs(model, inputs, training: bool) -> dict:
         "mlm_logits": model.masked_lm(vectors[:, :p, :], None, table),
         "nsp_logits": model.next_sentence(out["pooled_output"]),
     }
+    if training and "masked_lm_ids" in inputs:
+        result["mlm_xent"], result["mlm_hits"] = model.masked_lm(
+            vectors[:, :p, :], None, table, label_ids=inputs["masked_lm_ids"]
+        )
     if model.span_boundary:
         result["sbo_logits"] = model.span_boundary_head.from_boundaries(
             vectors[:, p : 2 * p, :], vectors[:, 2 * p :, :], positions, left, table
@@ -427,7 +435,9 @@ class BertPretrainer(keras.Model):
     vocabulary projection is the costliest matmul, so skip the other S - P positions; and the
     encoder's last layer, too, runs only where a head reads it: pretraining_outputs),
     nsp_logits float (B, 2) (the SOP logits under sentence_objective "sop"), and with
-    span_boundary sbo_logits float (B, P, V).
+    span_boundary sbo_logits float (B, P, V). In training, when inputs hold masked_lm_ids
+    (B, P), also mlm_xent and mlm_hits float32 (B, P), the MLM loss terms computed without the
+    (B, P, V) logits (pretraining_outputs).
 
     Args:
       config: the encoder's BertConfig (or its dict).

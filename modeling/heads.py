@@ -9,7 +9,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from modeling import layers
+from modeling import layers, losses
 
 gather_positions = layers.gather_positions  # float (B, S, H), int (B, P) -> (B, P, H)
 
@@ -40,15 +40,77 @@ def tied_logits(x, embedding_table):
     return ops.reshape(logits, (*ops.shape(x)[:-1], ops.shape(table)[0]))  # (B, P, V)
 
 
+def tied_xent_and_hits(x, embedding_table, bias, labels):
+    """Cross-entropy and argmax hits of the tied projection plus a bias against labels: float
+    (B, P, E), (V, E), (V,) and int (B, P) -> float32 (B, P) and float32 (B, P) of 1.0 / 0.0.
+    The same as `losses.softmax_xent_and_hits(tied_logits(x, table) + bias, labels)`, which is
+    what other backends run.
+
+    On TensorFlow the logits stay vocabulary-major, (V, B*P) from tied_logits' fast matmul, and
+    the softmax runs down each column, with a hand-written gradient that also forms the
+    projection's and the bias' gradients, so tied_logits' (B*P, V) transpose is never made.
+    Measured on 2 CPU cores at B*P = 160, V = 30522, forward + backward to x, the table and the
+    bias (`python -m bench.kernel_speed`, "mlm_loss_ms"; bench/results/kernels_2026-11-23_s9_*):
+    72.1 -> 65.3 ms at E 256; at E 768 222.5 against 227.7 ms, equal within this host's noise
+    (there the (V, E) table gradient dominates: a matmul writing 94 MB, ~85 ms in either
+    layout). In the small pretraining step (L4/H256) that was 1.2-3% faster steps, alternating
+    single steps of both forms in one process. Hits as softmax_xent_and_hits: a label whose
+    logit equals its column's maximum.
+    """
+    table = ops.cast(ops.convert_to_tensor(embedding_table), x.dtype)  # autocast under bf16
+    if keras.backend.backend() != "tensorflow":
+        logits = tied_logits(x, table) + ops.cast(bias, x.dtype)
+        return losses.softmax_xent_and_hits(logits, labels)
+    import tensorflow as tf
+
+    shape = ops.shape(labels)
+    flat = tf.reshape(x, (-1, tf.shape(x)[-1]))  # (N, E), N = B*P
+    labels = tf.reshape(tf.cast(labels, tf.int32), (-1,))
+    bias = tf.convert_to_tensor(bias)
+    # The scopes name these ops in traces (bench/step_profile.py: forward and backward).
+    with tf.name_scope("tied_xent"):
+        # (label, column) of every prediction; an out-of-range label makes gather_nd raise on
+        # CPU, as in losses.softmax_xent_and_hits.
+        index = tf.stack([labels, tf.range(tf.shape(labels)[0])], axis=1)
+
+        @tf.custom_gradient
+        def xent(rows, table, bias):
+            logits = tf.linalg.matmul(table, rows, transpose_b=True)  # (V, N)
+            logits = tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32)[:, None]
+            col_max = tf.reduce_max(logits, axis=0)  # (N,)
+            exp = tf.exp(logits - col_max)  # (V, N), kept for the gradient
+            total = tf.reduce_sum(exp, axis=0)  # (N,)
+            label_logit = tf.gather_nd(logits, index)  # (N,)
+            ce = tf.math.log(total) + col_max - label_logit
+            hits = tf.cast(label_logit >= col_max, tf.float32)
+
+            def grad(d_ce, d_hits=None):
+                # d ce / d logits = softmax - one_hot(label) per column, scaled by d_ce.
+                with tf.name_scope("tied_xent_backward"):
+                    d_logits = tf.tensor_scatter_nd_sub(exp * (d_ce / total), index, d_ce)
+                    d_bias = tf.cast(tf.reduce_sum(d_logits, axis=1), bias.dtype)
+                    d_logits = tf.cast(d_logits, rows.dtype)
+                    d_rows = tf.linalg.matmul(d_logits, table, transpose_a=True)  # (N, E)
+                    d_table = tf.linalg.matmul(d_logits, rows)  # (V, E)
+                    return d_rows, d_table, d_bias
+
+            return (ce, tf.stop_gradient(hits)), grad
+
+        ce, hits = xent(flat, table, bias)
+    return tf.reshape(ce, shape), tf.reshape(hits, shape)
+
+
 @keras.saving.register_keras_serializable(package="cloze")
 class MaskedLMHead(keras.layers.Layer):
     """BERT's MLM head: dense + activation + LayerNorm, then the tied input embedding and a bias.
 
-    call(sequence, positions, embedding_table):
+    call(sequence, positions, embedding_table, label_ids=None):
       sequence float (B, S, H); positions int (B, P); embedding_table float (V, E), the encoder's
       word embeddings (weight tying, as the original `get_masked_lm_output`). With positions
       None, sequence is already the (B, P, H) vectors at the masked positions.
-    Returns logits float (B, P, V), only at the P masked positions.
+    Returns logits float (B, P, V), only at the P masked positions. With label_ids int (B, P),
+    returns instead (xent, hits), float32 (B, P) each: those logits' cross-entropy and argmax
+    hits against label_ids, computed without the (B, P, V) logits (tied_xent_and_hits).
     `hidden_size` is the transform's output width E: H for BERT, `embedding_size` for ALBERT,
     whose head projects back to the factorised embedding width (Lan et al. 2020, sec. 3.1).
     """
@@ -69,9 +131,11 @@ class MaskedLMHead(keras.layers.Layer):
                 name="output_bias", shape=(vocab_size,), initializer="zeros"
             )
 
-    def call(self, sequence, positions, embedding_table):
+    def call(self, sequence, positions, embedding_table, label_ids=None):
         x = sequence if positions is None else gather_positions(sequence, positions)  # (B, P, H)
         x = self.layer_norm(self.transform(x))  # (B, P, E)
+        if label_ids is not None:
+            return tied_xent_and_hits(x, embedding_table, self.output_bias, label_ids)
         return tied_logits(x, embedding_table) + self.output_bias
 
     def get_config(self):

@@ -84,11 +84,17 @@ def masked_lm_sums(logits, label_ids, label_weights):
     Returns a dict of float32 scalars: loss_sum (sum of weighted cross-entropy), correct
     (weighted count of argmax hits) and weight (number of real predictions).
     """
-    w = ops.cast(label_weights, "float32")
     ce, hits = softmax_xent_and_hits(logits, label_ids)  # (B, P) each
+    return masked_lm_sums_of(ce, hits, label_weights)
+
+
+def masked_lm_sums_of(xent, hits, label_weights):
+    """masked_lm_sums from per-prediction cross-entropy and hits, float (B, P) each, as a
+    pretrainer returns them in training (heads.tied_xent_and_hits)."""
+    w = ops.cast(label_weights, "float32")
     return {
-        "loss_sum": ops.sum(ce * w),
-        "correct": ops.sum(hits * w),
+        "loss_sum": ops.sum(ops.cast(xent, "float32") * w),
+        "correct": ops.sum(ops.cast(hits, "float32") * w),
         "weight": ops.sum(w),
     }
 

@@ -284,7 +284,8 @@ def test_kernel_speed_variants_agree_and_are_timed():
     assert set(result["projection_ms"]) == {"rows_first", "cloze_vocab_first"}
     assert set(result["xent_ms"]) == {"keras", "tf_fused_op", "cloze_fused"}
     assert set(result["gelu_ms"]) == {"autodiff_gelu_tanh", "tf_nn_gelu", "cloze_fused_xla"}
-    keys = ("projection_ms", "xent_ms", "gelu_ms")
+    assert set(result["mlm_loss_ms"]) == {"logits_then_xent", "cloze_vocab_major"}
+    keys = ("projection_ms", "xent_ms", "gelu_ms", "mlm_loss_ms")
     assert all(v > 0 for k in keys for v in result[k].values())
     with pytest.raises(ValueError, match="differ from the reference"):
         kernel_speed._check_equal("x", [tf.ones((2, 2))], [tf.zeros((2, 2))])

@@ -310,6 +310,121 @@ def test_tied_logits_equal_a_plain_matmul_and_its_gradients():
     np.testing.assert_allclose(dt.numpy(), np.einsum("bpv,bpe->ve", u64, x64), rtol=1e-5, atol=1e-5)
 
 
+def test_tied_xent_and_hits_equal_the_float64_formulas_and_the_logits_path():
+    # heads.tied_xent_and_hits (vocabulary-major logits, hand-written gradient) against
+    # float64 numpy: cross-entropy, argmax hits, and the gradients to the rows, the table and
+    # the bias under a non-uniform upstream gradient; and against the logits path it replaces.
+    from modeling import heads, losses
+
+    rng = np.random.default_rng(4)
+    x = tf.constant(rng.normal(size=(2, 3, 4)).astype("float32"))
+    table = tf.constant(rng.normal(size=(11, 4)).astype("float32"))
+    bias = tf.constant(rng.normal(size=(11,)).astype("float32"))
+    x64, t64, b64 = (a.numpy().astype("float64") for a in (x, table, bias))
+    logits64 = x64 @ t64.T + b64  # (2, 3, 11)
+    labels = rng.integers(0, 11, (2, 3)).astype("int32")
+    labels[0, :2] = logits64[0, :2].argmax(-1)  # some certain hits
+    labels = tf.constant(labels)
+    upstream = rng.uniform(0.1, 2.0, (2, 3))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([x, table, bias])
+        ce, hits = heads.tied_xent_and_hits(x, table, bias, labels)
+        plain_ce, plain_hits = losses.softmax_xent_and_hits(
+            heads.tied_logits(x, table) + bias, labels
+        )
+    shifted = logits64 - logits64.max(-1, keepdims=True)
+    softmax = np.exp(shifted) / np.exp(shifted).sum(-1, keepdims=True)
+    one_hot = np.eye(11)[labels.numpy()]
+    want_ce = -np.log((softmax * one_hot).sum(-1))
+    np.testing.assert_allclose(ce.numpy(), want_ce, rtol=1e-5, atol=1e-6)
+    want_hits = (logits64.argmax(-1) == labels.numpy()).astype("float32")
+    assert want_hits.sum() >= 2
+    np.testing.assert_array_equal(hits.numpy(), want_hits)
+    np.testing.assert_array_equal(plain_hits.numpy(), want_hits)
+    d_logits = (softmax - one_hot) * upstream[..., None]
+    want = {
+        "rows": d_logits @ t64,
+        "table": np.einsum("bpv,bpe->ve", d_logits, x64),
+        "bias": d_logits.sum((0, 1)),
+    }
+    up = tf.constant(upstream.astype("float32"))
+    got = dict(zip(want, tape.gradient(ce, [x, table, bias], output_gradients=up)))
+    plain = dict(zip(want, tape.gradient(plain_ce, [x, table, bias], output_gradients=up)))
+    for name in want:
+        np.testing.assert_allclose(got[name].numpy(), want[name], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[name].numpy(), plain[name].numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        heads.tied_xent_and_hits(x, table, bias, tf.fill((2, 3), 11))  # past the vocabulary
+
+
+def test_pretrainer_returns_the_fused_mlm_terms_in_training_only():
+    # In training, with masked_lm_ids in the inputs, BertPretrainer also returns the MLM
+    # cross-entropy and hits from heads.tied_xent_and_hits, equal to those of its own
+    # mlm_logits; the pretraining task's sums are the same either way. Not in evaluation.
+    from modeling import losses
+
+    keras.utils.set_random_seed(5)
+    model = bert.BertPretrainer(tiny_config())
+    model.build()
+    batch = pretrain_throughput.synthetic_batch(BATCH, SEQ, PREDICTIONS, VOCAB, seed=8)
+    batch["masked_lm_weights"][2, 1] = 0.0  # a padded prediction
+    batch = {k: tf.constant(v) for k, v in batch.items()}
+    out = model(batch, training=True)
+    assert {"mlm_xent", "mlm_hits", "mlm_logits"} <= set(out)
+    ce, hits = losses.softmax_xent_and_hits(out["mlm_logits"], batch["masked_lm_ids"])
+    np.testing.assert_allclose(out["mlm_xent"].numpy(), ce.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(out["mlm_hits"].numpy(), hits.numpy())
+    fused = losses.masked_lm_sums_of(out["mlm_xent"], out["mlm_hits"], batch["masked_lm_weights"])
+    plain = losses.masked_lm_sums(
+        out["mlm_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"]
+    )
+    assert float(plain["loss_sum"]) > 1.0 and float(fused["weight"]) == BATCH * PREDICTIONS - 1
+    for key in plain:
+        assert float(fused[key]) == pytest.approx(float(plain[key]), rel=1e-6)
+    assert "mlm_xent" not in model(batch, training=False)
+
+
+def test_fused_mlm_terms_under_bfloat16_equal_the_logits_path():
+    # Under mixed_bfloat16 the fused head casts the bf16 logits to float32 before the bias and
+    # the softmax, where the logits path adds the bias in bf16: the same loss within 1e-4 and
+    # every gradient within 1% of its largest entry (bf16 keeps ~3 significant digits; measured
+    # 0.3%), and nothing non-finite.
+    from modeling import losses
+
+    with pretrain_throughput.dtype_policy("bf16"):
+        keras.utils.set_random_seed(9)
+        model = bert.BertPretrainer(tiny_config())
+        model.build()
+    batch = pretrain_throughput.synthetic_batch(BATCH, SEQ, PREDICTIONS, VOCAB, seed=10)
+    batch = {k: tf.constant(v) for k, v in batch.items()}
+
+    def loss_and_grads(fused):
+        with tf.GradientTape() as tape:
+            out = model(batch, training=True)
+            if fused:
+                assert out["mlm_xent"].dtype == tf.float32
+                sums = losses.masked_lm_sums_of(
+                    out["mlm_xent"], out["mlm_hits"], batch["masked_lm_weights"]
+                )
+            else:
+                sums = losses.masked_lm_sums(
+                    out["mlm_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"]
+                )
+            loss = sums["loss_sum"] / sums["weight"]
+        grads = tape.gradient(loss, model.trainable_variables)
+        return float(loss), [None if g is None else tf.convert_to_tensor(g).numpy() for g in grads]
+
+    loss, grads = loss_and_grads(True)
+    plain_loss, plain_grads = loss_and_grads(False)
+    assert loss == pytest.approx(plain_loss, rel=1e-4)
+    for v, mine, theirs in zip(model.trainable_variables, grads, plain_grads):
+        assert (mine is None) == (theirs is None), v.path  # the NSP side: no MLM gradient
+        if theirs is not None:
+            assert np.isfinite(mine).all(), v.path
+            scale = max(np.abs(theirs).max(), 1e-6)
+            np.testing.assert_allclose(mine, theirs, atol=1e-2 * scale, err_msg=v.path)
+
+
 def full_and_sparse_encoders():
     """(name, encoder) of each encoder family with output_positions, at odd tiny sizes: ALBERT
     with two blocks in its one shared group (the query positions go to the group's last block

@@ -28,9 +28,14 @@ def bert_pretraining_task(model) -> Task:
 
     def sums_fn(batch, training):
         out = model(batch, training=training)
-        mlm = losses.masked_lm_sums(
-            out["mlm_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"]
-        )
+        if "mlm_xent" in out:  # the pretrainer's fused head (bert.pretraining_outputs)
+            mlm = losses.masked_lm_sums_of(
+                out["mlm_xent"], out["mlm_hits"], batch["masked_lm_weights"]
+            )
+        else:
+            mlm = losses.masked_lm_sums(
+                out["mlm_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"]
+            )
         sums = {f"mlm_{k}": v for k, v in mlm.items()}
         if objective != "none":
             nsp = losses.classification_sums(out["nsp_logits"], batch["next_sentence_labels"])
