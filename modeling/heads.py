@@ -53,7 +53,7 @@ def tied_xent_and_hits(x, embedding_table, bias, labels):
     bias (`python -m bench.kernel_speed`, "mlm_loss_ms"; bench/results/kernels_2026-11-23_s9_*):
     72.1 -> 65.3 ms at E 256; at E 768 222.5 against 227.7 ms, equal within this host's noise
     (there the (V, E) table gradient dominates: a matmul writing 94 MB, ~85 ms in either
-    layout). In the small pretraining step (L4/H256) that was 1.2-3% faster steps, alternating
+    layout). In the small pretraining step (L4/H256) that was 0.4-3% faster steps, alternating
     single steps of both forms in one process. Hits as softmax_xent_and_hits: a label whose
     logit equals its column's maximum.
     """
