@@ -47,15 +47,15 @@ def tied_xent_and_hits(x, embedding_table, bias, labels):
     what other backends run.
 
     On TensorFlow the logits stay vocabulary-major, (V, B*P) from tied_logits' fast matmul, and
-    the softmax runs down each column, with a hand-written gradient that also forms the
-    projection's and the bias' gradients, so tied_logits' (B*P, V) transpose is never made.
+    losses' hand-written softmax cross-entropy runs down each column, so tied_logits' (B*P, V)
+    transpose is never made.
     Measured on 2 CPU cores at B*P = 160, V = 30522, forward + backward to x, the table and the
     bias (`python -m bench.kernel_speed`, "mlm_loss_ms"; bench/results/kernels_2026-11-23_s9_*):
-    72.1 -> 65.3 ms at E 256; at E 768 222.5 against 227.7 ms, equal within this host's noise
-    (there the (V, E) table gradient dominates: a matmul writing 94 MB, ~85 ms in either
-    layout). In the small pretraining step (L4/H256) that was 0.4-3% faster steps, alternating
-    single steps of both forms in one process. Hits as softmax_xent_and_hits: a label whose
-    logit equals its column's maximum.
+    71.5 -> 65.0 ms at E 256; at E 768 190.6 against 191.6 ms (other runs: 197.0 / 178.7,
+    222.5 / 227.7), equal within this host's noise (there the (V, E) table gradient dominates:
+    a matmul writing 94 MB, ~85 ms in either layout). In the small pretraining step (L4/H256)
+    that was 0.4-3% faster steps, alternating single steps of both forms in one process. Hits as
+    softmax_xent_and_hits: a label whose logit equals its column's maximum.
     """
     table = ops.cast(ops.convert_to_tensor(embedding_table), x.dtype)  # autocast under bf16
     if keras.backend.backend() != "tensorflow":
@@ -65,38 +65,11 @@ def tied_xent_and_hits(x, embedding_table, bias, labels):
 
     shape = ops.shape(labels)
     flat = tf.reshape(x, (-1, tf.shape(x)[-1]))  # (N, E), N = B*P
-    labels = tf.reshape(tf.cast(labels, tf.int32), (-1,))
-    bias = tf.convert_to_tensor(bias)
-    # The scopes name these ops in traces (bench/step_profile.py: forward and backward).
     with tf.name_scope("tied_xent"):
-        # (label, column) of every prediction; an out-of-range label makes gather_nd raise on
-        # CPU, as in losses.softmax_xent_and_hits.
-        index = tf.stack([labels, tf.range(tf.shape(labels)[0])], axis=1)
-
-        @tf.custom_gradient
-        def xent(rows, table, bias):
-            logits = tf.linalg.matmul(table, rows, transpose_b=True)  # (V, N)
-            logits = tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32)[:, None]
-            col_max = tf.reduce_max(logits, axis=0)  # (N,)
-            exp = tf.exp(logits - col_max)  # (V, N), kept for the gradient
-            total = tf.reduce_sum(exp, axis=0)  # (N,)
-            label_logit = tf.gather_nd(logits, index)  # (N,)
-            ce = tf.math.log(total) + col_max - label_logit
-            hits = tf.cast(label_logit >= col_max, tf.float32)
-
-            def grad(d_ce, d_hits=None):
-                # d ce / d logits = softmax - one_hot(label) per column, scaled by d_ce.
-                with tf.name_scope("tied_xent_backward"):
-                    d_logits = tf.tensor_scatter_nd_sub(exp * (d_ce / total), index, d_ce)
-                    d_bias = tf.cast(tf.reduce_sum(d_logits, axis=1), bias.dtype)
-                    d_logits = tf.cast(d_logits, rows.dtype)
-                    d_rows = tf.linalg.matmul(d_logits, table, transpose_a=True)  # (N, E)
-                    d_table = tf.linalg.matmul(d_logits, rows)  # (V, E)
-                    return d_rows, d_table, d_bias
-
-            return (ce, tf.stop_gradient(hits)), grad
-
-        ce, hits = xent(flat, table, bias)
+        logits = tf.linalg.matmul(table, flat, transpose_b=True)  # (V, N), as tied_logits
+        logits = tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32)[:, None]
+        # Softmax down each column; the matmul's and the bias' gradients are TensorFlow's own.
+        ce, hits = losses.xent_and_hits_tf(logits, tf.reshape(labels, (-1,)), class_axis=0)
     return tf.reshape(ce, shape), tf.reshape(hits, shape)
 
 

@@ -12,9 +12,10 @@ import keras
 from keras import ops
 
 
-def _xent_and_hits_tf(logits, labels):
-    """Softmax cross-entropy and argmax hits of float32 logits (N, V) against int labels (N,),
-    with a hand-written gradient: TensorFlow only.
+def xent_and_hits_tf(logits, labels, class_axis: int = 1):
+    """Softmax cross-entropy and argmax hits of float32 logits against int labels (N,), with a
+    hand-written gradient: TensorFlow only. Logits are (N, V) with class_axis 1, or
+    vocabulary-major (V, N) with class_axis 0 (heads.tied_xent_and_hits).
 
     Written by hand because the library path was measured slow on the MLM head's (160, 30522)
     logits (2 CPU cores, forward + backward + hits): Keras' sparse_categorical_crossentropy
@@ -28,27 +29,29 @@ def _xent_and_hits_tf(logits, labels):
     """
     import tensorflow as tf
 
+    if class_axis not in (0, 1):
+        raise ValueError(f"class_axis must be 0 or 1, got {class_axis}")
     # The scopes name these ops in traces (bench/step_profile.py: forward and backward).
     with tf.name_scope("softmax_xent"):
         labels = tf.cast(labels, tf.int32)
-        n = tf.shape(logits)[0]
+        pairs = [tf.range(tf.shape(labels)[0]), labels]  # (prediction, label) of each
         # An out-of-range label makes gather_nd below raise on CPU, as TensorFlow's own op does.
-        scatter_index = tf.stack([tf.range(n), labels], axis=1)
+        scatter_index = tf.stack(pairs if class_axis == 1 else pairs[::-1], axis=1)
 
         @tf.custom_gradient
         def xent(x):
-            row_max = tf.reduce_max(x, axis=-1, keepdims=True)  # (N, 1)
-            exp = tf.exp(x - row_max)  # (N, V), kept for the gradient
-            total = tf.reduce_sum(exp, axis=-1, keepdims=True)  # (N, 1)
+            row_max = tf.reduce_max(x, axis=class_axis, keepdims=True)  # (N, 1) or (1, N)
+            exp = tf.exp(x - row_max)  # kept for the gradient
+            total = tf.reduce_sum(exp, axis=class_axis, keepdims=True)
             label_logit = tf.gather_nd(x, scatter_index)  # (N,)
-            ce = tf.squeeze(tf.math.log(total) + row_max, -1) - label_logit
-            hits = tf.cast(label_logit >= tf.squeeze(row_max, -1), tf.float32)
+            ce = tf.squeeze(tf.math.log(total) + row_max, class_axis) - label_logit
+            hits = tf.cast(label_logit >= tf.squeeze(row_max, class_axis), tf.float32)
 
             def grad(d_ce, d_hits=None):
                 # d ce / d x = softmax(x) - one_hot(label), scaled by the incoming d_ce per row.
                 # (A custom gradient's ops are outside the tape's scope: named here instead.)
                 with tf.name_scope("softmax_xent_backward"):
-                    softmax_part = exp * (d_ce[:, None] / total)
+                    softmax_part = exp * (tf.expand_dims(d_ce, class_axis) / total)
                     return tf.tensor_scatter_nd_sub(softmax_part, scatter_index, d_ce)
 
             return (ce, tf.stop_gradient(hits)), grad
@@ -60,7 +63,7 @@ def softmax_xent_and_hits(logits, labels):
     """Softmax cross-entropy and argmax hits over the last axis: float (..., V) and int (...)
     -> float32 (...) and float32 (...) of 1.0 / 0.0.
 
-    On TensorFlow a fused hand-written form (see _xent_and_hits_tf); elsewhere Keras ops.
+    On TensorFlow a fused hand-written form (see xent_and_hits_tf); elsewhere Keras ops.
     """
     logits = ops.cast(logits, "float32")
     if keras.backend.backend() != "tensorflow":
@@ -68,7 +71,7 @@ def softmax_xent_and_hits(logits, labels):
         hits = ops.equal(ops.argmax(logits, axis=-1), ops.cast(labels, "int64"))
         return ce, ops.cast(hits, "float32")
     shape = ops.shape(labels)
-    ce, hits = _xent_and_hits_tf(
+    ce, hits = xent_and_hits_tf(
         ops.reshape(logits, (-1, ops.shape(logits)[-1])), ops.reshape(labels, (-1,))
     )
     return ops.reshape(ce, shape), ops.reshape(hits, shape)
