@@ -91,6 +91,82 @@ def test_byte_level_round_trips_every_string(gpt2, text):
     assert gpt2.decode(gpt2.encode(text)) == text
 
 
+# The encoder's fast paths, each against the plain form it replaces.
+
+
+def _gpt2_merge_loop(symbols, ranks):
+    """GPT-2's bpe() loop written out plainly: rank every adjacent pair, merge every
+    non-overlapping occurrence of the best one left to right, and start again."""
+    word = list(symbols)
+    while len(word) > 1:
+        best = min(zip(word, word[1:]), key=lambda p: ranks.get(p, float("inf")))
+        if best not in ranks:
+            break
+        merged, i = [], 0
+        while i < len(word):
+            if word[i : i + 2] == list(best):
+                merged.append(best[0] + best[1])
+                i += 2
+            else:
+                merged.append(word[i])
+                i += 1
+        word = merged
+    return word
+
+
+_SYMBOLS = ["a", "b", "c", "ab", "bc", "ca", "abc", "aa"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from(_SYMBOLS), max_size=14),
+    st.lists(st.tuples(st.sampled_from(_SYMBOLS), st.sampled_from(_SYMBOLS)), max_size=30),
+)
+def test_apply_merges_equals_gpt2s_loop_for_any_merge_list(word, merges):
+    # Any merge list, not only learned ones: repeated pairs, pairs whose parts no merge makes,
+    # and merges ranked before the merges that make their parts.
+    ranks = {p: i for i, p in enumerate(merges)}
+    assert bpe.apply_merges(word, ranks) == _gpt2_merge_loop(word, ranks)
+
+
+def test_apply_merges_merges_every_occurrence_before_reranking():
+    # (abc, a) is ranked before (a, bc): merging only the first (a, bc) and re-ranking would
+    # merge abc+a next; GPT-2 merges both occurrences first and ends at [abc, abc].
+    ranks = {("abc", "a"): 0, ("a", "bc"): 1}
+    assert bpe.apply_merges(["a", "bc", "a", "bc"], ranks) == ["abc", "abc"]
+    assert _gpt2_merge_loop(["a", "bc", "a", "bc"], ranks) == ["abc", "abc"]
+
+
+def test_apply_merges_on_the_real_merges_and_overlapping_runs(gpt2):
+    for word in ["aaaa", "aaaaa", "Ġ" * 7, "ĠSupercalifragilistic", "1234567890", "ĠĠĠĠ"]:
+        assert bpe.apply_merges(word, gpt2.ranks) == _gpt2_merge_loop(word, gpt2.ranks), word
+    assert bpe.apply_merges("", gpt2.ranks) == [] and bpe.apply_merges("x", gpt2.ranks) == ["x"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_byte_chars_maps_every_utf8_byte(text):
+    assert bpe.byte_chars(text) == "".join(bpe.BYTE_TO_CHAR[b] for b in text.encode("utf-8"))
+
+
+_ASCII_SAMPLE = [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x00", "\x1c", "\x7f", "a", "Z", "s"]
+_ASCII_SAMPLE += ["t", "l", "0", "9", "'", "!", "_", "-"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
+def test_ascii_pretokenizer_equals_gpt2s_pattern_on_ascii(text):
+    assert bpe.GPT2_ASCII_PATTERN.findall(text) == bpe.GPT2_PATTERN.findall(text)
+
+
+def test_ascii_pretokenizer_on_every_short_string_of_a_sample_and_every_character():
+    texts = [a + b + c for a in _ASCII_SAMPLE for b in _ASCII_SAMPLE for c in _ASCII_SAMPLE]
+    texts += [chr(c) * 3 + " x" + chr(c) for c in range(128)] + [SHAKESPEARE_SONNET]
+    texts += [t for t in HARD if t.isascii()]
+    for text in texts:
+        assert bpe.GPT2_ASCII_PATTERN.findall(text) == bpe.GPT2_PATTERN.findall(text), repr(text)
+
+
 def test_sennrich_example_learns_hand_computed_merges():
     # Sennrich et al. 2016, fig. 1: {low: 5, lower: 2, newest: 6, widest: 3}. Worked by hand:
     # e s and s t</w> tie at 9 and the larger pair wins; then e st</w> 9, l o 7; at 6 the
