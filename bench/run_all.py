@@ -278,7 +278,9 @@ def table(results: dict) -> str:
             rows.append(
                 f"| inference {i['size']} b{i['batch']} s{i['seq']} sequences/s, {name} | "
                 f"{i[name]['sequences_per_s']:,.1f} | keras-hub {k:,.1f} | "
-                f"{i['ratio_' + name]:.2f} |"
+                f"{i['ratio_' + name]:.2f} (rounds "
+                + ", ".join(f"{x:.2f}" for x in i["ratio_" + name + "_rounds"])
+                + ") |"
             )
     return "\n".join(rows)
 

@@ -175,6 +175,13 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         assert i[side]["sequences_per_s"] > 0
     for diffs in i["max_abs_difference"].values():
         assert max(diffs.values()) <= i["tolerance"]
+    for name in ("cloze_keras", "saved_model"):
+        rounds = i[f"ratio_{name}_rounds"]
+        expected = [
+            h / c for h, c in zip(i["keras_hub"]["batch_s_rounds"], i[name]["batch_s_rounds"])
+        ]
+        assert len(rounds) == len(i[name]["batch_s_rounds"]) and rounds == pytest.approx(expected)
+        assert f"{i['ratio_' + name]:.2f} (rounds {rounds[0]:.2f}" in result.stdout
 
     for label in ("pretrain L2/H36/A3/I37", "WordPiece", "GPT-2 BPE", "create_pretraining_data 2x"):
         assert label in result.stdout
