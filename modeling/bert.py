@@ -409,14 +409,14 @@ def pretraining_outputs(model, inputs, training: bool) -> dict:
     vectors = out["sequence_output"]  # (B, P, H), or (B, 3P, H): at positions, left, right
     table = model.encoder.embeddings.word_embeddings
     p = ops.shape(positions)[1]
-    result = {
-        "mlm_logits": model.masked_lm(vectors[:, :p, :], None, table),
-        "nsp_logits": model.next_sentence(out["pooled_output"]),
-    }
+    result = {"nsp_logits": model.next_sentence(out["pooled_output"])}
     if training and "masked_lm_ids" in inputs:
-        result["mlm_xent"], result["mlm_hits"] = model.masked_lm(
+        # One head call: the logits and the fused terms share the head's transform.
+        result["mlm_logits"], result["mlm_xent"], result["mlm_hits"] = model.masked_lm(
             vectors[:, :p, :], None, table, label_ids=inputs["masked_lm_ids"]
         )
+    else:
+        result["mlm_logits"] = model.masked_lm(vectors[:, :p, :], None, table)
     if model.span_boundary:
         result["sbo_logits"] = model.span_boundary_head.from_boundaries(
             vectors[:, p : 2 * p, :], vectors[:, 2 * p :, :], positions, left, table

@@ -82,8 +82,10 @@ class MaskedLMHead(keras.layers.Layer):
       word embeddings (weight tying, as the original `get_masked_lm_output`). With positions
       None, sequence is already the (B, P, H) vectors at the masked positions.
     Returns logits float (B, P, V), only at the P masked positions. With label_ids int (B, P),
-    returns instead (xent, hits), float32 (B, P) each: those logits' cross-entropy and argmax
-    hits against label_ids, computed without the (B, P, V) logits (tied_xent_and_hits).
+    returns (logits, xent, hits), xent and hits float32 (B, P): the logits' cross-entropy and
+    argmax hits against label_ids, computed from the same transformed vectors without the
+    (B, P, V) logits (tied_xent_and_hits); inside a tf.function whichever a loss does not read
+    is pruned.
     `hidden_size` is the transform's output width E: H for BERT, `embedding_size` for ALBERT,
     whose head projects back to the factorised embedding width (Lan et al. 2020, sec. 3.1).
     """
@@ -107,9 +109,10 @@ class MaskedLMHead(keras.layers.Layer):
     def call(self, sequence, positions, embedding_table, label_ids=None):
         x = sequence if positions is None else gather_positions(sequence, positions)  # (B, P, H)
         x = self.layer_norm(self.transform(x))  # (B, P, E)
-        if label_ids is not None:
-            return tied_xent_and_hits(x, embedding_table, self.output_bias, label_ids)
-        return tied_logits(x, embedding_table) + self.output_bias
+        logits = tied_logits(x, embedding_table) + self.output_bias
+        if label_ids is None:
+            return logits
+        return logits, *tied_xent_and_hits(x, embedding_table, self.output_bias, label_ids)
 
     def get_config(self):
         return {
