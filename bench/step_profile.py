@@ -36,12 +36,24 @@ def phase_of(op_name: str) -> str:
     return "other"
 
 
+def op_type_of(traced_type: str) -> str:
+    """The op type without oneDNN's kernel prefix: TensorFlow's oneDNN build (on by default on
+    CPUs with AVX-512 VNNI / BF16 or AMX) traces MatMul as `_MklMatMul`, Transpose as
+    `_MklTranspose`, fused ones as `_MklNativeFusedMatMul`, so tables from either build compare
+    by type (run() records which build ran)."""
+    for prefix in ("_MklNative", "_Mkl"):
+        if traced_type.startswith(prefix):
+            return traced_type[len(prefix) :]
+    return traced_type
+
+
 def read_op_events(xplane_path: str):
     """Yields (op name, op type, seconds) of every TensorFlow op execution in a profiler
     XSpace file (`*.xplane.pb`). TF ops are the trace events named "name:Type"; the executor's
     own bookkeeping events (ExecutorState::Process, ...) have no colon and are left out. XLA's
     CPU kernels run inline as events named after their HLO fusion ("add_multiply_fusion", each
-    followed by an "end: ..." marker): yielded as ("xla/<name>", "XlaFusion", seconds)."""
+    followed by an "end: ..." marker): yielded as ("xla/<name>", "XlaFusion", seconds). Types
+    lose oneDNN's `_Mkl` prefix (op_type_of)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
@@ -58,7 +70,7 @@ def read_op_events(xplane_path: str):
                 if ":" not in name or "::" in name or name.startswith("end: "):
                     continue
                 op_name, op_type = name.rsplit(":", 1)
-                yield op_name, op_type, event.duration_ps / 1e12
+                yield op_name, op_type_of(op_type), event.duration_ps / 1e12
 
 
 def breakdown(events, top: int = 12) -> dict:
@@ -113,6 +125,7 @@ def run(size: str, batch: int, seq: int, predictions: int, steps: int, use_xla: 
     trainers = pretrain_throughput.build_trainers(config, "fp32", use_xla)
     data = pretrain_throughput.synthetic_batch(batch, seq, predictions, config.vocab_size)
     out = {"size": size, "batch": batch, "seq": seq, "predictions": predictions, "steps": steps}
+    out["onednn"] = pretrain_throughput.onednn_enabled()
     for name, fit in trainers.items():
         iterator = iter(tf.data.Dataset.from_tensors(data).repeat())
         fit.train_steps(iterator, 1)  # trace and compile outside the profile

@@ -202,6 +202,16 @@ def test_profile_breakdown_sums_op_types_and_phases(tmp_path):
         step_profile.breakdown([])
 
 
+def test_op_types_lose_the_onednn_prefix():
+    # TensorFlow's oneDNN build traces MatMul as _MklMatMul (on by default on AVX-512 VNNI /
+    # BF16 CPUs); the profile's tables name both builds' ops alike.
+    assert step_profile.op_type_of("_MklMatMul") == "MatMul"
+    assert step_profile.op_type_of("_MklBatchMatMulV2") == "BatchMatMulV2"
+    assert step_profile.op_type_of("_MklNativeFusedMatMul") == "FusedMatMul"
+    assert step_profile.op_type_of("MatMul") == "MatMul"
+    assert step_profile.op_type_of("Mkl") == "Mkl"
+
+
 def test_phase_of_names():
     assert step_profile.phase_of("while/gradient_tape/x/MatMul") == "backward"
     assert step_profile.phase_of("while/cond/adam_w/Mul_3") == "optimizer"
