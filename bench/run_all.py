@@ -113,31 +113,6 @@ def settings(
     }
 
 
-# The CPU features that decide TensorFlow's CPU kernels: oneDNN is on by default only with
-# AVX-512 VNNI / BF16 or AMX, and the matmul peak differs by ~2.5x between the AVX2 and AVX-512
-# hosts these benchmarks have run on, so every result says which one it came from.
-CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
-
-
-def cpu_features(cpuinfo: str | None = None) -> dict:
-    """{"cpu_model": str, "cpu_flags": [those of CPU_FLAGS present]} from /proc/cpuinfo's text
-    (read when not given); an empty model and no flags where there is none (not Linux)."""
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo") as f:
-                cpuinfo = f.read()
-        except OSError:
-            cpuinfo = ""
-    model, flags = "", set()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and not model:
-            model = value.strip()
-        elif key.strip() == "flags" and not flags:
-            flags = set(value.split())
-    return {"cpu_model": model, "cpu_flags": [f for f in CPU_FLAGS if f in flags]}
-
-
 def run_benchmarks(
     output_dir: Path,
     which,
@@ -157,7 +132,7 @@ def run_benchmarks(
     import tensorflow as tf
     import tokenizers
 
-    from bench import create_data, flops, inference, pretrain_throughput, tokenizer_speed
+    from bench import create_data, flops, host, inference, pretrain_throughput, tokenizer_speed
 
     unknown = sorted(set(which) - set(BENCHMARKS))
     if unknown:
@@ -170,7 +145,7 @@ def run_benchmarks(
         "machine": {
             "platform": platform.platform(),
             "cpus": len(__import__("os").sched_getaffinity(0)),
-            **cpu_features(),
+            **host.cpu_features(),
             "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
         },
         "versions": {

@@ -125,9 +125,9 @@ def test_run_all_quick_writes_every_figure(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     r = json.loads((out / "results.json").read_text())
     assert r["quick"] is True and r["machine"]["cpus"] >= 1
-    from bench import run_all
+    from bench import host
 
-    assert set(r["machine"]["cpu_flags"]) <= set(run_all.CPU_FLAGS)
+    assert set(r["machine"]["cpu_flags"]) <= set(host.CPU_FLAGS)
 
     p = r["pretrain"]
     assert p["peak"]["flops_per_s"] > 0
@@ -314,12 +314,12 @@ def test_pretrain_result_records_whether_onednn_is_on():
 
 
 def test_cpu_features_reads_the_model_and_the_kernel_deciding_flags():
-    from bench import run_all
+    from bench import host
 
     text = (
         "processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu avx2 avx512f avx512_bf16\n"
         "processor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n"
     )
-    got = run_all.cpu_features(text)
+    got = host.cpu_features(text)
     assert got == {"cpu_model": "AMD EPYC 9R14", "cpu_flags": ["avx2", "avx512f", "avx512_bf16"]}
-    assert run_all.cpu_features("") == {"cpu_model": "", "cpu_flags": []}
+    assert host.cpu_features("") == {"cpu_model": "", "cpu_flags": []}
