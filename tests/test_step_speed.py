@@ -578,3 +578,50 @@ def test_dropout_draws_keras_masks_with_and_without_xla_through_philox():
     }
     assert "StatelessRandomGetKeyCounter" in ops_of["theirs"]
     assert "StatelessRandomGetKeyCounter" not in ops_of["mine"]
+
+
+@pytest.mark.parametrize("shape", [(5, 6), (2, 5, 6), (2, 3, 4, 6)])
+def test_dense_as_matmul_and_bias_add_equals_the_float64_formula(shape):
+    # layers.Dense runs on TensorFlow as one 2-D MatMul + BiasAdd (fusable into one oneDNN
+    # kernel); values and gradients equal x @ W + b in float64, for any rank, with the batch
+    # dimensions unknown when traced, and the traced graph holds the BiasAdd.
+    from modeling import layers
+
+    rng = np.random.default_rng(11)
+    dense = layers.Dense(7, initializer_range=0.5)
+    dense.build(shape)
+    dense.bias.assign(rng.normal(size=(7,)).astype("float32"))
+    x = tf.constant(rng.normal(size=shape).astype("float32"))
+    upstream = rng.normal(size=(*shape[:-1], 7))
+    spec = tf.TensorSpec([None] * (len(shape) - 1) + [6], tf.float32)
+
+    @tf.function(input_signature=[spec])
+    def forward_and_grads(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = dense(v)
+        grads = tape.gradient(y, [v, dense.kernel, dense.bias], tf.constant(upstream, tf.float32))
+        return y, grads
+
+    y, (dx, dw, db) = forward_and_grads(x)
+    x64, w64 = x.numpy().astype("float64"), dense.kernel.numpy().astype("float64")
+    b64 = dense.bias.numpy().astype("float64")
+    np.testing.assert_allclose(y.numpy(), x64 @ w64 + b64, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dx.numpy(), upstream @ w64.T, rtol=1e-5, atol=1e-5)
+    flat_x, flat_u = x64.reshape(-1, 6), upstream.reshape(-1, 7)
+    np.testing.assert_allclose(dw.numpy(), flat_x.T @ flat_u, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(db.numpy(), flat_u.sum(0), rtol=1e-5, atol=1e-5)
+    graph = forward_and_grads.get_concrete_function().graph
+    assert {"BiasAdd", "BiasAddGrad"} <= {op.type for op in graph.get_operations()}
+
+
+def test_dense_under_mixed_bfloat16_computes_in_bfloat16():
+    from modeling import layers
+
+    with pretrain_throughput.dtype_policy("bf16"):
+        dense = layers.Dense(4, "gelu")
+        x = tf.ones((2, 3, 5))
+        y = dense(x)
+    assert y.dtype == tf.bfloat16 and dense.kernel.dtype == "float32"
+    want = layers.gelu_tanh(x.numpy().astype("float32") @ dense.kernel.numpy() + 0.0)
+    np.testing.assert_allclose(y.numpy().astype("float32"), np.asarray(want), rtol=0.02, atol=0.02)
