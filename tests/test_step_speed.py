@@ -585,8 +585,6 @@ def test_dense_as_matmul_and_bias_add_equals_the_float64_formula(shape):
     # layers.Dense runs on TensorFlow as one 2-D MatMul + BiasAdd (fusable into one oneDNN
     # kernel); values and gradients equal x @ W + b in float64, for any rank, with the batch
     # dimensions unknown when traced, and the traced graph holds the BiasAdd.
-    from modeling import layers
-
     rng = np.random.default_rng(11)
     dense = layers.Dense(7, initializer_range=0.5)
     dense.build(shape)
@@ -616,8 +614,6 @@ def test_dense_as_matmul_and_bias_add_equals_the_float64_formula(shape):
 
 
 def test_dense_under_mixed_bfloat16_computes_in_bfloat16():
-    from modeling import layers
-
     with pretrain_throughput.dtype_policy("bf16"):
         dense = layers.Dense(4, "gelu")
         x = tf.ones((2, 3, 5))
