@@ -82,6 +82,25 @@ def fused_activation(name: str):
     return _FUSED_CACHE[kind]
 
 
+def dense_activation(name: str):
+    """The activation `name` as Dense applies it outside training: on TensorFlow, GELU is
+    `tf.nn.gelu` (the same tanh or erf formula), else get_activation(name).
+
+    Why: TensorFlow's graph optimizer recognises tf.nn.gelu after a MatMul + BiasAdd and, with
+    oneDNN (on by default on AVX-512 VNNI / BF16 CPUs), runs the three as one fused kernel.
+    Measured on 2 AVX-512 cores, the L4/H256 encoder's forward pass at batch 32 (eleventh
+    session, 10 alternating rounds): 1.05x (every round 1.03-1.11x), outputs within 1e-6. Training
+    uses fused_activation instead.
+    """
+    fn = get_activation(name)
+    if keras.backend.backend() != "tensorflow" or name not in ("gelu", "gelu_new", "gelu_exact"):
+        return fn
+    import tensorflow as tf
+
+    approximate = name != "gelu_exact"
+    return lambda x: tf.nn.gelu(x, approximate=approximate)
+
+
 ACTIVATIONS = {
     "gelu": gelu_tanh,  # the original TF1 BERT meaning of "gelu"
     "gelu_new": gelu_tanh,  # Hugging Face's name for the same tanh approximation
@@ -120,7 +139,7 @@ class Dense(keras.layers.Layer):
         self.activation = activation
         self.initializer_range = initializer_range
         self.use_bias = use_bias
-        self._act = get_activation(activation) if activation else None
+        self._act = dense_activation(activation) if activation else None
         self._fused_act = fused_activation(activation) if activation else None
 
     def build(self, input_shape):

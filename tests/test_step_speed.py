@@ -621,3 +621,18 @@ def test_dense_under_mixed_bfloat16_computes_in_bfloat16():
     assert y.dtype == tf.bfloat16 and dense.kernel.dtype == "float32"
     want = layers.gelu_tanh(x.numpy().astype("float32") @ dense.kernel.numpy() + 0.0)
     np.testing.assert_allclose(y.numpy().astype("float32"), np.asarray(want), rtol=0.02, atol=0.02)
+
+
+@pytest.mark.parametrize("name", ["gelu", "gelu_new", "gelu_exact", "relu", "tanh"])
+def test_dense_activation_outside_training_equals_the_formula(name):
+    # Outside training Dense applies layers.dense_activation (tf.nn.gelu for the GELUs, which
+    # oneDNN fuses with the MatMul + BiasAdd): the same values as the config's formula.
+    rng = np.random.default_rng(12)
+    dense = layers.Dense(9, name, initializer_range=1.0)
+    x = tf.constant(rng.normal(size=(3, 4, 5)).astype("float32") * 2)
+    y = tf.function(lambda v: dense(v, training=False))(x)
+    pre = x.numpy().reshape(-1, 5) @ dense.kernel.numpy() + dense.bias.numpy()
+    want = np.asarray(layers.get_activation(name)(tf.constant(pre))).reshape(3, 4, 9)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+    if name.startswith("gelu"):
+        assert layers.dense_activation(name) is not layers.get_activation(name)
