@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from bench import create_data, flops, pretrain_throughput, tokenizer_speed
+from bench import create_data, flops, host, pretrain_throughput, tokenizer_speed
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = "the a cat dog sat ran on mat big small red house garden tree bird sang".split()
@@ -125,8 +125,6 @@ def test_run_all_quick_writes_every_figure(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     r = json.loads((out / "results.json").read_text())
     assert r["quick"] is True and r["machine"]["cpus"] >= 1
-    from bench import host
-
     assert set(r["machine"]["cpu_flags"]) <= set(host.CPU_FLAGS)
 
     p = r["pretrain"]
@@ -314,8 +312,6 @@ def test_pretrain_result_records_whether_onednn_is_on():
 
 
 def test_cpu_features_reads_the_model_and_the_kernel_deciding_flags():
-    from bench import host
-
     text = (
         "processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu avx2 avx512f avx512_bf16\n"
         "processor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n"
