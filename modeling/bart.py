@@ -279,9 +279,9 @@ class BartEncoderLayer(keras.layers.Layer):
 
     def call(self, x, attention_mask=None, training=False):
         a = self.self_attn(x, x, attention_mask=attention_mask, training=training)
-        x = self.self_attn_layer_norm(x + self.dropout(a, training=training))
+        x = layers.residual_layer_norm(self.self_attn_layer_norm, x, a, self.dropout, training)
         h = self.ffn(x, training=training)
-        return self.final_layer_norm(x + self.dropout(h, training=training))
+        return layers.residual_layer_norm(self.final_layer_norm, x, h, self.dropout, training)
 
 
 class BartDecoderLayer(keras.layers.Layer):
@@ -312,13 +312,13 @@ class BartDecoderLayer(keras.layers.Layer):
 
     def call(self, x, encoder_output, self_mask=None, cross_mask=None, training=False):
         a = self.self_attn(x, x, attention_mask=self_mask, training=training)
-        x = self.self_attn_layer_norm(x + self.dropout(a, training=training))
+        x = layers.residual_layer_norm(self.self_attn_layer_norm, x, a, self.dropout, training)
         a = self.encoder_attn(
             x, encoder_output, attention_mask=cross_mask, training=training
         )  # (B, T, H)
-        x = self.encoder_attn_layer_norm(x + self.dropout(a, training=training))
+        x = layers.residual_layer_norm(self.encoder_attn_layer_norm, x, a, self.dropout, training)
         h = self.ffn(x, training=training)
-        return self.final_layer_norm(x + self.dropout(h, training=training))
+        return layers.residual_layer_norm(self.final_layer_norm, x, h, self.dropout, training)
 
 
 @keras.saving.register_keras_serializable(package="cloze")

@@ -240,7 +240,8 @@ class BertEmbeddings(keras.layers.Layer):
         x = x + ops.take(self.token_type_embeddings, segment_ids, axis=0)
         start = self.position_offset
         x = x + self.position_embeddings[None, start : start + seq_len, :]  # (1, S, H) over B
-        return self.dropout(self.layer_norm(x), training=training)
+        x = layers.residual_layer_norm(self.layer_norm, x, training=training)
+        return self.dropout(x, training=training)
 
     def get_config(self):
         return {

@@ -71,8 +71,20 @@ def fused_activation(name: str):
 
         value = gelu_exact if kind == "exact" else gelu_tanh
         derivative = _gelu_derivative_exact if kind == "exact" else _gelu_derivative_tanh
-        forward = tf.function(value, jit_compile=True, autograph=False)
-        backward = tf.function(lambda x, dy: dy * derivative(x), jit_compile=True, autograph=False)
+
+        # In float32 inside the kernel whatever the input: XLA's CPU code for bfloat16 tanh / erf
+        # is slow. Under mixed_bfloat16, on (1024, 1024), forward + backward took 4.26 ms
+        # computed in bfloat16 and 1.08 ms this way (0.93 in float32); in the small pretraining
+        # step (L4/H256) these kernels were 15.6 of 115 ms op time before (twelfth session).
+        def forward_fn(x):
+            return tf.cast(value(tf.cast(x, tf.float32)), x.dtype)
+
+        def backward_fn(x, dy):
+            grad = tf.cast(dy, tf.float32) * derivative(tf.cast(x, tf.float32))
+            return tf.cast(grad, dy.dtype)
+
+        forward = tf.function(forward_fn, jit_compile=True, autograph=False)
+        backward = tf.function(backward_fn, jit_compile=True, autograph=False)
 
         @tf.custom_gradient
         def fused(x):
@@ -207,20 +219,54 @@ def _dropout_rng_alg():
     return None if isinstance(tf.distribute.get_strategy(), tf.distribute.TPUStrategy) else "philox"
 
 
+def dropout_seed(dropout):
+    """The next int32 seed pair of a Keras dropout layer's seed generator (as Keras draws it)."""
+    import tensorflow as tf
+
+    seed = dropout.seed_generator.next()
+    if seed.dtype != tf.int32:  # as Keras: stateless ops under XLA want int32 seeds
+        seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+    return seed
+
+
+def keep_mask(shape, rate: float, seed, rng_alg: str = "philox"):
+    """Dropout's keep mask: bool `shape`, each element kept with probability 1 - rate.
+
+    From 16 random bits per element, two elements per Philox uint32: an element is dropped
+    where its 16 bits, read as an integer, are below round(rate * 65536), so the rate used is
+    that over 65536 (0.1 -> 0.1000061).
+    Why by hand: TensorFlow's dropout draws one float uniform per element, a full Philox output
+    each, in the activations' dtype. Measured on 2 AVX-512 cores (twelfth session): 1.80 ms as
+    bfloat16 uniforms, 1.34 ms as float32 ones, 0.83 ms this way for a (1024, 768) mask; 3.53,
+    2.49 and 1.38 ms for BERT-base's (8, 12, 128, 128) attention mask. The masks differ from
+    keras.layers.Dropout's for the same seed; they are as deterministic (tests/test_step_speed).
+    """
+    import tensorflow as tf
+
+    shape = tf.convert_to_tensor(shape, tf.int32)
+    count = tf.reduce_prod(shape)
+    words = tf.random.stateless_uniform(
+        [(count + 1) // 2], seed, minval=None, maxval=None, dtype=tf.uint32, alg=rng_alg
+    )
+    bits = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:count]  # (count,); no copy if even
+    threshold = min(max(round(rate * 65536), 0), 65535)
+    return tf.reshape(bits, shape) >= tf.constant(threshold, tf.uint16)
+
+
 @keras.saving.register_keras_serializable(package="cloze")
 class Dropout(keras.layers.Dropout):
-    """keras.layers.Dropout that names its random-number algorithm (Philox) on TensorFlow.
+    """keras.layers.Dropout whose masks come from layers.keep_mask on TensorFlow: 16 Philox
+    bits per element, Philox named.
 
-    Why by hand: Keras' dropout leaves TensorFlow's stateless dropout to pick the algorithm at
-    run time (a StatelessRandomGetKeyCounter op feeding StatelessRandomUniformV2). On CPU that
-    choice is Philox, so the masks are the same either way, eagerly and under XLA
-    (tests/test_step_speed.py), but XLA's CPU lowering of the run-time choice is slow: 1.57 M
-    uniforms (one base-size attention dropout) took 498 ms that way and 15 ms with Philox named.
-    It was the worst cost of every --use_xla step: the default run's model (bert_tiny, batch
-    32, 2 quiet CPU cores) trained at 57 examples/s under XLA with Keras' dropout and 172 with
-    this one (108 with Keras' dropout before the encoders' sparse last layer, whose odd shapes
-    made it worse). Same seed generator and state as keras.layers.Dropout, so checkpoints are
-    unchanged.
+    Why by hand: (1) keep_mask draws half the random numbers TensorFlow's dropout does (its
+    docstring has the figures). (2) Keras' dropout leaves TensorFlow to pick the algorithm at
+    run time (a StatelessRandomGetKeyCounter op), and XLA's CPU lowering of that choice is
+    slow: 1.57 M uniforms (one base-size attention dropout) took 498 ms that way and 15 ms
+    with Philox named. It was the worst cost of every --use_xla step: the default run's model
+    (bert_tiny, batch 32, 2 quiet CPU cores) trained at 57 examples/s under XLA with Keras'
+    dropout and 172 with Philox named. Same seed generator and state as keras.layers.Dropout,
+    so checkpoints load either way; under a TPUStrategy (XLA's own generator choice), with a
+    noise_shape or on other backends it is Keras' dropout.
     """
 
     def call(self, inputs, training=False):
@@ -236,12 +282,128 @@ class Dropout(keras.layers.Dropout):
             return super().call(inputs, training=training)
         import tensorflow as tf
 
-        seed = self.seed_generator.next()
-        if seed.dtype != tf.int32:  # as Keras: stateless ops under XLA want int32 seeds
-            seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
-        return tf.nn.experimental.stateless_dropout(
-            inputs, rate=self.rate, seed=seed, rng_alg=rng_alg
+        keep = keep_mask(tf.shape(inputs), self.rate, dropout_seed(self), rng_alg)
+        scale = tf.constant(1.0 / (1.0 - self.rate), inputs.dtype)
+        return tf.where(keep, inputs * scale, tf.zeros_like(inputs))
+
+
+_FUSED_NORM_CACHE = {}
+
+# residual_layer_norm's kernels only for static shapes of at least this many elements: at
+# (160, 256) they were 1.04x the layers, at (1024, 256) 1.78x (forward + backward, 2 AVX-512
+# cores), and every new shape costs an XLA compile (~0.1-0.3 s), which tiny models (the tests)
+# and unknown shapes would pay without gain.
+FUSED_NORM_MIN_SIZE = 1 << 16
+
+
+def _normalize_rows(s, epsilon):
+    # (rows, H) float32 -> (s - mean) / sqrt(var + epsilon) and 1 / sqrt(var + epsilon); two
+    # passes over the row for the variance (Keras' moments take E[x^2] - E[x]^2).
+    import tensorflow as tf
+
+    centered = s - tf.reduce_mean(s, axis=-1, keepdims=True)
+    inv = tf.math.rsqrt(tf.reduce_mean(centered * centered, axis=-1, keepdims=True) + epsilon)
+    return centered * inv, inv
+
+
+def _fused_norm_kernels(epsilon: float, rate: float, y_dtype: str, out_dtype: str):
+    """(forward, backward) XLA kernels of LayerNorm(x + dropout(y)) over 2-D (rows, H) inputs,
+    built once per settings; see residual_layer_norm. rate 0: no dropout (y may be a scalar 0).
+    """
+    key = (float(epsilon), float(rate), y_dtype, out_dtype)
+    if key not in _FUSED_NORM_CACHE:
+        import tensorflow as tf
+
+        def dropped(y, keep):
+            # As Dropout: y * (1 / (1 - rate)) in y's dtype where the keep mask is set, else 0.
+            if rate == 0:
+                return y
+            scale = tf.constant(1.0 / (1.0 - rate), y.dtype)
+            return tf.where(keep, y * scale, tf.zeros_like(y))
+
+        def forward(x, y, keep, gamma, beta):
+            s = tf.cast(x, tf.float32) + tf.cast(dropped(y, keep), tf.float32)
+            xhat, _ = _normalize_rows(s, epsilon)
+            return tf.cast(xhat * gamma + beta, out_dtype), s
+
+        def backward(s, keep, gamma, dout):
+            xhat, inv = _normalize_rows(s, epsilon)
+            dout = tf.cast(dout, tf.float32)
+            dxhat = dout * gamma
+            ds = inv * (
+                dxhat
+                - tf.reduce_mean(dxhat, axis=-1, keepdims=True)
+                - xhat * tf.reduce_mean(dxhat * xhat, axis=-1, keepdims=True)
+            )
+            dgamma = tf.reduce_sum(dout * xhat, axis=0)
+            dbeta = tf.reduce_sum(dout, axis=0)
+            return ds, dropped(tf.cast(ds, y_dtype), keep), dgamma, dbeta
+
+        _FUSED_NORM_CACHE[key] = tuple(
+            tf.function(f, jit_compile=True, autograph=False) for f in (forward, backward)
         )
+    return _FUSED_NORM_CACHE[key]
+
+
+def residual_layer_norm(norm, x, y=None, dropout=None, training=False):
+    """`norm(x + dropout(y))` (or `norm(x)` without y) for a keras.layers.LayerNormalization
+    `norm` over the last axis: the post-LN residual of BERT's blocks.
+
+    On TensorFlow in training, dropout's multiply, the residual sum, LayerNorm and their
+    gradients run as two XLA-compiled kernels, each one pass over the rows, computing in float32
+    whatever the activations' dtype (bfloat16 under mixed precision) and keeping only the sum
+    and the keep mask for the gradient. The mask is layers.Dropout's (keep_mask from the
+    dropout layer's own seed generator), so the masks are the same ones.
+    Why by hand: TensorFlow runs this as ~10 ops forward and ~20 backward (LayerNorm's moments,
+    its Tile / Mul / Sum gradients, the casts under bfloat16), each a pass over (B*S, H).
+    Measured in the L4/H256 pretraining step on 2 AVX-512 cores, alternating rounds in one
+    process: 1.03x (median of 10 rounds; twelfth session, README). Elsewhere (inference, a
+    SavedModel, other backends, rms_scaling or a non-last axis, TPU's XLA RNG choice, shapes
+    unknown when traced or under FUSED_NORM_MIN_SIZE elements) it is the layers themselves.
+    """
+    has_dropout = y is not None and dropout is not None and dropout.rate > 0
+    size = None if any(d is None for d in x.shape) else math.prod(x.shape)
+    if (
+        not training
+        or size is None
+        or size < FUSED_NORM_MIN_SIZE
+        or keras.backend.backend() != "tensorflow"
+        or norm.rms_scaling
+        or not (norm.center and norm.scale)
+        or list(norm.axis) not in ([-1], [len(x.shape) - 1])
+        or (has_dropout and (dropout.noise_shape is not None or _dropout_rng_alg() is None))
+    ):
+        if y is None:
+            return norm(x)
+        return norm(x + (dropout(y, training=training) if dropout is not None else y))
+    import tensorflow as tf
+
+    if not norm.built:
+        norm.build(x.shape)
+    width = x.shape[-1]
+    shape = tf.shape(x)
+    x2 = tf.reshape(x, (-1, width))
+    y2 = tf.zeros([], x.dtype) if y is None else tf.reshape(y, (-1, width))
+    forward, backward = _fused_norm_kernels(
+        norm.epsilon, dropout.rate if has_dropout else 0.0, y2.dtype.name, norm.compute_dtype
+    )
+    if has_dropout:
+        keep = keep_mask(tf.shape(y2), dropout.rate, dropout_seed(dropout))
+    else:
+        keep = tf.zeros([], tf.bool)
+
+    @tf.custom_gradient
+    def fused(x2, y2, gamma, beta):
+        out, s = forward(x2, y2, keep, gamma, beta)
+
+        def grad(dout):
+            ds, dy, dgamma, dbeta = backward(s, keep, gamma, dout)
+            return tf.cast(ds, x2.dtype), dy if y is not None else tf.zeros_like(y2), dgamma, dbeta
+
+        return out, grad
+
+    gamma, beta = ops.cast(norm.gamma, "float32"), ops.cast(norm.beta, "float32")
+    return tf.reshape(fused(x2, y2, gamma, beta), shape)
 
 
 def gather_positions(sequence, positions):
@@ -409,9 +571,13 @@ class TransformerBlock(keras.layers.Layer):
         a = self.attention(x, attention_mask, training=training, query_positions=query_positions)
         if query_positions is not None:
             x = gather_positions(x, query_positions)  # (B, Q, H)
-        x = self.attention_layer_norm(x + self.attention_dropout(a, training=training))
+        x = residual_layer_norm(
+            self.attention_layer_norm, x, a, self.attention_dropout, training=training
+        )
         h = self.output_dense(self.intermediate(x))  # (B, S, I) -> (B, S, H)
-        return self.output_layer_norm(x + self.output_dropout(h, training=training))
+        return residual_layer_norm(
+            self.output_layer_norm, x, h, self.output_dropout, training=training
+        )
 
     def get_config(self):
         return {

@@ -312,9 +312,10 @@ class XLNetLayer(keras.layers.Layer):
         self.layer_2.build((None, None, self.config.d_inner))
 
     def _post(self, x, attended, training):
-        x = self.attn_layer_norm(x + self.dropout(attended, training=training))
+        x = layers.residual_layer_norm(self.attn_layer_norm, x, attended, self.dropout, training)
         inner = self.dropout(self.layer_1(x), training=training)
-        return self.ff_layer_norm(x + self.dropout(self.layer_2(inner), training=training))
+        h = self.layer_2(inner)
+        return layers.residual_layer_norm(self.ff_layer_norm, x, h, self.dropout, training)
 
     def call(
         self,

@@ -253,6 +253,37 @@ def test_fused_gelu_values_and_gradients_equal_the_formulas(name):
     np.testing.assert_allclose(grad, want_grad * upstream.numpy(), rtol=1e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("name", ["gelu", "gelu_exact"])
+def test_fused_gelu_on_bfloat16_rounds_the_float32_result(name):
+    # Under mixed_bfloat16 the kernels compute in float32 and round once, so values and
+    # gradients are within 2 bfloat16 ulps (2 x 2^-8 relative) of the float64 formulas at the
+    # bf16 inputs. Computed in bfloat16 (the kernels before) they were off by 14% and 61%.
+    x = tf.cast(tf.constant(np.linspace(-6.0, 6.0, 241).astype("float32")), tf.bfloat16)
+    upstream = tf.cast(tf.constant(np.linspace(0.5, 2.0, 241).astype("float32")), tf.bfloat16)
+    x64 = tf.cast(x, tf.float64).numpy()
+    if name == "gelu":
+        c = math.sqrt(2.0 / math.pi)
+        t = np.tanh(c * (x64 + 0.044715 * x64**3))
+        want = 0.5 * x64 * (1.0 + t)
+        want_grad = 0.5 * (1.0 + t) + 0.5 * x64 * (1.0 - t**2) * c * (1.0 + 3 * 0.044715 * x64**2)
+    else:
+        from scipy.special import erf
+
+        cdf = 0.5 * (1.0 + erf(x64 / math.sqrt(2.0)))
+        want = x64 * cdf
+        want_grad = cdf + x64 * np.exp(-0.5 * x64**2) / math.sqrt(2.0 * math.pi)
+    want_grad = want_grad * tf.cast(upstream, tf.float64).numpy()
+    fused = layers.fused_activation(name)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = fused(x)
+    grad = tape.gradient(y, x, output_gradients=upstream)
+    assert y.dtype == tf.bfloat16 and grad.dtype == tf.bfloat16
+    got, got_grad = (tf.cast(v, tf.float64).numpy() for v in (y, grad))
+    np.testing.assert_allclose(got, want, rtol=2 * 2.0**-8, atol=1e-4)
+    np.testing.assert_allclose(got_grad, want_grad, rtol=2 * 2.0**-8, atol=1e-4)
+
+
 def test_dense_uses_the_fused_activation_only_in_training():
     # training=True goes through the XLA kernels, anything else through the plain ops (what a
     # SavedModel export traces); both give the same values.
@@ -551,33 +582,52 @@ def test_electra_generator_logits_equal_the_head_on_the_full_generator():
     np.testing.assert_allclose(out["mlm_logits"], expected, atol=1e-5)
 
 
-def test_dropout_draws_keras_masks_with_and_without_xla_through_philox():
-    # layers.Dropout names Philox instead of leaving the algorithm to a runtime choice: the
-    # masks are Keras' own for the same seed state, eagerly and under jit_compile (auto_select
-    # is Philox on CPU both ways), but the traced graph lacks StatelessRandomGetKeyCounter,
+def test_dropout_masks_are_seeded_16_bit_draws_with_and_without_xla():
+    # layers.Dropout's masks (layers.keep_mask): 16 Philox bits per element. The same seed
+    # state gives the same mask eagerly and under jit_compile, the next call a new one; kept
+    # values are scaled by 1 / (1 - rate); the traced graph lacks StatelessRandomGetKeyCounter,
     # the op whose XLA lowering made Keras' dropout ~30x slower under XLA on CPU.
-    x = tf.reshape(tf.range(1, 4 * 300 + 1, dtype=tf.float32), (4, 300))
-    mine, theirs = layers.Dropout(0.3, seed=5), keras.layers.Dropout(0.3, seed=5)
-    for _ in range(2):  # the second call draws the next seed from each generator
-        a, b = mine(x, training=True), theirs(x, training=True)
-        np.testing.assert_array_equal(a, b)
-    kept = np.array(a) != 0
+    x = tf.reshape(tf.range(1, 4 * 301 + 1, dtype=tf.float32), (4, 301))  # an odd count
+    mine = layers.Dropout(0.3, seed=5)
+    first, second = mine(x, training=True), mine(x, training=True)
+    assert not np.array_equal(first, second)
+    kept = np.array(first) != 0
     assert 0.6 < kept.mean() < 0.8  # rate 0.3
-    np.testing.assert_allclose(np.array(a)[kept], np.array(x)[kept] / 0.7, rtol=1e-6)
+    np.testing.assert_allclose(np.array(first)[kept], np.array(x)[kept] / 0.7, rtol=1e-6)
     np.testing.assert_array_equal(mine(x, training=False), x)
 
-    mine, theirs = layers.Dropout(0.3, seed=9), keras.layers.Dropout(0.3, seed=9)
-    compiled = {
-        name: tf.function(lambda v, d=d: d(v, training=True), jit_compile=True)
-        for name, d in (("mine", mine), ("theirs", theirs))
-    }
-    np.testing.assert_array_equal(compiled["mine"](x), compiled["theirs"](x))
+    compiled = tf.function(lambda v: mine(v, training=True), jit_compile=True)
+    mine.seed_generator.state.assign([5, 0])
+    eager = mine(x, training=True)
+    mine.seed_generator.state.assign([5, 0])
+    np.testing.assert_array_equal(compiled(x), eager)
+    theirs = keras.layers.Dropout(0.3, seed=9)
     ops_of = {
         name: {op.type for op in f.get_concrete_function(x).graph.get_operations()}
-        for name, f in compiled.items()
+        for name, f in (
+            ("mine", compiled),
+            ("theirs", tf.function(lambda v: theirs(v, training=True), jit_compile=True)),
+        )
     }
     assert "StatelessRandomGetKeyCounter" in ops_of["theirs"]
     assert "StatelessRandomGetKeyCounter" not in ops_of["mine"]
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_keep_mask_keeps_at_the_rate_with_independent_halves(rate):
+    # 2^20 + 1 elements: the kept fraction is 1 - round(rate * 65536) / 65536 within 5 standard
+    # deviations, and the two elements made from one Philox word (even and odd positions) are
+    # uncorrelated, as are neighbouring words: |correlation| < 5 / sqrt(n).
+    n = (1 << 20) + 1
+    keep = np.asarray(layers.keep_mask([n], rate, tf.constant([7, 11], tf.int32)))
+    p = 1 - round(rate * 65536) / 65536
+    assert abs(keep.mean() - p) < 5 * math.sqrt(p * (1 - p) / n)
+    k = keep[: n - 1].astype("float64").reshape(-1, 2)
+    for a, b in ((k[:, 0], k[:, 1]), (k[:-1, 1], k[1:, 0])):
+        assert abs(np.corrcoef(a, b)[0, 1]) < 5 / math.sqrt(len(a))
+    # A rate that rounds to 0 of 65536 keeps everything; the shape comes back as asked.
+    mask = layers.keep_mask([3, 5, 7], 1e-9, tf.constant([1, 2], tf.int32))
+    assert mask.shape == (3, 5, 7) and bool(tf.reduce_all(mask))
 
 
 @pytest.mark.parametrize("shape", [(5, 6), (2, 5, 6), (2, 3, 4, 6)])
@@ -640,3 +690,114 @@ def test_dense_activation_outside_training_equals_the_formula(name):
     traced = {op.type for op in forward.get_concrete_function(x).graph.get_operations()}
     marker = {"gelu": "Pow", "gelu_new": "Pow", "gelu_exact": "Erfc"}.get(name)
     assert marker is None or marker in traced
+
+
+def _residual_norm_case(epsilon=1e-12, dtype=tf.float32, rate=0.3):
+    rng = np.random.default_rng(21)
+    norm = keras.layers.LayerNormalization(epsilon=epsilon)
+    x = tf.cast(tf.constant(rng.normal(size=(3, 5, 16)).astype("float32")), dtype)
+    y = tf.cast(tf.constant(rng.normal(size=(3, 5, 16)).astype("float32") * 3), dtype)
+    norm.build(x.shape)
+    norm.gamma.assign(rng.normal(size=16).astype("float32"))
+    norm.beta.assign(rng.normal(size=16).astype("float32"))
+    upstream = tf.constant(rng.normal(size=(3, 5, 16)).astype("float32"))
+    return norm, layers.Dropout(rate, seed=4), x, y, upstream
+
+
+def _norm_and_grads(fn, norm, dropout, x, y, upstream):
+    dropout.seed_generator.state.assign([4, 0])  # the same seed state, so the same masks
+    with tf.GradientTape() as tape:
+        tape.watch([x, y])
+        out = fn()
+    grads = tape.gradient(
+        out,
+        [x, y, norm.gamma, norm.beta],
+        output_gradients=tf.cast(upstream, out.dtype),
+        unconnected_gradients="zero",
+    )
+    return [np.asarray(tf.cast(v, tf.float64)) for v in [out, *grads]]
+
+
+@pytest.fixture
+def fused_norm_at_any_size(monkeypatch):
+    # The cases are below layers.FUSED_NORM_MIN_SIZE; the kernels are exercised all the same.
+    monkeypatch.setattr(layers, "FUSED_NORM_MIN_SIZE", 0)
+
+
+@pytest.mark.parametrize("epsilon", [1e-12, 0.5])
+def test_residual_layer_norm_in_training_equals_the_layers(epsilon, fused_norm_at_any_size):
+    # layers.residual_layer_norm's XLA kernels against the layers it replaces,
+    # LayerNormalization(x + Dropout(y)), with the dropout's seed state reset between the two:
+    # the same masks, values and gradients for x, y, gamma and beta (float32 rounding). A
+    # large epsilon shows it is the layer's own.
+    norm, dropout, x, y, upstream = _residual_norm_case(epsilon)
+    want = _norm_and_grads(
+        lambda: norm(x + dropout(y, training=True)), norm, dropout, x, y, upstream
+    )
+    got = _norm_and_grads(
+        lambda: layers.residual_layer_norm(norm, x, y, dropout, training=True),
+        norm,
+        dropout,
+        x,
+        y,
+        upstream,
+    )
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-5)
+    # Dropout did drop: y's gradient is zero at about the rate, and the output differs from
+    # the one without dropout.
+    assert 0.15 < np.mean(got[2] == 0) < 0.45
+    assert np.abs(got[0] - np.asarray(norm(x + y))).max() > 0.1
+    # Without y it is the LayerNorm alone.
+    alone = _norm_and_grads(
+        lambda: layers.residual_layer_norm(norm, x, training=True), norm, dropout, x, y, upstream
+    )
+    plain = _norm_and_grads(lambda: norm(x), norm, dropout, x, y, upstream)
+    for i in (0, 1, 3, 4):  # y has no gradient there
+        np.testing.assert_allclose(alone[i], plain[i], rtol=1e-5, atol=2e-5)
+
+
+def test_residual_layer_norm_runs_xla_kernels_only_in_training_at_size(monkeypatch):
+    # In training the traced graph holds no LayerNorm op of its own (the work is inside the
+    # compiled kernels); outside training it is the layers' graph (what a SavedModel holds),
+    # and so it is below FUSED_NORM_MIN_SIZE elements or with a dimension unknown.
+    norm, dropout, x, y, _ = _residual_norm_case()  # 240 elements
+
+    def op_types(training, spec=None):
+        fn = tf.function(lambda a, b: layers.residual_layer_norm(norm, a, b, dropout, training))
+        graph = fn.get_concrete_function(spec or x, spec or y).graph
+        return {op.type for op in graph.get_operations()}
+
+    monkeypatch.setattr(layers, "FUSED_NORM_MIN_SIZE", 240)
+    assert "Rsqrt" not in op_types(True) and "Rsqrt" in op_types(False)
+    assert "Rsqrt" in op_types(True, tf.TensorSpec((None, 5, 16), tf.float32))
+    monkeypatch.setattr(layers, "FUSED_NORM_MIN_SIZE", 241)
+    assert "Rsqrt" in op_types(True)
+    np.testing.assert_allclose(
+        layers.residual_layer_norm(norm, x, y, dropout, training=False), norm(x + y), atol=1e-6
+    )
+
+
+def test_residual_layer_norm_under_bfloat16_computes_in_float32(fused_norm_at_any_size):
+    # bf16 activations in, bf16 out, float32 gradients for gamma and beta; the values are the
+    # float32 computation on the same bf16 inputs within bf16 rounding (2^-8 relative).
+    with pretrain_throughput.dtype_policy("bf16"):
+        norm, dropout, x, y, upstream = _residual_norm_case(dtype=tf.bfloat16)
+        got = _norm_and_grads(
+            lambda: layers.residual_layer_norm(norm, x, y, dropout, training=True),
+            norm,
+            dropout,
+            x,
+            y,
+            upstream,
+        )
+        dropout.seed_generator.state.assign([4, 0])
+        out = layers.residual_layer_norm(norm, x, y, dropout, training=True)
+    assert out.dtype == tf.bfloat16
+    norm32 = _residual_norm_case()[0]
+    norm32.set_weights(norm.get_weights())
+    dropout.seed_generator.state.assign([4, 0])
+    dropped = tf.cast(dropout(y, training=True), tf.float32)  # the same masks as above
+    want = norm32(tf.cast(x, tf.float32) + dropped)
+    np.testing.assert_allclose(got[0], want, rtol=2.0**-7, atol=2.0**-7)
+    assert got[3].dtype == np.float64 and np.abs(got[3]).max() > 0  # gamma's gradient
