@@ -466,3 +466,45 @@ def test_lamb_trains_through_the_trainer(data_file):
     rows = fit.train_steps(iter(one_batch.repeat()), 30)
     losses = [fit.loss_from_sums(r) for r in rows]
     assert losses[-1] < 0.7 * losses[0]
+
+
+@pytest.mark.parametrize("where", ["one_device", "mirrored", "xla", "bf16"])
+def test_fused_residual_norm_trains_as_the_layers(data_file, where, monkeypatch):
+    # layers.residual_layer_norm's XLA kernels inside the real train step (one device, Mirrored
+    # over two CPUs, the whole step under XLA, mixed bf16), with dropout on: the same rows and
+    # weights as the layers' path, since both draw the same masks from the same seeds. The
+    # tiny model is below FUSED_NORM_MIN_SIZE, so the fused trainer is traced with it at 0.
+    from modeling import layers
+
+    config = helpers.tiny_config(hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.1)
+
+    def make():
+        strategy = (
+            helpers.mirrored_strategy()
+            if where == "mirrored"
+            else tf.distribute.OneDeviceStrategy("/cpu:0")
+        )
+        precision = "bf16" if where == "bf16" else "fp32"
+        return build(strategy, config, use_xla=where == "xla", precision=precision)
+
+    fused, plain, fresh = make(), make(), make()
+    built = []
+    kernels = layers._fused_norm_kernels
+    monkeypatch.setattr(layers, "_fused_norm_kernels", lambda *a: built.append(a) or kernels(*a))
+    monkeypatch.setattr(layers, "FUSED_NORM_MIN_SIZE", 0)
+    rows_fused = fused.train_steps(iter(dataset(data_file)), 4)
+    assert {a[1] for a in built} == {0.0, 0.2}  # the embeddings' LayerNorm and the blocks'
+    monkeypatch.setattr(layers, "FUSED_NORM_MIN_SIZE", 1 << 62)
+    built.clear()
+    rows_plain = plain.train_steps(iter(dataset(data_file)), 4)
+    assert not built
+    # bf16: float32 inside the kernels against bf16 sums in the layers, over 4 steps.
+    rtol = 2e-2 if where == "bf16" else 1e-5
+    np.testing.assert_allclose(rows_fused, rows_plain, rtol=rtol, atol=1e-6)
+    moved = False
+    for a, b, init in zip(
+        weights(fused.task.model), weights(plain.task.model), weights(fresh.task.model)
+    ):
+        np.testing.assert_allclose(a, b, rtol=10 * rtol, atol=1e-3 if where == "bf16" else 1e-6)
+        moved |= not np.allclose(a, init)
+    assert moved
