@@ -253,6 +253,17 @@ def keep_mask(shape, rate: float, seed, rng_alg: str = "philox"):
     return tf.reshape(bits, shape) >= tf.constant(threshold, tf.uint16)
 
 
+def apply_keep_mask(y, keep, rate: float):
+    """Dropout's output from its keep mask: y * (1 / (1 - rate)) in y's dtype where `keep` is
+    set, else 0 (as TensorFlow's dropout scales and selects); y itself at rate 0."""
+    import tensorflow as tf
+
+    if rate == 0:
+        return y
+    scale = tf.constant(1.0 / (1.0 - rate), y.dtype)
+    return tf.where(keep, y * scale, tf.zeros_like(y))
+
+
 @keras.saving.register_keras_serializable(package="cloze")
 class Dropout(keras.layers.Dropout):
     """keras.layers.Dropout whose masks come from layers.keep_mask on TensorFlow: 16 Philox
@@ -283,8 +294,7 @@ class Dropout(keras.layers.Dropout):
         import tensorflow as tf
 
         keep = keep_mask(tf.shape(inputs), self.rate, dropout_seed(self), rng_alg)
-        scale = tf.constant(1.0 / (1.0 - self.rate), inputs.dtype)
-        return tf.where(keep, inputs * scale, tf.zeros_like(inputs))
+        return apply_keep_mask(inputs, keep, self.rate)
 
 
 _FUSED_NORM_CACHE = {}
@@ -314,15 +324,8 @@ def _fused_norm_kernels(epsilon: float, rate: float, y_dtype: str, out_dtype: st
     if key not in _FUSED_NORM_CACHE:
         import tensorflow as tf
 
-        def dropped(y, keep):
-            # As Dropout: y * (1 / (1 - rate)) in y's dtype where the keep mask is set, else 0.
-            if rate == 0:
-                return y
-            scale = tf.constant(1.0 / (1.0 - rate), y.dtype)
-            return tf.where(keep, y * scale, tf.zeros_like(y))
-
         def forward(x, y, keep, gamma, beta):
-            s = tf.cast(x, tf.float32) + tf.cast(dropped(y, keep), tf.float32)
+            s = tf.cast(x, tf.float32) + tf.cast(apply_keep_mask(y, keep, rate), tf.float32)
             xhat, _ = _normalize_rows(s, epsilon)
             return tf.cast(xhat * gamma + beta, out_dtype), s
 
@@ -337,7 +340,7 @@ def _fused_norm_kernels(epsilon: float, rate: float, y_dtype: str, out_dtype: st
             )
             dgamma = tf.reduce_sum(dout * xhat, axis=0)
             dbeta = tf.reduce_sum(dout, axis=0)
-            return ds, dropped(tf.cast(ds, y_dtype), keep), dgamma, dbeta
+            return ds, apply_keep_mask(tf.cast(ds, y_dtype), keep, rate), dgamma, dbeta
 
         _FUSED_NORM_CACHE[key] = tuple(
             tf.function(f, jit_compile=True, autograph=False) for f in (forward, backward)

@@ -222,25 +222,26 @@ def test_phase_of_names():
     assert step_profile.phase_of("xla/add_multiply_fusion") == "xla"
 
 
+def _gelu_float64(name, x64):
+    """GELU and its derivative in float64 at x64: the tanh form ("gelu") or the erf form."""
+    if name == "gelu":
+        c = math.sqrt(2.0 / math.pi)
+        t = np.tanh(c * (x64 + 0.044715 * x64**3))
+        value = 0.5 * x64 * (1.0 + t)
+        return value, 0.5 * (1.0 + t) + 0.5 * x64 * (1.0 - t**2) * c * (1.0 + 3 * 0.044715 * x64**2)
+    from scipy.special import erf
+
+    cdf = 0.5 * (1.0 + erf(x64 / math.sqrt(2.0)))
+    return x64 * cdf, cdf + x64 * np.exp(-0.5 * x64**2) / math.sqrt(2.0 * math.pi)
+
+
 @pytest.mark.parametrize("name", ["gelu", "gelu_exact"])
 def test_fused_gelu_values_and_gradients_equal_the_formulas(name):
     # The XLA-compiled forward and gradient kernels (layers.fused_activation) against the
     # float64 formulas. Tolerances as gelu_tanh's own test: float32 rounding (XLA has its own
     # tanh and erf); a wrong derivative term is off by O(0.1).
     x = np.linspace(-6.0, 6.0, 241).astype("float32")
-    x64 = x.astype("float64")
-    if name == "gelu":
-        c = math.sqrt(2.0 / math.pi)
-        t = np.tanh(c * (x64 + 0.044715 * x64**3))
-        want = 0.5 * x64 * (1.0 + t)
-        want_grad = 0.5 * (1.0 + t) + 0.5 * x64 * (1.0 - t**2) * c * (1.0 + 3 * 0.044715 * x64**2)
-    else:
-        from scipy.special import erf
-
-        want = 0.5 * x64 * (1.0 + erf(x64 / math.sqrt(2.0)))
-        want_grad = 0.5 * (1.0 + erf(x64 / math.sqrt(2.0))) + x64 * np.exp(
-            -0.5 * x64**2
-        ) / math.sqrt(2.0 * math.pi)
+    want, want_grad = _gelu_float64(name, x.astype("float64"))
     fused = layers.fused_activation(name)
     assert fused is not None
     xt = tf.constant(x)
@@ -260,18 +261,7 @@ def test_fused_gelu_on_bfloat16_rounds_the_float32_result(name):
     # bf16 inputs. Computed in bfloat16 (the kernels before) they were off by 14% and 61%.
     x = tf.cast(tf.constant(np.linspace(-6.0, 6.0, 241).astype("float32")), tf.bfloat16)
     upstream = tf.cast(tf.constant(np.linspace(0.5, 2.0, 241).astype("float32")), tf.bfloat16)
-    x64 = tf.cast(x, tf.float64).numpy()
-    if name == "gelu":
-        c = math.sqrt(2.0 / math.pi)
-        t = np.tanh(c * (x64 + 0.044715 * x64**3))
-        want = 0.5 * x64 * (1.0 + t)
-        want_grad = 0.5 * (1.0 + t) + 0.5 * x64 * (1.0 - t**2) * c * (1.0 + 3 * 0.044715 * x64**2)
-    else:
-        from scipy.special import erf
-
-        cdf = 0.5 * (1.0 + erf(x64 / math.sqrt(2.0)))
-        want = x64 * cdf
-        want_grad = cdf + x64 * np.exp(-0.5 * x64**2) / math.sqrt(2.0 * math.pi)
+    want, want_grad = _gelu_float64(name, tf.cast(x, tf.float64).numpy())
     want_grad = want_grad * tf.cast(upstream, tf.float64).numpy()
     fused = layers.fused_activation(name)
     with tf.GradientTape() as tape:
@@ -715,7 +705,9 @@ def _norm_and_grads(fn, norm, dropout, x, y, upstream):
         output_gradients=tf.cast(upstream, out.dtype),
         unconnected_gradients="zero",
     )
-    return [np.asarray(tf.cast(v, tf.float64)) for v in [out, *grads]]
+    return [np.asarray(tf.cast(v, tf.float64)) for v in [out, *grads]], [
+        v.dtype for v in [out, *grads]
+    ]
 
 
 @pytest.fixture
@@ -731,10 +723,10 @@ def test_residual_layer_norm_in_training_equals_the_layers(epsilon, fused_norm_a
     # the same masks, values and gradients for x, y, gamma and beta (float32 rounding). A
     # large epsilon shows it is the layer's own.
     norm, dropout, x, y, upstream = _residual_norm_case(epsilon)
-    want = _norm_and_grads(
+    want, _ = _norm_and_grads(
         lambda: norm(x + dropout(y, training=True)), norm, dropout, x, y, upstream
     )
-    got = _norm_and_grads(
+    got, _ = _norm_and_grads(
         lambda: layers.residual_layer_norm(norm, x, y, dropout, training=True),
         norm,
         dropout,
@@ -749,10 +741,10 @@ def test_residual_layer_norm_in_training_equals_the_layers(epsilon, fused_norm_a
     assert 0.15 < np.mean(got[2] == 0) < 0.45
     assert np.abs(got[0] - np.asarray(norm(x + y))).max() > 0.1
     # Without y it is the LayerNorm alone.
-    alone = _norm_and_grads(
+    alone, _ = _norm_and_grads(
         lambda: layers.residual_layer_norm(norm, x, training=True), norm, dropout, x, y, upstream
     )
-    plain = _norm_and_grads(lambda: norm(x), norm, dropout, x, y, upstream)
+    plain, _ = _norm_and_grads(lambda: norm(x), norm, dropout, x, y, upstream)
     for i in (0, 1, 3, 4):  # y has no gradient there
         np.testing.assert_allclose(alone[i], plain[i], rtol=1e-5, atol=2e-5)
 
@@ -783,7 +775,7 @@ def test_residual_layer_norm_under_bfloat16_computes_in_float32(fused_norm_at_an
     # float32 computation on the same bf16 inputs within bf16 rounding (2^-8 relative).
     with pretrain_throughput.dtype_policy("bf16"):
         norm, dropout, x, y, upstream = _residual_norm_case(dtype=tf.bfloat16)
-        got = _norm_and_grads(
+        got, dtypes = _norm_and_grads(
             lambda: layers.residual_layer_norm(norm, x, y, dropout, training=True),
             norm,
             dropout,
@@ -791,13 +783,12 @@ def test_residual_layer_norm_under_bfloat16_computes_in_float32(fused_norm_at_an
             y,
             upstream,
         )
-        dropout.seed_generator.state.assign([4, 0])
-        out = layers.residual_layer_norm(norm, x, y, dropout, training=True)
-    assert out.dtype == tf.bfloat16
+    # out, then the gradients of x, y, gamma and beta
+    assert dtypes == [tf.bfloat16, tf.bfloat16, tf.bfloat16, tf.float32, tf.float32]
     norm32 = _residual_norm_case()[0]
     norm32.set_weights(norm.get_weights())
     dropout.seed_generator.state.assign([4, 0])
     dropped = tf.cast(dropout(y, training=True), tf.float32)  # the same masks as above
     want = norm32(tf.cast(x, tf.float32) + dropped)
     np.testing.assert_allclose(got[0], want, rtol=2.0**-7, atol=2.0**-7)
-    assert got[3].dtype == np.float64 and np.abs(got[3]).max() > 0  # gamma's gradient
+    assert np.abs(got[3]).max() > 0  # gamma's gradient
