@@ -123,6 +123,50 @@ def test_fused_adamw_equals_keras_adamw_over_steps(fused_min_size):
         assert ("attr:_XlaMustCompile" in types) == xla, shape
 
 
+def scale_gradient(g, scale):
+    if isinstance(g, tf.IndexedSlices):
+        return tf.IndexedSlices(g.values * scale, g.indices, g.dense_shape)
+    return g * scale
+
+
+@pytest.mark.parametrize("fused_min_size", [0, 8, 1 << 62])
+def test_apply_scaled_equals_apply_of_the_scaled_gradients(fused_min_size):
+    # AdamW.apply_scaled(grads, vars, s) (the Trainer's clipping factor multiplied in inside
+    # the update) against apply([g * s ...]) over 3 steps, through the XLA kernel (0), the
+    # ApplyAdam path (bias and gamma at 8, everything at 2^62) and IndexedSlices gradients
+    # (Keras' update); and the factor is not left behind for a later plain apply.
+    scales = [0.37, 1.0, 0.05]
+
+    def run(scaled, sparse=False):
+        rng = np.random.default_rng(3)
+        shapes = {"kernel": (5, 3), "bias": (3,), "gamma": (7,)}
+        variables = [
+            keras.Variable(rng.normal(size=s).astype(np.float32), name=n) for n, s in shapes.items()
+        ]
+        opt = optimization.create_optimizer(1e-2, 10, 2)
+        opt.fused_min_size = fused_min_size
+        opt.build(variables)
+        for scale in scales:
+            grads = [tf.constant(rng.normal(size=v.shape).astype(np.float32)) for v in variables]
+            if sparse:
+                grads[0] = tf.IndexedSlices(grads[0], tf.range(5), tf.constant([5, 3]))
+            if scaled:
+                opt.apply_scaled(grads, variables, tf.constant(scale))
+                assert opt._gradient_scale is None
+            else:
+                opt.apply([scale_gradient(g, scale) for g in grads], variables)
+        return [v.numpy() for v in variables]
+
+    for sparse in (False, True):
+        for name, a, b in zip(["kernel", "bias", "gamma"], run(True, sparse), run(False, sparse)):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=f"{name} {sparse}")
+    # Negative control: the factor changes the result (Adam is not scale-invariant with eps and
+    # over steps of different factors).
+    plain = run(False)
+    scales[:] = [1.0, 1.0, 1.0]
+    assert not np.allclose(run(True)[0], plain[0], rtol=1e-4)
+
+
 @pytest.mark.parametrize("fused_min_size", [0, 1 << 16])
 def test_fused_adamw_under_mirrored_strategy_updates_each_replica_alike(fused_min_size):
     # Inside MirroredStrategy's update() the fused kernels (XLA at 0, ApplyAdam at the default)

@@ -508,3 +508,36 @@ def test_fused_residual_norm_trains_as_the_layers(data_file, where, monkeypatch)
         np.testing.assert_allclose(a, b, rtol=10 * rtol, atol=1e-3 if where == "bf16" else 1e-6)
         moved |= not np.allclose(a, init)
     assert moved
+
+
+@pytest.mark.parametrize("where", ["one_device", "mirrored", "xla", "accumulation"])
+def test_clipping_inside_the_update_equals_clipping_the_gradients(data_file, where):
+    # The Trainer hands AdamW the unclipped gradients and the clipping factor (apply_scaled);
+    # with the fold turned off it clips them first as before. Same rows (grad_norm included)
+    # and weights over 4 steps with clipping active (norms of ~1-10 against clip_norm 0.5), on
+    # one device, Mirrored over two CPUs, the whole step under XLA, and accumulating.
+    def make(fold):
+        strategy = (
+            helpers.mirrored_strategy()
+            if where == "mirrored"
+            else tf.distribute.OneDeviceStrategy("/cpu:0")
+        )
+        fit = build(
+            strategy,
+            helpers.TINY,
+            use_xla=where == "xla",
+            accumulation=2 if where == "accumulation" else 1,
+        )
+        fit.clip_norm = 0.5
+        assert fit._fold_clip
+        fit._fold_clip = fold
+        return fit
+
+    folded, clipped = make(True), make(False)
+    rows = folded.train_steps(iter(dataset(data_file)), 4)
+    want = clipped.train_steps(iter(dataset(data_file)), 4)
+    norms = rows[:, -len(trainer.EXTRA_COLUMNS)]
+    assert (norms > 0.5).all() and (rows[:, -1] == 1.0).all()  # clipped, applied
+    np.testing.assert_allclose(rows, want, rtol=1e-5, atol=1e-6)
+    for a, b in zip(weights(folded.task.model), weights(clipped.task.model)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

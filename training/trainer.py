@@ -208,6 +208,9 @@ class Trainer:
             optimizer if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else None
         )
         self._inner = optimizer.inner_optimizer if self.loss_scale else optimizer
+        # An optimizer with apply_scaled (optimization.AdamW) takes the unclipped gradients and
+        # the clipping factor, multiplied in inside its update kernels; others get clipped ones.
+        self._fold_clip = callable(getattr(self._inner, "apply_scaled", None))
         self.accumulation = int(gradient_accumulation_steps)
         if self.accumulation < 1:
             raise ValueError(f"gradient_accumulation_steps must be >= 1, not {self.accumulation}")
@@ -310,7 +313,10 @@ class Trainer:
         # own all-reduce is off, see training/optimization.py).
         # The loss rides along so every replica sees the same global loss for the check below.
         *grads, global_loss = ctx.all_reduce("sum", [*grads, loss])
-        grads, norm = optimization.clip_by_global_norm(grads, self.clip_norm)
+        if self._fold_clip:  # clipped inside the update (_replica_apply_step)
+            norm = tf.linalg.global_norm(grads)
+        else:
+            grads, norm = optimization.clip_by_global_norm(grads, self.clip_norm)
         lr = tf.cast(self._inner.learning_rate, tf.float32)  # the rate this step applies
         # Checked before the update, on global values, so every replica decides alike.
         loss_ok = tf.cast(tf.math.is_finite(global_loss), tf.float32)
@@ -321,8 +327,19 @@ class Trainer:
         )
         return sums, extra, grads
 
-    def _replica_apply_step(self, grads):
-        self._inner.apply(grads, self.task.model.trainable_variables)
+    def _clip_scale(self, extra):
+        """The clipping factor from a step's EXTRA_COLUMNS (their global gradient norm) where the
+        optimizer folds it into its update, else None (the gradients are clipped already)."""
+        if not self._fold_clip:
+            return None
+        return optimization.clip_scale(extra[0], self.clip_norm)
+
+    def _replica_apply_step(self, grads, clip_scale=None):
+        variables = self.task.model.trainable_variables
+        if clip_scale is None:
+            self._inner.apply(grads, variables)
+        else:
+            self._inner.apply_scaled(grads, variables, clip_scale)
 
     def _decide(self, extra, apply_fn):
         """Applies the step (apply_fn) when its loss and gradient are finite; on a loss-scale
@@ -361,7 +378,8 @@ class Trainer:
         """Step, check and update in one function (one replica: the update's cond is then
         allowed in replica context)."""
         sums, extra, grads = self._replica_train_step(batch)
-        return sums, self._decide(extra, lambda: self._replica_apply_step(grads))
+        clip_scale = self._clip_scale(extra)
+        return sums, self._decide(extra, lambda: self._replica_apply_step(grads, clip_scale))
 
     def _replica_eval_step(self, batch):
         return _stack_sums(self.task.sums_fn(batch, training=False), self.sum_keys)
@@ -395,12 +413,14 @@ class Trainer:
                             self._replica_train_step, args=(dist,)
                         )
                         extra = self.strategy.reduce("sum", extra, axis=None)
+                        # One clipping factor from the global norm, for every replica.
+                        clip_scale = self._clip_scale(extra)
                         # The cond sits outside the replica function since MirroredStrategy
                         # refuses the optimizer's merge_call inside control flow there.
                         extra = self._decide(
                             extra,
-                            lambda grads=grads: self.strategy.run(
-                                self._replica_apply_step, args=(grads,)
+                            lambda grads=grads, clip_scale=clip_scale: self.strategy.run(
+                                self._replica_apply_step, args=(grads, clip_scale)
                             ),
                         )
                     row = tf.concat([self.strategy.reduce("sum", sums, axis=None), extra], 0)
