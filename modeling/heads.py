@@ -47,8 +47,9 @@ def tied_xent_and_hits(x, embedding_table, bias, labels):
     what other backends run.
 
     On TensorFlow the logits stay vocabulary-major, (V, B*P) from tied_logits' fast matmul, and
-    losses' hand-written softmax cross-entropy runs down each column, so tied_logits' (B*P, V)
-    transpose is never made.
+    losses.biased_xent_and_hits_tf adds the bias and runs the softmax cross-entropy down each
+    column (as two XLA kernels at the pretraining sizes), so tied_logits' (B*P, V) transpose is
+    never made.
     Measured on 2 CPU cores at B*P = 160, V = 30522, forward + backward to x, the table and the
     bias (`python -m bench.kernel_speed`, "mlm_loss_ms"; bench/results/kernels_2026-11-23_s9_*):
     71.5 -> 65.0 ms at E 256; at E 768 190.6 against 191.6 ms (other runs: 197.0 / 178.7,
@@ -67,9 +68,9 @@ def tied_xent_and_hits(x, embedding_table, bias, labels):
     flat = tf.reshape(x, (-1, tf.shape(x)[-1]))  # (N, E), N = B*P
     with tf.name_scope("tied_xent"):
         logits = tf.linalg.matmul(table, flat, transpose_b=True)  # (V, N), as tied_logits
-        logits = tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32)[:, None]
-        # Softmax down each column; the matmul's and the bias' gradients are TensorFlow's own.
-        ce, hits = losses.xent_and_hits_tf(logits, tf.reshape(labels, (-1,)), class_axis=0)
+        # The bias and the softmax down each column (in float32); the matmul's gradient is
+        # TensorFlow's own.
+        ce, hits = losses.biased_xent_and_hits_tf(logits, bias, tf.reshape(labels, (-1,)))
     return tf.reshape(ce, shape), tf.reshape(hits, shape)
 
 

@@ -46,6 +46,35 @@ def _gelu_derivative_exact(x):
     )
 
 
+def kernel_cast(x, dtype):
+    """tf.cast for use inside XLA-compiled kernels: between bfloat16 and float32 it moves bits
+    with integer ops instead, with the same results (exact widening; narrowing rounds to nearest,
+    ties to even, NaN stays NaN).
+    Why by hand: XLA's CPU code for these converts is slow. A GELU forward kernel at
+    (1024, 3072), bfloat16 in and out, float32 inside: 2.75 ms with XLA's converts, 1.72 ms
+    this way, 1.56 ms all in float32 (2 AVX-512 cores, thirteenth session)."""
+    import tensorflow as tf
+
+    dtype = tf.as_dtype(dtype)
+    sixteen = tf.constant(16, tf.uint32)
+    if x.dtype == tf.bfloat16 and dtype == tf.float32:
+        bits = tf.cast(tf.bitcast(x, tf.uint16), tf.uint32)
+        return tf.bitcast(tf.bitwise.left_shift(bits, sixteen), tf.float32)
+    if x.dtype == tf.float32 and dtype == tf.bfloat16:
+        bits = tf.bitcast(x, tf.uint32)
+        odd = tf.bitwise.bitwise_and(
+            tf.bitwise.right_shift(bits, sixteen), tf.constant(1, tf.uint32)
+        )
+        rounded = tf.bitwise.right_shift(bits + tf.constant(0x7FFF, tf.uint32) + odd, sixteen)
+        # A NaN's low bits could carry into the exponent or sign: a quiet NaN of its sign.
+        nan = tf.bitwise.bitwise_or(
+            tf.bitwise.right_shift(bits, sixteen), tf.constant(0x0040, tf.uint32)
+        )
+        rounded = tf.where(tf.math.is_nan(x), nan, rounded)
+        return tf.bitcast(tf.cast(rounded, tf.uint16), tf.bfloat16)
+    return tf.cast(x, dtype)
+
+
 _FUSED_CACHE = {}
 
 
@@ -77,11 +106,11 @@ def fused_activation(name: str):
         # computed in bfloat16 and 1.08 ms this way (0.93 in float32); in the small pretraining
         # step (L4/H256) these kernels were 15.6 of 115 ms op time before (twelfth session).
         def forward_fn(x):
-            return tf.cast(value(tf.cast(x, tf.float32)), x.dtype)
+            return kernel_cast(value(kernel_cast(x, tf.float32)), x.dtype)
 
         def backward_fn(x, dy):
-            grad = tf.cast(dy, tf.float32) * derivative(tf.cast(x, tf.float32))
-            return tf.cast(grad, dy.dtype)
+            grad = kernel_cast(dy, tf.float32) * derivative(kernel_cast(x, tf.float32))
+            return kernel_cast(grad, dy.dtype)
 
         forward = tf.function(forward_fn, jit_compile=True, autograph=False)
         backward = tf.function(backward_fn, jit_compile=True, autograph=False)
@@ -316,22 +345,25 @@ def _normalize_rows(s, epsilon):
     return centered * inv, inv
 
 
-def _fused_norm_kernels(epsilon: float, rate: float, y_dtype: str, out_dtype: str):
+def _fused_norm_kernels(epsilon: float, rate: float, x_dtype: str, y_dtype: str, out_dtype: str):
     """(forward, backward) XLA kernels of LayerNorm(x + dropout(y)) over 2-D (rows, H) inputs,
     built once per settings; see residual_layer_norm. rate 0: no dropout (y may be a scalar 0).
+    Dropout's scale is applied in float32, so under bfloat16 the kept values are y / (1 - rate)
+    rounded once, where keras' Dropout rounds the scale and the product to bfloat16.
     """
-    key = (float(epsilon), float(rate), y_dtype, out_dtype)
+    key = (float(epsilon), float(rate), x_dtype, y_dtype, out_dtype)
     if key not in _FUSED_NORM_CACHE:
         import tensorflow as tf
 
         def forward(x, y, keep, gamma, beta):
-            s = tf.cast(x, tf.float32) + tf.cast(apply_keep_mask(y, keep, rate), tf.float32)
+            y = apply_keep_mask(kernel_cast(y, tf.float32), keep, rate)
+            s = kernel_cast(x, tf.float32) + y
             xhat, _ = _normalize_rows(s, epsilon)
-            return tf.cast(xhat * gamma + beta, out_dtype), s
+            return kernel_cast(xhat * gamma + beta, out_dtype), s
 
         def backward(s, keep, gamma, dout):
             xhat, inv = _normalize_rows(s, epsilon)
-            dout = tf.cast(dout, tf.float32)
+            dout = kernel_cast(dout, tf.float32)
             dxhat = dout * gamma
             ds = inv * (
                 dxhat
@@ -340,7 +372,8 @@ def _fused_norm_kernels(epsilon: float, rate: float, y_dtype: str, out_dtype: st
             )
             dgamma = tf.reduce_sum(dout * xhat, axis=0)
             dbeta = tf.reduce_sum(dout, axis=0)
-            return ds, apply_keep_mask(tf.cast(ds, y_dtype), keep, rate), dgamma, dbeta
+            dy = kernel_cast(apply_keep_mask(ds, keep, rate), y_dtype)
+            return kernel_cast(ds, x_dtype), dy, dgamma, dbeta
 
         _FUSED_NORM_CACHE[key] = tuple(
             tf.function(f, jit_compile=True, autograph=False) for f in (forward, backward)
@@ -389,7 +422,11 @@ def residual_layer_norm(norm, x, y=None, dropout=None, training=False):
     x2 = tf.reshape(x, (-1, width))
     y2 = tf.zeros([], x.dtype) if y is None else tf.reshape(y, (-1, width))
     forward, backward = _fused_norm_kernels(
-        norm.epsilon, dropout.rate if has_dropout else 0.0, y2.dtype.name, norm.compute_dtype
+        norm.epsilon,
+        dropout.rate if has_dropout else 0.0,
+        x2.dtype.name,
+        y2.dtype.name,
+        norm.compute_dtype,
     )
     if has_dropout:
         keep = keep_mask(tf.shape(y2), dropout.rate, dropout_seed(dropout))
@@ -402,7 +439,7 @@ def residual_layer_norm(norm, x, y=None, dropout=None, training=False):
 
         def grad(dout):
             ds, dy, dgamma, dbeta = backward(s, keep, gamma, dout)
-            return tf.cast(ds, x2.dtype), dy if y is not None else tf.zeros_like(y2), dgamma, dbeta
+            return ds, dy if y is not None else tf.zeros_like(y2), dgamma, dbeta
 
         return out, grad
 

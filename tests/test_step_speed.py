@@ -274,6 +274,41 @@ def test_fused_gelu_on_bfloat16_rounds_the_float32_result(name):
     np.testing.assert_allclose(got_grad, want_grad, rtol=2 * 2.0**-8, atol=1e-4)
 
 
+@pytest.mark.parametrize("xla", [False, True], ids=["eager", "xla"])
+def test_kernel_cast_moves_bfloat16_bits_as_tf_cast_rounds(xla):
+    # layers.kernel_cast against TensorFlow's Cast: every one of the 65,536 bfloat16 patterns
+    # widened, and 2^20 random float32 patterns plus the edge cases narrowed (ties to even both
+    # ways, the largest finite values and the overflow to inf, subnormals, signed zeros and
+    # infinities), bit for bit; NaNs stay NaN.
+    cast = tf.function(layers.kernel_cast, jit_compile=xla, autograph=False)
+    every = tf.bitcast(tf.constant(np.arange(1 << 16, dtype=np.uint16)), tf.bfloat16)
+    wide, want = cast(every, tf.float32), tf.cast(every, tf.float32)
+    nan = np.isnan(want.numpy())
+    assert nan.sum() == 2 * 127 and np.isnan(wide.numpy()[nan]).all()
+    np.testing.assert_array_equal(
+        tf.bitcast(wide, tf.uint32).numpy()[~nan], tf.bitcast(want, tf.uint32).numpy()[~nan]
+    )
+    edges = [
+        0x00000000, 0x80000000, 0x7F800000, 0xFF800000,  # zeros, infinities
+        0x3F808000, 0x3F818000, 0xBF808000, 0x3F808001, 0x3F807FFF,  # ties to even, near ties
+        0x7F7FFFFF, 0x7F7F8000, 0x7F7F7FFF, 0xFF7FFFFF,  # largest finite: to inf, to inf, down
+        0x00000001, 0x00008000, 0x00018000, 0x007FFFFF, 0x80008001,  # subnormals
+        0x7FC00000, 0x7F800001, 0xFFFFFFFF, 0x7FFFFFFF, 0xFF80FFFF,  # NaNs
+    ]  # fmt: skip
+    rng = np.random.default_rng(21)
+    bits = np.concatenate([rng.integers(0, 1 << 32, 1 << 20, dtype=np.uint64), edges])
+    x = tf.bitcast(tf.constant(bits.astype(np.uint32)), tf.float32)
+    narrow, want = cast(x, tf.bfloat16), tf.cast(x, tf.bfloat16)
+    assert narrow.dtype == tf.bfloat16
+    nan = np.isnan(x.numpy())
+    assert nan.sum() > 1000 and np.isnan(tf.cast(narrow, tf.float32).numpy()[nan]).all()
+    np.testing.assert_array_equal(
+        tf.bitcast(narrow, tf.uint16).numpy()[~nan], tf.bitcast(want, tf.uint16).numpy()[~nan]
+    )
+    # Other pairs are tf.cast.
+    np.testing.assert_array_equal(cast(tf.constant([1.5, -2.0]), tf.float16).numpy(), [1.5, -2.0])
+
+
 def test_dense_uses_the_fused_activation_only_in_training():
     # training=True goes through the XLA kernels, anything else through the plain ops (what a
     # SavedModel export traces); both give the same values.
@@ -341,11 +376,28 @@ def test_tied_logits_equal_a_plain_matmul_and_its_gradients():
     np.testing.assert_allclose(dt.numpy(), np.einsum("bpv,bpe->ve", u64, x64), rtol=1e-5, atol=1e-5)
 
 
-def test_tied_xent_and_hits_equal_the_float64_formulas_and_the_logits_path():
-    # heads.tied_xent_and_hits (vocabulary-major logits, hand-written gradient) against
-    # float64 numpy: cross-entropy, argmax hits, and the gradients to the rows, the table and
-    # the bias under a non-uniform upstream gradient; and against the logits path it replaces.
+def force_fused_xent(monkeypatch, fused: bool) -> list:
+    """Sets losses.FUSED_XENT_MIN_SIZE so that heads.tied_xent_and_hits takes the XLA kernels
+    (fused) or the TensorFlow ops at every size; returns the list of logits dtypes the kernels
+    are fetched for, to check which path ran."""
+    from modeling import losses
+
+    monkeypatch.setattr(losses, "FUSED_XENT_MIN_SIZE", 0 if fused else 1 << 62)
+    calls = []
+    kernels = losses._fused_xent_kernels
+    monkeypatch.setattr(losses, "_fused_xent_kernels", lambda d: calls.append(d) or kernels(d))
+    return calls
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["tf_ops", "xla_kernels"])
+def test_tied_xent_and_hits_equal_the_float64_formulas_and_the_logits_path(monkeypatch, fused):
+    # heads.tied_xent_and_hits (vocabulary-major logits, hand-written gradient; its XLA kernels
+    # or TensorFlow ops) against float64 numpy: cross-entropy, argmax hits, and the gradients to
+    # the rows, the table and the bias under a non-uniform upstream gradient; and against the
+    # logits path it replaces.
     from modeling import heads, losses
+
+    calls = force_fused_xent(monkeypatch, fused)
 
     rng = np.random.default_rng(4)
     x = tf.constant(rng.normal(size=(2, 3, 4)).astype("float32"))
@@ -384,8 +436,69 @@ def test_tied_xent_and_hits_equal_the_float64_formulas_and_the_logits_path():
     for name in want:
         np.testing.assert_allclose(got[name].numpy(), want[name], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got[name].numpy(), plain[name].numpy(), rtol=1e-5, atol=1e-6)
-    with pytest.raises(tf.errors.InvalidArgumentError):
-        heads.tied_xent_and_hits(x, table, bias, tf.fill((2, 3), 11))  # past the vocabulary
+    assert calls == (["float32"] if fused else [])
+    for bad in (11, -1):  # past the vocabulary, negative
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            heads.tied_xent_and_hits(x, table, bias, tf.fill((2, 3), bad))
+
+
+def test_biased_xent_kernels_equal_the_tf_ops_at_size_only(monkeypatch):
+    # losses.biased_xent_and_hits_tf at the MLM head's real vocabulary (V 30522 x N 8, over
+    # FUSED_XENT_MIN_SIZE): its XLA kernels against xent_and_hits_tf on logits + bias, float32
+    # and bfloat16 logits, with a column whose label ties the maximum (a hit) and one whose
+    # maximum is elsewhere. Below the size, or with N unknown when traced, the TF ops run.
+    from modeling import losses
+
+    calls = force_fused_xent(monkeypatch, True)
+    monkeypatch.setattr(losses, "FUSED_XENT_MIN_SIZE", 30522 * 8)
+    rng = np.random.default_rng(12)
+    vocab, n = 30522, 8
+    logits = rng.normal(0, 3, (vocab, n)).astype("float32")
+    labels = rng.integers(0, vocab, n).astype("int32")
+    bias = rng.normal(0, 0.5, vocab).astype("float32")
+    logits[labels[0], 0] = 50.0 - bias[labels[0]]  # the label is the column's maximum
+    logits[7, 1] = 60.0  # ... and here it is not
+    upstream = tf.constant(rng.uniform(0.5, 2.0, n).astype("float32"))
+
+    def run(fn, logits, bias):
+        with tf.GradientTape() as tape:
+            tape.watch([logits, bias])
+            ce, hits = fn(logits, bias)
+        d_logits, d_bias = tape.gradient(ce, [logits, bias], output_gradients=upstream)
+        return ce.numpy(), hits.numpy(), d_logits, d_bias
+
+    def plain(logits, bias):
+        z = tf.cast(logits, tf.float32) + bias[:, None]
+        return losses.xent_and_hits_tf(z, labels, class_axis=0)
+
+    for dtype in ("float32", "bfloat16"):
+        x = tf.constant(logits, dtype)
+        b = tf.constant(bias)
+        ce, hits, d_logits, d_bias = run(
+            lambda a, c: losses.biased_xent_and_hits_tf(a, c, labels), x, b
+        )
+        want_ce, want_hits, want_d_logits, want_d_bias = run(plain, x, b)
+        if dtype == "float32":
+            float32_ce = want_ce
+        assert calls[-1] == dtype
+        assert d_logits.dtype == x.dtype and d_bias.dtype == tf.float32
+        np.testing.assert_allclose(ce, want_ce, rtol=1e-5)
+        np.testing.assert_array_equal(hits, want_hits)
+        assert hits[0] == 1.0 and hits[1] == 0.0
+        d, want = (tf.cast(a, tf.float32).numpy() for a in (d_logits, want_d_logits))
+        if dtype == "float32":
+            np.testing.assert_allclose(d, want, rtol=1e-5, atol=1e-7)
+        else:  # bf16's 8-bit mantissa
+            np.testing.assert_allclose(d, want, atol=2**-8 * np.abs(want).max())
+        np.testing.assert_allclose(d_bias.numpy(), want_d_bias.numpy(), rtol=1e-4, atol=1e-6)
+    assert calls == ["float32", "bfloat16"]
+    losses.biased_xent_and_hits_tf(tf.constant(logits[:, :7]), tf.constant(bias), labels[:7])
+    unknown_n = tf.function(
+        lambda a: losses.biased_xent_and_hits_tf(a, tf.constant(bias), labels),
+        input_signature=[tf.TensorSpec((vocab, None), tf.float32)],
+    )
+    np.testing.assert_allclose(unknown_n(tf.constant(logits))[0].numpy(), float32_ce, rtol=1e-5)
+    assert calls == ["float32", "bfloat16"]  # neither the 7 columns nor the unknown N fused
 
 
 def test_pretrainer_returns_the_fused_mlm_terms_in_training_only():
@@ -415,13 +528,15 @@ def test_pretrainer_returns_the_fused_mlm_terms_in_training_only():
     assert "mlm_xent" not in model(batch, training=False)
 
 
-def test_fused_mlm_terms_under_bfloat16_equal_the_logits_path():
+@pytest.mark.parametrize("fused", [False, True], ids=["tf_ops", "xla_kernels"])
+def test_fused_mlm_terms_under_bfloat16_equal_the_logits_path(monkeypatch, fused):
     # Under mixed_bfloat16 the fused head casts the bf16 logits to float32 before the bias and
     # the softmax, where the logits path adds the bias in bf16: the same loss within 1e-4 and
     # every gradient within 1% of its largest entry (bf16 keeps ~3 significant digits; measured
-    # 0.3%), and nothing non-finite.
+    # 0.3%), and nothing non-finite. With the XLA kernels or TensorFlow's ops.
     from modeling import losses
 
+    calls = force_fused_xent(monkeypatch, fused)
     with pretrain_throughput.dtype_policy("bf16"):
         keras.utils.set_random_seed(9)
         model = bert.BertPretrainer(tiny_config())
@@ -447,6 +562,7 @@ def test_fused_mlm_terms_under_bfloat16_equal_the_logits_path():
 
     loss, grads = loss_and_grads(True)
     plain_loss, plain_grads = loss_and_grads(False)
+    assert calls == (["bfloat16"] * 2 if fused else [])  # one forward per loss_and_grads
     assert loss == pytest.approx(plain_loss, rel=1e-4)
     for v, mine, theirs in zip(model.trainable_variables, grads, plain_grads):
         assert (mine is None) == (theirs is None), v.path  # the NSP side: no MLM gradient
