@@ -291,7 +291,7 @@ def test_kernel_cast_moves_bfloat16_bits_as_tf_cast_rounds(xla):
     edges = [
         0x00000000, 0x80000000, 0x7F800000, 0xFF800000,  # zeros, infinities
         0x3F808000, 0x3F818000, 0xBF808000, 0x3F808001, 0x3F807FFF,  # ties to even, near ties
-        0x7F7FFFFF, 0x7F7F8000, 0x7F7F7FFF, 0xFF7FFFFF,  # largest finite: to inf, to inf, down
+        0x7F7FFFFF, 0x7F7F8000, 0x7F7F7FFF, 0xFF7FFFFF,  # to inf, to inf (tie), down, to -inf
         0x00000001, 0x00008000, 0x00018000, 0x007FFFFF, 0x80008001,  # subnormals
         0x7FC00000, 0x7F800001, 0xFFFFFFFF, 0x7FFFFFFF, 0xFF80FFFF,  # NaNs
     ]  # fmt: skip

@@ -514,8 +514,8 @@ def test_fused_residual_norm_trains_as_the_layers(data_file, where, monkeypatch)
 def test_clipping_inside_the_update_equals_clipping_the_gradients(data_file, where):
     # The Trainer hands AdamW the unclipped gradients and the clipping factor (apply_scaled);
     # with the fold turned off it clips them first as before. Same rows (grad_norm included)
-    # and weights over 4 steps with clipping active (norms of ~1-10 against clip_norm 0.5), on
-    # one device, Mirrored over two CPUs, the whole step under XLA, and accumulating.
+    # and weights over 4 steps with clipping active (every norm above clip_norm 0.5, checked),
+    # on one device, Mirrored over two CPUs, the whole step under XLA, and accumulating.
     def make(fold):
         strategy = (
             helpers.mirrored_strategy()
