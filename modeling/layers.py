@@ -46,6 +46,19 @@ def _gelu_derivative_exact(x):
     )
 
 
+def xla_kernels(*fns):
+    """Each function as an XLA-compiled tf.function (jit_compile, no autograph): the element-wise
+    kernels of fused_activation, residual_layer_norm and losses.biased_xent_and_hits_tf."""
+    import tensorflow as tf
+
+    return tuple(tf.function(f, jit_compile=True, autograph=False) for f in fns)
+
+
+def static_size(x):
+    """The number of elements of `x` when its whole shape is known while tracing, else None."""
+    return None if any(d is None for d in x.shape) else math.prod(x.shape)
+
+
 def kernel_cast(x, dtype):
     """tf.cast for use inside XLA-compiled kernels: between bfloat16 and float32 it moves bits
     with integer ops instead, with the same results (exact widening; narrowing rounds to nearest,
@@ -77,6 +90,9 @@ def kernel_cast(x, dtype):
 
 _FUSED_CACHE = {}
 
+# The hidden_act names that mean GELU (see ACTIVATIONS): the tanh form, or the exact one.
+GELU_NAMES = ("gelu", "gelu_new", "gelu_exact")
+
 
 def fused_activation(name: str):
     """The activation `name` as two XLA-compiled element-wise kernels, one for the values and one
@@ -92,7 +108,7 @@ def fused_activation(name: str):
     tanh and erf; tests/test_step_speed.py). Dense uses it only under training=True: a
     SavedModel with XLA kernels needs XLA where it is served (TF Serving has it off by default).
     """
-    if keras.backend.backend() != "tensorflow" or name not in ("gelu", "gelu_new", "gelu_exact"):
+    if keras.backend.backend() != "tensorflow" or name not in GELU_NAMES:
         return None
     kind = "exact" if name == "gelu_exact" else "tanh"
     if kind not in _FUSED_CACHE:
@@ -112,8 +128,7 @@ def fused_activation(name: str):
             grad = kernel_cast(dy, tf.float32) * derivative(kernel_cast(x, tf.float32))
             return kernel_cast(grad, dy.dtype)
 
-        forward = tf.function(forward_fn, jit_compile=True, autograph=False)
-        backward = tf.function(backward_fn, jit_compile=True, autograph=False)
+        forward, backward = xla_kernels(forward_fn, backward_fn)
 
         @tf.custom_gradient
         def fused(x):
@@ -134,7 +149,7 @@ def dense_activation(name: str):
     uses fused_activation instead.
     """
     fn = get_activation(name)
-    if keras.backend.backend() != "tensorflow" or name not in ("gelu", "gelu_new", "gelu_exact"):
+    if keras.backend.backend() != "tensorflow" or name not in GELU_NAMES:
         return fn
     import tensorflow as tf
 
@@ -375,9 +390,7 @@ def _fused_norm_kernels(epsilon: float, rate: float, x_dtype: str, y_dtype: str,
             dy = kernel_cast(apply_keep_mask(ds, keep, rate), y_dtype)
             return kernel_cast(ds, x_dtype), dy, dgamma, dbeta
 
-        _FUSED_NORM_CACHE[key] = tuple(
-            tf.function(f, jit_compile=True, autograph=False) for f in (forward, backward)
-        )
+        _FUSED_NORM_CACHE[key] = xla_kernels(forward, backward)
     return _FUSED_NORM_CACHE[key]
 
 
@@ -399,7 +412,7 @@ def residual_layer_norm(norm, x, y=None, dropout=None, training=False):
     unknown when traced or under FUSED_NORM_MIN_SIZE elements) it is the layers themselves.
     """
     has_dropout = y is not None and dropout is not None and dropout.rate > 0
-    size = None if any(d is None for d in x.shape) else math.prod(x.shape)
+    size = static_size(x)
     if (
         not training
         or size is None

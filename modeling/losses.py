@@ -75,10 +75,8 @@ def _fused_xent_kernels(logits_dtype: str):
     if logits_dtype not in _FUSED_XENT_CACHE:
         import tensorflow as tf
 
-        def biased(logits, bias):
-            return (
-                layers.kernel_cast(logits, tf.float32) + tf.cast(bias, tf.float32)[:, None]
-            )  # (V, N)
+        def biased(logits, bias):  # (V, N) float32
+            return layers.kernel_cast(logits, tf.float32) + tf.cast(bias, tf.float32)[:, None]
 
         def forward(logits, bias, labels):
             z = biased(logits, bias)
@@ -97,9 +95,7 @@ def _fused_xent_kernels(logits_dtype: str):
             d_z = d_z - tf.where(one_hot, d_ce[None, :], tf.zeros_like(d_z))
             return layers.kernel_cast(d_z, logits_dtype), tf.reduce_sum(d_z, axis=1)
 
-        _FUSED_XENT_CACHE[logits_dtype] = tuple(
-            tf.function(f, jit_compile=True, autograph=False) for f in (forward, backward)
-        )
+        _FUSED_XENT_CACHE[logits_dtype] = layers.xla_kernels(forward, backward)
     return _FUSED_XENT_CACHE[logits_dtype]
 
 
@@ -118,7 +114,7 @@ def biased_xent_and_hits_tf(logits, bias, labels):
     """
     import tensorflow as tf
 
-    size = None if any(d is None for d in logits.shape) else logits.shape[0] * logits.shape[1]
+    size = layers.static_size(logits)
     if (
         size is None
         or size < FUSED_XENT_MIN_SIZE

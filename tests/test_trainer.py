@@ -50,6 +50,13 @@ def build(
     )
 
 
+def strategy_for(where: str):
+    """Mirrored over two CPUs for "mirrored", else one CPU device (the tests' `where` cases)."""
+    if where == "mirrored":
+        return helpers.mirrored_strategy()
+    return tf.distribute.OneDeviceStrategy("/cpu:0")
+
+
 def dataset(path):
     return features.pretraining_dataset([path], B, S, P, is_training=True, seed=3)
 
@@ -233,11 +240,7 @@ def test_train_and_warmup_steps_as_the_original():
 
 @pytest.mark.parametrize("where", ["one_device", "mirrored", "xla", "accumulation"])
 def test_nonfinite_step_changes_nothing_and_training_goes_on(data_file, where):
-    strategy = (
-        helpers.mirrored_strategy()
-        if where == "mirrored"
-        else tf.distribute.OneDeviceStrategy("/cpu:0")
-    )
+    strategy = strategy_for(where)
     fit = build(
         strategy,
         helpers.tiny_config(),
@@ -423,11 +426,7 @@ def test_fp16_overflow_lowers_the_scale_and_is_not_a_nonfinite_failure(tmp_path,
 
 @pytest.mark.parametrize("where", ["one_device", "mirrored"])
 def test_accumulated_steps_equal_large_batch_steps(data_file, where):
-    strategy = (
-        helpers.mirrored_strategy()
-        if where == "mirrored"
-        else tf.distribute.OneDeviceStrategy("/cpu:0")
-    )
+    strategy = strategy_for(where)
     config = helpers.tiny_config()  # dropout off: micro-batches draw other masks
     large = build(strategy, config)
     # B = 6: 3 micro-batches of 2 on one device, of 1 per replica on two.
@@ -479,11 +478,7 @@ def test_fused_residual_norm_trains_as_the_layers(data_file, where, monkeypatch)
     config = helpers.tiny_config(hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.1)
 
     def make():
-        strategy = (
-            helpers.mirrored_strategy()
-            if where == "mirrored"
-            else tf.distribute.OneDeviceStrategy("/cpu:0")
-        )
+        strategy = strategy_for(where)
         precision = "bf16" if where == "bf16" else "fp32"
         return build(strategy, config, use_xla=where == "xla", precision=precision)
 
@@ -517,11 +512,7 @@ def test_clipping_inside_the_update_equals_clipping_the_gradients(data_file, whe
     # and weights over 4 steps with clipping active (every norm above clip_norm 0.5, checked),
     # on one device, Mirrored over two CPUs, the whole step under XLA, and accumulating.
     def make(fold):
-        strategy = (
-            helpers.mirrored_strategy()
-            if where == "mirrored"
-            else tf.distribute.OneDeviceStrategy("/cpu:0")
-        )
+        strategy = strategy_for(where)
         fit = build(
             strategy,
             helpers.TINY,
