@@ -88,6 +88,15 @@ flags.DEFINE_integer(
     "(replicas * N) examples per replica), summing gradients, then apply once: the update of "
     "the whole batch in less memory. Checkpoints fall between whole steps.",
 )
+flags.DEFINE_integer(
+    "parallel_micro_batches",
+    1,
+    "Split each (micro-)batch into this many parts whose forward and backward passes are "
+    "independent within the step, summing their gradients: the same update (up to float "
+    "rounding and dropout masks) in the same memory, the parts' ops interleaved on the cores. "
+    "On 2 CPU cores 2 made small fp32 steps 1.03-1.08x faster and BERT-base's 1.01-1.02x "
+    "(README); under bf16 it did not help, and on accelerators it is unmeasured.",
+)
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 flags.DEFINE_enum(
     "on_nonfinite",
@@ -399,6 +408,7 @@ def main(argv):
         optimizer,
         use_xla=FLAGS.use_xla,
         gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+        parallel_micro_batches=FLAGS.parallel_micro_batches,
     )
 
     def dataset(files, batch_size, is_training):
@@ -471,6 +481,13 @@ def setup_strategy():
         raise app.UsageError(
             f"--train_batch_size={FLAGS.train_batch_size} does not split into "
             f"--gradient_accumulation_steps={n} micro-batches on each of {replicas} replica(s)"
+        )
+    k = FLAGS.parallel_micro_batches
+    if k < 1 or FLAGS.train_batch_size % (replicas * n * k):
+        raise app.UsageError(
+            f"--train_batch_size={FLAGS.train_batch_size} does not split into "
+            f"--parallel_micro_batches={k} parts of each of the {n} micro-batch(es) on each of "
+            f"{replicas} replica(s)"
         )
     logging.info(
         "strategy %s with %d replica(s), %d worker(s)",
@@ -595,9 +612,12 @@ def pretrain_blocks(
             optimizer,
             use_xla=FLAGS.use_xla,
             gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+            parallel_micro_batches=FLAGS.parallel_micro_batches,
         )
     except ValueError as e:
-        raise app.UsageError(f"--gradient_accumulation_steps: {e}") from None
+        raise app.UsageError(
+            f"--gradient_accumulation_steps / --parallel_micro_batches: {e}"
+        ) from None
 
     def dataset(files, batch_size, is_training):
         return make_dataset(

@@ -174,18 +174,23 @@ class KerasHubPretrainer:
         return self.model({k: batch[k] for k in self.input_names}, training=training)
 
 
-def _trainer(strategy, model, use_xla: bool):
+def _trainer(strategy, model, use_xla: bool, parallel_micro_batches: int = 1):
     from training import optimization, tasks, trainer
 
     # run_pretraining.build_model's optimizer (AdamW, BERT's settings), built before the first step.
     optimizer = optimization.create_optimizer(1e-4, 10_000, 0)
     optimizer.build(model.trainable_variables)
     task = tasks.bert_pretraining_task(model)
-    return trainer.Trainer(strategy, task, optimizer, use_xla=use_xla)
+    return trainer.Trainer(
+        strategy, task, optimizer, use_xla=use_xla, parallel_micro_batches=parallel_micro_batches
+    )
 
 
-def build_trainers(config, precision: str, use_xla: bool, seed: int = 12345) -> dict:
-    """{"cloze": Trainer, "keras_hub": Trainer} of `config`, built seeded under `precision`."""
+def build_trainers(
+    config, precision: str, use_xla: bool, seed: int = 12345, parallel_micro_batches: int = 1
+) -> dict:
+    """{"cloze": Trainer, "keras_hub": Trainer} of `config`, built seeded under `precision`,
+    both with the same Trainer settings (use_xla, parallel_micro_batches)."""
     import keras
 
     from modeling import bert
@@ -200,8 +205,8 @@ def build_trainers(config, precision: str, use_xla: bool, seed: int = 12345) -> 
         keras.utils.set_random_seed(seed)
         hub = KerasHubPretrainer(config)
         return {
-            "cloze": _trainer(strategy, cloze, use_xla),
-            "keras_hub": _trainer(strategy, hub, use_xla),
+            "cloze": _trainer(strategy, cloze, use_xla, parallel_micro_batches),
+            "keras_hub": _trainer(strategy, hub, use_xla, parallel_micro_batches),
         }
 
 
@@ -285,13 +290,14 @@ def run(
     peak: dict | None = None,
     vocab_size: int = 30522,
     round_peak: dict | None = None,
+    parallel_micro_batches: int = 1,
 ) -> dict:
     """The benchmark: per size, tokens/s, step time and MFU of both, and their ratio.
 
     `steps`: timed steps per round for each size (one int for all sizes). `peak`: a result of
     bench/flops.matmul_peak_flops, measured here when None. `round_peak`: keyword arguments of
     the matmul_peak_flops measured before every round (ROUND_PEAK when None; see the module
-    docstring).
+    docstring). `parallel_micro_batches`: the Trainer option, on both sides alike.
     """
     from bench import flops
 
@@ -303,7 +309,9 @@ def run(
     results = []
     for spec, n in zip(sizes, steps):
         config = parse_size(spec, vocab_size, seq)
-        trainers = build_trainers(config, precision, use_xla)
+        trainers = build_trainers(
+            config, precision, use_xla, parallel_micro_batches=parallel_micro_batches
+        )
         data = synthetic_batch(batch, seq, predictions, vocab_size)
         times, peaks = time_trainers(
             trainers,
@@ -351,6 +359,7 @@ def run(
         "predictions": predictions,
         "precision": precision,
         "use_xla": use_xla,
+        "parallel_micro_batches": parallel_micro_batches,
         "rounds": rounds,
         "peak": peak,
         "round_peak": round_peak,

@@ -41,6 +41,11 @@ flags.DEFINE_string(
 )
 flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16"], "Keras dtype policy of both models.")
 flags.DEFINE_bool("use_xla", False, "Compile steps with XLA (both sides alike).")
+flags.DEFINE_integer(
+    "parallel_micro_batches",
+    1,
+    "The Trainer's parallel micro-batches (run_pretraining's flag), both sides alike.",
+)
 flags.DEFINE_list("sizes", ["L4/H256/A4/I1024", "L12/H768/A12/I3072"], "Pretraining sizes.")
 flags.DEFINE_list("steps", ["10", "2"], "Timed pretraining steps per round, per size.")
 flags.DEFINE_integer("rounds", 3, "Timed rounds per side (alternating); the best is reported.")
@@ -121,6 +126,7 @@ def run_benchmarks(
     precision: str = "fp32",
     use_xla: bool = False,
     quick: bool = False,
+    parallel_micro_batches: int = 1,
 ) -> dict:
     """Runs the benchmarks named in `which` with the keyword arguments `s` (settings()); returns
     the results dict, also written to output_dir/results.json after each benchmark."""
@@ -165,7 +171,11 @@ def run_benchmarks(
         logging.info("pretrain")
         peak = flops.matmul_peak_flops(**s["peak"])
         results["pretrain"] = pretrain_throughput.run(
-            peak=peak, precision=precision, use_xla=use_xla, **s["pretrain"]
+            peak=peak,
+            precision=precision,
+            use_xla=use_xla,
+            parallel_micro_batches=parallel_micro_batches,
+            **s["pretrain"],
         )
         save()
     if "tokenize" in which:
@@ -240,6 +250,11 @@ def table(results: dict) -> str:
             rows.append(
                 f"| pretrain {r['size']} b{p['batch']} s{p['seq']} {p['precision']}"
                 + (", oneDNN" if p.get("onednn") else "")
+                + (
+                    f", {p['parallel_micro_batches']} parallel micro-batches"
+                    if p.get("parallel_micro_batches", 1) > 1
+                    else ""
+                )
                 + " tokens/s "
                 f"(MFU) | {c['tokens_per_s']:,.0f} ({mfu['c']}) | keras-hub "
                 f"{k['tokens_per_s']:,.0f} ({mfu['k']}) | {r['ratio']:.2f} |"
@@ -310,6 +325,7 @@ def main(argv):
         FLAGS.precision,
         FLAGS.use_xla,
         FLAGS.quick,
+        FLAGS.parallel_micro_batches,
     )
     print(table(results))
     print(f"wrote {Path(FLAGS.output_dir) / 'results.json'}")

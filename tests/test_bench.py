@@ -113,6 +113,7 @@ def test_run_all_quick_writes_every_figure(tmp_path):
             "bench/run_all.py",
             "--quick",
             f"--output_dir={out}",
+            "--parallel_micro_batches=3",  # the quick batch of 3 as 3 parts, both sides
             # Relative to the working folder, as a user types it: create_data's sides run in
             # their own folder and must still find the corpus and vocabulary.
             f"--default_run_dir={os.path.relpath(default_run, REPO)}",
@@ -129,6 +130,7 @@ def test_run_all_quick_writes_every_figure(tmp_path):
 
     p = r["pretrain"]
     assert p["peak"]["flops_per_s"] > 0
+    assert p["parallel_micro_batches"] == 3 and "3 parallel micro-batches" in result.stdout
     for row in p["sizes"]:
         for side in ("cloze", "keras_hub"):
             assert row[side]["tokens_per_s"] > 0 and 0 < row[side]["mfu"]
@@ -266,6 +268,22 @@ def test_pretrain_run_measures_the_peak_before_every_round(monkeypatch):
         [k / c for c, k in zip(row["cloze"]["step_s_rounds"], row["keras_hub"]["step_s_rounds"])]
     )
     assert len(logged) == 3 and "ETA" in logged[-1]
+
+
+def test_parallel_micro_batches_apply_to_both_sides_and_are_recorded(monkeypatch):
+    # The Trainer option is a setting of the comparison: both sides get it and the results
+    # record it (run_all's table line names it: test_run_all_quick_writes_every_figure).
+    config = pretrain_throughput.parse_size("L1/H12/A3/I17", vocab_size=53, max_seq_length=7)
+    trainers = pretrain_throughput.build_trainers(config, "fp32", False, parallel_micro_batches=3)
+    assert {name: t.parallel for name, t in trainers.items()} == {"cloze": 3, "keras_hub": 3}
+    monkeypatch.setattr(flops, "matmul_peak_flops", lambda **_: {"flops_per_s": 1e9, "by_size": {}})
+    monkeypatch.setattr(pretrain_throughput, "print", lambda *_: None, raising=False)
+    result = pretrain_throughput.run(
+        ("L1/H12/A3/I17",), 3, 7, 2, 1, 1, peak={"flops_per_s": 1e9}, vocab_size=53,
+        round_peak={}, parallel_micro_batches=3,
+    )  # fmt: skip
+    assert result["parallel_micro_batches"] == 3
+    assert all(result["sizes"][0][side]["tokens_per_s"] > 0 for side in ("cloze", "keras_hub"))
 
 
 def test_time_trainers_without_a_peak_logs_each_round():

@@ -425,7 +425,16 @@ def test_speed_flags_train_and_log(setup, tmp_path):
     assert all(r["loss"] > 0 and "loss_scale" not in r for r in log)
     assert "global_step = 4" in (out / "eval_results.txt").read_text()
     out = tmp_path / "fp16"
-    run([*common(d, config, out, 4), "--do_train", "--precision=fp16", "--use_xla"])
+    # fp16 loss scaling, the whole step under XLA, each batch of 6 as 2 parallel parts of 3.
+    run(
+        [
+            *common(d, config, out, 4),
+            "--do_train",
+            "--precision=fp16",
+            "--use_xla",
+            "--parallel_micro_batches=2",
+        ]
+    )
     log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
     assert log[0]["loss_scale"] == 2.0**15  # Keras' initial dynamic scale
     bad = run(
@@ -435,6 +444,10 @@ def test_speed_flags_train_and_log(setup, tmp_path):
     assert (
         bad.returncode != 0 and "does not split into --gradient_accumulation_steps=4" in bad.stderr
     )
+    bad = run(
+        [*common(d, config, tmp_path / "y", 2), "--do_train", "--parallel_micro_batches=4"], False
+    )
+    assert bad.returncode != 0 and "does not split into --parallel_micro_batches=4" in bad.stderr
 
 
 def test_two_phase_recipe_continues_from_phase_one_with_longer_sequences(tmp_path):

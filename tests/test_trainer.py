@@ -1,5 +1,6 @@
 """The train loop: Mirrored over two CPUs equals one device; resume equals an uninterrupted run."""
 
+import dataclasses
 import json
 
 import keras
@@ -33,6 +34,7 @@ def build(
     optimizer="adamw",
     initial_scale=2.0**15,
     learning_rate=1e-2,
+    parallel=1,
 ):
     keras.utils.set_random_seed(seed)
     with strategy.scope(), optimization.dtype_policy(precision):
@@ -47,6 +49,7 @@ def build(
         opt,
         use_xla=use_xla,
         gradient_accumulation_steps=accumulation,
+        parallel_micro_batches=parallel,
     )
 
 
@@ -441,12 +444,58 @@ def test_accumulated_steps_equal_large_batch_steps(data_file, where):
         )
 
 
-def test_accumulation_checkpoints_at_apply_boundaries_and_resumes_bit_for_bit(tmp_path, data_file):
-    # The N micro-batches of a step run inside that step, so a checkpoint (taken between steps)
-    # never holds a half-accumulated gradient; with dropout on, resume still equals a straight
-    # run bit for bit.
+@pytest.mark.parametrize("where", ["one_device", "mirrored", "xla", "accumulation"])
+def test_parallel_micro_batches_equal_the_whole_batch(data_file, where):
+    # K independent forward and backward passes over slices of each batch, their gradients
+    # summed: the same rows and weights as the whole batch in one pass (dropout off: the passes
+    # draw other masks). On one device (6 = 2 x 3), Mirrored over two CPUs (3 per replica, K = 3),
+    # the whole step under XLA, and inside each of 3 accumulated micro-batches of 2 (a size known
+    # only when the step runs). The task's forward is traced once per part, at the part's size,
+    # so the parts really are separate.
+    strategy = strategy_for(where)
+    config = helpers.tiny_config()
+    k = 3 if where == "mirrored" else 2
+    args = {"use_xla": where == "xla", "accumulation": 3 if where == "accumulation" else 1}
+    whole = build(strategy, config, **args)
+    split = build(strategy, config, parallel=k, **args)
+    calls = []
+    sums_fn = split.task.sums_fn
+
+    def counted(batch, training):
+        calls.append(batch["input_ids"].shape[0])
+        return sums_fn(batch, training=training)
+
+    split.task = dataclasses.replace(split.task, sums_fn=counted)
+    assert_train_alike(split, whole, build(strategy, config), data_file, 3, rows_rtol=1e-4)
+    assert calls and len(calls) % k == 0, calls
+    if where != "accumulation":  # there the slices' size is dynamic (None)
+        assert set(calls) == {B // strategy.num_replicas_in_sync // k}, calls
+
+
+def test_parallel_micro_batches_refuse_uneven_batches_and_tasks_without_denominators(data_file):
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    fit = build(one, helpers.tiny_config(), parallel=4)  # B = 6
+    with pytest.raises(ValueError, match="batch of 6 does not split into 4 parallel"):
+        fit.train_steps(iter(dataset(data_file)), 1)
+    with pytest.raises(ValueError, match="parallel_micro_batches must be >= 1"):
+        build(one, helpers.tiny_config(), parallel=0)
+    with pytest.raises(ValueError, match="denominators_fn"):
+        trainer.Trainer(
+            one,
+            trainer.Task(fit.task.model, fit.task.sums_fn, fit.task.loss_terms, {}),
+            fit.optimizer,
+            parallel_micro_batches=2,
+        )
+
+
+@pytest.mark.parametrize("args", [{"accumulation": 2}, {"parallel": 2}])
+def test_accumulation_checkpoints_at_apply_boundaries_and_resumes_bit_for_bit(
+    tmp_path, data_file, args
+):
+    # The N micro-batches (or K parallel parts) of a step run inside that step, so a checkpoint
+    # (taken between steps) never holds a half-accumulated gradient; with dropout on, resume
+    # still equals a straight run bit for bit (the parts draw their masks in a fixed order).
     config = helpers.tiny_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
-    args = {"accumulation": 2}
     straight = _run(tmp_path / "a", data_file, 6, config, build_args=args)
     _run(tmp_path / "b", data_file, 3, config, build_args=args)
     resumed = _run(tmp_path / "b", data_file, 6, config, build_args=args)
