@@ -95,7 +95,7 @@ flags.DEFINE_integer(
     "independent within the step, summing their gradients: the same update (up to float "
     "rounding and dropout masks) in the same memory, the parts' ops interleaved on the cores. "
     "On 2 CPU cores 2 made small fp32 steps 1.03-1.08x faster and BERT-base's 1.01-1.02x "
-    "(README); under bf16 it did not help, and on accelerators it is unmeasured.",
+    "(README); under bf16 or --use_xla it did not help, and on accelerators it is unmeasured.",
 )
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 flags.DEFINE_enum(

@@ -229,8 +229,8 @@ class Trainer:
           between its dependent ops (single-threaded element-wise kernels, small ops). On 2
           AVX-512 CPU cores, K = 2 made the L4/H256 fp32 pretraining step 1.03-1.07x faster at
           batch 8 and 1.08x at batch 32, BERT-base's 1.01-1.02x; under bf16 the small step
-          was 0.99x, and K = 4 0.84x (README, fourteenth session). The batch must split
-          evenly. Needs task.denominators_fn.
+          was 0.99x, under use_xla (L2/H128, batch 32) 0.95x, and K = 4 0.84x (README,
+          fourteenth session). The batch must split evenly. Needs task.denominators_fn.
         """
         self.strategy = strategy
         self.task = task
