@@ -291,29 +291,33 @@ class Trainer:
         return ctx.all_reduce("sum", [tf.cast(dens[d], tf.float32) for _, d, _ in self.loss_terms])
 
     def _loss_and_grads(self, batch, dens, scale):
-        """Forward and backward over `batch`, as one pass or as self.parallel independent
-        ones (see __init__). `dens`: the loss terms' global denominators, or None to
-        all-reduce this batch's. Returns (stacked sums, loss, unscaled gradients)."""
-        if self.parallel == 1:
-            return self._one_pass(batch, dens, scale)
-        if dens is None:
-            dens = self._global_denominators(batch)
-        parts = [self._one_pass(p, dens, scale) for p in split_batch(batch, self.parallel)]
-        sums, losses, grads = zip(*parts)
-        return tf.add_n(sums), tf.add_n(losses), [tf.add_n(list(g)) for g in zip(*grads)]
-
-    def _one_pass(self, batch, dens, scale):
-        """One forward and backward pass; arguments and result as _loss_and_grads."""
+        """Forward and backward over `batch`, as one pass or as self.parallel independent ones
+        (see __init__) under one tape, whose gradient sums the parts' contributions to each
+        variable. `dens`: the loss terms' global denominators, or None to all-reduce this
+        batch's. Returns (stacked sums, loss, unscaled gradients)."""
         variables = self.task.model.trainable_variables
-        with tf.GradientTape() as tape:
-            sums = self.task.sums_fn(batch, training=True)
+        parts = [batch]
+        if self.parallel > 1:
+            parts = split_batch(batch, self.parallel)
             if dens is None:
-                ctx = tf.distribute.get_replica_context()
-                dens = ctx.all_reduce("sum", [sums[d] for _, d, _ in self.loss_terms])
-            terms = [sums[n] / tf.maximum(d, 1.0) for (n, _, _), d in zip(self.loss_terms, dens)]
-            loss = tf.add_n(
-                [t if w == 1.0 else w * t for t, (_, _, w) in zip(terms, self.loss_terms)]
-            )
+                dens = self._global_denominators(batch)
+        with tf.GradientTape() as tape:
+            all_sums, losses = [], []
+            for part in parts:
+                sums = self.task.sums_fn(part, training=True)
+                if dens is None:
+                    ctx = tf.distribute.get_replica_context()
+                    dens = ctx.all_reduce("sum", [sums[d] for _, d, _ in self.loss_terms])
+                terms = [
+                    sums[n] / tf.maximum(d, 1.0) for (n, _, _), d in zip(self.loss_terms, dens)
+                ]
+                losses.append(
+                    tf.add_n(
+                        [t if w == 1.0 else w * t for t, (_, _, w) in zip(terms, self.loss_terms)]
+                    )
+                )
+                all_sums.append(_stack_sums(sums, self.sum_keys))
+            loss = losses[0] if len(losses) == 1 else tf.add_n(losses)
             scaled = loss if self.loss_scale is None else loss * scale
         grads = tape.gradient(scaled, variables)
         # A variable the loss does not reach (a pooler under mean pooling) has no gradient; a
@@ -328,7 +332,8 @@ class Trainer:
         ]
         if self.loss_scale is not None:
             grads = [g / scale for g in grads]
-        return _stack_sums(sums, self.sum_keys), loss, grads
+        sums = all_sums[0] if len(all_sums) == 1 else tf.add_n(all_sums)
+        return sums, loss, grads
 
     def _accumulate(self, batch, scale):
         """_loss_and_grads over `self.accumulation` micro-batches of `batch`, summed."""
