@@ -195,6 +195,21 @@ def split_batch(batch: dict, parts: int) -> list[dict]:
     return [{k: v[i * step : (i + 1) * step] for k, v in batch.items()} for i in range(parts)]
 
 
+def _batch_split_count(task: Task, value, name: str, what: str) -> int:
+    """A Trainer setting that splits each batch into `value` parts (`name`, described as
+    `what` in errors): at least 1, and above 1 only for a task with a denominators_fn (every
+    part's loss is divided by the whole batch's denominators, known before any part runs)."""
+    count = int(value)
+    if count < 1:
+        raise ValueError(f"{name} must be >= 1, not {count}")
+    if count > 1 and task.denominators_fn is None:
+        raise ValueError(
+            f"{what}: needs the task's denominators_fn (the loss denominators of a batch "
+            "without running the model); this task has none"
+        )
+    return count
+
+
 class Trainer:
     """Runs distributed training and evaluation of one Task with one optimizer."""
 
@@ -243,22 +258,15 @@ class Trainer:
         # An optimizer with apply_scaled (optimization.AdamW) takes the unclipped gradients and
         # the clipping factor, multiplied in inside its update kernels; others get clipped ones.
         self._fold_clip = callable(getattr(self._inner, "apply_scaled", None))
-        self.accumulation = int(gradient_accumulation_steps)
-        if self.accumulation < 1:
-            raise ValueError(f"gradient_accumulation_steps must be >= 1, not {self.accumulation}")
-        if self.accumulation > 1 and task.denominators_fn is None:
-            raise ValueError(
-                "gradient accumulation needs the task's denominators_fn (the loss denominators "
-                "of a batch without running the model); this task has none"
-            )
-        self.parallel = int(parallel_micro_batches)
-        if self.parallel < 1:
-            raise ValueError(f"parallel_micro_batches must be >= 1, not {self.parallel}")
-        if self.parallel > 1 and task.denominators_fn is None:
-            raise ValueError(
-                "parallel micro-batches need the task's denominators_fn (the loss denominators "
-                "of a batch without running the model); this task has none"
-            )
+        self.accumulation = _batch_split_count(
+            task,
+            gradient_accumulation_steps,
+            "gradient_accumulation_steps",
+            "gradient accumulation",
+        )
+        self.parallel = _batch_split_count(
+            task, parallel_micro_batches, "parallel_micro_batches", "parallel micro-batches"
+        )
         # (numerator, denominator, weight): a pair is weighted 1.
         self.loss_terms = [
             (t[0], t[1], float(t[2]) if len(t) > 2 else 1.0) for t in task.loss_terms
