@@ -42,7 +42,9 @@ def padded_batch(batch: int, seq: int, vocab_size: int, seed: int = 0) -> dict:
     return {"input_ids": ids * mask, "input_mask": mask, "segment_ids": np.zeros_like(ids)}
 
 
-def export(model_dir: Path, target: str, out: Path, seq: int, in_process: bool) -> None:
+def export(
+    model_dir: Path, target: str, out: Path, seq: int, in_process: bool, branches: int = 1
+) -> None:
     """convert_checkpoint.py --from=cloze --to=`target` of the checkpoint in model_dir; with
     in_process the same library call it makes (checkpoints.export_*) runs here instead."""
     if not in_process:
@@ -54,6 +56,7 @@ def export(model_dir: Path, target: str, out: Path, seq: int, in_process: bool) 
             f"--input_dir={model_dir}",
             f"--output_dir={out}",
             f"--max_seq_length={seq}",
+            *([f"--encoder_branches={branches}"] if branches > 1 else []),
         ]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
@@ -65,14 +68,18 @@ def export(model_dir: Path, target: str, out: Path, seq: int, in_process: bool) 
     model, _ = checkpoints.load_cloze(str(model_dir), config)
     out.mkdir(parents=True)
     if target == "saved_model":
+        bert.set_encoder_branches(model, branches)
         checkpoints.export_saved_model(model, out, model_dir / "vocab.txt", True, seq)
     else:
         checkpoints.export_keras_hub(model, out, model_dir / "vocab.txt", True)
 
 
-def build_models(config, work_dir, seq: int, use_xla: bool, in_process: bool) -> dict:
+def build_models(
+    config, work_dir, seq: int, use_xla: bool, in_process: bool, branches: int = 1
+) -> dict:
     """{"cloze_keras", "saved_model", "keras_hub"}: callables of the batch dict returning
-    (sequence_output, pooled_output), all with one set of weights."""
+    (sequence_output, pooled_output), all with one set of weights. `branches`: Cloze's encoder
+    (Keras and exported) runs in that many row slices (bert.run_layer_stack)."""
     import keras
     import keras_hub
     import tensorflow as tf
@@ -88,7 +95,8 @@ def build_models(config, work_dir, seq: int, use_xla: bool, in_process: bool) ->
     checkpoints.save_cloze(encoder, model_dir)
     (model_dir / "bert_config.json").write_text(config.to_json_string())
     write_vocab(model_dir / "vocab.txt", config.vocab_size)
-    export(model_dir, "saved_model", work / "saved_model", seq, in_process)
+    export(model_dir, "saved_model", work / "saved_model", seq, in_process, branches)
+    bert.set_encoder_branches(encoder, branches)
     export(model_dir, "keras_hub", work / "keras_hub", seq, in_process)
     served = tf.saved_model.load(str(work / "saved_model")).signatures["serve_ids"]
     backbone = keras_hub.models.BertBackbone.from_preset(str(work / "keras_hub"))
@@ -145,8 +153,10 @@ def run(
     vocab_size: int = 30522,
     in_process: bool = False,
     tolerance: float = 1e-4,
+    encoder_branches: int = 1,
 ) -> dict:
-    """The benchmark; raises if the three models' outputs differ by more than `tolerance`."""
+    """The benchmark; raises if the three models' outputs differ by more than `tolerance`.
+    `encoder_branches`: Cloze's encoder option (build_models), on Cloze's side only."""
     import tempfile
 
     import tensorflow as tf
@@ -155,7 +165,7 @@ def run(
 
     config = pretrain_throughput.parse_size(size, vocab_size, seq)
     work = Path(work_dir or tempfile.mkdtemp(prefix="cloze_bench_inference_"))
-    models = build_models(config, work, seq, use_xla, in_process)
+    models = build_models(config, work, seq, use_xla, in_process, encoder_branches)
     data = {k: tf.constant(v) for k, v in padded_batch(batch, seq, vocab_size).items()}
     diffs = max_differences(models, data)
     worst = max(v for d in diffs.values() for v in d.values())
@@ -175,6 +185,7 @@ def run(
         "batch": batch,
         "seq": seq,
         "use_xla": use_xla,
+        "encoder_branches": encoder_branches,
         "padding_fraction": 1.0 - float(np.mean(data["input_mask"].numpy())),
         "max_abs_difference": diffs,
         "tolerance": tolerance,

@@ -187,10 +187,17 @@ def _trainer(strategy, model, use_xla: bool, parallel_micro_batches: int = 1):
 
 
 def build_trainers(
-    config, precision: str, use_xla: bool, seed: int = 12345, parallel_micro_batches: int = 1
+    config,
+    precision: str,
+    use_xla: bool,
+    seed: int = 12345,
+    parallel_micro_batches: int = 1,
+    encoder_branches: int = 1,
 ) -> dict:
     """{"cloze": Trainer, "keras_hub": Trainer} of `config`, built seeded under `precision`,
-    both with the same Trainer settings (use_xla, parallel_micro_batches)."""
+    both with the same Trainer settings (use_xla, parallel_micro_batches). `encoder_branches`:
+    Cloze's encoder runs its layers in that many row slices (bert.run_layer_stack), an option of
+    Cloze's model that keras-hub's backbone has no counterpart of."""
     import keras
 
     from modeling import bert
@@ -202,6 +209,7 @@ def build_trainers(
         keras.utils.set_random_seed(seed)
         cloze = bert.BertPretrainer(config, "nsp")
         cloze.build()
+        bert.set_encoder_branches(cloze, encoder_branches)
         keras.utils.set_random_seed(seed)
         hub = KerasHubPretrainer(config)
         return {
@@ -291,6 +299,7 @@ def run(
     vocab_size: int = 30522,
     round_peak: dict | None = None,
     parallel_micro_batches: int = 1,
+    encoder_branches: int = 1,
 ) -> dict:
     """The benchmark: per size, tokens/s, step time and MFU of both, and their ratio.
 
@@ -298,6 +307,7 @@ def run(
     bench/flops.matmul_peak_flops, measured here when None. `round_peak`: keyword arguments of
     the matmul_peak_flops measured before every round (ROUND_PEAK when None; see the module
     docstring). `parallel_micro_batches`: the Trainer option, on both sides alike.
+    `encoder_branches`: Cloze's encoder option (build_trainers), on Cloze's side only.
     """
     from bench import flops
 
@@ -310,7 +320,11 @@ def run(
     for spec, n in zip(sizes, steps):
         config = parse_size(spec, vocab_size, seq)
         trainers = build_trainers(
-            config, precision, use_xla, parallel_micro_batches=parallel_micro_batches
+            config,
+            precision,
+            use_xla,
+            parallel_micro_batches=parallel_micro_batches,
+            encoder_branches=encoder_branches,
         )
         data = synthetic_batch(batch, seq, predictions, vocab_size)
         times, peaks = time_trainers(
@@ -360,6 +374,7 @@ def run(
         "precision": precision,
         "use_xla": use_xla,
         "parallel_micro_batches": parallel_micro_batches,
+        "encoder_branches": encoder_branches,
         "rounds": rounds,
         "peak": peak,
         "round_peak": round_peak,

@@ -46,6 +46,12 @@ flags.DEFINE_integer(
     1,
     "The Trainer's parallel micro-batches (run_pretraining's flag), both sides alike.",
 )
+flags.DEFINE_integer(
+    "encoder_branches",
+    1,
+    "Cloze's encoder runs its layers in this many row slices of each batch (run_pretraining's and "
+    "convert_checkpoint's flag), in the pretrain and inference benchmarks; Cloze's side only.",
+)
 flags.DEFINE_list("sizes", ["L4/H256/A4/I1024", "L12/H768/A12/I3072"], "Pretraining sizes.")
 flags.DEFINE_list("steps", ["10", "2"], "Timed pretraining steps per round, per size.")
 flags.DEFINE_integer("rounds", 3, "Timed rounds per side (alternating); the best is reported.")
@@ -127,6 +133,7 @@ def run_benchmarks(
     use_xla: bool = False,
     quick: bool = False,
     parallel_micro_batches: int = 1,
+    encoder_branches: int = 1,
 ) -> dict:
     """Runs the benchmarks named in `which` with the keyword arguments `s` (settings()); returns
     the results dict, also written to output_dir/results.json after each benchmark."""
@@ -175,6 +182,7 @@ def run_benchmarks(
             precision=precision,
             use_xla=use_xla,
             parallel_micro_batches=parallel_micro_batches,
+            encoder_branches=encoder_branches,
             **s["pretrain"],
         )
         save()
@@ -201,7 +209,9 @@ def run_benchmarks(
         # (never deleting one: an earlier run's stays for the user to inspect or remove).
         output_dir.mkdir(parents=True, exist_ok=True)
         work = tempfile.mkdtemp(prefix="inference_", dir=output_dir)
-        results["inference"] = inference.run(use_xla=use_xla, work_dir=work, **s["inference"])
+        results["inference"] = inference.run(
+            use_xla=use_xla, work_dir=work, encoder_branches=encoder_branches, **s["inference"]
+        )
         save()
     if "create_data" in which:
         logging.info("create_data")
@@ -255,6 +265,11 @@ def table(results: dict) -> str:
                     if p.get("parallel_micro_batches", 1) > 1
                     else ""
                 )
+                + (
+                    f", Cloze in {p['encoder_branches']} encoder branches"
+                    if p.get("encoder_branches", 1) > 1
+                    else ""
+                )
                 + " tokens/s "
                 f"(MFU) | {c['tokens_per_s']:,.0f} ({mfu['c']}) | keras-hub "
                 f"{k['tokens_per_s']:,.0f} ({mfu['k']}) | {r['ratio']:.2f} |"
@@ -292,7 +307,13 @@ def table(results: dict) -> str:
         k = i["keras_hub"]["sequences_per_s"]
         for name in ("cloze_keras", "saved_model"):
             rows.append(
-                f"| inference {i['size']} b{i['batch']} s{i['seq']} sequences/s, {name} | "
+                f"| inference {i['size']} b{i['batch']} s{i['seq']} sequences/s, {name}"
+                + (
+                    f" in {i['encoder_branches']} encoder branches"
+                    if i.get("encoder_branches", 1) > 1
+                    else ""
+                )
+                + " | "
                 f"{i[name]['sequences_per_s']:,.1f} | keras-hub {k:,.1f} | "
                 f"{i['ratio_' + name]:.2f} (rounds "
                 + ", ".join(f"{x:.2f}" for x in i["ratio_" + name + "_rounds"])
@@ -326,6 +347,7 @@ def main(argv):
         FLAGS.use_xla,
         FLAGS.quick,
         FLAGS.parallel_micro_batches,
+        FLAGS.encoder_branches,
     )
     print(table(results))
     print(f"wrote {Path(FLAGS.output_dir) / 'results.json'}")

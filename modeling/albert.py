@@ -290,6 +290,7 @@ class AlbertEncoder(keras.Model):
             )
             setattr(self, f"group_{g}", group)
         self.pooler = layers.Dense(c.hidden_size, "tanh", c.initializer_range, name="pooler")
+        self.parallel_branches = 1  # bert.run_layer_stack's; bert.set_encoder_branches sets it
 
     @property
     def groups(self) -> list:
@@ -315,18 +316,14 @@ class AlbertEncoder(keras.Model):
         x = self.embeddings(inputs["input_ids"], inputs["segment_ids"], training=training)
         if self.embedding_hidden_mapping_in is not None:
             x = self.embedding_hidden_mapping_in(x)  # (B, S, E) -> (B, S, H)
-        outputs = [x]
-        groups = self.groups
         queries = bert.last_layer_queries(output_positions)
-        n_layers = self.config.num_hidden_layers
-        for layer_index in range(n_layers):
-            last = layer_index == n_layers - 1
-            block_outputs = groups[self.group_of_layer(layer_index)](
-                x, mask, training=training, query_positions=queries if last else None
-            )
-            outputs.extend(block_outputs)
-            x = block_outputs[-1]
-        return bert.encoder_result(x, outputs, queries, self.pooler)
+        groups = self.groups
+        stack = bert.block_stack(
+            [groups[self.group_of_layer(i)] for i in range(self.config.num_hidden_layers)]
+        )
+        embedded = x
+        x, outputs = bert.run_layer_stack(stack, x, mask, queries, training, self.parallel_branches)
+        return bert.encoder_result(x, [embedded, *outputs], queries, self.pooler)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

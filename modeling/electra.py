@@ -223,6 +223,7 @@ class ElectraEncoder(keras.Model):
                 name=f"layer_{i}",
             )
             setattr(self, f"layer_{i}", block)
+        self.parallel_branches = 1  # bert.run_layer_stack's; bert.set_encoder_branches sets it
 
     @property
     def blocks(self) -> list:
@@ -243,14 +244,12 @@ class ElectraEncoder(keras.Model):
         x = self.embeddings(inputs["input_ids"], inputs["segment_ids"], training=training)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)  # (B, S, E) -> (B, S, H)
-        outputs = [x]
-        blocks = self.blocks
         queries = bert.last_layer_queries(output_positions)
-        for i, block in enumerate(blocks):
-            last = i == len(blocks) - 1
-            x = block(x, mask, training=training, query_positions=queries if last else None)
-            outputs.append(x)
-        return bert.encoder_result(x, outputs, queries, lambda cls: cls)  # no pooler
+        embedded = x
+        x, outputs = bert.run_layer_stack(
+            bert.block_stack(self.blocks), x, mask, queries, training, self.parallel_branches
+        )
+        return bert.encoder_result(x, [embedded, *outputs], queries, lambda cls: cls)  # no pooler
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

@@ -114,6 +114,7 @@ def test_run_all_quick_writes_every_figure(tmp_path):
             "--quick",
             f"--output_dir={out}",
             "--parallel_micro_batches=3",  # the quick batch of 3 as 3 parts, both sides
+            "--encoder_branches=2",  # Cloze's encoder (pretrain and inference) in 2 branches
             # Relative to the working folder, as a user types it: create_data's sides run in
             # their own folder and must still find the corpus and vocabulary.
             f"--default_run_dir={os.path.relpath(default_run, REPO)}",
@@ -131,6 +132,7 @@ def test_run_all_quick_writes_every_figure(tmp_path):
     p = r["pretrain"]
     assert p["peak"]["flops_per_s"] > 0
     assert p["parallel_micro_batches"] == 3 and "3 parallel micro-batches" in result.stdout
+    assert p["encoder_branches"] == 2 and "Cloze in 2 encoder branches" in result.stdout
     for row in p["sizes"]:
         for side in ("cloze", "keras_hub"):
             assert row[side]["tokens_per_s"] > 0 and 0 < row[side]["mfu"]
@@ -174,6 +176,7 @@ def test_run_all_quick_writes_every_figure(tmp_path):
     assert same["records_differing"] == 0
 
     i = r["inference"]
+    assert i["encoder_branches"] == 2 and "saved_model in 2 encoder branches" in result.stdout
     for side in ("cloze_keras", "saved_model", "keras_hub"):
         assert i[side]["sequences_per_s"] > 0
     for diffs in i["max_abs_difference"].values():
@@ -284,6 +287,16 @@ def test_parallel_micro_batches_apply_to_both_sides_and_are_recorded(monkeypatch
     )  # fmt: skip
     assert result["parallel_micro_batches"] == 3
     assert all(result["sizes"][0][side]["tokens_per_s"] > 0 for side in ("cloze", "keras_hub"))
+
+
+def test_encoder_branches_apply_to_clozes_side_only():
+    # keras-hub's backbone has no such option: the bench sets it on Cloze's encoder alone.
+    config = pretrain_throughput.parse_size("L1/H12/A3/I17", vocab_size=53, max_seq_length=7)
+    trainers = pretrain_throughput.build_trainers(config, "fp32", False, encoder_branches=2)
+    assert trainers["cloze"].task.model.encoder.parallel_branches == 2
+    hub = trainers["keras_hub"].task.model.model  # the Keras model inside the wrapper
+    assert not any(hasattr(x, "parallel_branches") for x in hub._flatten_layers())
+    assert trainers["cloze"].parallel == trainers["keras_hub"].parallel == 1
 
 
 def test_time_trainers_without_a_peak_logs_each_round():

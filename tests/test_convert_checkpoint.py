@@ -511,3 +511,49 @@ def test_original_albert_and_electra_releases_to_cloze(tmp_path):
         for variable, value in written[name].items():
             np.testing.assert_array_equal(reader.get_tensor(variable), value, err_msg=variable)
         assert json.loads((out / f"{name}_config.json").read_text()) == config.to_dict()
+
+
+def test_saved_model_with_encoder_branches_serves_any_batch_as_one_pass(tf1_folder, tmp_path):
+    # --encoder_branches=3: the exported encoder runs its layers in 3 row slices of whatever
+    # batch it is served (1 and 2 leave slices empty, 5 is uneven); its outputs equal the
+    # model's own in one pass (1e-5 absolute: float32 op orders of other row counts). Only
+    # --to=saved_model takes it.
+    folder, config = tf1_folder
+    out = tmp_path / "served"
+    run(
+        [
+            "--from=tf1_bert",
+            "--to=saved_model",
+            f"--input_dir={folder}",
+            f"--output_dir={out}",
+            "--max_seq_length=16",
+            "--encoder_branches=3",
+        ]
+    )
+    import tensorflow_text  # noqa: F401  (registers the exported tokenizer's ops)
+
+    model, _ = checkpoints.load_tf1_bert(folder, config)
+    served = tf.saved_model.load(str(out)).signatures["serve_ids"]
+    graph = served.graph.as_graph_def()
+    splits = [n for f in graph.library.function for n in f.node_def if n.op == "SplitV"]
+    assert len(splits) >= 2, "the exported graph cuts no batch into branches"
+    from bench import inference
+
+    for n in (1, 2, 5):
+        ids = {k: tf.constant(v) for k, v in inference.padded_batch(n, 8, 53, seed=n).items()}
+        got = served(**ids)
+        want = model.encoder(ids) if hasattr(model, "encoder") else model(ids)
+        for key in ("sequence_output", "pooled_output"):
+            np.testing.assert_allclose(got[key], want[key], atol=1e-5, err_msg=f"{key}, {n}")
+    bad = run(
+        [
+            "--from=tf1_bert",
+            "--to=cloze",
+            f"--input_dir={folder}",
+            f"--output_dir={tmp_path / 'no'}",
+            "--encoder_branches=2",
+        ],
+        check=False,
+    )
+    assert bad.returncode != 0 and "--encoder_branches=2: expected 1, or more with" in bad.stderr
+    assert not (tmp_path / "no").exists()

@@ -417,8 +417,14 @@ def test_sigterm_checkpoints_exits_42_and_resume_matches_an_uninterrupted_run(se
 def test_speed_flags_train_and_log(setup, tmp_path):
     d, config = setup
     out = tmp_path / "bf16"
-    # 6 examples a step in 3 micro-batches of 2, bfloat16 compute, LAMB.
-    flags_ = ["--precision=bf16", "--optimizer=lamb", "--gradient_accumulation_steps=3"]
+    # 6 examples a step in 3 micro-batches of 2, bfloat16 compute, LAMB, the encoder's layers
+    # in 2 branches of each micro-batch.
+    flags_ = [
+        "--precision=bf16",
+        "--optimizer=lamb",
+        "--gradient_accumulation_steps=3",
+        "--encoder_branches=2",
+    ]
     run([*common(d, config, out, 4), "--do_train", "--do_eval", *flags_])
     log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log] == [1, 2, 3, 4]
@@ -448,6 +454,8 @@ def test_speed_flags_train_and_log(setup, tmp_path):
         [*common(d, config, tmp_path / "y", 2), "--do_train", "--parallel_micro_batches=4"], False
     )
     assert bad.returncode != 0 and "does not split into --parallel_micro_batches=4" in bad.stderr
+    bad = run([*common(d, config, tmp_path / "z", 2), "--do_train", "--encoder_branches=0"], False)
+    assert bad.returncode != 0 and "--encoder_branches=0: encoder branches: expected" in bad.stderr
 
 
 def test_two_phase_recipe_continues_from_phase_one_with_longer_sequences(tmp_path):

@@ -908,3 +908,99 @@ def test_residual_layer_norm_under_bfloat16_computes_in_float32(fused_norm_at_an
     want = norm32(tf.cast(x, tf.float32) + dropped)
     np.testing.assert_allclose(got[0], want, rtol=2.0**-7, atol=2.0**-7)
     assert np.abs(got[3]).max() > 0  # gamma's gradient
+
+
+# ---------------------------------------------------------------------------------------------
+# The encoder's layers in parallel branches (bert.run_layer_stack)
+
+
+def outputs_and_gradients(encoder, batch, positions, branches):
+    """Every output of `encoder` (each layer's too) in training with `branches`, and the
+    gradients of a fixed random weighting of them for every trainable variable."""
+    bert.set_encoder_branches(encoder, branches)
+    with tf.GradientTape() as tape:
+        out = encoder(batch, training=True, output_positions=positions)
+        flat = tf.nest.flatten(out)
+        rng = np.random.default_rng(0)
+        loss = sum(tf.reduce_sum(x * rng.normal(size=x.shape).astype("float32")) for x in flat)
+    grads = tape.gradient(loss, encoder.trainable_variables)
+    return [np.array(x) for x in flat], [tf.convert_to_tensor(g).numpy() for g in grads]
+
+
+@pytest.mark.parametrize("branches", [2, 3, 5])
+def test_encoder_branches_equal_one_pass_with_their_gradients(branches):
+    # Each encoder family in K row slices of the batch against one pass, with and without
+    # output_positions. Batch 3: K = 2 gives slices of 2 and 1; K = 5 gives three slices, none
+    # empty. Every output (each layer's too) and every variable's gradient of a random weighting
+    # of them. Tolerance 1e-5 of the largest entry: float32 op orders change with a matmul's row
+    # count; a row joined in the wrong order or a slice dropped is off by O(1) of it.
+    batch = pretrain_throughput.synthetic_batch(BATCH, SEQ, PREDICTIONS, VOCAB, seed=9)
+    batch["input_mask"][1, 4:] = 0
+    positions = np.array([[3, 3, 1], [0, 5, 2], [6, 1, 4]], np.int32)
+    for name, encoder in full_and_sparse_encoders():
+        for pos in (None, positions):
+            what = f"{name}, output_positions {pos is not None}"
+            ref_out, ref_grads = outputs_and_gradients(encoder, batch, pos, 1)
+            out, grads = outputs_and_gradients(encoder, batch, pos, branches)
+            assert len(out) == len(ref_out), what
+            for mine, theirs in [*zip(out, ref_out), *zip(grads, ref_grads)]:
+                assert mine.shape == theirs.shape, what
+                scale = max(np.abs(theirs).max(), 1e-3)
+                np.testing.assert_allclose(mine, theirs, atol=1e-5 * scale, err_msg=what)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_encoder_branches_take_any_batch_size_in_one_graph(jit_compile):
+    # One tf.function whose batch size is unknown when traced (as an exported SavedModel's
+    # signature), K = 3: batches of 1 and 2 leave slices empty, 4 and 7 are uneven. Outputs
+    # equal one pass (1e-5 absolute on outputs of order 1).
+    from bench import inference
+
+    config = tiny_config()
+    keras.utils.set_random_seed(21)
+    encoder = bert.BertEncoder(config)
+    encoder.build()
+    spec = {k: tf.TensorSpec((None, SEQ), tf.int32) for k in bert.dummy_inputs()}
+
+    @tf.function(input_signature=[spec], jit_compile=jit_compile)
+    def branched(batch):
+        return encoder(batch)["sequence_output"]
+
+    for n in (1, 2, 4, 7):
+        batch = inference.padded_batch(n, SEQ, VOCAB, seed=n)
+        bert.set_encoder_branches(encoder, 1)
+        expected = encoder(batch)["sequence_output"]
+        bert.set_encoder_branches(encoder, 3)
+        np.testing.assert_allclose(branched(batch), expected, atol=1e-5, err_msg=str(n))
+    assert len(branched.get_concrete_function().graph.get_operations()) > 0
+
+
+def test_branch_sizes_are_even_and_never_empty_when_static():
+    assert bert.branch_sizes(7, 3) == [3, 2, 2]
+    assert bert.branch_sizes(6, 2) == [3, 3]
+    assert bert.branch_sizes(2, 3) == [1, 1]  # fewer slices than asked, none empty
+    assert bert.branch_sizes(0, 3) == [0]
+    dynamic = [int(n) for n in bert.branch_sizes(tf.constant(2), 3)]
+    assert dynamic == [1, 1, 0]  # a dynamic batch keeps K slices; the empty ones pass through
+    assert [int(n) for n in bert.branch_sizes(tf.constant(7), 3)] == [3, 2, 2]
+
+
+def test_set_encoder_branches_finds_every_encoder_and_refuses_models_without_one():
+    from modeling import electra
+    from tests.test_electra import TINY as ELECTRA_TINY
+    from tests.test_gpt import tiny as gpt_tiny
+
+    model = electra.ElectraPretrainer(electra.ElectraConfig(**ELECTRA_TINY))
+    model.build()
+    names = bert.set_encoder_branches(model, 2)
+    assert len(names) == 2  # the generator's encoder and the discriminator's
+    assert model.encoder.parallel_branches == 2
+    assert model.generator.parallel_branches == 2
+    pretrainer = bert.BertPretrainer(tiny_config())
+    assert bert.set_encoder_branches(pretrainer, 3) == [pretrainer.encoder.name]
+    assert pretrainer.encoder.parallel_branches == 3
+    for bad in (0, -1, True, 1.5, "2"):
+        with pytest.raises(ValueError, match="expected an int >= 1"):
+            bert.set_encoder_branches(pretrainer, bad)
+    with pytest.raises(ValueError, match="holds no encoder that runs in branches"):
+        bert.set_encoder_branches(gpt_tiny(), 2)

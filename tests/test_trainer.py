@@ -1,5 +1,6 @@
 """The train loop: Mirrored over two CPUs equals one device; resume equals an uninterrupted run."""
 
+import collections
 import dataclasses
 import json
 
@@ -35,11 +36,14 @@ def build(
     initial_scale=2.0**15,
     learning_rate=1e-2,
     parallel=1,
+    branches=1,
 ):
     keras.utils.set_random_seed(seed)
     with strategy.scope(), optimization.dtype_policy(precision):
         model = bert.BertPretrainer(config)
         model.build()
+    bert.set_encoder_branches(model, branches)
+    with strategy.scope(), optimization.dtype_policy(precision):
         opt = optimization.create_optimizer(learning_rate, steps, 2, optimizer=optimizer)
         opt = optimization.with_loss_scaling(opt, precision, initial_scale)
         opt.build(model.trainable_variables)
@@ -477,6 +481,40 @@ def test_parallel_micro_batches_equal_the_whole_batch(data_file, where):
         assert set(calls) == {B // strategy.num_replicas_in_sync // k}, calls
 
 
+@pytest.mark.parametrize("where", ["one_device", "mirrored", "xla", "accumulation"])
+def test_encoder_branches_train_as_one_pass(data_file, where, monkeypatch):
+    # The encoder's layers in K = 4 row slices of each batch (bert.run_layer_stack): the same
+    # rows and weights as one pass (dropout off: the slices draw other masks). Uneven slices on
+    # one device and under XLA (6 rows: 2, 2, 1, 1), Mirrored over two CPUs (3 per replica: 1,
+    # 1, 1), and micro-batches of 2 whose size is known only when the step runs (1, 1, 0, 0: two
+    # empty slices). Each block really runs once per slice, at the slice's size.
+    from modeling import layers
+
+    strategy = strategy_for(where)
+    config = helpers.tiny_config()
+    args = {"use_xla": where == "xla", "accumulation": 3 if where == "accumulation" else 1}
+    whole = build(strategy, config, **args)
+    split = build(strategy, config, branches=4, **args)
+    sizes = []
+    block_call = layers.TransformerBlock.call
+
+    def counted(self, x, *a, **k):
+        sizes.append(x.shape[0])
+        return block_call(self, x, *a, **k)
+
+    monkeypatch.setattr(layers.TransformerBlock, "call", counted)
+    assert_train_alike(split, whole, build(strategy, config), data_file, 3, rows_rtol=1e-4)
+    # Block calls per trace, by batch size: the whole batch's, then the slices' (each trainer
+    # traces its step equally often: once, or once per replica).
+    count = collections.Counter(sizes)
+    if where == "mirrored":
+        assert set(count) == {3, 1} and count[1] == 3 * count[3], count
+    elif where == "accumulation":
+        assert set(count) == {None} and count[None] % (5 * config.num_hidden_layers) == 0, count
+    else:
+        assert set(count) == {6, 2, 1} and count[2] == count[1] == 2 * count[6], count
+
+
 def test_parallel_micro_batches_refuse_uneven_batches_and_tasks_without_denominators(data_file):
     one = tf.distribute.OneDeviceStrategy("/cpu:0")
     fit = build(one, helpers.tiny_config(), parallel=4)  # B = 6
@@ -490,7 +528,7 @@ def test_parallel_micro_batches_refuse_uneven_batches_and_tasks_without_denomina
         )
 
 
-@pytest.mark.parametrize("args", [{"accumulation": 2}, {"parallel": 2}])
+@pytest.mark.parametrize("args", [{"accumulation": 2}, {"parallel": 2}, {"branches": 2}])
 def test_accumulation_checkpoints_at_apply_boundaries_and_resumes_bit_for_bit(
     tmp_path, data_file, args
 ):
