@@ -77,6 +77,14 @@ flags.DEFINE_float(
     "layerwise_lr_decay", 1.0, "Learning-rate factor per layer below the head (1.0 = off)."
 )
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
+flags.DEFINE_integer(
+    "encoder_branches",
+    1,
+    "Run the encoder's layers (BERT, RoBERTa, ALBERT, ELECTRA) as this many independent row "
+    "slices of each batch, as run_pretraining's flag: the same outputs up to float rounding and "
+    "dropout masks. On 2 CPU cores 2 made L4/H256 fine-tuning at batch 32 1.05x faster and its "
+    "inference 1.07-1.16x; BERT-base not (README).",
+)
 flags.DEFINE_list("label_list", [], "Labels of --task_name=tsv, in id order (e.g. neg,pos).")
 flags.DEFINE_bool(
     "skip_bad_rows", False, "Skip and count bad train/dev rows instead of stopping on the first."
@@ -213,7 +221,7 @@ def main(argv):
     import tensorflow as tf
 
     from data_prep import features
-    from modeling import albert, elmo, finetuning, tagging, xlnet
+    from modeling import albert, bert, elmo, finetuning, tagging, xlnet
     from training import distribute, finetune_tasks, optimization, trainer
 
     if is_xlnet:
@@ -260,6 +268,11 @@ def main(argv):
         else:
             model = finetuning.BertClassifier(config, task.num_outputs, pooling=FLAGS.pooling)
         model.build()
+        if FLAGS.encoder_branches != 1:
+            try:
+                bert.set_encoder_branches(model, FLAGS.encoder_branches)
+            except ValueError as e:
+                raise app.UsageError(f"--encoder_branches={FLAGS.encoder_branches}: {e}") from None
         optimizer = finetune_tasks.create_finetuning_optimizer(
             FLAGS.learning_rate,
             max(num_train_steps, 1),

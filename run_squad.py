@@ -62,6 +62,14 @@ flags.DEFINE_float(
 )
 flags.DEFINE_string("output_dir", None, "Where checkpoints, predictions and results go.")
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
+flags.DEFINE_integer(
+    "encoder_branches",
+    1,
+    "Run the encoder's layers (BERT, RoBERTa, ALBERT, ELECTRA) as this many independent row "
+    "slices of each batch, as run_pretraining's flag: the same outputs up to float rounding and "
+    "dropout masks. On 2 CPU cores 2 made L4/H256 fine-tuning at batch 32 1.05x faster and its "
+    "inference 1.07-1.16x; BERT-base not (README).",
+)
 flags.DEFINE_enum(
     "distribution_strategy",
     "one_device",
@@ -121,7 +129,7 @@ def main(argv):
     import tensorflow as tf
 
     from data_prep import features
-    from modeling import albert, span_qa
+    from modeling import albert, bert, span_qa
     from training import distribute, finetune_tasks, optimization, squad_eval, trainer
 
     try:
@@ -148,6 +156,11 @@ def main(argv):
     with strategy.scope():
         model = span_qa.BertSpanQA(config)
         model.build()
+        if FLAGS.encoder_branches != 1:
+            try:
+                bert.set_encoder_branches(model, FLAGS.encoder_branches)
+            except ValueError as e:
+                raise app.UsageError(f"--encoder_branches={FLAGS.encoder_branches}: {e}") from None
         optimizer = optimization.create_optimizer(
             FLAGS.learning_rate, max(num_train_steps, 1), num_warmup_steps
         )

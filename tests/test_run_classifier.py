@@ -206,9 +206,13 @@ def test_user_tsv_task_trains_evaluates_and_predicts_under_mirrored(
     args += ["--distribution_strategy=mirrored", "--eval_batch_size=4", "--predict_batch_size=4"]
     odd = helpers.run_main("run_classifier.py", [*args, "--train_batch_size=3", "--do_train"])
     assert odd.returncode == 1 and "--train_batch_size=3 is not divisible by 2" in odd.stderr
+    bad = helpers.run_main("run_classifier.py", [*args, "--do_eval", "--encoder_branches=0"])
+    assert bad.returncode == 1 and "--encoder_branches=0: encoder branches: expected" in bad.stderr
+    # The encoder's layers in 2 row slices of each replica's batch of 2 (run_layer_stack).
     run = helpers.run_main(
         "run_classifier.py",
-        [*args, "--train_batch_size=4", "--do_train", "--do_eval", "--do_predict"],
+        [*args, "--train_batch_size=4", "--do_train", "--do_eval", "--do_predict"]
+        + ["--encoder_branches=2"],
     )
     assert run.returncode == 0, run.stderr[-4000:]
     assert built and built[-1].num_replicas_in_sync == 2

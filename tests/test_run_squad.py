@@ -206,7 +206,8 @@ def free_ports(n):
 def test_multi_worker_prediction_equals_one_device(smoke, files, tmp_path):
     """Two workers (one CPU replica each) predict with the v1.1 run's checkpoint: 24 windows in
     batches of 10 (the last one padded, 5 rows a worker); worker 0 writes what the one-device run
-    wrote, worker 1 nothing."""
+    wrote, worker 1 nothing. The workers' encoders run in 3 branches (--encoder_branches: row
+    slices of 2, 2 and 1) where the one-device run had none."""
     trained, _ = finished(smoke["v1"])
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     procs = []
@@ -221,6 +222,7 @@ def test_multi_worker_prediction_equals_one_device(smoke, files, tmp_path):
             "--do_predict",
             "--predict_batch_size=10",
             "--distribution_strategy=multi_worker_mirrored",
+            "--encoder_branches=3",
         ]
         tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
         env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="2")
