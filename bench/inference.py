@@ -79,7 +79,8 @@ def build_models(
 ) -> dict:
     """{"cloze_keras", "saved_model", "keras_hub"}: callables of the batch dict returning
     (sequence_output, pooled_output), all with one set of weights. `branches`: Cloze's encoder
-    (Keras and exported) runs in that many row slices (bert.run_layer_stack)."""
+    (Keras and exported) runs in that many row slices (bert.run_layer_stack); with more than 1
+    also "cloze_keras_plain", the Keras encoder without them, for the option's own gain."""
     import keras
     import keras_hub
     import tensorflow as tf
@@ -122,7 +123,19 @@ def build_models(
         out = served(**batch)
         return out["sequence_output"], out["pooled_output"]
 
-    return {"cloze_keras": cloze_keras, "saved_model": saved_model, "keras_hub": hub}
+    models = {"cloze_keras": cloze_keras, "saved_model": saved_model, "keras_hub": hub}
+    if branches > 1:
+        plain = bert.BertEncoder(config)
+        plain.build()
+        plain.set_weights(encoder.get_weights())
+
+        @tf.function(jit_compile=use_xla)
+        def cloze_keras_plain(batch):
+            out = plain(batch, training=False)
+            return out["sequence_output"], out["pooled_output"]
+
+        models["cloze_keras_plain"] = cloze_keras_plain
+    return models
 
 
 def max_differences(models: dict, batch: dict) -> dict:
@@ -199,4 +212,9 @@ def run(
         # Per round (each side timed once per round, order alternating): one lucky round moves
         # the best-of ratio above by 20% on this shared host; the rounds show the spread.
         result[f"ratio_{name}_rounds"] = [h / c for h, c in zip(times["keras_hub"], times[name])]
+    if "cloze_keras_plain" in times:  # the encoder branches' own gain, round by round
+        result["branches_gain_rounds"] = [
+            p / c for p, c in zip(times["cloze_keras_plain"], times["cloze_keras"])
+        ]
+        result["branches_gain"] = float(np.median(result["branches_gain_rounds"]))
     return result

@@ -197,7 +197,9 @@ def build_trainers(
     """{"cloze": Trainer, "keras_hub": Trainer} of `config`, built seeded under `precision`,
     both with the same Trainer settings (use_xla, parallel_micro_batches). `encoder_branches`:
     Cloze's encoder runs its layers in that many row slices (bert.run_layer_stack), an option of
-    Cloze's model that keras-hub's backbone has no counterpart of."""
+    Cloze's model that keras-hub's backbone has no counterpart of; with more than 1 a third
+    trainer, "cloze_plain", is Cloze without it (same weights), so one run measures the option's
+    own gain with the host's load alike for all three."""
     import keras
 
     from modeling import bert
@@ -212,10 +214,16 @@ def build_trainers(
         bert.set_encoder_branches(cloze, encoder_branches)
         keras.utils.set_random_seed(seed)
         hub = KerasHubPretrainer(config)
-        return {
+        trainers = {
             "cloze": _trainer(strategy, cloze, use_xla, parallel_micro_batches),
             "keras_hub": _trainer(strategy, hub, use_xla, parallel_micro_batches),
         }
+        if encoder_branches > 1:
+            keras.utils.set_random_seed(seed)
+            plain = bert.BertPretrainer(config, "nsp")
+            plain.build()
+            trainers["cloze_plain"] = _trainer(strategy, plain, use_xla, parallel_micro_batches)
+        return trainers
 
 
 def time_trainers(
@@ -338,12 +346,10 @@ def run(
         bert_flops = flops.bert_pretraining_flops(config, batch, seq, predictions)
         # What each side's matmuls really do: Cloze's last layer runs only at [CLS] and the
         # predictions (BertEncoder's output_positions), keras-hub's at every position.
-        executed = {
-            "cloze": flops.bert_pretraining_flops(
-                config, batch, seq, predictions, last_layer_queries=1 + predictions
-            ),
-            "keras_hub": bert_flops,
-        }
+        sparse_last = flops.bert_pretraining_flops(
+            config, batch, seq, predictions, last_layer_queries=1 + predictions
+        )
+        executed = {"cloze": sparse_last, "cloze_plain": sparse_last, "keras_hub": bert_flops}
         row = {"size": spec, "flops_per_step": bert_flops, "steps_per_round": n}
         for name, t in times.items():
             best = min(t)
@@ -365,6 +371,12 @@ def run(
         row["ratio_rounds"] = [
             k / c for c, k in zip(row["cloze"]["step_s_rounds"], row["keras_hub"]["step_s_rounds"])
         ]
+        if "cloze_plain" in row:  # the encoder branches' own gain, round by round
+            row["branches_gain_rounds"] = [
+                p / c
+                for c, p in zip(row["cloze"]["step_s_rounds"], row["cloze_plain"]["step_s_rounds"])
+            ]
+            row["branches_gain"] = float(np.median(row["branches_gain_rounds"]))
         results.append(row)
         del trainers
     return {

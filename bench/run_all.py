@@ -274,6 +274,12 @@ def table(results: dict) -> str:
                 f"(MFU) | {c['tokens_per_s']:,.0f} ({mfu['c']}) | keras-hub "
                 f"{k['tokens_per_s']:,.0f} ({mfu['k']}) | {r['ratio']:.2f} |"
             )
+            if "branches_gain" in r:
+                rows.append(
+                    f"| the same, Cloze with its encoder branches against without, tokens/s "
+                    f"(median of the rounds' ratios) | {c['tokens_per_s']:,.0f} | Cloze without "
+                    f"{r['cloze_plain']['tokens_per_s']:,.0f} | {r['branches_gain']:.2f} |"
+                )
         peak = p["peak"]["flops_per_s"] / 1e9
         rows.append(f"| fp32 matmul peak, GFLOP/s | {peak:,.0f} | | |")
     if "padding" in results:
@@ -318,6 +324,13 @@ def table(results: dict) -> str:
                 f"{i['ratio_' + name]:.2f} (rounds "
                 + ", ".join(f"{x:.2f}" for x in i["ratio_" + name + "_rounds"])
                 + ") |"
+            )
+        if "branches_gain" in i:
+            rows.append(
+                f"| inference {i['size']} b{i['batch']}, the Keras encoder with its branches "
+                f"against without (median of the rounds' ratios) | "
+                f"{i['cloze_keras']['sequences_per_s']:,.1f} | Cloze without "
+                f"{i['cloze_keras_plain']['sequences_per_s']:,.1f} | {i['branches_gain']:.2f} |"
             )
     return "\n".join(rows)
 

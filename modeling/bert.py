@@ -384,6 +384,8 @@ class BertEncoder(keras.Model):
     With output_positions int (B, P), the last layer computes only the [CLS] vector and those
     positions (layers.TransformerBlock's query_positions): sequence_output is then (B, P, H),
     the last layer's outputs at output_positions, and so is the last of encoder_outputs.
+    The attribute parallel_branches (default 1; set_encoder_branches sets it) runs the layers on
+    that many row slices of the batch, joined after the last (run_layer_stack).
     """
 
     def __init__(self, config: BertConfig | dict, **kwargs):

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -133,6 +134,16 @@ def test_run_all_quick_writes_every_figure(tmp_path):
     assert p["peak"]["flops_per_s"] > 0
     assert p["parallel_micro_batches"] == 3 and "3 parallel micro-batches" in result.stdout
     assert p["encoder_branches"] == 2 and "Cloze in 2 encoder branches" in result.stdout
+    for row in p["sizes"]:  # Cloze without the branches, timed in the same rounds
+        gains = [
+            plain / branched
+            for branched, plain in zip(
+                row["cloze"]["step_s_rounds"], row["cloze_plain"]["step_s_rounds"]
+            )
+        ]
+        assert row["branches_gain_rounds"] == pytest.approx(gains) and len(gains) == p["rounds"]
+        assert row["branches_gain"] == pytest.approx(float(np.median(gains)))
+    assert "Cloze with its encoder branches against without" in result.stdout
     for row in p["sizes"]:
         for side in ("cloze", "keras_hub"):
             assert row[side]["tokens_per_s"] > 0 and 0 < row[side]["mfu"]
@@ -177,6 +188,10 @@ def test_run_all_quick_writes_every_figure(tmp_path):
 
     i = r["inference"]
     assert i["encoder_branches"] == 2 and "saved_model in 2 encoder branches" in result.stdout
+    # The plain encoder computes the same outputs (checked below with the others) and is timed
+    # in the same rounds for the branches' own gain.
+    assert "cloze_keras_plain" in i["max_abs_difference"] and i["branches_gain"] > 0
+    assert "the Keras encoder with its branches against without" in result.stdout
     for side in ("cloze_keras", "saved_model", "keras_hub"):
         assert i[side]["sequences_per_s"] > 0
     for diffs in i["max_abs_difference"].values():
@@ -294,9 +309,15 @@ def test_encoder_branches_apply_to_clozes_side_only():
     config = pretrain_throughput.parse_size("L1/H12/A3/I17", vocab_size=53, max_seq_length=7)
     trainers = pretrain_throughput.build_trainers(config, "fp32", False, encoder_branches=2)
     assert trainers["cloze"].task.model.encoder.parallel_branches == 2
+    # ... and Cloze without them, same weights, for the option's own gain in the same run.
+    assert trainers["cloze_plain"].task.model.encoder.parallel_branches == 1
+    for a, b in zip(
+        trainers["cloze"].task.model.get_weights(), trainers["cloze_plain"].task.model.get_weights()
+    ):
+        np.testing.assert_array_equal(a, b)
     hub = trainers["keras_hub"].task.model.model  # the Keras model inside the wrapper
     assert not any(hasattr(x, "parallel_branches") for x in hub._flatten_layers())
-    assert trainers["cloze"].parallel == trainers["keras_hub"].parallel == 1
+    assert {name: t.parallel for name, t in trainers.items()} == dict.fromkeys(trainers, 1)
 
 
 def test_time_trainers_without_a_peak_logs_each_round():
