@@ -110,7 +110,7 @@ flags.DEFINE_integer(
     1,
     "--to=saved_model: the exported encoder runs its layers as this many independent row slices "
     "of each batch (any batch size; run_pretraining's flag of the same name): the same outputs up "
-    "to float rounding, 1.07-1.16x the sequences/s of L4/H256 at batch 32 on 2 CPU cores "
+    "to float rounding, 1.06-1.16x the sequences/s of L4/H256 at batch 32 on 2 CPU cores "
     "(README).",
 )
 flags.DEFINE_bool(

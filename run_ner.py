@@ -117,6 +117,13 @@ flags.DEFINE_string(
 flags.DEFINE_float(
     "layerwise_lr_decay", 1.0, "Learning-rate factor per layer below the head (1.0 = off)."
 )
+flags.DEFINE_integer(
+    "encoder_branches",
+    1,
+    "Run the Transformer encoder's layers (BERT, ALBERT, ELECTRA; also when it computes "
+    "--feature_cache) as this many independent row slices of each batch, as run_pretraining's "
+    "flag: the same outputs up to float rounding and dropout masks (README). Not for ELMo.",
+)
 FLAGS = flags.FLAGS
 
 # The dev scores logged at every checkpoint (eval_results.txt also has them per entity type).
@@ -144,11 +151,12 @@ def _saved_model_settings(output_dir: str, init_checkpoint: str) -> tuple[dict, 
 
 
 def _with_layer_features(
-    encoded, split, cache_dir, ckpt, config, strategy, workers, worker_index, batch_size
+    encoded, split, cache_dir, ckpt, config, strategy, workers, worker_index, batch_size, branches
 ):
     """`encoded` with float32 `layer_features` (W, S, L + 1, H) added: every output of the frozen
     encoder in --init_checkpoint, read from --feature_cache/<split>.npz when that was made from the
-    same checkpoint, config and windows, else computed here and written there."""
+    same checkpoint, config and windows, else computed here (the encoder in `branches` row
+    slices, see --encoder_branches) and written there."""
     if encoded is None:
         return None
     import dataclasses
@@ -157,7 +165,7 @@ def _with_layer_features(
     import tensorflow as tf
 
     from data_prep import feature_files, glue
-    from modeling import tagging
+    from modeling import bert, tagging
     from training import finetune_tasks, trainer
 
     path = os.path.join(cache_dir, f"{split}.npz")
@@ -170,6 +178,8 @@ def _with_layer_features(
         with strategy.scope():
             extractor = tagging.all_layer_features(config)
             extractor.build()
+        if branches > 1:  # an ELMo extractor was refused before
+            bert.set_encoder_branches(extractor, branches)
         loaded, _ = trainer.init_from_checkpoint(extractor, ckpt)
         batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
         values = finetune_tasks.Predictor(strategy, extractor)(batches)[: encoded.num_windows]
@@ -309,7 +319,7 @@ def main(argv):
     import tensorflow as tf
 
     from data_prep import feature_files, features, glue
-    from modeling import tagging
+    from modeling import bert, tagging
     from training import distribute, finetune_tasks, ner_eval, optimization, trainer
 
     # BERT, ALBERT, ELECTRA or an ELMo biLM, told apart by the config's keys.
@@ -322,6 +332,12 @@ def main(argv):
         raise app.UsageError(
             "an ELMo biLM stays frozen (ELMo's downstream recipe): give a --feature_mode; "
             "sum_all is ELMo's scalar mix of every layer"
+        )
+    branches = FLAGS.encoder_branches
+    if branches < 1 or (branches > 1 and elmo_encoder):
+        raise app.UsageError(
+            f"--encoder_branches={branches}: expected 1, or more for a Transformer encoder "
+            f"(found {'an ELMo biLM' if elmo_encoder else 'a value below 1'})"
         )
     if elmo_encoder:
         # The biLM was pretrained on WordPiece blocks where [SEP] ends each document
@@ -374,6 +390,7 @@ def main(argv):
                 workers,
                 worker_index,
                 FLAGS.predict_batch_size,
+                branches,
             )  # fmt: skip
             for x, name in ((train_enc, "train"), (dev_enc, "dev"), (test_enc, "test"))
         )
@@ -387,6 +404,8 @@ def main(argv):
             lstm_layers=settings["lstm_layers"],
         )
         model.build()
+        if branches > 1 and not cached:  # a cached run's tagger holds no encoder
+            bert.set_encoder_branches(model, branches)
         optimizer = finetune_tasks.create_finetuning_optimizer(
             FLAGS.learning_rate,
             max(num_train_steps, 1),

@@ -290,6 +290,7 @@ def load_teacher(config, strategy):
         teacher = bert.BertPretrainer(config)
         teacher.build()
     teacher.trainable = False
+    bert.set_encoder_branches(teacher, FLAGS.encoder_branches)  # checked with the student's
     try:
         loaded = trainer.restore_model_weights(teacher, FLAGS.teacher_checkpoint)
     except ValueError as e:

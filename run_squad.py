@@ -67,8 +67,8 @@ flags.DEFINE_integer(
     1,
     "Run the encoder's layers (BERT, RoBERTa, ALBERT, ELECTRA) as this many independent row "
     "slices of each batch, as run_pretraining's flag: the same outputs up to float rounding and "
-    "dropout masks. On 2 CPU cores 2 made L4/H256 fine-tuning at batch 32 1.05x faster and its "
-    "inference 1.07-1.16x; BERT-base not (README).",
+    "dropout masks. On 2 CPU cores 2 made an L4/H256 classifier's fine-tuning step at batch 32 "
+    "1.05x faster and the encoder's inference 1.06-1.16x; BERT-base's not (README).",
 )
 flags.DEFINE_enum(
     "distribution_strategy",

@@ -300,7 +300,7 @@ def run_layer_stack(stack, x, mask, queries, training, branches: int = 1):
     per slice). Why: the K chains of ops are independent in the graph, and TensorFlow's
     executor interleaves them, filling the core time one chain leaves idle between its
     dependent ops. Measured on 2 AVX-512 cores (README, fifteenth session): inference of
-    L4/H256 at batch 32 1.10-1.16x, the L4/H256 fp32 pretraining step at batch 8 1.04-1.08x;
+    L4/H256 at batch 32 1.06-1.16x, the L4/H256 fp32 pretraining step at batch 8 1.04-1.08x;
     nothing under bf16, under XLA (one XLA program has no independent ops to interleave) or at
     BERT-base (its large matmuls keep both cores busy). The gradient of the split is a concat."""
     n_rows = ops.shape(x)[0]

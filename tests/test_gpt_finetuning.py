@@ -79,3 +79,8 @@ def test_run_classifier_fine_tunes_a_gpt_config(tmp_path):
     assert glue.read_submission(out / "SST-2.tsv") == [("4", "0"), ("8", "1")]
     log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
     assert "lm_loss" in log[-1] and log[-1]["lm_loss"] < log[0]["lm_loss"]
+    refused, _ = run_classifier_on_two_sentences(
+        tmp_path, config, "--max_seq_length=16", "--encoder_branches=2"
+    )
+    assert refused.returncode == 1
+    assert "--encoder_branches=2: a GPT config has no encoder that runs" in refused.stderr

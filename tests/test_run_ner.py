@@ -283,23 +283,27 @@ def families(files, tmp_path_factory):
 
     def cached_pair():
         cache = f"--feature_cache={root / 'cache'}"
+        # The cache's encoder outputs computed in 3 row slices (--encoder_branches): the test
+        # below tags with the same head on the plain encoder and gets the same tags.
         first = run(args("electra", root / "sum_all", "--feature_mode=sum_all", cache,
-                         "--learning_rate=5e-2"))  # fmt: skip
+                         "--learning_rate=5e-2", "--encoder_branches=3"))  # fmt: skip
         second = run(args("electra", root / "last", "--feature_mode=last", cache,
                           "--learning_rate=5e-2", "--do_predict"))  # fmt: skip
         return first, second
 
     def albert_then_elmo():
-        tuned = run(args("albert", root / "albert", "--learning_rate=5e-3"))
+        tuned = run(args("albert", root / "albert", "--learning_rate=5e-3", "--encoder_branches=2"))
         # ELMo's downstream tagger: the scalar mix of the biLM's cached layers, then a tagger.
         bilm = run(args("elmo", root / "elmo", "--feature_mode=sum_all", "--learning_rate=5e-2",
                         f"--feature_cache={root / 'elmo_cache'}", "--do_predict"))  # fmt: skip
         refused = run(args("elmo", root / "elmo_tuned"), check=False)
-        return tuned, bilm, refused
+        no_branches = run(args("elmo", root / "elmo_branches", "--feature_mode=sum_all",
+                               "--encoder_branches=2"), check=False)  # fmt: skip
+        return tuned, bilm, refused, no_branches
 
-    tuned, bilm, refused = albert_then_elmo()
+    tuned, bilm, refused, no_branches = albert_then_elmo()
     return {"root": root, "configs": configs, "prefixes": prefixes, "albert": tuned,
-            "elmo": (bilm, refused), "electra": cached_pair()}  # fmt: skip
+            "elmo": (bilm, refused, no_branches), "electra": cached_pair()}  # fmt: skip
 
 
 def test_an_albert_checkpoint_fine_tunes(families):
@@ -311,7 +315,7 @@ def test_an_albert_checkpoint_fine_tunes(families):
 
 
 def test_an_elmo_bilm_tags_through_its_scalar_mix_and_is_never_fine_tuned(families, files):
-    bilm, refused = families["elmo"]
+    bilm, refused, no_branches = families["elmo"]
     out = families["root"] / "elmo"
     saved = json.loads((out / "model_config.json").read_text())
     assert saved["bert_config"]["lstm"]["n_layers"] == 2 and saved["feature_mode"] == "sum_all"
@@ -328,6 +332,10 @@ def test_an_elmo_bilm_tags_through_its_scalar_mix_and_is_never_fine_tuned(famili
     tf.train.Checkpoint(model=model).restore(tf.train.latest_checkpoint(out)).expect_partial()
     assert abs(float(model.scalar_mix.gamma.numpy()) - 1.0) > 1e-4  # gamma trained
     assert refused.returncode != 0 and "an ELMo biLM stays frozen" in refused.stderr
+    # --encoder_branches runs a Transformer encoder's layers in row slices; a biLM has none.
+    assert no_branches.returncode != 0
+    assert "--encoder_branches=2: expected 1, or more for a Transformer" in no_branches.stderr
+    assert "(found an ELMo biLM)" in no_branches.stderr
 
 
 def test_feature_modes_share_one_cache_and_equal_the_recomputed_encoder(families, files):

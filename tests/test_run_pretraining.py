@@ -268,9 +268,17 @@ def test_electra_and_distilbert_pretrain_and_fine_tune_from_their_checkpoints(se
     def pretrain(config, out, *extra):
         return run([*common(d, config, tmp_path / out, 2), "--do_train", *extra], check=False)
 
+    # --encoder_branches=2 on ELECTRA's generator and discriminator, and on the student and its
+    # teacher (2 row slices of each batch of 2).
     jobs = [
-        (tmp_path / "electra.json", "electra", "--disc_weight=40"),
-        (student, "student", f"--teacher_checkpoint={teacher_dir}", "--do_eval"),
+        (tmp_path / "electra.json", "electra", "--disc_weight=40", "--encoder_branches=2"),
+        (
+            student,
+            "student",
+            f"--teacher_checkpoint={teacher_dir}",
+            "--do_eval",
+            "--encoder_branches=2",
+        ),
         (tmp_path / "electra.json", "electra_nsp", "--sentence_objective=nsp"),
         (tmp_path / "bad_student.json", "bad_student", f"--teacher_checkpoint={teacher_dir}"),
     ]
