@@ -168,7 +168,7 @@ def run(
     tolerance: float = 1e-4,
     encoder_branches: int = 1,
 ) -> dict:
-    """The benchmark; raises if the three models' outputs differ by more than `tolerance`.
+    """The benchmark; raises if the models' outputs differ by more than `tolerance`.
     `encoder_branches`: Cloze's encoder option (build_models), on Cloze's side only."""
     import tempfile
 

@@ -304,7 +304,7 @@ def run_layer_stack(stack, x, mask, queries, training, branches: int = 1):
     nothing under bf16, under XLA (one XLA program has no independent ops to interleave) or at
     BERT-base (its large matmuls keep both cores busy). The gradient of the split is a concat."""
     n_rows = ops.shape(x)[0]
-    sizes = branch_sizes(n_rows, branches) if branches > 1 else [n_rows]
+    sizes = branch_sizes(n_rows, branches)
     slices = [
         split_rows(t, sizes) if t is not None else [None] * len(sizes) for t in (x, mask, queries)
     ]

@@ -42,8 +42,7 @@ def build(
     with strategy.scope(), optimization.dtype_policy(precision):
         model = bert.BertPretrainer(config)
         model.build()
-    bert.set_encoder_branches(model, branches)
-    with strategy.scope(), optimization.dtype_policy(precision):
+        bert.set_encoder_branches(model, branches)
         opt = optimization.create_optimizer(learning_rate, steps, 2, optimizer=optimizer)
         opt = optimization.with_loss_scaling(opt, precision, initial_scale)
         opt.build(model.trainable_variables)
