@@ -311,9 +311,11 @@ class AlbertEncoder(keras.Model):
         self.pooler.build((None, c.hidden_size))
         self.built = True
 
-    def call(self, inputs, training=False, output_positions=None):
+    def call(self, inputs, training=False, output_positions=None, word_table=None):
         mask = inputs["input_mask"]
-        x = self.embeddings(inputs["input_ids"], inputs["segment_ids"], training=training)
+        x = self.embeddings(
+            inputs["input_ids"], inputs["segment_ids"], training=training, word_table=word_table
+        )
         if self.embedding_hidden_mapping_in is not None:
             x = self.embedding_hidden_mapping_in(x)  # (B, S, E) -> (B, S, H)
         queries = bert.last_layer_queries(output_positions)

@@ -235,9 +235,11 @@ class BertEmbeddings(keras.layers.Layer):
         )
         self.layer_norm.build((*input_shape, self.hidden_size))
 
-    def call(self, input_ids, segment_ids, training=False):
+    def call(self, input_ids, segment_ids, training=False, word_table=None):
+        # word_table: a view of word_embeddings to look the ids up in (heads.tied_table_views).
         seq_len = ops.shape(input_ids)[1]
-        x = ops.take(self.word_embeddings, input_ids, axis=0)  # (B, S, H)
+        table = self.word_embeddings if word_table is None else word_table
+        x = ops.take(table, input_ids, axis=0)  # (B, S, H)
         x = x + ops.take(self.token_type_embeddings, segment_ids, axis=0)
         start = self.position_offset
         x = x + self.position_embeddings[None, start : start + seq_len, :]  # (1, S, H) over B
@@ -386,6 +388,9 @@ class BertEncoder(keras.Model):
     the last layer's outputs at output_positions, and so is the last of encoder_outputs.
     The attribute parallel_branches (default 1; set_encoder_branches sets it) runs the layers on
     that many row slices of the batch, joined after the last (run_layer_stack).
+    word_table: a view of the word embeddings to look input_ids up in instead of the variable
+    (a pretrainer's, heads.tied_table_views, so the tied head's gradient and the lookup's meet
+    in one sum); ALBERT's and ELECTRA's encoders take it too.
     """
 
     def __init__(self, config: BertConfig | dict, **kwargs):
@@ -433,9 +438,11 @@ class BertEncoder(keras.Model):
         self.pooler.build((None, self.config.hidden_size))
         self.built = True
 
-    def call(self, inputs, training=False, output_positions=None):
+    def call(self, inputs, training=False, output_positions=None, word_table=None):
         mask = inputs["input_mask"]
-        embedded = self.embeddings(inputs["input_ids"], inputs["segment_ids"], training=training)
+        embedded = self.embeddings(
+            inputs["input_ids"], inputs["segment_ids"], training=training, word_table=word_table
+        )
         queries = last_layer_queries(output_positions)
         x, outputs = run_layer_stack(
             block_stack(self.blocks), embedded, mask, queries, training, self.parallel_branches
@@ -502,9 +509,11 @@ def pretraining_outputs(model, inputs, training: bool) -> dict:
     if model.span_boundary:
         left, right = inputs["masked_lm_span_left"], inputs["masked_lm_span_right"]
         wanted = ops.concatenate([positions, left, right], axis=1)  # (B, 3P)
-    out = model.encoder(inputs, training=training, output_positions=wanted)
+    # One view of the tied table for the lookup, one for the heads: their gradients are summed
+    # in one pass (heads.tied_table_views).
+    (lookup_table,), table = heads.tied_table_views(model.encoder.embeddings.word_embeddings)
+    out = model.encoder(inputs, training=training, output_positions=wanted, word_table=lookup_table)
     vectors = out["sequence_output"]  # (B, P, H), or (B, 3P, H): at positions, left, right
-    table = model.encoder.embeddings.word_embeddings
     p = ops.shape(positions)[1]
     result = {"nsp_logits": model.next_sentence(out["pooled_output"])}
     if training and "masked_lm_ids" in inputs:

@@ -239,9 +239,11 @@ class ElectraEncoder(keras.Model):
             block.build((None, None, c.hidden_size))
         self.built = True
 
-    def call(self, inputs, training=False, output_positions=None):
+    def call(self, inputs, training=False, output_positions=None, word_table=None):
         mask = inputs["input_mask"]
-        x = self.embeddings(inputs["input_ids"], inputs["segment_ids"], training=training)
+        x = self.embeddings(
+            inputs["input_ids"], inputs["segment_ids"], training=training, word_table=word_table
+        )
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)  # (B, S, E) -> (B, S, H)
         queries = bert.last_layer_queries(output_positions)
@@ -391,8 +393,14 @@ class ElectraPretrainer(keras.Model):
             seed = tf.constant([0, 0], tf.int64)
         positions = inputs["masked_lm_positions"]
         # The generator's last layer only at the masked positions: its MLM head reads no other.
-        generated = self.generator(inputs, training=training, output_positions=positions)
-        table = self.encoder.embeddings.word_embeddings  # (V, E), shared
+        # The shared word table: a view for each encoder's lookup and one for the generator's
+        # head, whose three gradients are summed in one pass (heads.tied_table_views).
+        (generator_table, discriminator_table), table = heads.tied_table_views(
+            self.encoder.embeddings.word_embeddings, lookups=2
+        )  # (V, E)
+        generated = self.generator(
+            inputs, training=training, output_positions=positions, word_table=generator_table
+        )
         mlm_logits = self.generator_predictions(generated["sequence_output"], None, table)
         sampled = sample_tokens(mlm_logits, seed, self.temperature)  # (B, P)
         ids, labels = replace_tokens(
@@ -403,7 +411,7 @@ class ElectraPretrainer(keras.Model):
             sampled,
         )
         corrupted = {k: inputs[k] for k in ("input_mask", "segment_ids")} | {"input_ids": ids}
-        disc = self.encoder(corrupted, training=training)
+        disc = self.encoder(corrupted, training=training, word_table=discriminator_table)
         return {
             "mlm_logits": mlm_logits,
             "sampled_ids": sampled,

@@ -123,6 +123,28 @@ def test_fused_adamw_equals_keras_adamw_over_steps(fused_min_size):
         assert ("attr:_XlaMustCompile" in types) == xla, shape
 
 
+def test_adamw_computes_the_shared_scalars_once_per_apply():
+    # The bias corrections' powers beta_1^t and beta_2^t (and the other per-step scalars) once
+    # per apply over 3 variables, both update paths (the XLA kernel for the (5, 3) kernel,
+    # ApplyAdam below), where Keras' AdamW computes them per variable (the negative control);
+    # the values are tested against Keras' above.
+    def pow_ops(opt, variables):
+        opt.build(variables)
+        specs = [tf.TensorSpec(v.shape, tf.float32) for v in variables]
+        graph = tf.function(lambda *g: opt.apply(list(g), variables)).get_concrete_function(*specs)
+        return [op.type for op in graph.graph.get_operations()].count("Pow")
+
+    def variables():
+        return [keras.Variable(np.ones(s, np.float32), name=n) for n, s in
+                [("kernel", (5, 3)), ("bias", (3,)), ("gamma", (7,))]]  # fmt: skip
+
+    opt = optimization.create_optimizer(1e-2, 10, 2)
+    opt.fused_min_size = 8
+    assert pow_ops(opt, variables()) == 2
+    assert opt._step_scalars is None  # nothing carried into the next apply
+    assert pow_ops(keras_adamw(optimization.WarmupLinearDecay(1e-2, 10, 2)), variables()) == 6
+
+
 def scale_gradient(g, scale):
     if isinstance(g, tf.IndexedSlices):
         return tf.IndexedSlices(g.values * scale, g.indices, g.dense_shape)

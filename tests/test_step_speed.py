@@ -376,6 +376,142 @@ def test_tied_logits_equal_a_plain_matmul_and_its_gradients():
     np.testing.assert_allclose(dt.numpy(), np.einsum("bpv,bpe->ve", u64, x64), rtol=1e-5, atol=1e-5)
 
 
+def _plain_views(table, lookups=1):
+    """heads.tied_table_views without its gradient: TensorFlow's own aggregation."""
+    return [table] * lookups, table
+
+
+def _op_types(fn) -> set:
+    return {op.type for op in fn.get_concrete_function().graph.get_operations()}
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_tied_table_views_add_every_lookup_row_into_the_head_gradient(monkeypatch, jit_compile):
+    # Two lookups with repeated ids (a row looked up 3 times and twice across both) and a head
+    # projecting through the table: the one-pass sum (TensorScatterAdd) against TensorFlow's own
+    # aggregation (zero-filled UnsortedSegmentSum + AddN), float32, 1e-6 of the largest entry.
+    from modeling import heads
+
+    rng = np.random.default_rng(4)
+    table = tf.Variable(rng.normal(size=(11, 4)).astype("float32"))
+    ids = [tf.constant([[1, 2, 2], [7, 1, 0]]), tf.constant([2, 10, 2])]
+    weights = [tf.constant(rng.normal(size=(2, 3, 4)).astype("float32")) for _ in ids[:1]]
+    weights.append(tf.constant(rng.normal(size=(3, 4)).astype("float32")))
+    x = tf.constant(rng.normal(size=(5, 4)).astype("float32"))
+
+    def gradient(views_fn, head=True, dense_lookup=False):
+        def step():
+            with tf.GradientTape() as tape:
+                lookup_views, head_view = views_fn(table, lookups=2)
+                loss = sum(
+                    tf.reduce_sum(tf.gather(tf.convert_to_tensor(t), i) * w)
+                    for t, i, w in zip(lookup_views, ids, weights)
+                )
+                if dense_lookup:  # a use whose gradient is dense: summed with the head's
+                    loss += tf.reduce_sum(tf.convert_to_tensor(lookup_views[1])[:3] ** 2)
+                if head:
+                    logits = tf.matmul(tf.convert_to_tensor(head_view), x, transpose_b=True)
+                    loss += tf.reduce_sum(tf.nn.log_softmax(logits, axis=0) ** 2)
+            return tf.convert_to_tensor(tape.gradient(loss, table))
+
+        return tf.function(step, jit_compile=jit_compile)
+
+    for head, dense_lookup in [(True, False), (False, False), (True, True)]:
+        ours = gradient(heads.tied_table_views, head, dense_lookup)
+        theirs = gradient(_plain_views, head, dense_lookup)
+        want = theirs().numpy()
+        assert np.abs(want).max() > 0.1
+        np.testing.assert_allclose(ours().numpy(), want, atol=1e-6 * np.abs(want).max())
+        if not jit_compile and not dense_lookup:  # one pass, where TensorFlow's is two
+            assert "TensorScatterAdd" in _op_types(ours)
+            assert "UnsortedSegmentSum" not in _op_types(ours)
+            assert "UnsortedSegmentSum" in _op_types(theirs)
+
+
+def test_tied_table_views_are_the_variable_itself_under_mixed_precision():
+    # Keras autocasts the read to bfloat16 there: the sum would be formed in bfloat16, so every
+    # user reads the variable as before.
+    from modeling import heads
+
+    seen = {}
+
+    class Probe(keras.layers.Layer):
+        def build(self, input_shape):
+            self.table = self.add_weight(shape=(7, 3), initializer="ones")
+
+        def call(self, x):
+            seen["views"] = heads.tied_table_views(self.table)
+            (lookup_view,), head_view = seen["views"]
+            return ops_sum(x, lookup_view, head_view)
+
+    def ops_sum(x, *tables):
+        return x + sum(keras.ops.sum(keras.ops.convert_to_tensor(t)) for t in tables)
+
+    Probe(dtype="mixed_bfloat16")(tf.ones((2,)))
+    (lookup_view,), head_view = seen["views"]
+    assert isinstance(lookup_view, keras.Variable) and head_view is lookup_view
+    Probe()(tf.ones((2,)))  # float32: tensors, not the variable
+    (lookup_view,), head_view = seen["views"]
+    assert tf.is_tensor(lookup_view) and not isinstance(lookup_view, keras.Variable)
+
+
+def _pretrainer_and_task(family):
+    from modeling import albert, electra
+
+    keras.utils.set_random_seed(11)
+    batch = pretrain_throughput.synthetic_batch(BATCH, SEQ, PREDICTIONS, VOCAB, seed=5)
+    if family == "bert":
+        model = bert.BertPretrainer(tiny_config())
+        make_task = tasks.bert_pretraining_task
+    elif family == "albert":
+        from tests.test_albert import tiny as tiny_albert
+
+        model = albert.AlbertPretrainer(tiny_albert(vocab_size=VOCAB, max_position_embeddings=SEQ))
+        make_task = tasks.bert_pretraining_task
+    else:
+        from tests.test_electra import tiny as tiny_electra
+
+        model = electra.ElectraPretrainer(tiny_electra(vocab_size=VOCAB))
+        step = tf.Variable(3, dtype=tf.int64)
+        make_task = lambda m: tasks.electra_pretraining_task(m, seed=9, step=step)  # noqa: E731
+    model.build()
+    return model, make_task, {k: tf.constant(v) for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("family", ["bert", "albert", "electra"])
+def test_pretrainers_sum_the_tied_table_gradient_in_one_pass(monkeypatch, family):
+    # BERT's and ALBERT's pretrainers (one lookup, the MLM head) and ELECTRA's (the generator's
+    # and the discriminator's lookups, the generator's head) through their pretraining tasks:
+    # every gradient equals the one TensorFlow aggregates itself, 1e-5 of its largest entry.
+    from modeling import heads
+
+    model, make_task, batch = _pretrainer_and_task(family)
+    table = (model.encoder.embeddings.word_embeddings).path
+
+    def gradients():
+        task = make_task(model)
+
+        def step():
+            with tf.GradientTape() as tape:
+                sums = task.sums_fn(batch, training=True)
+                loss = tf.add_n([v for k, v in sums.items() if k.endswith("loss_sum")])
+            grads = tape.gradient(loss, model.trainable_variables)
+            return [tf.convert_to_tensor(g) for g in grads]
+
+        fn = tf.function(step)
+        return [g.numpy() for g in fn()], _op_types(fn)
+
+    ours, ours_ops = gradients()
+    monkeypatch.setattr(heads, "tied_table_views", _plain_views)
+    theirs, theirs_ops = gradients()
+    assert "TensorScatterAdd" in ours_ops and "TensorScatterAdd" not in theirs_ops
+    for v, a, b in zip(model.trainable_variables, ours, theirs):
+        scale = max(np.abs(b).max(), 1e-6)
+        np.testing.assert_allclose(a, b, atol=1e-5 * scale, err_msg=v.path)
+    paths = [v.path for v in model.trainable_variables]
+    assert np.abs(theirs[paths.index(table)]).max() > 0
+
+
 def force_fused_xent(monkeypatch, fused: bool) -> list:
     """Sets losses.FUSED_XENT_MIN_SIZE so that heads.tied_xent_and_hits takes the XLA kernels
     (fused) or the TensorFlow ops at every size; returns the list of logits dtypes the kernels

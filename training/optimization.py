@@ -149,12 +149,58 @@ class AdamW(keras.optimizers.AdamW):
     one op writing a new tensor per gradient: measured in the L4/H256 pretraining step on 2
     AVX-512 cores, leaving the clipping multiply out made the step 1.023x faster (median of 30
     alternating rounds; thirteenth session).
+
+    The scalars every variable's update shares (the bias corrections' powers, lr_t, the decay
+    factor, the cast hyperparameters) are computed once per apply, not once per variable as
+    Keras' update_step does: about 15 scalar ops per variable, 930 of the 2,214 ops in the
+    L4/H256 pretraining step with --encoder_branches=2 (62 variables), each paying the
+    executor's per-op cost. Measured in that step on 2 AVX-512 cores (medians of 24 alternating
+    rounds of 10 steps, sixteenth session): 1.020x without the branches, 1.005x with them.
     """
 
     fused_min_size = 1 << 16
     # Set by apply_scaled for the duration of one apply: the float32 scalar every gradient is
     # multiplied by, or None.
     _gradient_scale = None
+    # Set by apply for the duration of one apply: {(dtype, learning rate tensor id): scalars}, so
+    # the variables' updates share one computation of them (_shared_scalars).
+    _step_scalars = None
+
+    def apply(self, grads, trainable_variables=None):
+        self._step_scalars = {}
+        try:
+            return super().apply(grads, trainable_variables)
+        finally:
+            self._step_scalars = None
+
+    def _shared_scalars(self, dtype, learning_rate) -> dict:
+        """The update's scalars as `dtype` tensors: beta_1, beta_2, epsilon, lr, beta powers,
+        lr_t = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t) and the decay factor lr * weight_decay
+        (None without weight decay); once per apply (and per dtype and learning rate tensor)."""
+        key = (dtype, id(learning_rate))
+        cache = self._step_scalars
+        if cache is not None and key in cache:
+            return cache[key]
+        step = tf.cast(self.iterations + 1, dtype)
+        beta_1 = tf.cast(self.beta_1, dtype)
+        beta_2 = tf.cast(self.beta_2, dtype)
+        beta_1_power, beta_2_power = tf.pow(beta_1, step), tf.pow(beta_2, step)
+        lr = tf.cast(learning_rate, dtype)
+        scalars = {
+            "beta_1": beta_1,
+            "beta_2": beta_2,
+            "epsilon": tf.cast(self.epsilon, dtype),
+            "lr": lr,
+            "beta_1_power": beta_1_power,
+            "beta_2_power": beta_2_power,
+            "lr_t": lr * tf.sqrt(1.0 - beta_2_power) / (1.0 - beta_1_power),
+            "decay": None if self.weight_decay is None else lr * tf.cast(self.weight_decay, dtype),
+            "no_decay": tf.zeros([], dtype),
+            "one": tf.ones([], dtype),
+        }
+        if cache is not None:
+            cache[key] = scalars
+        return scalars
 
     def apply_scaled(self, grads, variables, scale):
         """apply([g * scale for g in grads], variables), `scale` a float32 scalar tensor."""
@@ -180,7 +226,7 @@ class AdamW(keras.optimizers.AdamW):
         decay = None
         if self._tensorflow_update() and self.weight_decay is not None:
             if self._use_weight_decay(variable):
-                decay = tf.cast(learning_rate, dtype) * tf.cast(self.weight_decay, dtype)
+                decay = self._shared_scalars(dtype, learning_rate)["decay"]
         scale = self._gradient_scale
         if not self._tensorflow_update() or isinstance(gradient, tf.IndexedSlices):
             if scale is not None:
@@ -197,21 +243,15 @@ class AdamW(keras.optimizers.AdamW):
             return super().update_step(gradient, variable, learning_rate)
         index = self._get_variable_index(variable)
         m, v = self._momentums[index].value, self._velocities[index].value
-        step = tf.cast(self.iterations + 1, dtype)
-        beta_1 = tf.cast(self.beta_1, dtype)
-        beta_2 = tf.cast(self.beta_2, dtype)
-        beta_1_power, beta_2_power = tf.pow(beta_1, step), tf.pow(beta_2, step)
-        lr = tf.cast(learning_rate, dtype)
-        epsilon = tf.cast(self.epsilon, dtype)
+        c = self._shared_scalars(dtype, learning_rate)
         gradient = tf.cast(gradient, dtype)
         if var.shape.num_elements() is not None and var.shape.num_elements() >= (
             self.fused_min_size
         ):
-            lr_t = lr * tf.sqrt(1.0 - beta_2_power) / (1.0 - beta_1_power)
-            no_decay = tf.zeros([], dtype)
             _fused_adamw_kernel()(
-                var, m, v, gradient, tf.ones([], dtype) if scale is None else tf.cast(scale, dtype),
-                lr_t, no_decay if decay is None else decay, beta_1, beta_2, epsilon,
+                var, m, v, gradient, c["one"] if scale is None else tf.cast(scale, dtype),
+                c["lr_t"], c["no_decay"] if decay is None else decay, c["beta_1"], c["beta_2"],
+                c["epsilon"],
             )  # fmt: skip
             return
         if scale is not None:
@@ -222,12 +262,12 @@ class AdamW(keras.optimizers.AdamW):
             var=var.handle,
             m=m.handle,
             v=v.handle,
-            beta1_power=beta_1_power,
-            beta2_power=beta_2_power,
-            lr=lr,
-            beta1=beta_1,
-            beta2=beta_2,
-            epsilon=epsilon,
+            beta1_power=c["beta_1_power"],
+            beta2_power=c["beta_2_power"],
+            lr=c["lr"],
+            beta1=c["beta_1"],
+            beta2=c["beta_2"],
+            epsilon=c["epsilon"],
             grad=gradient,
         )
 
