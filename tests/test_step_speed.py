@@ -386,7 +386,7 @@ def _op_types(fn) -> set:
 
 
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
-def test_tied_table_views_add_every_lookup_row_into_the_head_gradient(monkeypatch, jit_compile):
+def test_tied_table_views_add_every_lookup_row_into_the_head_gradient(jit_compile):
     # Two lookups with repeated ids (a row looked up 3 times and twice across both) and a head
     # projecting through the table: the one-pass sum (TensorScatterAdd) against TensorFlow's own
     # aggregation (zero-filled UnsortedSegmentSum + AddN), float32, 1e-6 of the largest entry.
@@ -395,8 +395,7 @@ def test_tied_table_views_add_every_lookup_row_into_the_head_gradient(monkeypatc
     rng = np.random.default_rng(4)
     table = tf.Variable(rng.normal(size=(11, 4)).astype("float32"))
     ids = [tf.constant([[1, 2, 2], [7, 1, 0]]), tf.constant([2, 10, 2])]
-    weights = [tf.constant(rng.normal(size=(2, 3, 4)).astype("float32")) for _ in ids[:1]]
-    weights.append(tf.constant(rng.normal(size=(3, 4)).astype("float32")))
+    weights = [tf.constant(rng.normal(size=(*i.shape, 4)).astype("float32")) for i in ids]
     x = tf.constant(rng.normal(size=(5, 4)).astype("float32"))
 
     def gradient(views_fn, head=True, dense_lookup=False):
@@ -442,10 +441,8 @@ def test_tied_table_views_are_the_variable_itself_under_mixed_precision():
         def call(self, x):
             seen["views"] = heads.tied_table_views(self.table)
             (lookup_view,), head_view = seen["views"]
-            return ops_sum(x, lookup_view, head_view)
-
-    def ops_sum(x, *tables):
-        return x + sum(keras.ops.sum(keras.ops.convert_to_tensor(t)) for t in tables)
+            tables = [keras.ops.convert_to_tensor(t) for t in (lookup_view, head_view)]
+            return x + sum(keras.ops.sum(t) for t in tables)
 
     Probe(dtype="mixed_bfloat16")(tf.ones((2,)))
     (lookup_view,), head_view = seen["views"]
@@ -486,7 +483,7 @@ def test_pretrainers_sum_the_tied_table_gradient_in_one_pass(monkeypatch, family
     from modeling import heads
 
     model, make_task, batch = _pretrainer_and_task(family)
-    table = (model.encoder.embeddings.word_embeddings).path
+    table = model.encoder.embeddings.word_embeddings.path
 
     def gradients():
         task = make_task(model)
