@@ -20,6 +20,12 @@ models and the best of `--repeats` timed windows is kept for each.
 MFU is model FLOPs per second over the bf16 dense matmul peak measured in the same run (the
 best of several large square products), so it is a fraction of what this GPU really reaches,
 not of a datasheet number. `--tiny` runs tiny sizes for a smoke test on any backend's CPU.
+
+With `--profile_dir=DIR` each side then runs `--profile_steps` more steps under jax.profiler
+(Perfetto trace in DIR/<size>_b<batch>_<side>/) and writes its compiled step's HLO there as
+compiled_step.hlo.txt; each row gets a "profile" per side: busy ms per step and the top events
+of every traced line (bench/step_profile.summarize_perfetto_trace). This is for the large-batch
+gap to keras-hub on the H100 (README): which kernels take Cloze's extra time.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.flops import bert_pretraining_flops  # noqa: E402
+from bench.step_profile import summarize_perfetto_trace  # noqa: E402
 from modeling import bert, losses  # noqa: E402
 
 # (name, layers, hidden, heads, intermediate, batch, seq, predictions)
@@ -176,9 +183,10 @@ def matmul_peak(dtype, n=8192, repeats=10):
     return 2 * n**3 / best
 
 
-def time_model(model, batch, steps, repeats):
+def time_model(model, batch, steps, repeats, profile_dir=None, profile_steps=3):
     """Builds the state, compiles, then returns the best seconds per step over `repeats` windows
-    of `steps` steps, and the last loss (a finite loss shows the step really trained)."""
+    of `steps` steps, the last loss (a finite loss shows the step really trained), and with
+    `profile_dir` the summary of `profile_steps` more steps traced there (else None)."""
     import jax
 
     model(batch)  # builds the weights
@@ -201,10 +209,22 @@ def time_model(model, batch, steps, repeats):
             state, loss = step(state, batch)
         loss.block_until_ready()
         best = min(best, (time.perf_counter() - t) / steps)
-    return best, float(loss)
+    profile = None
+    if profile_dir:
+        Path(profile_dir).mkdir(parents=True, exist_ok=True)
+        hlo = step.lower(state, batch).compile().as_text()
+        (Path(profile_dir) / "compiled_step.hlo.txt").write_text(hlo)
+        with jax.profiler.trace(str(profile_dir), create_perfetto_trace=True):
+            for _ in range(profile_steps):
+                state, loss = step(state, batch)
+            loss.block_until_ready()
+        profile = summarize_perfetto_trace(str(profile_dir), profile_steps)
+    return best, float(loss), profile
 
 
-def run(sizes, precision, steps, repeats, peak_n, output_file=None):
+def run(
+    sizes, precision, steps, repeats, peak_n, output_file=None, profile_dir=None, profile_steps=3
+):
     import jax
 
     keras.mixed_precision.set_global_policy(
@@ -228,7 +248,8 @@ def run(sizes, precision, steps, repeats, peak_n, output_file=None):
         row = {"size": name, "batch": batch, "seq": seq, "predictions": preds}
         for side, model in models.items():
             t0 = time.perf_counter()
-            seconds, loss = time_model(model, data, steps, repeats)
+            where = Path(profile_dir) / f"{name}_b{batch}_{side}" if profile_dir else None
+            seconds, loss, profile = time_model(model, data, steps, repeats, where, profile_steps)
             print(
                 f"{name} b{batch} s{seq} {side}: {seconds * 1e3:.2f} ms/step "
                 f"({time.perf_counter() - t0:.0f} s with compile)",
@@ -240,6 +261,8 @@ def run(sizes, precision, steps, repeats, peak_n, output_file=None):
                 "mfu": flops / seconds / peak,
                 "final_loss": loss,
             }
+            if profile is not None:
+                row[side]["profile"] = profile
         row["ratio_cloze_over_keras_hub"] = (
             row["cloze"]["tokens_per_second"] / row["keras_hub"]["tokens_per_second"]
         )
@@ -263,13 +286,20 @@ def main():
     parser.add_argument("--sizes", default="", help="comma list of size names (default all)")
     parser.add_argument("--batch", type=int, default=0, help="override every size's batch")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes: a smoke test")
+    parser.add_argument("--profile_dir", default=None, help="trace each side here (docstring)")
+    parser.add_argument("--profile_steps", type=int, default=3)
     args = parser.parse_args()
     sizes = TINY_SIZES if args.tiny else SIZES
     sizes = [s for s in sizes if not args.sizes or s[0] in args.sizes.split(",")]
     if args.batch:  # one row per size at this batch
         sizes = list(dict.fromkeys((*s[:5], args.batch, *s[6:]) for s in sizes))
     peak_n = 256 if args.tiny else 8192
-    result = run(sizes, args.precision, args.steps, args.repeats, peak_n, args.output_file)
+    if args.profile_steps < 1:
+        parser.error(f"--profile_steps: expected an int >= 1, found {args.profile_steps}")
+    result = run(
+        sizes, args.precision, args.steps, args.repeats, peak_n, args.output_file,
+        args.profile_dir, args.profile_steps,
+    )  # fmt: skip
     print(json.dumps(result, indent=1))
 
 

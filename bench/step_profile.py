@@ -19,6 +19,7 @@ import collections
 import glob
 import json
 import os
+import re
 import tempfile
 import time
 
@@ -94,6 +95,56 @@ def breakdown(events, top: int = 12) -> dict:
         "by_type": shares(by_type, top),
         "by_phase": shares(by_phase),
         "top_ops": shares(by_op, top),
+    }
+
+
+# Events of JAX's Perfetto traces that are the profiler's or the runtime's bookkeeping, not work.
+_PERFETTO_BOOKKEEPING = ("ThreadpoolListener::", "ThunkExecutor::", "end: ")
+
+
+def summarize_perfetto_trace(directory: str, steps: int, top: int = 25) -> dict:
+    """Where the time of `steps` profiled steps went, from the Perfetto trace that
+    jax.profiler.trace(directory, create_perfetto_trace=True) wrote (bench/gpu_mfu.py).
+
+    Returns {"<process> <thread>": {"busy_ms_per_step", "top": [[event name, ms per step],
+    ...]}} for every traced thread but the Python one: on a GPU the device's streams (kernel
+    names) and its XLA op / module lines (HLO names), on a CPU the XLA runtime's thread pools
+    (one event per HLO thunk; a pool's threads make one line). Lines of one device overlap (a
+    kernel and the XLA op it belongs to), so compare a line with the same line of another run,
+    never sum across lines. Events of the
+    profiler's and the runtime's bookkeeping (_PERFETTO_BOOKKEEPING) are left out.
+    """
+    import gzip
+
+    files = sorted(glob.glob(os.path.join(directory, "**", "*.trace.json.gz"), recursive=True))
+    if not files:
+        raise FileNotFoundError(f"{directory}: no *.trace.json.gz (was jax.profiler tracing?)")
+    with gzip.open(files[-1], "rt") as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    processes, threads = {}, {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            processes[e["pid"]] = e["args"]["name"]
+        elif e.get("ph") == "M" and e.get("name") == "thread_name":
+            threads[(e["pid"], e["tid"])] = e["args"]["name"]
+    lines: dict = collections.defaultdict(collections.Counter)
+    for e in events:
+        if e.get("ph") != "X" or e["name"].startswith(_PERFETTO_BOOKKEEPING):
+            continue
+        # A pool's threads carry a per-run id ("tf_XLAEigen/-5588..."): one line per pool, so
+        # runs and sides compare line by line.
+        thread = re.sub(r"/-?\d+$", "", threads.get((e["pid"], e["tid"]), str(e["tid"])))
+        if thread == "python":
+            continue
+        line = f"{processes.get(e['pid'], e['pid'])} {thread}"
+        lines[line][e["name"]] += e.get("dur", 0.0) / 1e3 / steps  # microseconds -> ms per step
+    return {
+        line: {
+            "busy_ms_per_step": sum(counter.values()),
+            "top": [[name, ms] for name, ms in counter.most_common(top)],
+        }
+        for line, counter in sorted(lines.items())
     }
 
 

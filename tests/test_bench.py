@@ -371,3 +371,72 @@ def test_cpu_features_reads_the_model_and_the_kernel_deciding_flags():
     got = host.cpu_features(text)
     assert got == {"cpu_model": "AMD EPYC 9R14", "cpu_flags": ["avx2", "avx512f", "avx512_bf16"]}
     assert host.cpu_features("") == {"cpu_model": "", "cpu_flags": []}
+
+
+def _write_trace(directory: Path, events: list) -> None:
+    import gzip
+
+    where = directory / "plugins" / "profile" / "run1"
+    where.mkdir(parents=True)
+    with gzip.open(where / "host.trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": events}, f)
+
+
+def test_perfetto_summary_is_per_line_per_step_without_bookkeeping(tmp_path):
+    # A synthetic trace in the format jax.profiler writes: a device stream, an XLA ops line, two
+    # threads of one CPU pool (per-run ids: one line), the Python thread and bookkeeping events
+    # (both left out). Durations in microseconds, 2 steps: every figure is exact.
+    from bench.step_profile import summarize_perfetto_trace
+
+    meta = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/host:CPU"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "Stream #7"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 8, "args": {"name": "XLA Ops"}},
+        {"ph": "M", "name": "thread_name", "pid": 2, "tid": 1, "args": {"name": "python"}},
+        {"ph": "M", "name": "thread_name", "pid": 2, "tid": 3, "args": {"name": "tf_XLAEigen/-12"}},
+        {"ph": "M", "name": "thread_name", "pid": 2, "tid": 4, "args": {"name": "tf_XLAEigen/98"}},
+    ]
+
+    def x(pid, tid, name, dur):
+        return {"ph": "X", "pid": pid, "tid": tid, "name": name, "ts": 0, "dur": dur}
+
+    events = meta + [
+        x(1, 7, "gemm_kernel", 3000), x(1, 7, "gemm_kernel", 1000), x(1, 7, "loop_fusion", 500),
+        x(1, 8, "fusion.3", 4200),
+        x(2, 3, "ynn_fusion.1", 800), x(2, 4, "ynn_fusion.1", 200), x(2, 4, "end: ynn_fusion.1", 9),
+        x(2, 4, "ThreadpoolListener::StartRegion", 50), x(2, 1, "PjitFunction(step)", 99999),
+    ]  # fmt: skip
+    _write_trace(tmp_path, events)
+    summary = summarize_perfetto_trace(str(tmp_path), steps=2, top=1)
+    assert summary == {
+        "/device:GPU:0 Stream #7": {"busy_ms_per_step": 2.25, "top": [["gemm_kernel", 2.0]]},
+        "/device:GPU:0 XLA Ops": {"busy_ms_per_step": 2.1, "top": [["fusion.3", 2.1]]},
+        "/host:CPU tf_XLAEigen": {"busy_ms_per_step": 0.5, "top": [["ynn_fusion.1", 0.5]]},
+    }
+    with pytest.raises(FileNotFoundError, match="no \\*.trace.json.gz"):
+        summarize_perfetto_trace(str(tmp_path / "plugins" / "nothing"), steps=1)
+
+
+def test_gpu_mfu_profiles_both_sides_under_keras_jax_backend(tmp_path):
+    # bench/gpu_mfu.py as it runs on a lent GPU (Keras' JAX backend, no TensorFlow needed), here
+    # on this CPU at its tiny size: both sides train, and each gets a traced profile with real
+    # events and its compiled step's HLO.
+    out = tmp_path / "gpu_mfu.json"
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    command = [sys.executable, "-m", "bench.gpu_mfu", "--tiny", "--steps=2", "--repeats=1"]
+    command += [f"--profile_dir={tmp_path / 'prof'}", "--profile_steps=2", f"--output_file={out}"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["backend"] == "jax"
+    (row,) = result["rows"]
+    for side in ("cloze", "keras_hub"):
+        assert np.isfinite(row[side]["final_loss"]) and row[side]["step_seconds"] > 0
+        lines = row[side]["profile"]
+        assert lines and max(line["busy_ms_per_step"] for line in lines.values()) > 0
+        assert all(name and ms >= 0 for line in lines.values() for name, ms in line["top"])
+        where = tmp_path / "prof" / f"{row['size']}_b{row['batch']}_{side}"
+        assert "HloModule" in (where / "compiled_step.hlo.txt").read_text()
+    ratio = row["cloze"]["tokens_per_second"] / row["keras_hub"]["tokens_per_second"]
+    assert row["ratio_cloze_over_keras_hub"] == pytest.approx(ratio)
