@@ -10,6 +10,9 @@ executor threads, which with two cores can exceed the wall time; they say what t
 not how long a step takes.
 
   python -m bench.step_profile --size=L4/H256/A4/I1024 --steps=3 --output=/tmp/profile.json
+
+summarize_perfetto_trace reads the other profiler format used here: the Perfetto trace of
+jax.profiler, for bench/gpu_mfu.py's step under Keras' JAX backend (on a lent GPU).
 """
 
 from __future__ import annotations
@@ -111,8 +114,8 @@ def summarize_perfetto_trace(directory: str, steps: int, top: int = 25) -> dict:
     names) and its XLA op / module lines (HLO names), on a CPU the XLA runtime's thread pools
     (one event per HLO thunk; a pool's threads make one line). Lines of one device overlap (a
     kernel and the XLA op it belongs to), so compare a line with the same line of another run,
-    never sum across lines. Events of the
-    profiler's and the runtime's bookkeeping (_PERFETTO_BOOKKEEPING) are left out.
+    never sum across lines. Events of the profiler's and the runtime's bookkeeping
+    (_PERFETTO_BOOKKEEPING) are left out.
     """
     import gzip
 
