@@ -45,12 +45,15 @@ def tied_table_views(table, lookups: int = 1):
     @tf.custom_gradient
     def views(t):
         def grad(*upstream):
-            # Dense gradients (the head's; a lookup's where TensorFlow made it dense) summed,
-            # then every IndexedSlices row added into the sum in one scatter.
-            given = [g for g in upstream if g is not None]
-            dense = [g for g in given if not isinstance(g, tf.IndexedSlices)]
-            slices = [g for g in given if isinstance(g, tf.IndexedSlices)]
-            total = tf.add_n(dense) if len(dense) > 1 else dense[0] if dense else tf.zeros_like(t)
+            # Every view's gradient arrives (the tape fills an unused view's with zeros). The
+            # head's, dense from its projection, plus any lookup's TensorFlow made dense; then
+            # every IndexedSlices row added into that sum in one scatter.
+            *from_lookups, from_head = upstream
+            total = tf.convert_to_tensor(from_head)
+            dense = [g for g in from_lookups if not isinstance(g, tf.IndexedSlices)]
+            slices = [g for g in from_lookups if isinstance(g, tf.IndexedSlices)]
+            if dense:
+                total = tf.add_n([total, *dense])
             if slices:
                 indices = tf.concat([tf.cast(g.indices, tf.int64) for g in slices], 0)
                 values = tf.concat([g.values for g in slices], 0)
