@@ -183,7 +183,7 @@ def matmul_peak(dtype, n=8192, repeats=10):
     return 2 * n**3 / best
 
 
-def time_model(model, batch, steps, repeats, profile_dir=None, profile_steps=3):
+def time_model(model, batch, steps, repeats, profile_dir, profile_steps):
     """Builds the state, compiles, then returns the best seconds per step over `repeats` windows
     of `steps` steps, the last loss (a finite loss shows the step really trained), and with
     `profile_dir` the summary of `profile_steps` more steps traced there (else None)."""
