@@ -27,7 +27,8 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
         keras_hub a keras-hub BertBackbone preset folder (config.json, model.weights.h5,
                   assets/tokenizer/vocabulary.txt), e.g. one written by --to=keras_hub
 --to:   cloze        ckpt-1 + bert_config.json + vocab.txt; any run script takes the folder as
-                     --init_checkpoint
+                     --init_checkpoint (a RoBERTa's vocab.json + merges.txt in --input_dir are
+                     copied along: the folder is then also run_classifier's --vocab_file)
         hf           (a BART checkpoint: BartForConditionalGeneration's model.safetensors +
                      config.json, encoder.json / vocab.bpe copied as vocab.json / merges.txt)
                      model.safetensors + config.json + vocab.txt + tokenizer_config.json, as
@@ -203,9 +204,9 @@ def check_keras_hub_lowercase(preset_dir) -> None:
 
 def check_target_family(config, target_format: str, where: str) -> None:
     """Refuses writing a model into a format of another family (e.g. ALBERT as --to=tf1_bert),
-    and a RoBERTa position offset into a format that cannot hold it."""
+    and a RoBERTa position offset or LayerNorm epsilon into a format that cannot hold it."""
     from data_prep.errors import input_error
-    from modeling import albert, electra
+    from modeling import albert, electra, layers
 
     family = {albert.AlbertConfig: "albert", electra.ElectraConfig: "electra"}.get(
         type(config), "bert"
@@ -225,6 +226,14 @@ def check_target_family(config, target_format: str, where: str) -> None:
             f"a format that keeps position_offset={offset} of {where} (cloze, hf as RoBERTa, "
             "keras, saved_model)",
             f"--to={target_format}, whose BERT numbers positions from 0",
+        )
+    eps = getattr(config, "layer_norm_eps", layers.LAYER_NORM_EPSILON)
+    if eps != layers.LAYER_NORM_EPSILON and target_format in ("tf1_bert", "keras_hub"):
+        raise input_error(
+            f"--to={target_format}",
+            f"a format that keeps layer_norm_eps={eps} of {where} (cloze, hf, keras, saved_model)",
+            f"--to={target_format}, whose BERT computes LayerNorm with epsilon "
+            f"{layers.LAYER_NORM_EPSILON}",
         )
 
 
@@ -287,6 +296,7 @@ def convert_bart(source_format, target_format, config_file, input_dir, checkpoin
 
 
 def convert(source_format: str, target_format: str) -> None:
+    from data_prep import bpe
     from data_prep.errors import input_error
     from modeling import checkpoints
 
@@ -376,6 +386,12 @@ def convert(source_format: str, target_format: str) -> None:
         # saved_model and keras_hub keep the vocab in their assets/.
         if vocab_file is not None and target_format not in ("saved_model", "keras_hub"):
             shutil.copyfile(vocab_file, tmp / "vocab.txt")
+        # A RoBERTa checkpoint's byte-level BPE (vocab.json + merges.txt) goes along under its
+        # Hugging Face names, so the output folder is run_classifier.py's --vocab_file.
+        bpe_files = bpe.folder_files(input_dir) if input_dir else None
+        if bpe_files and target_format in ("cloze", "keras", *TF1_CONFIG_NAMES):
+            for source, name in zip(bpe_files, bpe.BPE_FILE_NAMES[1]):
+                shutil.copyfile(source, tmp / name)
         written = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
         sizes = {str(p): (tmp / p).stat().st_size for p in written}
 

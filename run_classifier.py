@@ -25,7 +25,12 @@ from absl import app, flags, logging
 
 flags.DEFINE_string("task_name", None, "The task: cola, sst-2, mrpc, sts-b, qqp, mnli, ... tsv.")
 flags.DEFINE_string("data_dir", None, "Folder with the task's files (train.tsv, dev.tsv, ...).")
-flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary the model was trained with.")
+flags.DEFINE_string(
+    "vocab_file",
+    None,
+    "WordPiece vocabulary the model was trained with; for a RoBERTa checkpoint, the folder with "
+    "its byte-level BPE (Hugging Face's vocab.json + merges.txt); for GPT, its BPE folder.",
+)
 flags.DEFINE_string(
     "bert_config_file",
     None,
@@ -40,7 +45,12 @@ flags.DEFINE_string(
     "Cloze checkpoint (prefix or folder) to start from; empty = scratch. Without --do_train, "
     "output_dir's best (or latest) checkpoint is used first.",
 )
-flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased vocabularies).")
+flags.DEFINE_bool(
+    "do_lower_case",
+    True,
+    "Lower-case the input (uncased vocabularies). A RoBERTa BPE folder is cased: its text is "
+    "lower-cased only when this flag is given explicitly.",
+)
 flags.DEFINE_bool("do_train", False, "Whether to fine-tune on the train split.")
 flags.DEFINE_bool("do_eval", False, "Whether to score the dev split(s).")
 flags.DEFINE_bool("do_predict", False, "Whether to write submission files for the test split(s).")
@@ -138,7 +148,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     # Data first, TensorFlow later: bad input is reported in a second, before output_dir exists.
-    from data_prep import glue, tokenization
+    from data_prep import bpe, glue
     from data_prep.errors import InputError
 
     if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
@@ -177,18 +187,32 @@ def main(argv):
                              "biLM: no multiple choice, no --layerwise_lr_decay")  # fmt: skip
     if is_elmo and FLAGS["pooling"].present:
         raise app.UsageError("--pooling: ELMo's classifier averages its scalar mix over tokens")
+    # A byte-level BPE folder as --vocab_file of a BERT-family config: a RoBERTa checkpoint's
+    # vocabulary (its <s> a </s></s> b </s> packing); a file: WordPiece ([CLS] a [SEP] b [SEP]).
+    # XLNet reads its own (its BPE folder or SentencePiece model).
+    is_roberta = not is_xlnet and bpe.folder_files(FLAGS.vocab_file) is not None
+    if is_roberta and is_elmo:
+        raise app.UsageError(
+            f"--vocab_file={FLAGS.vocab_file} is a byte-level BPE folder (RoBERTa's); an ELMo "
+            "biLM reads the WordPiece vocab.txt it was pretrained on"
+        )
     s = FLAGS.max_seq_length
-    if s < 3:
-        raise app.UsageError(f"--max_seq_length={s} leaves no room for [CLS] a [SEP] b [SEP]")
     try:
         if is_xlnet:
             from training import xlnet_finetuning
 
             tokenizer = xlnet_finetuning.XLNetTextEncoder(FLAGS.vocab_file, FLAGS.do_lower_case)
+            packing = glue.BERT_PACKING  # its length check; XLNet packs its own way
         else:
-            tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+            given = FLAGS["do_lower_case"].present
+            tokenizer, packing = glue.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, given)
     except InputError as e:
         raise SystemExit(f"run_classifier: {e}") from None
+    if s < packing.pair_specials:
+        raise app.UsageError(
+            f"--max_seq_length={s} leaves no room for {packing.start} a "
+            f"{' '.join(packing.middle)} b {packing.end}"
+        )
 
     def load(split):
         try:
@@ -207,7 +231,7 @@ def main(argv):
         if is_xlnet:
             encoded = tokenizer.encode_examples(data.examples, task, s)
         else:
-            encoded = glue.encode_examples(data.examples, task, tokenizer, s)
+            encoded = glue.encode_examples(data.examples, task, tokenizer, s, packing)
         if is_elmo:
             # The biLM was pretrained on WordPiece blocks that [SEP] separates and never saw
             # [CLS] (as run_ner's ELMo tagger): [CLS] is read as [SEP].
@@ -241,6 +265,13 @@ def main(argv):
             raise SystemExit(f"run_classifier: {e}") from None
     else:
         config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+        if is_roberta and not getattr(config, "position_offset", 0):
+            logging.warning(
+                "%s has no position_offset, but --vocab_file is a RoBERTa BPE folder: RoBERTa "
+                "checkpoints number positions from 2 (convert_checkpoint.py --from=hf writes "
+                "position_offset into the config it converts)",
+                FLAGS.bert_config_file,
+            )
     # The layer count --layerwise_lr_decay reads (ELMo's is refused above).
     num_layers = (
         config.n_layer

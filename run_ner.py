@@ -44,7 +44,12 @@ import os
 from absl import app, flags, logging
 
 flags.DEFINE_string("data_dir", None, "Folder with train.txt, dev.txt, test.txt (or eng.*).")
-flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary the model was trained with.")
+flags.DEFINE_string(
+    "vocab_file",
+    None,
+    "WordPiece vocabulary the model was trained with, or a RoBERTa checkpoint's byte-level BPE "
+    "folder (vocab.json + merges.txt; each word's tokens with a leading space, <s> ... </s>).",
+)
 flags.DEFINE_string("bert_config_file", None, "JSON config of the BERT model (original fields).")
 flags.DEFINE_string(
     "init_checkpoint",
@@ -52,7 +57,11 @@ flags.DEFINE_string(
     "Cloze checkpoint (prefix or folder) to start from; empty = scratch. Without --do_train, "
     "output_dir's best (or latest) checkpoint is used first.",
 )
-flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased vocabularies).")
+flags.DEFINE_bool(
+    "do_lower_case",
+    True,
+    "Lower-case the input (uncased vocabularies); a RoBERTa BPE folder only when given explicitly.",
+)
 flags.DEFINE_bool("do_train", False, "Whether to train on the train file.")
 flags.DEFINE_bool("do_eval", False, "Whether to score the dev file.")
 flags.DEFINE_bool("do_predict", False, "Whether to tag the test file.")
@@ -194,7 +203,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     # Data first, TensorFlow later: bad input is reported in a second, before output_dir exists.
-    from data_prep import conll, tokenization
+    from data_prep import conll, glue
     from data_prep.errors import InputError
 
     if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
@@ -234,7 +243,8 @@ def main(argv):
                 "(or --init_checkpoint folder) holding the training run's model_config.json"
             )
     try:
-        tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+        given = FLAGS["do_lower_case"].present
+        tokenizer, packing = glue.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, given)
 
         def read(split, labelled=True):
             data = conll.read_conll(conll.find_split(FLAGS.data_dir, split), FLAGS.skip_bad_lines)
@@ -306,7 +316,9 @@ def main(argv):
     logging.info("%d labels (%s): %s", len(labels), conll.model_scheme(scheme), " ".join(labels))
 
     def encode(sentences, name):
-        encoded = conll.encode_sentences(sentences, labels, tokenizer, s, FLAGS.window_overlap)
+        encoded = conll.encode_sentences(
+            sentences, labels, tokenizer, s, FLAGS.window_overlap, packing
+        )
         conll.log_encoding(name, encoded, s)
         return encoded
 
@@ -318,7 +330,7 @@ def main(argv):
     import numpy as np
     import tensorflow as tf
 
-    from data_prep import feature_files, features, glue
+    from data_prep import feature_files, features
     from modeling import bert, tagging
     from training import distribute, finetune_tasks, ner_eval, optimization, trainer
 
@@ -328,6 +340,11 @@ def main(argv):
     except InputError as e:
         raise SystemExit(f"run_ner: {e}") from None
     elmo_encoder = tagging.is_elmo(config)
+    if elmo_encoder and packing != glue.BERT_PACKING:
+        raise app.UsageError(
+            f"--vocab_file={FLAGS.vocab_file} is a byte-level BPE folder (RoBERTa's); an ELMo "
+            "biLM reads the WordPiece vocab.txt it was pretrained on"
+        )
     if elmo_encoder and settings["feature_mode"] == "finetune":
         raise app.UsageError(
             "an ELMo biLM stays frozen (ELMo's downstream recipe): give a --feature_mode; "

@@ -322,6 +322,75 @@ class ByteLevelBPE:
         return str(enc), str(mer)
 
 
+# A byte-level BPE folder's two files under GPT-2's release names and under Hugging Face's
+# (RoBERTa, BART and GPT-2 on the hub): the same formats (token -> id JSON, merges text).
+BPE_FILE_NAMES = (("encoder.json", "vocab.bpe"), ("vocab.json", "merges.txt"))
+
+
+def folder_files(path) -> tuple[Path, Path] | None:
+    """(vocabulary, merges) of a byte-level BPE folder under either naming (BPE_FILE_NAMES), or
+    None when `path` is not a folder holding one of the two pairs."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return None
+    for vocab, merges in BPE_FILE_NAMES:
+        if (folder / vocab).is_file() and (folder / merges).is_file():
+            return folder / vocab, folder / merges
+    return None
+
+
+# RoBERTa's special tokens as its Hugging Face vocab.json holds them (fairseq's dictionary:
+# <s> 0, <pad> 1, </s> 2, <unk> 3, <mask> last).
+ROBERTA_SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+
+
+class RobertaTokenizer:
+    """RoBERTa's tokenizer (Liu et al. 2019, sec. 4.4): GPT-2's byte-level BPE over RoBERTa's own
+    ids, read from a Hugging Face `vocab.json` + `merges.txt` folder (or encoder.json + vocab.bpe
+    holding the same special tokens), for glue.encode_examples with glue.ROBERTA_PACKING.
+
+    tokenize(text) -> byte-level tokens (a leading space is part of the word after it, and the
+    first word of each text has none, as Hugging Face's RobertaTokenizer without
+    add_prefix_space); convert_tokens_to_ids; vocab (token -> id). Cased, as RoBERTa:
+    do_lower_case lower-cases the text first, for a vocabulary learned on lower-cased text.
+    """
+
+    def __init__(self, tokenizer: ByteLevelBPE, do_lower_case: bool = False):
+        self.bpe = tokenizer
+        self.vocab = tokenizer.encoder
+        self.do_lower_case = do_lower_case
+
+    @classmethod
+    def from_folder(cls, folder, do_lower_case: bool = False) -> RobertaTokenizer:
+        """Errors name the folder or file and the special tokens a RoBERTa vocabulary lacks."""
+        files = folder_files(folder)
+        if files is None:
+            names = " or ".join(" + ".join(pair) for pair in BPE_FILE_NAMES)
+            raise input_error(str(folder), f"a byte-level BPE folder with {names}", "no such files")
+        tokenizer = ByteLevelBPE.from_files(*files)
+        missing = [t for t in ROBERTA_SPECIAL_TOKENS if t not in tokenizer.encoder]
+        if missing:
+            raise input_error(
+                str(files[0]),
+                f"RoBERTa's special tokens {list(ROBERTA_SPECIAL_TOKENS)}",
+                f"a vocabulary without {missing} (GPT-2's own has none: a RoBERTa checkpoint's "
+                "vocab.json holds them)",
+            )
+        return cls(tokenizer, do_lower_case)
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.bpe.tokens(text.lower() if self.do_lower_case else text)
+
+    def tokenize_word(self, word: str) -> list[str]:
+        """The tokens of one word of pre-split text (conll.encode_sentences), with a leading
+        space as a word inside text has: Hugging Face's RobertaTokenizer with add_prefix_space,
+        which words given as is_split_into_words need (every word, the first too)."""
+        return self.tokenize(" " + word)
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
+        return [self.vocab[t] for t in tokens]
+
+
 def byte_level_vocab(
     merges: Sequence[tuple[str, str]], special_tokens: Sequence[str] = (GPT2_END_OF_TEXT,)
 ) -> dict[str, int]:

@@ -38,8 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
+from data_prep import glue
 from data_prep.errors import InputError, input_error
-from data_prep.tokenization import UNK_TOKEN, read_utf8_lines
+from data_prep.tokenization import read_utf8_lines
 
 logger = logging.getLogger(__name__)
 
@@ -471,13 +472,16 @@ def encode_sentences(
     tokenizer,
     max_seq_length: int,
     overlap: int,
+    packing: glue.Packing = glue.BERT_PACKING,
 ) -> Encoded:
     """Aligns words to WordPieces and packs `[CLS] pieces [SEP]` windows (see the docstring).
 
     Args:
       sentences: sentences with tags in the model's scheme, or unlabelled (tags None).
       labels: the label list (id = index); None for unlabelled data.
-      tokenizer: a FullTokenizer.
+      tokenizer: a FullTokenizer, or a bpe.RobertaTokenizer (each word's pieces from
+        tokenize_word: with a leading space, as RoBERTa's tokenizer for pre-split words) with
+        glue.ROBERTA_PACKING (`<s> pieces </s>`, padded with <pad>).
       max_seq_length: S, positions per window including [CLS] and [SEP].
       overlap: pieces of left context a window may repeat from the one before it (< S - 2).
     """
@@ -487,16 +491,17 @@ def encode_sentences(
     if not 0 <= overlap < room:
         raise ValueError(f"window overlap must be in [0, {room}), found {overlap}")
     label_id = {t: i for i, t in enumerate(labels or ())}
-    cls_id, sep_id = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
+    cls_id, sep_id = tokenizer.convert_tokens_to_ids([packing.start, packing.end])
+    pad_id = 0 if packing.pad is None else tokenizer.convert_tokens_to_ids([packing.pad])[0]
     rows: list[tuple] = []  # (sentence, ids, word at position, label ids, weights)
     split, cut, unknown, empty, lengths = [], [], [], [], []
     for k, s in enumerate(sentences):
         lengths.append(len(s.words))
-        pieces = [tokenizer.tokenize(w) for w in s.words]
+        pieces = [tokenizer.tokenize_word(w) for w in s.words]
         for i, p in enumerate(pieces):
             if not p:
                 empty.append(s.at(i))
-                pieces[i] = [UNK_TOKEN]  # the word keeps a position and gets a tag
+                pieces[i] = [packing.unk]  # the word keeps a position and gets a tag
             elif len(p) > room:
                 cut.append(s.at(i))
                 pieces[i] = p[:room]
@@ -529,7 +534,7 @@ def encode_sentences(
             rows.append((k, ids, words_at, label_ids, weights))
     n, width = len(rows), max_seq_length
     features = {
-        "input_ids": np.zeros((n, width), np.int32),
+        "input_ids": np.full((n, width), pad_id, np.int32),
         "input_mask": np.zeros((n, width), np.int32),
         "segment_ids": np.zeros((n, width), np.int32),
         "label_ids": np.zeros((n, width), np.int32),

@@ -606,18 +606,64 @@ def truncate_pair(tokens_a: list, tokens_b: list, max_tokens: int) -> tuple[list
     return a, b
 
 
-def pack(tokens_a: list[str], tokens_b: list[str] | None, max_seq_length: int):
-    """`[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, truncated to max_seq_length.
+@dataclasses.dataclass(frozen=True)
+class Packing:
+    """How a model's special tokens frame one text or a pair: `start a end` or
+    `start a middle b end`, `start a middle` in segment 0 and `b end` in `second_segment`;
+    padding is `pad`'s id (None: id 0, BERT's [PAD] in every published vocabulary); `unk` is
+    the unknown token (conll.encode_sentences gives it to a word with no pieces)."""
+
+    start: str
+    middle: tuple[str, ...]
+    end: str
+    second_segment: int
+    pad: str | None = None
+    unk: str = "[UNK]"
+
+    @property
+    def pair_specials(self) -> int:
+        return 2 + len(self.middle)
+
+
+# BERT sec. 3, fig. 2: [CLS] a [SEP] b [SEP], segment ids 0 then 1.
+BERT_PACKING = Packing("[CLS]", ("[SEP]",), "[SEP]", 1)
+# RoBERTa (fairseq's and Hugging Face's RobertaTokenizer): <s> a </s></s> b </s>, one segment
+# type, padded with <pad>.
+ROBERTA_PACKING = Packing("<s>", ("</s>", "</s>"), "</s>", 0, "<pad>", "<unk>")
+
+
+def load_tokenizer(vocab_file, do_lower_case: bool, lower_case_given: bool = True):
+    """(tokenizer, packing) of a run script's --vocab_file: a byte-level BPE folder is a RoBERTa
+    checkpoint's vocabulary (bpe.RobertaTokenizer with ROBERTA_PACKING; cased, lower-cased only
+    when do_lower_case was given explicitly, `lower_case_given`), anything else a WordPiece
+    vocab.txt (tokenization.FullTokenizer with BERT_PACKING). Raises InputError naming the file."""
+    from data_prep import bpe, tokenization
+
+    if bpe.folder_files(vocab_file) is not None:
+        lower = do_lower_case and lower_case_given
+        return bpe.RobertaTokenizer.from_folder(vocab_file, lower), ROBERTA_PACKING
+    return tokenization.FullTokenizer(vocab_file, do_lower_case), BERT_PACKING
+
+
+def pack(
+    tokens_a: list[str],
+    tokens_b: list[str] | None,
+    max_seq_length: int,
+    packing: Packing = BERT_PACKING,
+):
+    """`[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]` (or another `packing`), truncated to
+    max_seq_length.
 
     Returns (tokens, segment_ids, truncated): segment id 0 for `[CLS] a [SEP]`, 1 for `b [SEP]`
     (BERT sec. 3, fig. 2); truncated is True when tokens were dropped.
     """
+    p = packing
     if tokens_b is None:
         a = tokens_a[: max_seq_length - 2]  # room for [CLS] and [SEP]
-        return ["[CLS]", *a, "[SEP]"], [0] * (len(a) + 2), len(a) < len(tokens_a)
-    a, b = truncate_pair(tokens_a, tokens_b, max_seq_length - 3)  # [CLS], [SEP], [SEP]
-    tokens = ["[CLS]", *a, "[SEP]", *b, "[SEP]"]
-    segments = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+        return [p.start, *a, p.end], [0] * (len(a) + 2), len(a) < len(tokens_a)
+    a, b = truncate_pair(tokens_a, tokens_b, max_seq_length - p.pair_specials)
+    tokens = [p.start, *a, *p.middle, *b, p.end]
+    segments = [0] * (len(a) + 1 + len(p.middle)) + [p.second_segment] * (len(b) + 1)
     return tokens, segments, len(a) + len(b) < len(tokens_a) + len(tokens_b)
 
 
@@ -644,19 +690,27 @@ def label_id(task: TaskSpec, label: str | None):
 
 
 def encode_examples(
-    examples: Sequence[Example], task: TaskSpec, tokenizer, max_seq_length: int
+    examples: Sequence[Example],
+    task: TaskSpec,
+    tokenizer,
+    max_seq_length: int,
+    packing: Packing = BERT_PACKING,
 ) -> Encoded:
     """Tokenizes and packs examples into fixed-length arrays (see Encoded).
 
-    tokenizer: a FullTokenizer (tokenize, convert_tokens_to_ids). max_seq_length must leave room
-    for the special tokens (3 for pairs).
+    tokenizer: a FullTokenizer or bpe.RobertaTokenizer (tokenize, convert_tokens_to_ids), with
+    the packing of its special tokens. max_seq_length must leave room for the special tokens of
+    a pair (3 for BERT, 4 for RoBERTa).
     """
-    if max_seq_length < 3:
-        raise ValueError(f"max_seq_length must be at least 3, found {max_seq_length}")
+    if max_seq_length < packing.pair_specials:
+        raise ValueError(
+            f"max_seq_length must be at least {packing.pair_specials}, found {max_seq_length}"
+        )
     n, s = len(examples), max_seq_length
     c = task.num_choices
     shape = (n, c, s) if c else (n, s)
-    ids = np.zeros(shape, np.int32)
+    pad_id = 0 if packing.pad is None else tokenizer.convert_tokens_to_ids([packing.pad])[0]
+    ids = np.full(shape, pad_id, np.int32)
     mask = np.zeros(shape, np.int32)
     segments = np.zeros(shape, np.int32)
     labels = np.zeros((n,), np.float32 if task.kind == REGRESSION else np.int32)
@@ -671,7 +725,7 @@ def encode_examples(
             pairs = [(tokens_a, tokenizer.tokenize(ex.text_b) if ex.text_b is not None else None)]
         cut = False
         for j, (a, b) in enumerate(pairs):
-            tokens, seg, was_cut = pack(a, b, s)
+            tokens, seg, was_cut = pack(a, b, s, packing)
             cut |= was_cut
             where = (i, j) if c else (i,)
             k = len(tokens)

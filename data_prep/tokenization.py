@@ -95,6 +95,15 @@ def load_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
       InputError: naming the file and line for an empty line, a duplicate token (both lines) or
         non-UTF-8 bytes; naming the file for an empty file or missing RESERVED_TOKENS.
     """
+    from data_prep import bpe
+
+    if bpe.folder_files(vocab_file) is not None:
+        raise input_error(
+            str(vocab_file),
+            "a WordPiece vocab.txt, one token a line",
+            "a byte-level BPE folder (a RoBERTa or GPT vocabulary), which run_classifier.py "
+            "and run_ner.py read; this script reads WordPiece only",
+        )
     vocab: dict[str, int] = {}
     for number, line in read_utf8_lines(vocab_file):
         token = line.strip()
@@ -350,6 +359,11 @@ class FullTokenizer:
         for word in self.basic_tokenizer.tokenize(text):
             pieces.extend(self.wordpiece_tokenizer.tokenize(word))
         return pieces
+
+    def tokenize_word(self, word: str) -> list[str]:
+        """The pieces of one word of pre-split text (conll.encode_sentences): WordPiece needs no
+        context, so tokenize's."""
+        return self.tokenize(word)
 
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
         """Raises KeyError for a token not in the vocab, as the original."""

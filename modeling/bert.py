@@ -122,7 +122,7 @@ def read_config_json(path, what: str = "a bert_config.json file") -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
-    """The original google-research/bert `BertConfig`, field for field, plus one optional field.
+    """The original google-research/bert `BertConfig`, field for field, plus two optional fields.
 
     The eleven original fields are required in a JSON file (a published `bert_config.json` has all
     eleven), and an unknown key is an error: a typo must not silently train a different model.
@@ -134,9 +134,12 @@ class BertConfig:
     positions from padding_idx + 1 = 2 (their table has max_position_embeddings = 514 rows for
     512 tokens), so configs/roberta_base.json sets 2; with right padding, as here, that is the
     same as slicing the table from row 2.
+
+    `layer_norm_eps` (optional, default 1e-12 as the original BERT, written only when set; Hugging
+    Face's name): the epsilon of every LayerNorm. RoBERTa's checkpoints were trained with 1e-5.
     """
 
-    OPTIONAL: ClassVar[frozenset] = frozenset({"position_offset"})
+    OPTIONAL: ClassVar[frozenset] = frozenset({"position_offset", "layer_norm_eps"})
 
     vocab_size: int
     hidden_size: int = 768
@@ -150,6 +153,7 @@ class BertConfig:
     type_vocab_size: int = 16
     initializer_range: float = 0.02
     position_offset: int = 0
+    layer_norm_eps: float = layers.LAYER_NORM_EPSILON
 
     def __post_init__(self):
         check_encoder_fields(self)
@@ -158,6 +162,8 @@ class BertConfig:
                 f"BertConfig: position_offset {self.position_offset} must be in "
                 f"[0, max_position_embeddings={self.max_position_embeddings})"
             )
+        if not 0 < self.layer_norm_eps < 1:
+            raise ValueError(f"BertConfig: layer_norm_eps {self.layer_norm_eps} must be in (0, 1)")
 
     @classmethod
     def from_dict(cls, values: dict, source: str = "config") -> BertConfig:
@@ -205,6 +211,7 @@ class BertEmbeddings(keras.layers.Layer):
         hidden_dropout_prob=0.1,
         initializer_range=0.02,
         position_offset=0,
+        layer_norm_eps=layers.LAYER_NORM_EPSILON,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -215,7 +222,8 @@ class BertEmbeddings(keras.layers.Layer):
         self.hidden_dropout_prob = hidden_dropout_prob
         self.initializer_range = initializer_range
         self.position_offset = position_offset
-        self.layer_norm = layers.layer_norm("layer_norm")
+        self.layer_norm_eps = layer_norm_eps
+        self.layer_norm = layers.layer_norm("layer_norm", layer_norm_eps)
         self.dropout = layers.Dropout(hidden_dropout_prob)
 
     def build(self, input_shape):
@@ -256,6 +264,7 @@ class BertEmbeddings(keras.layers.Layer):
             "hidden_dropout_prob": self.hidden_dropout_prob,
             "initializer_range": self.initializer_range,
             "position_offset": self.position_offset,
+            "layer_norm_eps": self.layer_norm_eps,
         }
 
 
@@ -407,6 +416,7 @@ class BertEncoder(keras.Model):
             c.hidden_dropout_prob,
             c.initializer_range,
             c.position_offset,
+            c.layer_norm_eps,
             name="embeddings",
         )
         # One attribute per block, not a list: tf.train.Checkpoint does not follow Keras'
@@ -420,6 +430,7 @@ class BertEncoder(keras.Model):
                 c.hidden_dropout_prob,
                 c.attention_probs_dropout_prob,
                 c.initializer_range,
+                c.layer_norm_eps,
                 name=f"layer_{i}",
             )
             setattr(self, f"layer_{i}", block)
@@ -570,7 +581,7 @@ class BertPretrainer(keras.Model):
         c = config
         self.encoder = BertEncoder(config, name="encoder")
         self.masked_lm = heads.MaskedLMHead(
-            c.hidden_size, c.hidden_act, c.initializer_range, name="masked_lm"
+            c.hidden_size, c.hidden_act, c.initializer_range, c.layer_norm_eps, name="masked_lm"
         )
         self.next_sentence = heads.ClassificationHead(2, c.initializer_range, name="next_sentence")
         if sentence_objective == "none":
@@ -582,6 +593,7 @@ class BertPretrainer(keras.Model):
                 c.hidden_size,
                 c.hidden_act,
                 c.initializer_range,
+                layer_norm_eps=c.layer_norm_eps,
                 name="span_boundary",
             )
 

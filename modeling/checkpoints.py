@@ -563,7 +563,8 @@ CLOZE_TO_HF_ACTIVATION = {
     "linear": "linear",
 }
 # Keys of a Hugging Face config that change the computation, with the only value Cloze computes.
-# layer_norm_eps: Cloze's LayerNorm epsilon is fixed at the original BERT's 1e-12.
+# layer_norm_eps: fixed at the original BERT's 1e-12 for ALBERT and ELECTRA; a BERT or RoBERTa
+# config reads it into BertConfig.layer_norm_eps (RoBERTa's checkpoints use 1e-5).
 _HF_FIXED = {
     "model_type": "bert",
     "layer_norm_eps": 1e-12,
@@ -610,7 +611,7 @@ def bert_config_to_hf_config(config: bert.BertConfig, heads: bool) -> dict:
         "architectures": ["BertForPreTraining" if heads else "BertModel"],
         "model_type": "bert",
         **values,
-        "layer_norm_eps": 1e-12,
+        "layer_norm_eps": config.layer_norm_eps,
         "position_embedding_type": "absolute",
         "pad_token_id": 0,
     }
@@ -648,8 +649,9 @@ def hf_config_to_config(values: dict, source: str = "config.json"):
     family = {"albert": albert.AlbertConfig, "electra": electra.ElectraConfig}.get(
         model_type, bert.BertConfig
     )
+    own = {f.name for f in dataclasses.fields(family)}  # read into the config, not fixed
     for key, want in _HF_FIXED.items():
-        if key != "model_type" and key in values and values[key] != want:
+        if key != "model_type" and key not in own and key in values and values[key] != want:
             raise input_error(
                 f"{source}: {key}",
                 f"{want!r} (the only value Cloze's {model_type} computes)",
@@ -713,7 +715,7 @@ def config_to_hf_config(config, heads: bool) -> dict:
         "architectures": [arch],
         "model_type": model_type,
         **values,
-        "layer_norm_eps": 1e-12,
+        "layer_norm_eps": getattr(config, "layer_norm_eps", _HF_FIXED["layer_norm_eps"]),
         "position_embedding_type": "absolute",
         "pad_token_id": pad,
     }

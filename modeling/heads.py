@@ -145,13 +145,21 @@ class MaskedLMHead(keras.layers.Layer):
     whose head projects back to the factorised embedding width (Lan et al. 2020, sec. 3.1).
     """
 
-    def __init__(self, hidden_size, hidden_act="gelu", initializer_range=0.02, **kwargs):
+    def __init__(
+        self,
+        hidden_size,
+        hidden_act="gelu",
+        initializer_range=0.02,
+        layer_norm_eps=layers.LAYER_NORM_EPSILON,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.hidden_size = hidden_size
         self.hidden_act = hidden_act
         self.initializer_range = initializer_range
+        self.layer_norm_eps = layer_norm_eps
         self.transform = layers.Dense(hidden_size, hidden_act, initializer_range, name="transform")
-        self.layer_norm = layers.layer_norm("layer_norm")
+        self.layer_norm = layers.layer_norm("layer_norm", layer_norm_eps)
 
     def build(self, input_shape, vocab_size=None):
         self.transform.build(input_shape)
@@ -175,6 +183,7 @@ class MaskedLMHead(keras.layers.Layer):
             "hidden_size": self.hidden_size,
             "hidden_act": self.hidden_act,
             "initializer_range": self.initializer_range,
+            "layer_norm_eps": self.layer_norm_eps,
         }
 
 
@@ -236,6 +245,7 @@ class SpanBoundaryHead(keras.layers.Layer):
         hidden_act="gelu",
         initializer_range=0.02,
         max_span_length=32,
+        layer_norm_eps=layers.LAYER_NORM_EPSILON,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -244,10 +254,11 @@ class SpanBoundaryHead(keras.layers.Layer):
         self.hidden_act = hidden_act
         self.initializer_range = initializer_range
         self.max_span_length = max_span_length
+        self.layer_norm_eps = layer_norm_eps
         self.dense_1 = layers.Dense(hidden_size, hidden_act, initializer_range, name="dense_1")
-        self.layer_norm_1 = layers.layer_norm("layer_norm_1")
+        self.layer_norm_1 = layers.layer_norm("layer_norm_1", layer_norm_eps)
         self.dense_2 = layers.Dense(output_size, hidden_act, initializer_range, name="dense_2")
-        self.layer_norm_2 = layers.layer_norm("layer_norm_2")
+        self.layer_norm_2 = layers.layer_norm("layer_norm_2", layer_norm_eps)
 
     def build(self, input_shape, vocab_size=None):
         lead = tuple(input_shape[:-1])
@@ -292,4 +303,5 @@ class SpanBoundaryHead(keras.layers.Layer):
             "hidden_act": self.hidden_act,
             "initializer_range": self.initializer_range,
             "max_span_length": self.max_span_length,
+            "layer_norm_eps": self.layer_norm_eps,
         }

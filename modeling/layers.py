@@ -552,10 +552,14 @@ def split_leading(x, num: int) -> list:
     return [ops.squeeze(part, axis=0) for part in ops.split(x, num, axis=0)]
 
 
-def layer_norm(name: str) -> keras.layers.LayerNormalization:
-    # epsilon 1e-12 as the original BERT `layer_norm` (tf.contrib.layers.layer_norm default in
-    # modeling.py); published checkpoints were trained with it.
-    return keras.layers.LayerNormalization(epsilon=1e-12, name=name)
+# The original BERT's LayerNorm epsilon (tf.contrib.layers.layer_norm's default in modeling.py);
+# BERT, ALBERT and ELECTRA checkpoints were trained with it. RoBERTa's use 1e-5
+# (BertConfig.layer_norm_eps).
+LAYER_NORM_EPSILON = 1e-12
+
+
+def layer_norm(name: str, epsilon: float = LAYER_NORM_EPSILON) -> keras.layers.LayerNormalization:
+    return keras.layers.LayerNormalization(epsilon=epsilon, name=name)
 
 
 @keras.saving.register_keras_serializable(package="cloze")
@@ -671,12 +675,14 @@ class TransformerBlock(keras.layers.Layer):
         hidden_dropout_prob=0.1,
         attention_probs_dropout_prob=0.1,
         initializer_range=0.02,
+        layer_norm_eps=LAYER_NORM_EPSILON,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.hidden_size = hidden_size
         self.num_attention_heads = num_attention_heads
         self.intermediate_size = intermediate_size
+        self.layer_norm_eps = layer_norm_eps
         self.hidden_act = hidden_act
         self.hidden_dropout_prob = hidden_dropout_prob
         self.attention_probs_dropout_prob = attention_probs_dropout_prob
@@ -689,13 +695,13 @@ class TransformerBlock(keras.layers.Layer):
             name="attention",
         )
         self.attention_dropout = Dropout(hidden_dropout_prob)
-        self.attention_layer_norm = layer_norm("attention_layer_norm")
+        self.attention_layer_norm = layer_norm("attention_layer_norm", layer_norm_eps)
         self.intermediate = Dense(
             intermediate_size, hidden_act, initializer_range, name="intermediate"
         )
         self.output_dense = Dense(hidden_size, initializer_range=initializer_range, name="output")
         self.output_dropout = Dropout(hidden_dropout_prob)
-        self.output_layer_norm = layer_norm("output_layer_norm")
+        self.output_layer_norm = layer_norm("output_layer_norm", layer_norm_eps)
 
     def build(self, input_shape):
         self.attention.build(input_shape)
@@ -731,4 +737,5 @@ class TransformerBlock(keras.layers.Layer):
             "hidden_dropout_prob": self.hidden_dropout_prob,
             "attention_probs_dropout_prob": self.attention_probs_dropout_prob,
             "initializer_range": self.initializer_range,
+            "layer_norm_eps": self.layer_norm_eps,
         }

@@ -249,3 +249,26 @@ def run_main(script: str, args=()) -> Completed:
         sys.modules.pop(name, None)
         keras.backend.clear_session()  # the run's models and layer names; the next run starts clean
     return Completed(code, out.getvalue(), err.getvalue())
+
+
+def roberta_bpe_folder(folder):
+    """Writes a RoBERTa-style Hugging Face vocab.json + merges.txt into `folder`, built from
+    GPT-2's real files (data_prep.fetch): fairseq's special tokens first (<s> 0, <pad> 1, </s> 2,
+    <unk> 3), the BPE tokens in a shuffled order (fairseq's dictionary renumbers them by
+    frequency), <mask> last: 50,261 entries. Returns the folder."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from data_prep import bpe, fetch
+
+    source = fetch.gpt2_bpe_dir()
+    gpt2_vocab = json.loads((source / "encoder.json").read_text(encoding="utf-8"))
+    tokens = [t for t in gpt2_vocab if t != bpe.GPT2_END_OF_TEXT]
+    order = np.random.default_rng(7).permutation(len(tokens))
+    vocab = ["<s>", "<pad>", "</s>", "<unk>", *(tokens[i] for i in order), "<mask>"]
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
+    shutil.copy(source / "vocab.bpe", folder / "merges.txt")
+    return folder

@@ -215,15 +215,39 @@ def test_load_config_checks_sequence_length_and_vocab(tmp_path):
         bert.load_config(path, 16, 54)
 
 
+def test_layer_norm_eps_reaches_every_layer_norm_and_survives_serialization():
+    """BertConfig.layer_norm_eps (RoBERTa's 1e-5) is the epsilon of the embeddings', every
+    block's and the heads' LayerNorms, and of a block rebuilt from its Keras config; the
+    default is the original BERT's 1e-12."""
+    import keras
+
+    model = bert.BertPretrainer(helpers.tiny_config(layer_norm_eps=1e-5), span_boundary=True)
+    model.build()
+    norms = [x for x in model._flatten_layers() if isinstance(x, keras.layers.LayerNormalization)]
+    assert len(norms) == 1 + 2 * helpers.TINY["num_hidden_layers"] + 1 + 2
+    assert {n.epsilon for n in norms} == {1e-5}
+    block = model.encoder.blocks[0]
+    again = type(block).from_config(block.get_config())
+    assert again.output_layer_norm.epsilon == again.attention_layer_norm.epsilon == 1e-5
+    plain = bert.BertEncoder(helpers.tiny_config())
+    assert plain.blocks[0].output_layer_norm.epsilon == 1e-12
+    with pytest.raises(ValueError, match="layer_norm_eps 0 must be in"):
+        helpers.tiny_config(layer_norm_eps=0)
+
+
 def test_roberta_config_position_offset_and_one_segment_type(tmp_path):
     roberta = bert.BertConfig.from_json_file("configs/roberta_base.json")
-    assert (roberta.position_offset, roberta.type_vocab_size) == (2, 1)
+    assert (roberta.position_offset, roberta.type_vocab_size, roberta.layer_norm_eps) == (
+        2,
+        1,
+        1e-5,
+    )
     assert (roberta.max_position_embeddings, roberta.hidden_act) == (514, "gelu_exact")
     path = tmp_path / "roberta.json"
     path.write_text(roberta.to_json_string())
     assert bert.BertConfig.from_json_file(path) == roberta
-    # The optional field is written only when set: published configs keep their eleven keys.
-    assert "position_offset" not in helpers.tiny_config().to_dict()
+    # The optional fields are written only when set: published configs keep their eleven keys.
+    assert not {"position_offset", "layer_norm_eps"} & set(helpers.tiny_config().to_dict())
     # Positions start at row 2: the same as an offset-0 model whose table starts there.
     config = helpers.tiny_config(position_offset=2, type_vocab_size=1)
     shifted = bert.BertEncoder(config)

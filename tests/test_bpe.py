@@ -7,12 +7,14 @@ import json
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_prep import bpe, fetch
 from data_prep.errors import InputError
+from tests import helpers
 
 # Strings chosen to break a careless byte-level tokenizer: contractions, runs of spaces before
 # words and at the end, tabs and newlines, digits next to letters, accents (composed and not),
@@ -83,6 +85,81 @@ def test_gpt2_ids_equal_hugging_face_tokenizers(gpt2, gpt2_files):
     ref.decoder = decoders.ByteLevel()
     for text in HARD:
         assert gpt2.encode(text) == ref.encode(text).ids, text
+
+
+# RoBERTa: GPT-2's merges over RoBERTa's own ids (a Hugging Face vocab.json + merges.txt).
+
+
+@pytest.fixture(scope="module")
+def roberta_folder(tmp_path_factory):
+    return helpers.roberta_bpe_folder(tmp_path_factory.mktemp("roberta"))
+
+
+ROBERTA_PAIRS = [
+    ("The company said it expects revenue to rise.", "Revenue is expected to rise, it said."),
+    ("A man is playing a guitar.", None),
+    *((text, HARD[i + 1]) for i, text in enumerate(HARD[:-1])),
+]
+
+
+def test_roberta_ids_equal_hugging_face_tokenizers_roberta_processing(roberta_folder):
+    """Ids of single texts and pairs, <s> a </s></s> b </s>, equal Hugging Face tokenizers'
+    byte-level BPE with RobertaProcessing (what RobertaTokenizerFast runs) on the same files."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    from data_prep import glue
+
+    ref = Tokenizer(
+        models.BPE.from_file(str(roberta_folder / "vocab.json"), str(roberta_folder / "merges.txt"))
+    )
+    ref.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    ref.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    ours = bpe.RobertaTokenizer.from_folder(roberta_folder)
+    assert ours.vocab["<mask>"] == len(ours.vocab) - 1 == 50260
+    task = glue.get_task("mrpc")
+    examples = [glue.Example(f"t:{i}", str(i), a, b) for i, (a, b) in enumerate(ROBERTA_PAIRS)]
+    enc = glue.encode_examples(examples, task, ours, 256, glue.ROBERTA_PACKING)
+    assert not enc.truncated
+    for row, (a, b) in enumerate(ROBERTA_PAIRS):
+        want = ref.encode(a, b).ids if b is not None else ref.encode(a).ids
+        got = enc.features["input_ids"][row]
+        n = int(enc.features["input_mask"][row].sum())
+        assert got[:n].tolist() == want, (a, b)
+        assert set(got[n:].tolist()) <= {1}  # <pad>
+
+
+def test_roberta_features_equal_keras_hubs_roberta_preprocessor(roberta_folder):
+    """The padded ids and mask equal keras-hub's RobertaTextClassifierPreprocessor (its own
+    tokenizer and packer) on the same vocabulary and merges."""
+    import keras_hub
+    import tensorflow as tf
+
+    from data_prep import glue
+
+    vocab = json.loads((roberta_folder / "vocab.json").read_text())
+    merges = [line for line in (roberta_folder / "merges.txt").read_text().splitlines()[1:]]
+    hub_tokenizer = keras_hub.models.RobertaTokenizer(vocabulary=vocab, merges=merges)
+    pre = keras_hub.models.RobertaTextClassifierPreprocessor(hub_tokenizer, sequence_length=96)
+    pairs = [(a, b) for a, b in ROBERTA_PAIRS[:6] if b is not None]
+    # As x=: a positional tuple reaches keras-hub's packer as one segment here (Keras 3.15).
+    first, second = (tf.constant([pair[i] for pair in pairs]) for i in (0, 1))
+    theirs = pre(x=(first, second))
+    ours = bpe.RobertaTokenizer.from_folder(roberta_folder)
+    examples = [glue.Example(f"t:{i}", str(i), a, b) for i, (a, b) in enumerate(pairs)]
+    enc = glue.encode_examples(examples, glue.get_task("mrpc"), ours, 96, glue.ROBERTA_PACKING)
+    assert not enc.truncated
+    assert enc.features["input_ids"].tolist() == np.asarray(theirs["token_ids"]).tolist()
+    mask = np.asarray(theirs["padding_mask"]).astype("int32")
+    assert enc.features["input_mask"].tolist() == mask.tolist()
+
+
+def test_roberta_tokenizer_refuses_a_vocabulary_without_its_special_tokens(gpt2_files, tmp_path):
+    with pytest.raises(InputError, match=r"no such files"):
+        bpe.RobertaTokenizer.from_folder(tmp_path)
+    shutil.copy(gpt2_files[0], tmp_path / "encoder.json")
+    shutil.copy(gpt2_files[1], tmp_path / "vocab.bpe")
+    with pytest.raises(InputError, match=r"encoder.json: expected RoBERTa's special tokens"):
+        bpe.RobertaTokenizer.from_folder(tmp_path)
 
 
 @settings(max_examples=200, deadline=None)

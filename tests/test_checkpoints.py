@@ -491,8 +491,19 @@ def test_hf_config_translation():
     for config in (helpers.tiny_config(), helpers.tiny_config(hidden_act="gelu_exact")):
         hf = checkpoints.bert_config_to_hf_config(config, heads=True)
         assert checkpoints.hf_config_to_bert_config(hf) == config
+    # Another LayerNorm epsilon is read, not refused (RoBERTa's checkpoints use 1e-5), and
+    # written back; ALBERT's and ELECTRA's configs have no such field and still refuse it.
+    eps = checkpoints.hf_config_to_bert_config(dict(minilm, layer_norm_eps=1e-5))
+    assert eps.layer_norm_eps == 1e-5 and eps.to_dict()["layer_norm_eps"] == 1e-5
+    assert checkpoints.bert_config_to_hf_config(eps, heads=False)["layer_norm_eps"] == 1e-5
+    assert "layer_norm_eps" not in config.to_dict()  # the default is not written
+    for family in ("albert", "electra"):
+        with pytest.raises(InputError, match=r"layer_norm_eps: expected 1e-12"):
+            checkpoints.hf_config_to_config(
+                dict(minilm, model_type=family, layer_norm_eps=1e-5, embedding_size=64)
+            )
     bad = [
-        ({"layer_norm_eps": 1e-5}, r"layer_norm_eps: expected 1e-12"),
+        ({"layer_norm_eps": 0.0}, r"layer_norm_eps 0.0 must be in \(0, 1\)"),
         ({"position_embedding_type": "relative_key"}, "position_embedding_type"),
         ({"model_type": "roberta"}, "model_type"),
         ({"hidden_act": "swish"}, "hidden_act"),
@@ -512,7 +523,11 @@ def test_roberta_position_offset_is_written_as_hugging_face_roberta(tmp_path):
     import keras_hub
 
     config = helpers.tiny_config(
-        position_offset=2, type_vocab_size=1, max_position_embeddings=S + 2, hidden_act="gelu_exact"
+        position_offset=2,
+        type_vocab_size=1,
+        max_position_embeddings=S + 2,
+        hidden_act="gelu_exact",
+        layer_norm_eps=1e-5,  # RoBERTa's, which keras-hub's RobertaBackbone computes
     )
     keras.utils.set_random_seed(11)  # the same weights whichever tests ran before in this process
     model = bert.BertPretrainer(config, "none")
@@ -525,13 +540,8 @@ def test_roberta_position_offset_is_written_as_hugging_face_roberta(tmp_path):
     assert notes == ["not written: the next-sentence head (RoBERTa has none)"]
     hf = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert (hf["model_type"], hf["pad_token_id"]) == ("roberta", 1)
+    assert hf["layer_norm_eps"] == 1e-5
     hub = keras_hub.models.RobertaBackbone.from_preset(str(tmp_path / "hf"))
-    # keras-hub's RoBERTa layer norms use epsilon 1e-5, Cloze's (BERT's) 1e-12: with freshly
-    # initialised embeddings (variance ~1e-3) that alone moved outputs by up to 1.4e-4, so the
-    # comparison sets keras-hub's to 1e-12 and measures the conversion, not the epsilon.
-    for layer in hub._flatten_layers():
-        if isinstance(layer, keras.layers.LayerNormalization):
-            layer.epsilon = 1e-12
     inputs = random_inputs(config, seed=4)
     inputs["segment_ids"] = np.zeros_like(inputs["segment_ids"])
     theirs = np.array(hub({"token_ids": inputs["input_ids"], "padding_mask": inputs["input_mask"]}))
@@ -542,6 +552,12 @@ def test_roberta_position_offset_is_written_as_hugging_face_roberta(tmp_path):
     shifted.build()
     shifted.set_weights(model.encoder.get_weights())
     assert np.abs(np.array(shifted(inputs)["sequence_output"])[real] - theirs[real]).max() > 1e-2
+    # BERT's epsilon in the same weights moves the outputs past the tolerance above (measured
+    # 3.4e-5: freshly initialised embeddings have variance ~1e-3), so the 1e-5 is really applied.
+    bert_eps = bert.BertEncoder(config.replace(layer_norm_eps=1e-12))
+    bert_eps.build()
+    bert_eps.set_weights(model.encoder.get_weights())
+    assert np.abs(np.array(bert_eps(inputs)["sequence_output"])[real] - theirs[real]).max() > 1e-5
 
     read = checkpoints.read_any_config(tmp_path / "hf" / "config.json")
     assert read == config

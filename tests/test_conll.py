@@ -267,6 +267,44 @@ def test_first_wordpiece_carries_the_label(tokenizer):
     assert enc.features["input_mask"][0].sum() == 10 and enc.num_windows == 1
 
 
+def test_roberta_words_get_a_leading_space_as_hugging_face_pretokenized_input(tmp_path):
+    """With a RoBERTa BPE folder, each word is its own byte-level tokens with a leading space
+    (the first word too), framed `<s> ... </s>` and padded with <pad>: the ids and the words'
+    first tokens equal Hugging Face tokenizers' encoding of the words as pre-tokenized input
+    (ByteLevel with add_prefix_space and RobertaProcessing, as RobertaTokenizerFast with
+    is_split_into_words); a window cut keeps that alignment."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    from data_prep import bpe, glue
+    from tests import helpers
+
+    folder = helpers.roberta_bpe_folder(tmp_path)
+    ours = bpe.RobertaTokenizer.from_folder(folder)
+    ref = Tokenizer(models.BPE.from_file(str(folder / "vocab.json"), str(folder / "merges.txt")))
+    ref.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    ref.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    words = ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", ".",
+             "Zürich", "naïve", "東京", "don't", "2,019"]  # fmt: skip
+    s = _sentence(words, ["B-ORG", "O", "B-MISC", "O", "O", "O", "B-MISC", "O", "O", "B-LOC",
+                          "O", "B-LOC", "O", "O"])  # fmt: skip
+    labels = ["O", "B-ORG", "B-MISC", "B-LOC"]
+    want = ref.encode(words, is_pretokenized=True)
+    width = len(want.ids) + 3
+    enc = conll.encode_sentences([s], labels, ours, width, 2, glue.ROBERTA_PACKING)
+    assert enc.num_windows == 1
+    row, n = enc.features["input_ids"][0], int(enc.features["input_mask"][0].sum())
+    assert row[:n].tolist() == want.ids and row[n:].tolist() == [1, 1, 1]  # <pad>
+    firsts = [i for i, w in enumerate(want.word_ids) if w is not None and w != want.word_ids[i - 1]]
+    assert [i for i, w in enumerate(enc.word_index[0]) if w >= 0] == firsts
+    assert enc.features["label_ids"][0, firsts].tolist() == [labels.index(t) for t in s.tags]
+    # Windows of 8 tokens: every word still predicted once, from its own first token.
+    windows = conll.encode_sentences([s], labels, ours, 8, 2, glue.ROBERTA_PACKING)
+    assert windows.num_windows > 1 and windows.split == [s.where]
+    tags = conll.reassemble(windows, windows.features["label_ids"], labels)
+    assert tags == [list(s.tags)]
+    assert (windows.features["input_ids"][:, 0] == 0).all()  # <s>
+
+
 def test_elmo_input_gets_sep_for_cls_and_nothing_else_changes(tokenizer):
     s = _sentence(["John", "unaffable", "in"], ["B-PER", "O", "O"])
     enc = conll.encode_sentences([s, s], ["O", "B-PER", "I-PER"], tokenizer, 4, 1)

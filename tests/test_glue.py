@@ -295,6 +295,36 @@ def test_pack_single_and_pair_with_segment_ids():
     assert tokens == ["[CLS]", "a", "b", "c", "[SEP]"] and cut
 
 
+def test_roberta_packing_frames_pairs_with_two_separators_in_one_segment():
+    """<s> a </s></s> b </s> (fairseq's and Hugging Face's RoBERTa), every segment id 0, the
+    pair truncated to leave room for its four special tokens; padded with <pad>'s id."""
+    r = glue.ROBERTA_PACKING
+    tokens, seg, cut = glue.pack(["a", "b"], None, 7, r)
+    assert (tokens, seg, cut) == (["<s>", "a", "b", "</s>"], [0] * 4, False)
+    tokens, seg, cut = glue.pack(["a", "b"], ["c"], 7, r)
+    assert (tokens, seg, cut) == (["<s>", "a", "b", "</s>", "</s>", "c", "</s>"], [0] * 7, False)
+    tokens, seg, cut = glue.pack(list("abcd"), list("xy"), 7, r)
+    assert tokens == ["<s>", "a", "b", "</s>", "</s>", "x", "</s>"] and cut
+
+    class Tokens:  # a tokenizer over single characters, <pad> at id 1 as RoBERTa's
+        vocab = {t: i for i, t in enumerate(["<s>", "<pad>", "</s>", "a", "b", "c"])}
+
+        def tokenize(self, text):
+            return list(text)
+
+        def convert_tokens_to_ids(self, tokens):
+            return [self.vocab[t] for t in tokens]
+
+    task = glue.get_task("mrpc")
+    ex = [glue.Example("dev.tsv:2", "1", "ab", "c")]
+    enc = glue.encode_examples(ex, task, Tokens(), 9, r)
+    assert enc.features["input_ids"].tolist() == [[0, 3, 4, 2, 2, 5, 2, 1, 1]]
+    assert enc.features["input_mask"].tolist() == [[1] * 7 + [0] * 2]
+    assert enc.features["segment_ids"].tolist() == [[0] * 9]
+    with pytest.raises(ValueError, match="at least 4, found 3"):
+        glue.encode_examples(ex, task, Tokens(), 3, r)
+
+
 def test_truncation_takes_from_the_longer_side_first():
     a, b = glue.truncate_pair(list("abcde"), list("xy"), 5)
     assert (a, b) == (list("abc"), list("xy"))

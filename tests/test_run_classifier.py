@@ -234,3 +234,144 @@ def test_tfds_name_fine_tunes_from_tensorflow_datasets(tmp_path, model_files):
     assert run.returncode == 0, run.stderr[-4000:]
     r = results(out)
     assert r["global_step"] == 3 and 0.0 <= r["accuracy"] <= 1.0  # 9 examples / batch 3
+
+
+def test_hugging_face_roberta_converts_and_fine_tunes_with_its_own_bpe(tmp_path):
+    """A Hugging Face RoBERTa folder (RobertaForMaskedLM weights, LayerNorm epsilon 1e-5,
+    positions from 2, RoBERTa's vocab.json + merges.txt) goes through convert_checkpoint.py
+    --from=hf --to=cloze, whose folder is run_classifier.py's --vocab_file, --bert_config_file
+    and --init_checkpoint: the pairs are byte-level BPE as <s> a </s></s> b </s> padded with
+    <pad>, and the run starts from the converted weights; run_ner.py tags with the same folder.
+    Formats that cannot hold the epsilon refuse it."""
+    import numpy as np
+    import tensorflow as tf
+
+    from data_prep import bpe
+    from modeling import bert, checkpoints
+
+    hf, conv, out = tmp_path / "hf", tmp_path / "conv", tmp_path / "out"
+    helpers.roberta_bpe_folder(hf)
+    config = helpers.tiny_config(
+        vocab_size=50261,
+        position_offset=2,
+        type_vocab_size=1,
+        hidden_act="gelu_exact",
+        layer_norm_eps=1e-5,
+    )
+    model = bert.BertPretrainer(config, "none")
+    model.build()
+    checkpoints.save_hf(model, hf)
+    hf_config = json.loads((hf / "config.json").read_text())
+    assert (hf_config["model_type"], hf_config["layer_norm_eps"]) == ("roberta", 1e-5)
+    hf_config |= {"bos_token_id": 0, "eos_token_id": 2}  # as roberta-base's config.json
+    (hf / "config.json").write_text(json.dumps(hf_config))
+
+    args = ["--from=hf", f"--input_dir={hf}", f"--output_dir={conv}"]
+    converted = helpers.run_main("convert_checkpoint.py", [*args, "--to=cloze"])
+    assert converted.returncode == 0, converted.stderr[-4000:]
+    assert bpe.folder_files(conv) == (conv / "vocab.json", conv / "merges.txt")
+    read = bert.BertConfig.from_json_file(conv / "bert_config.json")
+    assert (read.layer_norm_eps, read.position_offset) == (1e-5, 2)
+    # A BERT (positions from 0) with RoBERTa's epsilon: formats whose BERT fixes 1e-12 refuse.
+    bert_eps = tmp_path / "bert_eps"
+    bert_eps.mkdir()
+    as_bert = read.replace(position_offset=0, hidden_act="gelu")
+    (bert_eps / "bert_config.json").write_text(as_bert.to_json_string())
+    for f in [*conv.glob("ckpt-*"), conv / "checkpoint"]:
+        (bert_eps / f.name).write_bytes(f.read_bytes())
+    refused = helpers.run_main(
+        "convert_checkpoint.py",
+        ["--from=cloze", "--to=tf1_bert", f"--input_dir={bert_eps}", f"--output_dir={out}"],
+    )
+    assert refused.returncode == 1 and "keeps layer_norm_eps=1e-05" in refused.stderr
+    assert not out.exists()
+
+    data = tmp_path / "MRPC"
+    write_task(data, glue.get_task("mrpc"), sizes=(6, 4, 3))
+    args = [
+        "--task_name=MRPC",
+        f"--data_dir={data}",
+        f"--vocab_file={conv}",
+        f"--bert_config_file={conv / 'bert_config.json'}",
+        f"--init_checkpoint={conv}",
+        f"--output_dir={out}",
+        f"--max_seq_length={S}",
+        "--train_batch_size=3",
+        "--eval_batch_size=4",
+        "--num_train_epochs=1",
+        "--learning_rate=0",  # the trained encoder stays the converted one
+        "--do_train",
+        "--do_eval",
+    ]
+    result = run(args)
+    assert "no position_offset" not in result.stderr
+    r = results(out)
+    assert r["global_step"] == 2 and 0.0 <= r["accuracy"] <= 1.0  # 6 examples / batch 3
+    # The records it trained on: <s> a </s></s> b </s>, one segment, a and b decoding back to
+    # the starts of the file's texts (truncated to 13 tokens).
+    texts = [line.split("\t")[3:5] for line in (data / "train.tsv").read_text().splitlines()[1:]]
+    tokenizer = bpe.RobertaTokenizer.from_folder(conv)
+    for record in tf.data.TFRecordDataset(str(out / "train.tf_record")):
+        f = tf.train.Example.FromString(record.numpy()).features.feature
+        ids = list(f["input_ids"].int64_list.value)
+        n = sum(f["input_mask"].int64_list.value)
+        assert set(f["segment_ids"].int64_list.value) == {0} and set(ids[n:]) <= {1}  # <pad>
+        ids = ids[:n]
+        assert ids[0] == 0 and ids[-1] == 2 and ids.count(2) == 3 and 1 not in ids
+        cut = ids.index(2)
+        assert ids[cut + 1] == 2
+        a, b = tokenizer.bpe.decode(ids[1:cut]), tokenizer.bpe.decode(ids[cut + 2 : -1])
+        assert any(ta.startswith(a) and tb.startswith(b) and a and b for ta, tb in texts), (a, b)
+    # It started from the converted weights (the learning rate is 0).
+    (latest,) = {tf.train.latest_checkpoint(str(out))} - {None}
+    (name,) = [
+        n
+        for n, shape in tf.train.list_variables(latest)
+        if n.startswith("optimizer/_trainable_variables/") and shape == [50261, 12]
+    ]
+    table = tf.train.load_checkpoint(latest).get_tensor(name)
+    np.testing.assert_array_equal(table, model.encoder.embeddings.word_embeddings.numpy())
+
+    # run_ner.py with the same folder: each word's tokens with a leading space, <s> ... </s>.
+    from tests.test_run_ner import sentences, write_conll2003
+
+    rng = np.random.default_rng(1)
+    for name in ("eng.train", "eng.testa"):  # CoNLL-2003's train and dev files
+        write_conll2003(tmp_path / "conll" / name, sentences(rng, 6))
+    ner_out = tmp_path / "ner"
+    ner_args = [
+        f"--data_dir={tmp_path / 'conll'}",
+        f"--vocab_file={conv}",
+        f"--bert_config_file={conv / 'bert_config.json'}",
+        f"--init_checkpoint={conv}",
+        f"--output_dir={ner_out}",
+        f"--max_seq_length={S}",
+        "--window_overlap=3",
+        "--train_batch_size=3",
+        "--eval_batch_size=4",
+        "--num_train_epochs=1",
+        "--do_train",
+        "--do_eval",
+    ]
+    ner = helpers.run_main("run_ner.py", ner_args)
+    assert ner.returncode == 0, ner.stderr[-4000:]
+    assert "[UNK]" not in ner.stderr and (ner_out / "eval_results.txt").exists()
+    # An ELMo biLM reads WordPiece: both scripts refuse the BPE folder with it.
+    from tests.test_run_ner import ELMO
+
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps({**ELMO, "n_tokens_vocab": 50261}))
+
+    def with_elmo(script_args):
+        kept = [
+            a for a in script_args if not a.startswith(("--bert_config_file=", "--output_dir="))
+        ]
+        return [*kept, f"--bert_config_file={options}", f"--output_dir={tmp_path / 'elmo'}"]
+
+    for script, script_args in (
+        ("run_classifier.py", with_elmo(args)),
+        ("run_ner.py", [*with_elmo(ner_args), "--feature_mode=sum_all"]),
+    ):
+        refused = helpers.run_main(script, script_args)
+        assert refused.returncode == 1 and "an ELMo biLM reads the WordPiece" in refused.stderr
+        assert not (tmp_path / "elmo").exists()

@@ -56,17 +56,18 @@ class GptFinetuneSettings:
 
 
 def load_bpe(vocab_file: str) -> bpe.ByteLevelBPE:
-    """The byte-level BPE of `vocab_file`: a folder holding encoder.json and vocab.bpe, or the
-    encoder.json itself with vocab.bpe beside it."""
+    """The byte-level BPE of `vocab_file`: a folder holding encoder.json and vocab.bpe (or
+    Hugging Face's vocab.json and merges.txt), or the encoder.json itself with vocab.bpe beside
+    it."""
     path = Path(vocab_file)
-    folder = path if path.is_dir() else path.parent
-    encoder = path if path.is_file() else folder / "encoder.json"
-    merges = folder / "vocab.bpe"
-    if not encoder.is_file() or not merges.is_file():
+    files = bpe.folder_files(path)
+    if files is None and path.is_file():
+        files = path, path.parent / "vocab.bpe"
+    if files is None or not files[1].is_file():
         raise input_error(
             vocab_file, "a GPT BPE folder with encoder.json and vocab.bpe", "no such files"
         )
-    return bpe.ByteLevelBPE.from_files(encoder, merges)
+    return bpe.ByteLevelBPE.from_files(*files)
 
 
 def delimiter_ids(tokenizer: bpe.ByteLevelBPE) -> tuple[int, int, int]:
