@@ -28,10 +28,12 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
                   assets/tokenizer/vocabulary.txt), e.g. one written by --to=keras_hub
 --to:   cloze        ckpt-1 + bert_config.json + vocab.txt; any run script takes the folder as
                      --init_checkpoint (a RoBERTa's vocab.json + merges.txt in --input_dir are
-                     copied along: the folder is then also run_classifier's --vocab_file)
+                     copied along, here and to hf / keras / tf1: the folder is then also the run
+                     scripts' --vocab_file)
         hf           (a BART checkpoint: BartForConditionalGeneration's model.safetensors +
                      config.json, encoder.json / vocab.bpe copied as vocab.json / merges.txt)
-                     model.safetensors + config.json + vocab.txt + tokenizer_config.json, as
+                     model.safetensors + config.json + vocab.txt (or RoBERTa's vocab.json +
+                     merges.txt, RobertaTokenizer) + tokenizer_config.json, as
                      transformers writes the family: BertModel / BertForPreTraining, RobertaModel /
                      RobertaForMaskedLM (a config with position_offset), AlbertModel /
                      AlbertForPreTraining, ElectraModel / ElectraForPreTraining (a pretrainer's
@@ -305,11 +307,15 @@ def convert(source_format: str, target_format: str) -> None:
         raise input_error(input_dir, "a folder (--input_dir)", "no such folder")
     config_file = find_config(source_format, input_dir, checkpoint)
     vocab_file = find_vocab(input_dir)
+    # A RoBERTa checkpoint's byte-level BPE (vocab.json + merges.txt) goes along under its
+    # Hugging Face names, so the output folder is the run scripts' --vocab_file.
+    bpe_files = bpe.folder_files(input_dir) if input_dir else None
     bart_model = source_format in ("hf", "cloze") and is_bart_file(config_file)
     if (
         vocab_file is None
         and target_format in ("hf", "saved_model", "keras_hub")
         and not bart_model
+        and not (bpe_files and target_format == "hf")
     ):
         raise input_error(
             str(Path(input_dir or ".") / "vocab.txt"),
@@ -364,7 +370,9 @@ def convert(source_format: str, target_format: str) -> None:
         elif target_format in TF1_CONFIG_NAMES:
             checkpoints.save_tf1(model, tmp)
         elif target_format == "hf":
-            _, notes = checkpoints.save_hf(model, tmp, do_lower_case=FLAGS.do_lower_case)
+            _, notes = checkpoints.save_hf(
+                model, tmp, FLAGS.do_lower_case, bpe_vocab=bpe_files is not None and not vocab_file
+            )
             report.notes += notes
         elif target_format == "saved_model":
             if FLAGS.encoder_branches > 1:
@@ -386,10 +394,7 @@ def convert(source_format: str, target_format: str) -> None:
         # saved_model and keras_hub keep the vocab in their assets/.
         if vocab_file is not None and target_format not in ("saved_model", "keras_hub"):
             shutil.copyfile(vocab_file, tmp / "vocab.txt")
-        # A RoBERTa checkpoint's byte-level BPE (vocab.json + merges.txt) goes along under its
-        # Hugging Face names, so the output folder is run_classifier.py's --vocab_file.
-        bpe_files = bpe.folder_files(input_dir) if input_dir else None
-        if bpe_files and target_format in ("cloze", "keras", *TF1_CONFIG_NAMES):
+        if bpe_files and target_format in ("cloze", "hf", "keras", *TF1_CONFIG_NAMES):
             for source, name in zip(bpe_files, bpe.BPE_FILE_NAMES[1]):
                 shutil.copyfile(source, tmp / name)
         written = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())

@@ -27,7 +27,13 @@ import os
 
 from absl import app, flags, logging
 
-flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary the model was trained with.")
+flags.DEFINE_string(
+    "vocab_file",
+    None,
+    "WordPiece vocabulary the model was trained with, or a RoBERTa checkpoint's byte-level BPE "
+    "folder (vocab.json + merges.txt: <s> question </s></s> window </s>, words with a leading "
+    "space).",
+)
 flags.DEFINE_string(
     "bert_config_file",
     None,
@@ -37,7 +43,11 @@ flags.DEFINE_string(
 flags.DEFINE_string(
     "init_checkpoint", None, "Cloze checkpoint (prefix or folder) to start from; empty = scratch."
 )
-flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased vocabularies).")
+flags.DEFINE_bool(
+    "do_lower_case",
+    True,
+    "Lower-case the input (uncased vocabularies); a RoBERTa BPE folder only when given explicitly.",
+)
 flags.DEFINE_string("train_file", None, "SQuAD JSON for training, e.g. train-v1.1.json.")
 flags.DEFINE_string("predict_file", None, "SQuAD JSON for predictions, e.g. dev-v1.1.json.")
 flags.DEFINE_bool("do_train", False, "Whether to fine-tune on --train_file.")
@@ -86,7 +96,7 @@ def main(argv):
     # Data first, TensorFlow later: bad input is reported in a second, before output_dir exists.
     from tqdm import tqdm
 
-    from data_prep import squad, tokenization
+    from data_prep import glue, squad
     from data_prep.errors import InputError
 
     if not (FLAGS.do_train or FLAGS.do_predict or FLAGS.do_eval):
@@ -103,9 +113,11 @@ def main(argv):
     s = FLAGS.max_seq_length
     v2 = FLAGS.version_2_with_negative
     try:
-        squad.check_lengths(s, FLAGS.max_query_length, FLAGS.doc_stride)
-        if needs_model:
-            tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+        packing = glue.BERT_PACKING
+        if needs_model:  # WordPiece, or a RoBERTa checkpoint's byte-level BPE folder
+            given = FLAGS["do_lower_case"].present
+            tokenizer, packing = glue.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, given)
+        squad.check_lengths(s, FLAGS.max_query_length, FLAGS.doc_stride, packing)
         train_examples = predict_examples = predict_data = None
         if FLAGS.do_train:
             train_examples, stats = squad.read_squad_examples(FLAGS.train_file, True, v2)
@@ -179,6 +191,7 @@ def main(argv):
                 FLAGS.doc_stride,
                 FLAGS.max_query_length,
                 is_training=True,
+                packing=packing,
             )
             n = squad.write_train_tfrecord(train_file, windows)
         logging.info("%d training windows from %d questions", n, len(train_examples))
@@ -241,14 +254,16 @@ def main(argv):
                 FLAGS.doc_stride,
                 FLAGS.max_query_length,
                 is_training=False,
+                packing=packing,
             ),
             predict_fn,
             -(-squad_eval.PREDICT_CHUNK_WINDOWS // batch_size) * batch_size,
             FLAGS.n_best_size,
             FLAGS.max_answer_length,
-            FLAGS.do_lower_case,
+            tokenizer.do_lower_case,
             v2,
             FLAGS.null_score_diff_threshold,
+            tokenizer.detokenize,
         )
         progress = tqdm(results, total=len(predict_examples), desc="predicting", unit=" questions")
         predicted = squad_eval.write_predictions(

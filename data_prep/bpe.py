@@ -390,6 +390,12 @@ class RobertaTokenizer:
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
         return [self.vocab[t] for t in tokens]
 
+    def detokenize(self, tokens: Sequence[str]) -> str:
+        """The text of byte-level tokens (a span's, run_squad's answers), one space between
+        words: ["ĠNew", "ĠYork"] -> "New York"."""
+        text = bytes(CHAR_TO_BYTE[c] for t in tokens for c in t).decode("utf-8", "replace")
+        return " ".join(text.split())
+
 
 def byte_level_vocab(
     merges: Sequence[tuple[str, str]], special_tokens: Sequence[str] = (GPT2_END_OF_TEXT,)

@@ -7,8 +7,10 @@ predictions made from them agree with the original:
      Answers whose text is not found at that place are counted, warned about with the question
      id and skipped; a file that is not in SQuAD's schema raises an InputError naming the JSON
      path (`data[3].paragraphs[0].qas[2].answers[0].answer_start`).
-  2. `convert_examples_to_features`: every word is WordPiece-tokenized, the document is cut into
-     windows of at most max_seq_length - len(query) - 3 tokens that start every doc_stride tokens,
+  2. `convert_examples_to_features`: every word is WordPiece-tokenized (or byte-level BPE with a
+     leading space, for a RoBERTa checkpoint: `<s> query </s></s> window </s>`, one segment
+     type), the document is cut into windows of at most max_seq_length - len(query) - 3 tokens
+     (4 for RoBERTa) that start every doc_stride tokens,
      each token remembers whether this window gives it the most context (`check_is_max_context`),
      and a training answer is narrowed to the sub-span whose WordPieces equal the answer's
      (`improve_answer_span`). Windows without the answer, and v2.0 impossible questions, point at
@@ -29,6 +31,7 @@ import os
 import random
 from collections.abc import Callable, Iterable, Iterator
 
+from data_prep import glue
 from data_prep.errors import InputError, input_error
 
 _log = logging.getLogger(__name__)
@@ -358,7 +361,10 @@ def improve_answer_span(
     "( 1895 - 1943 ) ." contain "1895" exactly, so the span shrinks to that piece. Falls back to
     the given span when no sub-span matches.
     """
-    answer = " ".join(tokenizer.tokenize(orig_answer_text))
+    # Word by word, as the document: for WordPiece the same pieces as the whole text's; for
+    # byte-level BPE each word with its leading space, as inside the document.
+    words, _ = split_context(orig_answer_text)
+    answer = " ".join(piece for w in words for piece in tokenizer.tokenize_word(w))
     for new_start in range(start, end + 1):
         for new_end in range(end, new_start - 1, -1):
             if " ".join(doc_tokens[new_start : new_end + 1]) == answer:
@@ -373,19 +379,22 @@ def convert_examples_to_features(
     doc_stride: int,
     max_query_length: int,
     is_training: bool,
+    packing: glue.Packing = glue.BERT_PACKING,
 ) -> Iterator[InputFeatures]:
     """Yields the features of every window of every example, one at a time (see the module
     docstring). unique_id counts from FIRST_UNIQUE_ID; example_index is the example's position.
 
-    tokenizer: a FullTokenizer (tokenize, convert_tokens_to_ids).
+    tokenizer: a FullTokenizer (tokenize, tokenize_word, convert_tokens_to_ids), or a
+    bpe.RobertaTokenizer with glue.ROBERTA_PACKING.
     """
+    pad_id = 0 if packing.pad is None else tokenizer.convert_tokens_to_ids([packing.pad])[0]
     unique_id = FIRST_UNIQUE_ID
     for example_index, example in enumerate(examples):
         query_tokens = tokenizer.tokenize(example.question_text)[:max_query_length]
         tok_to_orig_index, orig_to_tok_index, all_doc_tokens = [], [], []
         for i, token in enumerate(example.doc_tokens):
             orig_to_tok_index.append(len(all_doc_tokens))
-            for sub_token in tokenizer.tokenize(token):
+            for sub_token in tokenizer.tokenize_word(token):
                 tok_to_orig_index.append(i)
                 all_doc_tokens.append(sub_token)
 
@@ -402,10 +411,11 @@ def convert_examples_to_features(
                 all_doc_tokens, tok_start, tok_end, tokenizer, example.orig_answer_text
             )
 
-        # [CLS] query [SEP] window [SEP]
-        spans = doc_spans(len(all_doc_tokens), max_seq_length - len(query_tokens) - 3, doc_stride)
+        # [CLS] query [SEP] window [SEP] (RoBERTa: <s> query </s></s> window </s>)
+        room = max_seq_length - len(query_tokens) - packing.pair_specials
+        spans = doc_spans(len(all_doc_tokens), room, doc_stride)
         for span_index, (span_start, span_length) in enumerate(spans):
-            tokens = ["[CLS]", *query_tokens, "[SEP]"]
+            tokens = [packing.start, *query_tokens, *packing.middle]
             segment_ids = [0] * len(tokens)
             token_to_orig_map, token_is_max_context = {}, {}
             for i in range(span_length):
@@ -415,13 +425,13 @@ def convert_examples_to_features(
                     spans, span_index, split_index
                 )
                 tokens.append(all_doc_tokens[split_index])
-                segment_ids.append(1)
-            tokens.append("[SEP]")
-            segment_ids.append(1)
+                segment_ids.append(packing.second_segment)
+            tokens.append(packing.end)
+            segment_ids.append(packing.second_segment)
             input_ids = tokenizer.convert_tokens_to_ids(tokens)
             pad = max_seq_length - len(input_ids)
             input_mask = [1] * len(input_ids) + [0] * pad
-            input_ids = input_ids + [0] * pad
+            input_ids = input_ids + [pad_id] * pad
             segment_ids = segment_ids + [0] * pad
 
             start_position = end_position = None
@@ -430,7 +440,7 @@ def convert_examples_to_features(
                 if example.is_impossible or not (span_start <= tok_start and tok_end <= span_end):
                     start_position = end_position = 0  # [CLS]: no answer in this window
                 else:
-                    offset = len(query_tokens) + 2
+                    offset = len(query_tokens) + 1 + len(packing.middle)
                     start_position = tok_start - span_start + offset
                     end_position = tok_end - span_start + offset
             yield InputFeatures(
@@ -493,13 +503,19 @@ def write_train_tfrecord(
     return count
 
 
-def check_lengths(max_seq_length: int, max_query_length: int, doc_stride: int) -> None:
+def check_lengths(
+    max_seq_length: int,
+    max_query_length: int,
+    doc_stride: int,
+    packing: glue.Packing = glue.BERT_PACKING,
+) -> None:
     """Raises InputError when the lengths leave no room for the document or the stride is not
     positive (windows never skip tokens: each moves on by at most its own length)."""
-    if max_seq_length <= max_query_length + 3:
+    specials = packing.pair_specials
+    if max_seq_length <= max_query_length + specials:
         raise InputError(
             f"max_seq_length={max_seq_length} leaves no room for the document after "
-            f"max_query_length={max_query_length} + 3 special tokens"
+            f"max_query_length={max_query_length} + {specials} special tokens"
         )
     if doc_stride < 1:
         raise InputError(f"doc_stride: expected at least 1, found {doc_stride}")

@@ -101,8 +101,8 @@ def load_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
         raise input_error(
             str(vocab_file),
             "a WordPiece vocab.txt, one token a line",
-            "a byte-level BPE folder (a RoBERTa or GPT vocabulary), which run_classifier.py "
-            "and run_ner.py read; this script reads WordPiece only",
+            "a byte-level BPE folder (a RoBERTa or GPT vocabulary), which run_classifier.py, "
+            "run_squad.py and run_ner.py read; this script reads WordPiece only",
         )
     vocab: dict[str, int] = {}
     for number, line in read_utf8_lines(vocab_file):
@@ -333,8 +333,17 @@ class WordpieceTokenizer:
         return tuple(pieces)
 
 
+def wordpiece_text(pieces: Sequence[str]) -> str:
+    """The text of WordPieces, as the original run_squad.py shows a span: "un ##aff ##able" ->
+    "unaffable", one space between words."""
+    text = " ".join(pieces).replace(" ##", "").replace("##", "")
+    return " ".join(text.strip().split())
+
+
 class FullTokenizer:
     """BasicTokenizer then WordpieceTokenizer, with the vocabulary read from `vocab_file`."""
+
+    detokenize = staticmethod(wordpiece_text)
 
     def __init__(self, vocab_file: str | os.PathLike, do_lower_case: bool = True):
         self._setup(load_vocab(vocab_file), do_lower_case)

@@ -989,16 +989,20 @@ def read_json(path) -> dict:
 
 
 def read_any_config(path):
-    """A config file in either field set: Hugging Face's `config.json` (it has `model_type` or
-    `layer_norm_eps`; bert, roberta, albert or electra) or the original names (bert_config.json,
-    albert_config.json or an ELECTRA config). Returns a BertConfig, AlbertConfig or
+    """A config file in either field set: Hugging Face's `config.json` (it has `model_type`, or
+    `layer_norm_eps` beside keys no Cloze config has; bert, roberta, albert or electra) or the
+    original names (bert_config.json, albert_config.json or an ELECTRA config; a Cloze
+    BertConfig may hold layer_norm_eps too). Returns a BertConfig, AlbertConfig or
     ElectraConfig."""
 
-    from modeling import albert
+    from modeling import albert, bert
 
     values = read_json(path)
-    if isinstance(values, dict) and ({"model_type", "layer_norm_eps"} & set(values)):
-        return hf_config_to_config(values, source=str(path))
+    if isinstance(values, dict):
+        own = {f.name for f in dataclasses.fields(bert.BertConfig)}
+        keys = set(values)
+        if "model_type" in keys or ("layer_norm_eps" in keys and not keys <= own):
+            return hf_config_to_config(values, source=str(path))
     # The original field names: told apart by their keys (albert.encoder_config_from_dict).
     return albert.encoder_config_from_dict(values, source=str(path))
 
@@ -1860,25 +1864,19 @@ def save_tf1_bert(model, output_dir, name: str = "bert_model.ckpt") -> str:
     return _save_tf1_arrays(arrays, output_dir, name)
 
 
-def save_hf_bert(model, output_dir, do_lower_case: bool = True) -> list[Path]:
-    """Writes `model.safetensors` and `config.json` (plus `tokenizer_config.json`) as
-    transformers' save_pretrained would for BertModel (encoder) or BertForPreTraining (heads).
+def save_hf_bert(
+    model, output_dir, do_lower_case: bool = True, bpe_vocab: bool = False
+) -> list[Path]:
+    """Writes `model.safetensors` and `config.json` (plus `tokenizer_config.json`, see save_hf)
+    as transformers' save_pretrained would for BertModel (encoder) or BertForPreTraining (heads).
 
     The tied MLM decoder is not written; transformers ties it to the word embedding on load.
     """
-    from safetensors.numpy import save_file
-
     heads = has_heads(model)
     prefix = "bert." if heads else ""
     arrays = export_arrays(model, hf_bert_entries(model.config, heads, prefix))
-    out = Path(output_dir)
-    # transformers refuses safetensors files whose metadata lacks a known "format".
-    save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = bert_config_to_hf_config(model.config, heads)
-    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    tokenizer_config = {"do_lower_case": do_lower_case, "tokenizer_class": "BertTokenizer"}
-    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
-    return [out / "model.safetensors", out / "config.json", out / "tokenizer_config.json"]
+    return _write_hf_folder(arrays, config, Path(output_dir), do_lower_case, bpe_vocab)
 
 
 def save_tf1(model, output_dir, name: str = "model.ckpt") -> str:
@@ -1916,21 +1914,30 @@ def _save_tf1_arrays(arrays: dict, output_dir, name: str) -> str:
     return prefix
 
 
-def _write_hf_folder(arrays: dict, config: dict, out: Path, do_lower_case: bool) -> list[Path]:
+def _write_hf_folder(
+    arrays: dict, config: dict, out: Path, do_lower_case: bool, bpe_vocab: bool = False
+) -> list[Path]:
     from safetensors.numpy import save_file
 
     out.mkdir(parents=True, exist_ok=True)
     # transformers refuses safetensors files whose metadata lacks a known "format".
     save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    tokenizer_config = {"do_lower_case": do_lower_case, "tokenizer_class": "BertTokenizer"}
+    if bpe_vocab:  # RoBERTa's byte-level BPE (vocab.json + merges.txt beside it), cased
+        tokenizer_config = {"tokenizer_class": "RobertaTokenizer"}
+    else:
+        tokenizer_config = {"do_lower_case": do_lower_case, "tokenizer_class": "BertTokenizer"}
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
     return [out / "model.safetensors", out / "config.json", out / "tokenizer_config.json"]
 
 
-def save_hf(model, output_dir, do_lower_case: bool = True) -> tuple[list[Path], list[str]]:
+def save_hf(
+    model, output_dir, do_lower_case: bool = True, bpe_vocab: bool = False
+) -> tuple[list[Path], list[str]]:
     """Writes the model as transformers' save_pretrained would for its family; returns (files,
-    notes). BERT: save_hf_bert. RoBERTa (position_offset > 0): RobertaModel, or
+    notes). bpe_vocab: the vocabulary is RoBERTa's byte-level BPE (tokenizer_config.json names
+    RobertaTokenizer; the caller copies vocab.json + merges.txt), else WordPiece (BertTokenizer).
+    BERT: save_hf_bert. RoBERTa (position_offset > 0): RobertaModel, or
     RobertaForMaskedLM with the pooler kept and the (unused) next-sentence head left out.
     ALBERT: AlbertModel or AlbertForPreTraining (with E == H an identity
     `embedding_hidden_mapping_in`, which Hugging Face always has). ELECTRA: ElectraModel, or
@@ -1959,14 +1966,15 @@ def save_hf(model, output_dir, do_lower_case: bool = True) -> tuple[list[Path], 
         if heads:
             notes.append("not written: the next-sentence head (RoBERTa has none)")
     else:
-        return save_hf_bert(model, output_dir, do_lower_case), notes
+        return save_hf_bert(model, output_dir, do_lower_case, bpe_vocab), notes
     generator = {
         k[len(HF_GENERATOR_DIR) + 1 :]: a
         for k, a in arrays.items()
         if k.startswith(HF_GENERATOR_DIR + "/")
     }
     arrays = {k: a for k, a in arrays.items() if not k.startswith(HF_GENERATOR_DIR + "/")}
-    files = _write_hf_folder(arrays, config_to_hf_config(config, heads), out, do_lower_case)
+    hf_config = config_to_hf_config(config, heads)
+    files = _write_hf_folder(arrays, hf_config, out, do_lower_case, bpe_vocab)
     if generator:
         # The generator shares the discriminator's embeddings (ELECTRA sec. 3.2): a copy in its
         # own folder, as the released generator checkpoints hold them.

@@ -461,7 +461,7 @@ def test_hf_weights_match_reference_and_tied_decoder_is_checked(tmp_path):
         checkpoints.load_hf_bert(tmp_path / "tied" / "model.safetensors", config)
 
 
-def test_hf_config_translation():
+def test_hf_config_translation(tmp_path):
     minilm = {
         "_name_or_path": "nreimers/MiniLM-L6-H384-uncased",
         "architectures": ["BertModel"],
@@ -497,6 +497,14 @@ def test_hf_config_translation():
     assert eps.layer_norm_eps == 1e-5 and eps.to_dict()["layer_norm_eps"] == 1e-5
     assert checkpoints.bert_config_to_hf_config(eps, heads=False)["layer_norm_eps"] == 1e-5
     assert "layer_norm_eps" not in config.to_dict()  # the default is not written
+    # read_any_config tells the two apart: a Cloze config holding layer_norm_eps keeps Cloze's
+    # names ("gelu" = tanh), a Hugging Face one without model_type has keys Cloze's lack.
+    cloze_json = tmp_path / "bert_config.json"
+    cloze_json.write_text(eps.replace(hidden_act="gelu").to_json_string())
+    assert checkpoints.read_any_config(cloze_json) == eps.replace(hidden_act="gelu")
+    hf_json = tmp_path / "config.json"
+    hf_json.write_text(json.dumps({k: v for k, v in minilm.items() if k != "model_type"}))
+    assert checkpoints.read_any_config(hf_json).hidden_act == "gelu_exact"
     for family in ("albert", "electra"):
         with pytest.raises(InputError, match=r"layer_norm_eps: expected 1e-12"):
             checkpoints.hf_config_to_config(

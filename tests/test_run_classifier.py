@@ -241,7 +241,8 @@ def test_hugging_face_roberta_converts_and_fine_tunes_with_its_own_bpe(tmp_path)
     positions from 2, RoBERTa's vocab.json + merges.txt) goes through convert_checkpoint.py
     --from=hf --to=cloze, whose folder is run_classifier.py's --vocab_file, --bert_config_file
     and --init_checkpoint: the pairs are byte-level BPE as <s> a </s></s> b </s> padded with
-    <pad>, and the run starts from the converted weights; run_ner.py tags with the same folder.
+    <pad>, and the run starts from the converted weights; run_ner.py and run_squad.py fine-tune
+    with the same folder.
     Formats that cannot hold the epsilon refuse it."""
     import numpy as np
     import tensorflow as tf
@@ -255,6 +256,7 @@ def test_hugging_face_roberta_converts_and_fine_tunes_with_its_own_bpe(tmp_path)
         vocab_size=50261,
         position_offset=2,
         type_vocab_size=1,
+        max_position_embeddings=50,  # 48 positions for run_squad below
         hidden_act="gelu_exact",
         layer_norm_eps=1e-5,
     )
@@ -272,6 +274,27 @@ def test_hugging_face_roberta_converts_and_fine_tunes_with_its_own_bpe(tmp_path)
     assert bpe.folder_files(conv) == (conv / "vocab.json", conv / "merges.txt")
     read = bert.BertConfig.from_json_file(conv / "bert_config.json")
     assert (read.layer_norm_eps, read.position_offset) == (1e-5, 2)
+    # And back to Hugging Face with its BPE: keras-hub's own RoBERTa tokenizer reads the folder
+    # as Cloze does, and its config is the same RoBERTa. (keras-hub's RobertaBackbone loader
+    # wants RobertaForMaskedLM's "roberta." names; this encoder-only folder has RobertaModel's:
+    # test_checkpoints compares the weights through a pretrainer's export.)
+    import keras_hub
+
+    back = tmp_path / "back"
+    exported = helpers.run_main(
+        "convert_checkpoint.py",
+        ["--from=cloze", "--to=hf", f"--input_dir={conv}", f"--output_dir={back}"],
+    )
+    assert exported.returncode == 0, exported.stderr[-4000:]
+    tokenizer_config = json.loads((back / "tokenizer_config.json").read_text())
+    assert tokenizer_config == {"tokenizer_class": "RobertaTokenizer"}
+    hub_tokenizer = keras_hub.models.RobertaTokenizer.from_preset(str(back))
+    text = "RoBERTa's tokenizer, read back: naïve café 東京."
+    ours = bpe.RobertaTokenizer.from_folder(conv)
+    assert np.asarray(hub_tokenizer(text)).tolist() == ours.convert_tokens_to_ids(
+        ours.tokenize(text)
+    )
+    assert checkpoints.read_any_config(back / "config.json") == read
     # A BERT (positions from 0) with RoBERTa's epsilon: formats whose BERT fixes 1e-12 refuse.
     bert_eps = tmp_path / "bert_eps"
     bert_eps.mkdir()
@@ -356,6 +379,46 @@ def test_hugging_face_roberta_converts_and_fine_tunes_with_its_own_bpe(tmp_path)
     ner = helpers.run_main("run_ner.py", ner_args)
     assert ner.returncode == 0, ner.stderr[-4000:]
     assert "[UNK]" not in ner.stderr and (ner_out / "eval_results.txt").exists()
+    # run_squad.py with the same folder on the real SQuAD sample: <s> question </s></s> window
+    # </s>; every predicted answer is text of its own context.
+    from data_prep import fetch
+
+    (sample,) = fetch.fetch_package_files(
+        "allennlp==0.9.0", lambda n: n.endswith("tests/fixtures/data/squad.json"), binary=True
+    )
+    qa_out = tmp_path / "squad"
+    qa = helpers.run_main(
+        "run_squad.py",
+        [
+            f"--vocab_file={conv}",
+            f"--bert_config_file={conv / 'bert_config.json'}",
+            f"--init_checkpoint={conv}",
+            f"--train_file={sample}",
+            f"--predict_file={sample}",
+            f"--output_dir={qa_out}",
+            "--max_seq_length=48",
+            "--doc_stride=16",
+            "--max_query_length=12",
+            "--train_batch_size=4",
+            "--predict_batch_size=8",
+            "--num_train_epochs=1",
+            "--do_train",
+            "--do_predict",
+            "--do_eval",
+        ],
+    )
+    assert qa.returncode == 0, qa.stderr[-4000:]
+    predictions = json.loads((qa_out / "predictions.json").read_text())
+    contexts = {
+        q["id"]: p["context"]
+        for article in json.loads(sample.read_text())["data"]
+        for p in article["paragraphs"]
+        for q in p["qas"]
+    }
+    assert predictions.keys() == contexts.keys()
+    assert all(text and text in contexts[qid] for qid, text in predictions.items()), predictions
+    scores = (qa_out / "eval_results.txt").read_text()
+    assert "exact_match = " in scores and "f1 = " in scores
     # An ELMo biLM reads WordPiece: both scripts refuse the BPE folder with it.
     from tests.test_run_ner import ELMO
 

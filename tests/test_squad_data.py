@@ -343,3 +343,59 @@ def test_duplicate_question_ids_refused_for_prediction(tmp_path):
     )
     examples, _ = squad.read_squad_examples(path, True, False)  # training keys nothing by id
     assert len(examples) == 2
+
+
+def test_roberta_windows_on_the_real_sample_equal_hugging_face_tokenizers(real_sample, tmp_path):
+    """With a RoBERTa BPE folder (glue.ROBERTA_PACKING) every window is `<s> question </s></s>
+    document </s>` padded with <pad>, one segment type: the question's ids equal Hugging Face
+    tokenizers' byte-level BPE of the question, the document's its pre-tokenized encoding of the
+    words (each with a leading space), window by window; training answers are narrowed to the
+    tokens of the answer's words, and their text (detokenize) is the answer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from data_prep import bpe, glue
+    from tests import helpers
+
+    path, _ = real_sample
+    folder = helpers.roberta_bpe_folder(tmp_path)
+    tok = bpe.RobertaTokenizer.from_folder(folder)
+
+    def reference(add_prefix_space):
+        files = str(folder / "vocab.json"), str(folder / "merges.txt")
+        ref = Tokenizer(models.BPE.from_file(*files))
+        ref.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+        return ref
+
+    text_ref, words_ref = reference(False), reference(True)
+    examples, _ = squad.read_squad_examples(path, True, False)
+    s, stride, max_query = 128, 32, 24
+    squad.check_lengths(s, max_query, stride, glue.ROBERTA_PACKING)
+    with pytest.raises(InputError, match=r"\+ 4 special tokens"):
+        squad.check_lengths(28, max_query, stride, glue.ROBERTA_PACKING)
+    fs = list(
+        squad.convert_examples_to_features(
+            examples, tok, s, stride, max_query, True, glue.ROBERTA_PACKING
+        )
+    )
+    assert len(fs) > len(examples)  # long paragraphs take several windows
+    for f in fs:
+        ex = examples[f.example_index]
+        query = text_ref.encode(ex.question_text).ids[:max_query]
+        doc = words_ref.encode(ex.doc_tokens, is_pretokenized=True).ids
+        start = len(query) + 3
+        n = sum(f.input_mask) - start - 1  # the window's document tokens
+        window = f.input_ids[start : start + n]
+        assert f.input_ids[:start] == [0, *query, 2, 2] and f.input_ids[start + n] == 2
+        # Windows start every `stride` document tokens (each is longer than the stride here).
+        assert window == doc[f.doc_span_index * stride : f.doc_span_index * stride + n], ex.qas_id
+        assert set(f.input_ids[start + n + 1 :]) <= {1} and set(f.segment_ids) == {0}
+    answers = {}
+    for f in fs:
+        if f.start_position:
+            qid = examples[f.example_index].qas_id
+            answers.setdefault(qid, tok.detokenize(f.tokens[f.start_position : f.end_position + 1]))
+    assert len(answers) == 5
+    assert answers["5733b1da4776f41900661068"] == "1882"  # narrowed, the comma dropped
+    assert answers["5733be284776f41900661182"] == "Saint Bernadette Soubirous"
+    # "Nieuwl" is no token sequence of " Nieuwland": the span stays on the whole word.
+    assert answers["5733b1da4776f4190066106b"] == "Father Julius Nieuwland"

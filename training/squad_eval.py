@@ -179,12 +179,14 @@ def example_predictions(
     do_lower_case: bool,
     version_2_with_negative: bool,
     null_score_diff_threshold: float,
+    detokenize: Callable[[Sequence[str]], str] = tokenization.wordpiece_text,
 ) -> ExampleResult:
     """The original write_predictions for one example: its windows' n-best spans merged.
 
     features: the example's data_prep.squad.InputFeatures (its windows, in order); logits: one
     float (S, 2) array per window. Only these are needed, so predictions can be made example by
-    example while the windows stream past (stream_predictions).
+    example while the windows stream past (stream_predictions). detokenize: a span's tokens ->
+    its text (WordPiece's by default; a RoBERTa tokenizer's `detokenize` for byte-level BPE).
     """
     prelim = []
     score_null = math.inf
@@ -222,10 +224,8 @@ def example_predictions(
             orig_words = example.doc_tokens[
                 feature.token_to_orig_map[s] : feature.token_to_orig_map[e] + 1
             ]
-            # Undo WordPiece: "un ##aff ##able" -> "unaffable".
-            tok_text = " ".join(pieces).replace(" ##", "").replace("##", "")
-            tok_text = " ".join(tok_text.strip().split())
-            text = get_final_text(tok_text, " ".join(orig_words), do_lower_case)
+            # Undo WordPiece ("un ##aff ##able" -> "unaffable") or byte-level BPE.
+            text = get_final_text(detokenize(pieces), " ".join(orig_words), do_lower_case)
             if text in seen:
                 continue
         else:
@@ -267,6 +267,7 @@ def make_predictions(
     do_lower_case: bool,
     version_2_with_negative: bool,
     null_score_diff_threshold: float,
+    detokenize: Callable[[Sequence[str]], str] = tokenization.wordpiece_text,
 ) -> tuple[dict, dict, dict, dict]:
     """The original write_predictions, without the writing, on features held in memory.
 
@@ -293,6 +294,7 @@ def make_predictions(
             do_lower_case,
             version_2_with_negative,
             null_score_diff_threshold,
+            detokenize,
         )
         for example_index, example in enumerate(examples)
     )
@@ -322,6 +324,7 @@ def stream_predictions(
     do_lower_case: bool,
     version_2_with_negative: bool,
     null_score_diff_threshold: float,
+    detokenize: Callable[[Sequence[str]], str] = tokenization.wordpiece_text,
 ) -> Iterator[ExampleResult]:
     """Yields every example's ExampleResult, in example order, from windows that stream past.
 
@@ -340,6 +343,7 @@ def stream_predictions(
         do_lower_case,
         version_2_with_negative,
         null_score_diff_threshold,
+        detokenize,
     )
     done = 0  # examples yielded so far
     windows, rows = [], []  # of example `done`
