@@ -1305,6 +1305,7 @@ def convert_into(
     ignore: Callable[[str], str | None] = lambda name: None,
     skip: str | None = None,
     heads: bool | None = None,
+    fresh: Iterable[str] = (),
 ) -> ConversionReport:
     """Checks `entries` against `source` and `model`, then assigns every Cloze variable.
 
@@ -1318,6 +1319,8 @@ def convert_into(
       skip: a regex; source variables it matches (re.search) are deliberately left out.
       heads: whether the model holds its pre-training head(s), for the report; None = a
         pretrainer of the BERT family (has_heads). Sequence-to-sequence models say it themselves.
+      fresh: Cloze variables the checkpoint does not hold on purpose, which keep their
+        initialisation (a RoBERTa MLM checkpoint's pooler).
     Raises:
       InputError: before anything is assigned, listing every source variable that is missing,
         has another shape or dtype, or has no place in the model, and every Cloze variable the
@@ -1341,7 +1344,7 @@ def convert_into(
                 )
             elif source.dtypes.get(name, "float32") not in _FLOAT_DTYPES:
                 problems.append(f"{name}: expected floating point, found {source.dtypes[name]}")
-    unmapped = sorted(set(targets) - {e.target for e in entries})
+    unmapped = sorted(set(targets) - {e.target for e in entries} - set(fresh))
     problems += [f"Cloze variable {t}: no source variable maps onto it" for t in unmapped]
     ignored = {}
     pattern = re.compile(skip) if skip else None
@@ -1718,14 +1721,29 @@ def load_hf_roberta(weights, config, config_where="config.json", skip=None, trus
     model = build_model(config, heads=False)
     why = "RoBERTa's MLM head; Cloze loads the encoder"
     extra = {n: why for n in source.shapes if n.startswith("lm_head.")}
+    entries = hf_roberta_entries(config, False, prefix)
+    # The published RoBERTa checkpoints (RobertaForMaskedLM, converted from fairseq) hold no
+    # pooler: it keeps its initialisation, as transformers' RobertaModel.from_pretrained leaves
+    # it, and fine-tuning trains it.
+    pooler = [e for e in entries if e.target.startswith("encoder/pooler/")]
+    no_pooler = not any(n in source.shapes for e in pooler for n in e.sources)
+    if no_pooler:
+        entries = [e for e in entries if e not in pooler]
     report = convert_into(
         model,
-        hf_roberta_entries(config, False, prefix),
+        entries,
         source,
         describe(config, config_where) + f" with position_offset={config.position_offset}",
         _hf_ignore({}, source, extra),
         skip,
+        fresh=[e.target for e in pooler] if no_pooler else (),
     )
+    if no_pooler:
+        report.notes.append(
+            "WARNING: the checkpoint has no pooler (RoBERTa's MLM checkpoints hold none): "
+            "encoder/pooler keeps its fresh initialisation, as in transformers; fine-tuning "
+            "trains it"
+        )
     return model, report
 
 

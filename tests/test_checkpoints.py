@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 
 import keras
@@ -574,6 +575,27 @@ def test_roberta_position_offset_is_written_as_hugging_face_roberta(tmp_path):
     np.testing.assert_array_equal(
         encoder(inputs)["sequence_output"], model.encoder(inputs)["sequence_output"]
     )
+    assert not report.notes
+    # The published RoBERTa weights hold no pooler: it keeps its initialisation, with a note.
+    # Any other missing variable is still an error.
+    from safetensors.numpy import load_file, save_file
+
+    arrays = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    for name, left_out in (("no_pooler", ".pooler."), ("no_norm", "layer.0.output.LayerNorm")):
+        folder = tmp_path / name
+        shutil.copytree(tmp_path / "hf", folder)
+        kept = {k: v for k, v in arrays.items() if left_out not in k}
+        assert len(kept) == len(arrays) - 2
+        save_file(kept, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        if name == "no_pooler":
+            encoder, report = checkpoints.load_hf(folder, read)
+            assert len(report.notes) == 1 and "no pooler" in report.notes[0]
+            np.testing.assert_array_equal(
+                encoder(inputs)["sequence_output"], model.encoder(inputs)["sequence_output"]
+            )
+        else:
+            with pytest.raises(InputError, match=r"LayerNorm.weight: missing"):
+                checkpoints.load_hf(folder, read)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -267,10 +267,18 @@ def test_hugging_face_roberta_converts_and_fine_tunes_with_its_own_bpe(tmp_path)
     assert (hf_config["model_type"], hf_config["layer_norm_eps"]) == ("roberta", 1e-5)
     hf_config |= {"bos_token_id": 0, "eos_token_id": 2}  # as roberta-base's config.json
     (hf / "config.json").write_text(json.dumps(hf_config))
+    # roberta-base's and roberta-large's RobertaForMaskedLM weights hold no pooler.
+    from safetensors.numpy import load_file, save_file
+
+    arrays = load_file(str(hf / "model.safetensors"))
+    assert {"roberta.pooler.dense.weight", "roberta.pooler.dense.bias"} <= set(arrays)
+    arrays = {k: v for k, v in arrays.items() if ".pooler." not in k}
+    save_file(arrays, str(hf / "model.safetensors"), metadata={"format": "pt"})
 
     args = ["--from=hf", f"--input_dir={hf}", f"--output_dir={conv}"]
     converted = helpers.run_main("convert_checkpoint.py", [*args, "--to=cloze"])
     assert converted.returncode == 0, converted.stderr[-4000:]
+    assert "the checkpoint has no pooler" in converted.stderr
     assert bpe.folder_files(conv) == (conv / "vocab.json", conv / "merges.txt")
     read = bert.BertConfig.from_json_file(conv / "bert_config.json")
     assert (read.layer_norm_eps, read.position_offset) == (1e-5, 2)
