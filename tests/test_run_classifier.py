@@ -367,8 +367,9 @@ def test_hugging_face_roberta_converts_and_fine_tunes_with_its_own_bpe(tmp_path)
     from tests.test_run_ner import sentences, write_conll2003
 
     rng = np.random.default_rng(1)
-    for name in ("eng.train", "eng.testa"):  # CoNLL-2003's train and dev files
-        write_conll2003(tmp_path / "conll" / name, sentences(rng, 6))
+    rows = {name: sentences(rng, 6) for name in ("eng.train", "eng.testa")}  # train, dev
+    for name, split_rows in rows.items():
+        write_conll2003(tmp_path / "conll" / name, split_rows)
     ner_out = tmp_path / "ner"
     ner_args = [
         f"--data_dir={tmp_path / 'conll'}",
@@ -386,7 +387,16 @@ def test_hugging_face_roberta_converts_and_fine_tunes_with_its_own_bpe(tmp_path)
     ]
     ner = helpers.run_main("run_ner.py", ner_args)
     assert ner.returncode == 0, ner.stderr[-4000:]
-    assert "[UNK]" not in ner.stderr and (ner_out / "eval_results.txt").exists()
+    assert "f1 = " in (ner_out / "eval_results.txt").read_text()
+    # Its windows: <s> words </s> padded with <pad>, every word with its leading space.
+    lines = [" " + " ".join(words) for words, _ in rows["eng.train"]]
+    for record in tf.data.TFRecordDataset(str(ner_out / "train.tf_record")):
+        f = tf.train.Example.FromString(record.numpy()).features.feature
+        ids = list(f["input_ids"].int64_list.value)
+        n = sum(f["input_mask"].int64_list.value)
+        assert ids[0] == 0 and ids[n - 1] == 2 and set(ids[n:]) <= {1}
+        text = tokenizer.bpe.decode(ids[1 : n - 1])
+        assert text.startswith(" ") and any(text in line for line in lines), text
     # run_squad.py with the same folder on the real SQuAD sample: <s> question </s></s> window
     # </s>; every predicted answer is text of its own context.
     from data_prep import fetch
