@@ -646,7 +646,9 @@ def check_run_fits(config, path, max_seq_length: int, vocab_size: int | None = N
 # ---------------------------------------------------------------------------------------------
 
 # What a student must share with its teacher: the soft targets need one vocabulary, the cosine
-# loss and the copied layers one hidden size, the copied blocks their other shapes.
+# loss and the copied layers one hidden size, the copied blocks their other shapes, and the
+# copied weights the computation they were trained in (a RoBERTa teacher's position offset and
+# LayerNorm epsilon).
 STUDENT_MUST_MATCH = (
     "vocab_size",
     "hidden_size",
@@ -654,6 +656,8 @@ STUDENT_MUST_MATCH = (
     "intermediate_size",
     "type_vocab_size",
     "max_position_embeddings",
+    "position_offset",
+    "layer_norm_eps",
 )
 
 

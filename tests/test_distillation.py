@@ -54,11 +54,14 @@ def test_student_starts_from_every_other_teacher_layer():
         ),
         ({"hidden_size": 15}, r"hidden_size=15 differs .*set it to 12"),
         ({"num_hidden_layers": 3}, r"num_hidden_layers=3 is more than the teacher's 2"),
+        # A RoBERTa teacher's (positions from 2, epsilon 1e-5): the student keeps both.
+        ({"position_offset": 0}, r"position_offset=0 differs .*set it to 2"),
+        ({"layer_norm_eps": 1e-12}, r"layer_norm_eps=1e-12 differs .*set it to 1e-05"),
     ],
 )
 def test_student_that_cannot_learn_from_the_teacher_says_what_to_change(change, message):
-    teacher = helpers.tiny_config()
-    student = helpers.tiny_config(**change)
+    teacher = helpers.tiny_config(position_offset=2, layer_norm_eps=1e-5)
+    student = helpers.tiny_config(**{"position_offset": 2, "layer_norm_eps": 1e-5, **change})
     with pytest.raises(InputError, match=f"student.json: {message}"):
         bert.check_student_fits_teacher(student, teacher, "student.json")
 
