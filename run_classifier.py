@@ -265,13 +265,8 @@ def main(argv):
             raise SystemExit(f"run_classifier: {e}") from None
     else:
         config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
-        if is_roberta and not getattr(config, "position_offset", 0):
-            logging.warning(
-                "%s has no position_offset, but --vocab_file is a RoBERTa BPE folder: RoBERTa "
-                "checkpoints number positions from 2 (convert_checkpoint.py --from=hf writes "
-                "position_offset into the config it converts)",
-                FLAGS.bert_config_file,
-            )
+        if mismatch := glue.packing_mismatch(packing, config, FLAGS.bert_config_file):
+            logging.warning(mismatch)
     # The layer count --layerwise_lr_decay reads (ELMo's is refused above).
     num_layers = (
         config.n_layer

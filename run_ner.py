@@ -345,6 +345,8 @@ def main(argv):
             f"--vocab_file={FLAGS.vocab_file} is a byte-level BPE folder (RoBERTa's); an ELMo "
             "biLM reads the WordPiece vocab.txt it was pretrained on"
         )
+    if mismatch := glue.packing_mismatch(packing, config, FLAGS.bert_config_file):
+        logging.warning(mismatch)
     if elmo_encoder and settings["feature_mode"] == "finetune":
         raise app.UsageError(
             "an ELMo biLM stays frozen (ELMo's downstream recipe): give a --feature_mode; "

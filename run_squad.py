@@ -148,6 +148,8 @@ def main(argv):
         config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
     except InputError as e:
         raise SystemExit(f"run_squad: {e}") from None
+    if mismatch := glue.packing_mismatch(packing, config, FLAGS.bert_config_file):
+        logging.warning(mismatch)
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy,
         FLAGS.tpu or "",

@@ -645,6 +645,19 @@ def load_tokenizer(vocab_file, do_lower_case: bool, lower_case_given: bool = Tru
     return tokenization.FullTokenizer(vocab_file, do_lower_case), BERT_PACKING
 
 
+def packing_mismatch(packing: Packing, config, config_file) -> str | None:
+    """A warning when RoBERTa's packing meets a config whose positions start at 0: RoBERTa's
+    checkpoints number them from 2 (BertConfig.position_offset), which convert_checkpoint.py
+    --from=hf writes into the config it converts. None otherwise."""
+    if packing == ROBERTA_PACKING and not getattr(config, "position_offset", 0):
+        return (
+            f"{config_file} has no position_offset, but --vocab_file is a RoBERTa BPE folder: "
+            "RoBERTa checkpoints number positions from 2 (convert_checkpoint.py --from=hf writes "
+            "position_offset into the config it converts)"
+        )
+    return None
+
+
 def pack(
     tokens_a: list[str],
     tokens_b: list[str] | None,

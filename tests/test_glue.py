@@ -323,6 +323,15 @@ def test_roberta_packing_frames_pairs_with_two_separators_in_one_segment():
     assert enc.features["segment_ids"].tolist() == [[0] * 9]
     with pytest.raises(ValueError, match="at least 4, found 3"):
         glue.encode_examples(ex, task, Tokens(), 3, r)
+    # A RoBERTa vocabulary with a config whose positions start at 0 is warned about.
+    from tests import helpers
+
+    assert "c.json has no position_offset" in glue.packing_mismatch(
+        r, helpers.tiny_config(), "c.json"
+    )
+    roberta = helpers.tiny_config(position_offset=2)
+    assert glue.packing_mismatch(r, roberta, "c.json") is None
+    assert glue.packing_mismatch(glue.BERT_PACKING, helpers.tiny_config(), "c.json") is None
 
 
 def test_truncation_takes_from_the_longer_side_first():

@@ -387,6 +387,7 @@ def test_hugging_face_roberta_converts_and_fine_tunes_with_its_own_bpe(tmp_path)
     ]
     ner = helpers.run_main("run_ner.py", ner_args)
     assert ner.returncode == 0, ner.stderr[-4000:]
+    assert "no position_offset" not in ner.stderr
     assert "f1 = " in (ner_out / "eval_results.txt").read_text()
     # Its windows: <s> words </s> padded with <pad>, every word with its leading space.
     lines = [" " + " ".join(words) for words, _ in rows["eng.train"]]
@@ -426,6 +427,7 @@ def test_hugging_face_roberta_converts_and_fine_tunes_with_its_own_bpe(tmp_path)
         ],
     )
     assert qa.returncode == 0, qa.stderr[-4000:]
+    assert "no position_offset" not in qa.stderr
     predictions = json.loads((qa_out / "predictions.json").read_text())
     contexts = {
         q["id"]: p["context"]
