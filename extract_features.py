@@ -25,10 +25,19 @@ flags.DEFINE_string("input_file", None, "Text file: one `text_a [||| text_b]` ex
 flags.DEFINE_string("output_file", None, "JSON lines output (the original's format).")
 flags.DEFINE_string("npz_file", None, "Optional compact output: a numpy .npz of float32 values.")
 flags.DEFINE_list("layers", ["-1", "-2", "-3", "-4"], "Transformer layers to write (-1 = last).")
-flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary the model was trained with.")
+flags.DEFINE_string(
+    "vocab_file",
+    None,
+    "WordPiece vocabulary the model was trained with, or a RoBERTa checkpoint's byte-level BPE "
+    "folder (vocab.json + merges.txt: <s> a </s></s> b </s>).",
+)
 flags.DEFINE_string("bert_config_file", None, "JSON config of the BERT model (original fields).")
 flags.DEFINE_string("init_checkpoint", None, "Cloze checkpoint (prefix or folder) to read.")
-flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased vocabularies).")
+flags.DEFINE_bool(
+    "do_lower_case",
+    True,
+    "Lower-case the input (uncased vocabularies); a RoBERTa BPE folder only when given explicitly.",
+)
 flags.DEFINE_integer("max_seq_length", 128, "WordPieces per example, [CLS] and [SEP] included.")
 flags.DEFINE_integer("batch_size", 32, "Examples per forward pass.")
 flags.DEFINE_enum(
@@ -53,7 +62,7 @@ def feature_model(config, layers):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from data_prep import feature_files, glue, tokenization
+    from data_prep import feature_files, glue
     from data_prep.errors import InputError
 
     for name in ("input_file", "vocab_file", "bert_config_file", "init_checkpoint"):
@@ -66,22 +75,26 @@ def main(argv):
     except ValueError:
         raise app.UsageError(f"--layers: expected integers, found {FLAGS.layers}") from None
     s = FLAGS.max_seq_length
-    if s < 3:
-        raise app.UsageError(f"--max_seq_length={s} leaves no room for [CLS] a [SEP] b [SEP]")
-    try:
-        tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+    try:  # WordPiece, or a RoBERTa checkpoint's byte-level BPE folder (glue.load_tokenizer)
+        given = FLAGS["do_lower_case"].present
+        tokenizer, packing = glue.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, given)
         lines = feature_files.read_input_lines(FLAGS.input_file)
     except InputError as e:
         raise SystemExit(f"extract_features: {e}") from None
+    if s < packing.pair_specials:
+        raise app.UsageError(
+            f"--max_seq_length={s} leaves no room for {packing.start} a "
+            f"{' '.join(packing.middle)} b {packing.end}"
+        )
     task = glue.TaskSpec("features", glue.CLASSIFICATION, ("0",), ("accuracy",), None, (), ())
     examples = [
         glue.Example(f"{FLAGS.input_file}:{x.line}", str(x.unique_id), x.text_a, x.text_b)
         for x in lines
     ]
-    encoded = glue.encode_examples(examples, task, tokenizer, s)
+    encoded = glue.encode_examples(examples, task, tokenizer, s, packing)
     glue.log_truncation(FLAGS.input_file, encoded, s)
     lengths = encoded.features["input_mask"].sum(axis=1)  # (N,) tokens per line
-    logging.info("%s: %d lines, %d WordPieces", FLAGS.input_file, len(lines), int(lengths.sum()))
+    logging.info("%s: %d lines, %d tokens", FLAGS.input_file, len(lines), int(lengths.sum()))
 
     import numpy as np
 
@@ -95,6 +108,11 @@ def main(argv):
         values = bert.read_config_json(FLAGS.bert_config_file, "a model config JSON file")
     except InputError as e:
         raise SystemExit(f"extract_features: {e}") from None
+    if elmo.is_elmo_config(values) and packing != glue.BERT_PACKING:
+        raise app.UsageError(
+            f"--vocab_file={FLAGS.vocab_file} is a byte-level BPE folder (RoBERTa's); an ELMo "
+            "biLM reads the WordPiece vocab.txt it was pretrained on"
+        )
     if elmo.is_elmo_config(values):  # the chosen biLM layers (default all) and their scalar mix
         try:
             with strategy.scope():
@@ -111,6 +129,8 @@ def main(argv):
             config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
         except InputError as e:
             raise SystemExit(f"extract_features: {e}") from None
+        if mismatch := glue.packing_mismatch(packing, config, FLAGS.bert_config_file):
+            logging.warning(mismatch)
         with strategy.scope():
             try:
                 model = feature_model(config, layers)

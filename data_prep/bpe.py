@@ -390,6 +390,9 @@ class RobertaTokenizer:
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
         return [self.vocab[t] for t in tokens]
 
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.bpe.decoder[int(i)] for i in ids]
+
     def detokenize(self, tokens: Sequence[str]) -> str:
         """The text of byte-level tokens (a span's, run_squad's answers), one space between
         words: ["ĠNew", "ĠYork"] -> "New York"."""

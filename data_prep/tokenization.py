@@ -101,8 +101,8 @@ def load_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
         raise input_error(
             str(vocab_file),
             "a WordPiece vocab.txt, one token a line",
-            "a byte-level BPE folder (a RoBERTa or GPT vocabulary), which run_classifier.py, "
-            "run_squad.py and run_ner.py read; this script reads WordPiece only",
+            "a byte-level BPE folder (a RoBERTa or GPT vocabulary), which the run scripts and "
+            "extract_features.py read; this script reads WordPiece only",
         )
     vocab: dict[str, int] = {}
     for number, line in read_utf8_lines(vocab_file):

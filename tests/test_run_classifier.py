@@ -242,7 +242,7 @@ def test_hugging_face_roberta_converts_and_fine_tunes_with_its_own_bpe(tmp_path)
     --from=hf --to=cloze, whose folder is run_classifier.py's --vocab_file, --bert_config_file
     and --init_checkpoint: the pairs are byte-level BPE as <s> a </s></s> b </s> padded with
     <pad>, and the run starts from the converted weights; run_ner.py and run_squad.py fine-tune
-    with the same folder.
+    with the same folder, and extract_features.py reads the converted encoder's values.
     Formats that cannot hold the epsilon refuse it."""
     import numpy as np
     import tensorflow as tf
@@ -439,6 +439,36 @@ def test_hugging_face_roberta_converts_and_fine_tunes_with_its_own_bpe(tmp_path)
     assert all(text and text in contexts[qid] for qid, text in predictions.items()), predictions
     scores = (qa_out / "eval_results.txt").read_text()
     assert "exact_match = " in scores and "f1 = " in scores
+    # extract_features.py with the same folder: <s> a </s></s> b </s>, and the last layer's
+    # values are the converted encoder's at those ids.
+    from data_prep import feature_files
+
+    (tmp_path / "input.txt").write_text("Hello world ||| naïve café\nOne line only.\n")
+    extracted = helpers.run_main(
+        "extract_features.py",
+        [
+            f"--input_file={tmp_path / 'input.txt'}",
+            f"--npz_file={tmp_path / 'features.npz'}",
+            f"--vocab_file={conv}",
+            f"--bert_config_file={conv / 'bert_config.json'}",
+            f"--init_checkpoint={conv}",
+            f"--max_seq_length={S}",
+            "--layers=-1",
+        ],
+    )
+    assert extracted.returncode == 0, extracted.stderr[-4000:]
+    lines = list(feature_files.read_npz(tmp_path / "features.npz"))
+    # Byte-level tokens show UTF-8 bytes as characters: "ï" is "Ã¯".
+    assert [line.tokens for line in lines] == [
+        ["<s>", "Hello", "Ġworld", "</s>", "</s>", "na", "Ã¯ve", "ĠcafÃ©", "</s>"],
+        ["<s>", "One", "Ġline", "Ġonly", ".", "</s>"],
+    ]
+    for line in lines:
+        ids = np.array([tokenizer.convert_tokens_to_ids(line.tokens)], "int32")
+        assert ids[0, 0] == 0 and ids[0, -1] == 2 and 1 not in ids
+        inputs = {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": 0 * ids}
+        want = np.asarray(model.encoder(inputs)["sequence_output"])[0]
+        np.testing.assert_allclose(line.values[:, 0], want, atol=1e-5)
     # An ELMo biLM reads WordPiece: both scripts refuse the BPE folder with it.
     from tests.test_run_ner import ELMO
 

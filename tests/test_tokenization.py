@@ -371,12 +371,12 @@ def test_load_vocab_duplicate_names_both_lines(tmp_path):
 
 
 def test_load_vocab_names_a_byte_level_bpe_folder_for_what_it_is(tmp_path):
-    """extract_features (and every other reader of vocab.txt) reads WordPiece: a RoBERTa
-    folder (vocab.json + merges.txt) as its --vocab_file is named, with the scripts that read
-    it."""
+    """A reader of WordPiece vocab.txt files only (create_pretraining_data, convert_checkpoint's
+    --vocab_file, ...) names a RoBERTa folder (vocab.json + merges.txt) for what it is, with the
+    scripts that read it."""
     (tmp_path / "vocab.json").write_text('{"<s>": 0}')
     (tmp_path / "merges.txt").write_text("#version: 0.2\n")
-    pattern = r"byte-level BPE folder .* run_classifier\.py, run_squad\.py and run_ner\.py"
+    pattern = r"byte-level BPE folder .* the run scripts and extract_features\.py read"
     with pytest.raises(InputError, match=pattern) as e:
         load_vocab(tmp_path)
     assert str(e.value).startswith(f"{tmp_path}: expected a WordPiece vocab.txt")
