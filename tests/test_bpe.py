@@ -137,7 +137,7 @@ def test_roberta_features_equal_keras_hubs_roberta_preprocessor(roberta_folder):
     from data_prep import glue
 
     vocab = json.loads((roberta_folder / "vocab.json").read_text())
-    merges = [line for line in (roberta_folder / "merges.txt").read_text().splitlines()[1:]]
+    merges = (roberta_folder / "merges.txt").read_text().splitlines()[1:]  # after "#version"
     hub_tokenizer = keras_hub.models.RobertaTokenizer(vocabulary=vocab, merges=merges)
     pre = keras_hub.models.RobertaTextClassifierPreprocessor(hub_tokenizer, sequence_length=96)
     pairs = [(a, b) for a, b in ROBERTA_PAIRS[:6] if b is not None]
