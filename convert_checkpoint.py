@@ -221,22 +221,20 @@ def check_target_family(config, target_format: str, where: str) -> None:
             f"a format for this {family.upper()} model of {where}: one of {fits}",
             f"--to={target_format}, which holds {want.upper()} models only",
         )
-    offset = getattr(config, "position_offset", 0)
-    if offset and target_format in ("tf1_bert", "keras_hub"):
-        raise input_error(
-            f"--to={target_format}",
-            f"a format that keeps position_offset={offset} of {where} (cloze, hf as RoBERTa, "
-            "keras, saved_model)",
-            f"--to={target_format}, whose BERT numbers positions from 0",
-        )
-    eps = getattr(config, "layer_norm_eps", layers.LAYER_NORM_EPSILON)
-    if eps != layers.LAYER_NORM_EPSILON and target_format in ("tf1_bert", "keras_hub"):
-        raise input_error(
-            f"--to={target_format}",
-            f"a format that keeps layer_norm_eps={eps} of {where} (cloze, hf, keras, saved_model)",
-            f"--to={target_format}, whose BERT computes LayerNorm with epsilon "
-            f"{layers.LAYER_NORM_EPSILON}",
-        )
+    if target_format not in ("tf1_bert", "keras_hub"):
+        return
+    # RoBERTa's fields, which these two formats' BERT fixes at BERT's values.
+    for name, fixed, why in (
+        ("position_offset", 0, "numbers positions from 0"),
+        ("layer_norm_eps", layers.LAYER_NORM_EPSILON, "computes LayerNorm with a fixed epsilon"),
+    ):
+        value = getattr(config, name, fixed)
+        if value != fixed:
+            raise input_error(
+                f"--to={target_format}",
+                f"a format that keeps {name}={value} of {where} (cloze, hf, keras, saved_model)",
+                f"--to={target_format}, whose BERT {why}",
+            )
 
 
 def is_bart_file(config_file) -> bool:

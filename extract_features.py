@@ -82,10 +82,7 @@ def main(argv):
     except InputError as e:
         raise SystemExit(f"extract_features: {e}") from None
     if s < packing.pair_specials:
-        raise app.UsageError(
-            f"--max_seq_length={s} leaves no room for {packing.start} a "
-            f"{' '.join(packing.middle)} b {packing.end}"
-        )
+        raise app.UsageError(f"--max_seq_length={s} leaves no room for {packing.pair_form}")
     task = glue.TaskSpec("features", glue.CLASSIFICATION, ("0",), ("accuracy",), None, (), ())
     examples = [
         glue.Example(f"{FLAGS.input_file}:{x.line}", str(x.unique_id), x.text_a, x.text_b)
@@ -108,12 +105,9 @@ def main(argv):
         values = bert.read_config_json(FLAGS.bert_config_file, "a model config JSON file")
     except InputError as e:
         raise SystemExit(f"extract_features: {e}") from None
-    if elmo.is_elmo_config(values) and packing != glue.BERT_PACKING:
-        raise app.UsageError(
-            f"--vocab_file={FLAGS.vocab_file} is a byte-level BPE folder (RoBERTa's); an ELMo "
-            "biLM reads the WordPiece vocab.txt it was pretrained on"
-        )
     if elmo.is_elmo_config(values):  # the chosen biLM layers (default all) and their scalar mix
+        if why := glue.elmo_packing_error(packing, FLAGS.vocab_file):
+            raise app.UsageError(why)
         try:
             with strategy.scope():
                 model, layers, width = elmo.build_features_model(

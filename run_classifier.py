@@ -148,7 +148,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     # Data first, TensorFlow later: bad input is reported in a second, before output_dir exists.
-    from data_prep import bpe, glue
+    from data_prep import glue
     from data_prep.errors import InputError
 
     if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
@@ -187,32 +187,22 @@ def main(argv):
                              "biLM: no multiple choice, no --layerwise_lr_decay")  # fmt: skip
     if is_elmo and FLAGS["pooling"].present:
         raise app.UsageError("--pooling: ELMo's classifier averages its scalar mix over tokens")
-    # A byte-level BPE folder as --vocab_file of a BERT-family config: a RoBERTa checkpoint's
-    # vocabulary (its <s> a </s></s> b </s> packing); a file: WordPiece ([CLS] a [SEP] b [SEP]).
-    # XLNet reads its own (its BPE folder or SentencePiece model).
-    is_roberta = not is_xlnet and bpe.folder_files(FLAGS.vocab_file) is not None
-    if is_roberta and is_elmo:
-        raise app.UsageError(
-            f"--vocab_file={FLAGS.vocab_file} is a byte-level BPE folder (RoBERTa's); an ELMo "
-            "biLM reads the WordPiece vocab.txt it was pretrained on"
-        )
     s = FLAGS.max_seq_length
     try:
-        if is_xlnet:
+        if is_xlnet:  # its own vocabulary: its BPE folder or SentencePiece model
             from training import xlnet_finetuning
 
             tokenizer = xlnet_finetuning.XLNetTextEncoder(FLAGS.vocab_file, FLAGS.do_lower_case)
             packing = glue.BERT_PACKING  # its length check; XLNet packs its own way
-        else:
+        else:  # WordPiece ([CLS] a [SEP] b [SEP]), or a RoBERTa BPE folder (<s> a </s></s> b </s>)
             given = FLAGS["do_lower_case"].present
             tokenizer, packing = glue.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, given)
     except InputError as e:
         raise SystemExit(f"run_classifier: {e}") from None
+    if is_elmo and (why := glue.elmo_packing_error(packing, FLAGS.vocab_file)):
+        raise app.UsageError(why)
     if s < packing.pair_specials:
-        raise app.UsageError(
-            f"--max_seq_length={s} leaves no room for {packing.start} a "
-            f"{' '.join(packing.middle)} b {packing.end}"
-        )
+        raise app.UsageError(f"--max_seq_length={s} leaves no room for {packing.pair_form}")
 
     def load(split):
         try:

@@ -340,11 +340,8 @@ def main(argv):
     except InputError as e:
         raise SystemExit(f"run_ner: {e}") from None
     elmo_encoder = tagging.is_elmo(config)
-    if elmo_encoder and packing != glue.BERT_PACKING:
-        raise app.UsageError(
-            f"--vocab_file={FLAGS.vocab_file} is a byte-level BPE folder (RoBERTa's); an ELMo "
-            "biLM reads the WordPiece vocab.txt it was pretrained on"
-        )
+    if elmo_encoder and (why := glue.elmo_packing_error(packing, FLAGS.vocab_file)):
+        raise app.UsageError(why)
     if mismatch := glue.packing_mismatch(packing, config, FLAGS.bert_config_file):
         logging.warning(mismatch)
     if elmo_encoder and settings["feature_mode"] == "finetune":

@@ -492,7 +492,6 @@ def encode_sentences(
         raise ValueError(f"window overlap must be in [0, {room}), found {overlap}")
     label_id = {t: i for i, t in enumerate(labels or ())}
     cls_id, sep_id = tokenizer.convert_tokens_to_ids([packing.start, packing.end])
-    pad_id = 0 if packing.pad is None else tokenizer.convert_tokens_to_ids([packing.pad])[0]
     rows: list[tuple] = []  # (sentence, ids, word at position, label ids, weights)
     split, cut, unknown, empty, lengths = [], [], [], [], []
     for k, s in enumerate(sentences):
@@ -534,7 +533,7 @@ def encode_sentences(
             rows.append((k, ids, words_at, label_ids, weights))
     n, width = len(rows), max_seq_length
     features = {
-        "input_ids": np.full((n, width), pad_id, np.int32),
+        "input_ids": np.full((n, width), packing.pad_id(tokenizer), np.int32),
         "input_mask": np.zeros((n, width), np.int32),
         "segment_ids": np.zeros((n, width), np.int32),
         "label_ids": np.zeros((n, width), np.int32),

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.errors import InputError, input_error
-from data_prep.tokenization import read_utf8_lines
+from data_prep.tokenization import UNK_TOKEN, read_utf8_lines
 
 logger = logging.getLogger(__name__)
 
@@ -618,11 +618,20 @@ class Packing:
     end: str
     second_segment: int
     pad: str | None = None
-    unk: str = "[UNK]"
+    unk: str = UNK_TOKEN
 
     @property
     def pair_specials(self) -> int:
         return 2 + len(self.middle)
+
+    @property
+    def pair_form(self) -> str:
+        """A pair as these tokens frame it, for messages: "[CLS] a [SEP] b [SEP]"."""
+        return " ".join([self.start, "a", *self.middle, "b", self.end])
+
+    def pad_id(self, tokenizer) -> int:
+        """The id inputs are padded with in `tokenizer`'s vocabulary."""
+        return 0 if self.pad is None else tokenizer.convert_tokens_to_ids([self.pad])[0]
 
 
 # BERT sec. 3, fig. 2: [CLS] a [SEP] b [SEP], segment ids 0 then 1.
@@ -643,6 +652,16 @@ def load_tokenizer(vocab_file, do_lower_case: bool, lower_case_given: bool = Tru
         lower = do_lower_case and lower_case_given
         return bpe.RobertaTokenizer.from_folder(vocab_file, lower), ROBERTA_PACKING
     return tokenization.FullTokenizer(vocab_file, do_lower_case), BERT_PACKING
+
+
+def elmo_packing_error(packing: Packing, vocab_file) -> str | None:
+    """Why an ELMo biLM cannot read this vocabulary (a RoBERTa BPE folder), or None."""
+    if packing == BERT_PACKING:
+        return None
+    return (
+        f"--vocab_file={vocab_file} is a byte-level BPE folder (RoBERTa's); an ELMo biLM reads "
+        "the WordPiece vocab.txt it was pretrained on"
+    )
 
 
 def packing_mismatch(packing: Packing, config, config_file) -> str | None:
@@ -722,8 +741,7 @@ def encode_examples(
     n, s = len(examples), max_seq_length
     c = task.num_choices
     shape = (n, c, s) if c else (n, s)
-    pad_id = 0 if packing.pad is None else tokenizer.convert_tokens_to_ids([packing.pad])[0]
-    ids = np.full(shape, pad_id, np.int32)
+    ids = np.full(shape, packing.pad_id(tokenizer), np.int32)
     mask = np.zeros(shape, np.int32)
     segments = np.zeros(shape, np.int32)
     labels = np.zeros((n,), np.float32 if task.kind == REGRESSION else np.int32)

@@ -387,7 +387,7 @@ def convert_examples_to_features(
     tokenizer: a FullTokenizer (tokenize, tokenize_word, convert_tokens_to_ids), or a
     bpe.RobertaTokenizer with glue.ROBERTA_PACKING.
     """
-    pad_id = 0 if packing.pad is None else tokenizer.convert_tokens_to_ids([packing.pad])[0]
+    pad_id = packing.pad_id(tokenizer)
     unique_id = FIRST_UNIQUE_ID
     for example_index, example in enumerate(examples):
         query_tokens = tokenizer.tokenize(example.question_text)[:max_query_length]

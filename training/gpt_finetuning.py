@@ -65,7 +65,9 @@ def load_bpe(vocab_file: str) -> bpe.ByteLevelBPE:
         files = path, path.parent / "vocab.bpe"
     if files is None or not files[1].is_file():
         raise input_error(
-            vocab_file, "a GPT BPE folder with encoder.json and vocab.bpe", "no such files"
+            vocab_file,
+            "a GPT BPE folder with encoder.json and vocab.bpe (or vocab.json and merges.txt)",
+            "no such files",
         )
     return bpe.ByteLevelBPE.from_files(*files)
 
