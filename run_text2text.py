@@ -55,11 +55,15 @@ FLAGS = flags.FLAGS
 
 
 def decode_texts(model, vocab, features: dict, batch_size: int, settings: dict) -> list[str]:
-    """The decoded text of every row of `features` (greedy or beam search)."""
+    """The decoded text of every row of `features` (greedy or beam search, with the decoder's
+    key / value cache), with a progress bar."""
+    from tqdm import tqdm
+
     from modeling import t5
 
     texts = []
     n = len(features["input_ids"])
+    bar = tqdm(total=n, desc="decoding", unit=" examples", mininterval=2.0)
     for start in range(0, n, batch_size):
         ids = features["input_ids"][start : start + batch_size]
         mask = features["input_mask"][start : start + batch_size]
@@ -70,6 +74,8 @@ def decode_texts(model, vocab, features: dict, batch_size: int, settings: dict) 
         else:
             out = t5.greedy_decode(model, ids, mask, settings["max_length"])
         texts.extend(vocab.decode(row).strip() for row in out)
+        bar.update(len(out))
+    bar.close()
     return texts
 
 

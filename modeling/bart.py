@@ -2,13 +2,14 @@
 
 Read top to bottom: `BartConfig` (the field names of BART's published config.json; a config.json
 as Hugging Face publishes it loads through `BartConfig.from_hf_config`),
-`BartAttention` (multi-head attention with biases), `BartEncoderLayer` / `BartDecoderLayer`
-(post-LN residual sub-blocks: x = LayerNorm(x + dropout(f(x))), as BERT and the original
-Transformer), `BartModel` (shared token embedding, a learned position table per stack with
-fairseq's offset of 2, layernorm_embedding, the tied output embedding plus final_logits_bias),
-and `from_keras_hub` (keras-hub's BartBackbone weights into a BartModel: the converter for the
-checkpoints keras-hub loads). Decoding is t5.greedy_decode / t5.beam_search, which take any
-encoder-decoder with encode / decode.
+`_attention` (multi-head attention with biases and a key / value cache for decoding),
+`BartEncoderLayer` / `BartDecoderLayer` (post-LN residual sub-blocks:
+x = LayerNorm(x + dropout(f(x))), as BERT and the original Transformer), `BartModel` (shared
+token embedding, a learned position table per stack with fairseq's offset of 2,
+layernorm_embedding, the tied output embedding plus final_logits_bias), and `from_keras_hub`
+(keras-hub's BartBackbone weights into a BartModel: the converter for the checkpoints keras-hub
+loads). Decoding is t5.greedy_decode / t5.beam_search, which take any encoder-decoder with
+encode / decoder_cache / decode.
 Shapes: B batch, T target (decoder) length, S source (encoder) length, Q query length, K key
 length, H d_model, N heads, D head depth (H / N), F ffn_dim, V vocab, P position table rows.
 """
@@ -227,8 +228,13 @@ def _layer_norm(name: str):
 
 def _attention(config: BartConfig, heads: int, name: str):
     """Multi-head attention with q / k / v / out biases; keras' layer scales the queries by
-    D^-0.5 as BART's BartAttention does."""
-    return keras.layers.MultiHeadAttention(
+    D^-0.5 as BART's BartAttention does. keras-hub's subclass of it (the same variables, the
+    same computation without a cache) adds the key / value cache decoding uses:
+    call(query, value, attention_mask, cache=None, cache_update_index=None) returns
+    (output, cache) when given a cache float (B, 2, K, N, D)."""
+    import keras_hub  # here, not at module level: config checks import this file
+
+    return keras_hub.layers.CachedMultiHeadAttention(
         num_heads=heads,
         key_dim=config.d_model // heads,
         dropout=config.attention_dropout,
@@ -287,8 +293,12 @@ class BartEncoderLayer(keras.layers.Layer):
 class BartDecoderLayer(keras.layers.Layer):
     """Causal self-attention, cross-attention over the encoder, feed-forward; each post-LN.
 
-    call(x, encoder_output, self_mask, cross_mask, training): x float (B, T, H); encoder_output
-    float (B, S, H); self_mask bool (B, T, T); cross_mask bool (B, T, S).
+    call(x, encoder_output, self_mask, cross_mask, self_cache, cross_cache, cache_index,
+    training): x float (B, T, H); encoder_output float (B, S, H); self_mask bool (B, T, K);
+    cross_mask bool (B, T, S). Without caches K = T and the output is float (B, T, H). While
+    decoding, self_cache float (B, 2, K, N, D) gets x's keys and values at cache_index and
+    cross_cache holds the encoder output's (from `cross_cache`); the output is then
+    (float (B, T, H), the updated self_cache).
     """
 
     def __init__(self, config: BartConfig, **kwargs):
@@ -310,15 +320,43 @@ class BartDecoderLayer(keras.layers.Layer):
         self.ffn.build(input_shape)
         self.final_layer_norm.build(input_shape)
 
-    def call(self, x, encoder_output, self_mask=None, cross_mask=None, training=False):
-        a = self.self_attn(x, x, attention_mask=self_mask, training=training)
+    def cross_cache(self, encoder_output):
+        """float (B, 2, S, N, D): the cross-attention keys and values of encoder_output, computed
+        once per decoding. keras-hub's layer fills a cache only through a call, so this runs one
+        with a single zero query (its output is dropped)."""
+        b, s = ops.shape(encoder_output)[0], ops.shape(encoder_output)[1]
+        heads, depth = self.config.decoder_attention_heads, self.encoder_attn.key_dim
+        empty = ops.zeros((b, 2, s, heads, depth), encoder_output.dtype)
+        query = ops.zeros_like(encoder_output[:, :1])  # (B, 1, H)
+        _, cache = self.encoder_attn(query, encoder_output, cache=empty, cache_update_index=0)
+        return cache
+
+    def call(
+        self,
+        x,
+        encoder_output,
+        self_mask=None,
+        cross_mask=None,
+        self_cache=None,
+        cross_cache=None,
+        cache_index=None,
+        training=False,
+    ):
+        if self_cache is None:
+            a = self.self_attn(x, x, attention_mask=self_mask, training=training)
+        else:
+            a, self_cache = self.self_attn(
+                x, x, attention_mask=self_mask, cache=self_cache, cache_update_index=cache_index
+            )
         x = layers.residual_layer_norm(self.self_attn_layer_norm, x, a, self.dropout, training)
-        a = self.encoder_attn(
-            x, encoder_output, attention_mask=cross_mask, training=training
-        )  # (B, T, H)
+        if cross_cache is None:
+            a = self.encoder_attn(x, encoder_output, attention_mask=cross_mask, training=training)
+        else:  # the encoder output's keys and values come from the cache
+            a, _ = self.encoder_attn(x, x, attention_mask=cross_mask, cache=cross_cache)
         x = layers.residual_layer_norm(self.encoder_attn_layer_norm, x, a, self.dropout, training)
         h = self.ffn(x, training=training)
-        return layers.residual_layer_norm(self.final_layer_norm, x, h, self.dropout, training)
+        x = layers.residual_layer_norm(self.final_layer_norm, x, h, self.dropout, training)
+        return x if self_cache is None else (x, self_cache)
 
 
 @keras.saving.register_keras_serializable(package="cloze")
@@ -376,16 +414,21 @@ class BartModel(keras.Model):
         self.decoder_layernorm_embedding.build(shape)
         self.built = True
 
-    def _embed(self, ids, table, norm, training):
-        """layernorm_embedding(tokens * embed_scale + positions), then dropout: float (B, L, H)."""
+    def _embed(self, ids, table, norm, training, first=0):
+        """layernorm_embedding(tokens * embed_scale + positions), then dropout: float (B, L, H);
+        positions first .. first + L - 1 (first: an int or int scalar tensor)."""
         length = ops.shape(ids)[1]
-        if isinstance(length, int) and length > self.config.max_position_embeddings:
-            raise ValueError(
-                f"BART: expected at most max_position_embeddings="
-                f"{self.config.max_position_embeddings} ids per sequence, found {length}"
-            )
+        if isinstance(length, int) and isinstance(first, int):
+            if first + length > self.config.max_position_embeddings:
+                raise ValueError(
+                    f"BART: expected at most max_position_embeddings="
+                    f"{self.config.max_position_embeddings} ids per sequence, found "
+                    f"{first + length}"
+                )
         tokens = ops.take(self.shared, ids, axis=0) * self.embed_scale  # (B, L, H)
-        positions = ops.slice(table, (POSITION_OFFSET, 0), (length, self.config.d_model))  # (L, H)
+        # A gather, not a slice: XLA compiles a slice's start as a constant, so a slice at the
+        # cache index recompiled the decoding step at every position (0.6 s each, measured).
+        positions = ops.take(table, ops.arange(length) + (POSITION_OFFSET + first), axis=0)
         return self.dropout(norm(tokens + positions[None]), training=training)
 
     def encode(self, input_ids, input_mask, training=False):
@@ -399,28 +442,70 @@ class BartModel(keras.Model):
             x = layer(x, attention_mask=mask, training=training)
         return x
 
+    def decoder_cache(self, encoder_output, max_length: int) -> dict:
+        """The caches for decoding up to max_length positions over encoder_output (B, S, H):
+        "self", zero float (B, 2, max_length, N, D) per decoder layer, and "cross", each
+        layer's cross-attention keys and values of the encoder output, float (B, 2, S, N, D)."""
+        c = self.config
+        if max_length > c.max_position_embeddings:
+            raise ValueError(
+                f"BART: expected at most max_position_embeddings={c.max_position_embeddings} "
+                f"decoder positions, found {max_length}"
+            )
+        b, heads = ops.shape(encoder_output)[0], c.decoder_attention_heads
+        zeros = ops.zeros((b, 2, max_length, heads, c.d_model // heads), encoder_output.dtype)
+        decoder = self.layers_of(True)
+        return {
+            "self": [zeros] * len(decoder),
+            "cross": [layer.cross_cache(encoder_output) for layer in decoder],
+        }
+
     def decode(
-        self, decoder_input_ids, encoder_output, input_mask, decoder_mask=None, training=False
+        self,
+        decoder_input_ids,
+        encoder_output,
+        input_mask,
+        decoder_mask=None,
+        cache=None,
+        cache_index=None,
+        training=False,
     ):
-        """float (B, T, H) decoder states and float32 (B, T, V) logits."""
+        """float (B, T, H) decoder states and float32 (B, T, V) logits.
+
+        With cache (from `decoder_cache`) and cache_index, decoder_input_ids are the positions
+        cache_index .. cache_index + T - 1 after those already cached, and the updated cache
+        comes third: (states, logits, cache), as t5.T5Model.decode; encoder_output may then
+        be None (its keys and values are in the cache)."""
         t = ops.shape(decoder_input_ids)[1]
+        first = 0 if cache is None else cache_index
         x = self._embed(
             decoder_input_ids, self.decoder_embed_positions, self.decoder_layernorm_embedding,
-            training,
+            training, first,
         )  # fmt: skip
-        causal = ops.arange(t)[None, :] <= ops.arange(t)[:, None]  # (T, T) keys at or before
+        keys = ops.arange(t if cache is None else ops.shape(cache["self"][0])[2])
+        causal = keys[None, :] <= (ops.arange(t) + first)[:, None]  # (T, K) keys at or before
         queries = ops.ones_like(ops.cast(decoder_input_ids, "bool"))[:, :, None]  # (B, T, 1)
-        self_mask = ops.logical_and(queries, causal[None])  # (B, T, T)
+        self_mask = ops.logical_and(queries, causal[None])  # (B, T, K)
         if decoder_mask is not None:
             self_mask = ops.logical_and(self_mask, ops.cast(decoder_mask, "bool")[:, None, :])
         cross_mask = ops.logical_and(queries, ops.cast(input_mask, "bool")[:, None, :])  # (B, T, S)
-        for layer in self.layers_of(True):
-            x = layer(
-                x, encoder_output, self_mask=self_mask, cross_mask=cross_mask, training=training
-            )
+        new_self = []
+        for i, layer in enumerate(self.layers_of(True)):
+            kw = dict(self_mask=self_mask, cross_mask=cross_mask, training=training)
+            if cache is None:
+                x = layer(x, encoder_output, **kw)
+            else:
+                x, layer_cache = layer(
+                    x, encoder_output, self_cache=cache["self"][i],
+                    cross_cache=cache["cross"][i], cache_index=cache_index, **kw,
+                )  # fmt: skip
+                new_self.append(layer_cache)
         # Tied output embedding plus the vocabulary bias (BartForConditionalGeneration.lm_head).
-        logits = ops.einsum("bth,vh->btv", x, self.shared) + self.final_logits_bias
-        return x, ops.cast(logits, "float32")
+        logits = ops.cast(ops.einsum("bth,vh->btv", x, self.shared) + self.final_logits_bias,
+                          "float32")  # fmt: skip
+        if cache is not None:
+            return x, logits, {"self": new_self, "cross": cache["cross"]}
+        return x, logits
 
     def call(self, inputs, training=False):
         return t5.encoder_decoder_outputs(self, inputs, training)

@@ -219,6 +219,38 @@ def test_learns_to_copy_then_greedy_and_beam_decoding_agree_and_repeat():
     beams = t5.beam_search(model, test, mask, 8, num_beams=3)
     np.testing.assert_array_equal(beams, expected)
     np.testing.assert_array_equal(t5.beam_search(model, test, mask, 8, num_beams=3), beams)
+    # The same without the key / value cache (each step runs the whole prefix).
+    np.testing.assert_array_equal(t5.greedy_decode(model, test, mask, 8, use_cache=False), greedy)
+    beams = t5.beam_search(model, test, mask, 8, num_beams=3, use_cache=False)
+    np.testing.assert_array_equal(beams, expected)
+
+
+def test_greedy_decoding_equals_keras_hub_bart_seq2seq_lm_generate():
+    """keras-hub's BartSeq2SeqLM (its own cached generation, greedy sampler) over the same
+    weights produces the same ids as greedy_decode, through every position of the table."""
+    import keras_hub
+
+    ref = keras_hub_backbone()
+    helpers.scramble_weights(ref, 4.0, seed=2)  # at its initial scale every row repeats a token
+    model = bart.from_keras_hub(ref, pad_token_id=0, bos_token_id=None, eos_token_id=1,
+                                decoder_start_token_id=1)  # fmt: skip
+    lm = keras_hub.models.BartSeq2SeqLM(backbone=ref, preprocessor=None)
+    lm.compile(sampler="greedy")
+    x = batch(s=11)
+    start = np.zeros((3, 11), "int32")
+    start[:, 0] = 1  # the decoder start (</s>), then room for 10 ids
+    theirs = lm.generate(
+        {
+            "encoder_token_ids": x["input_ids"],
+            "encoder_padding_mask": x["input_mask"].astype(bool),
+            "decoder_token_ids": start,
+            "decoder_padding_mask": np.arange(11)[None].repeat(3, 0) == 0,
+        },
+        stop_token_ids=None,
+    )["decoder_token_ids"][:, 1:]
+    ours = t5.greedy_decode(model, x["input_ids"], x["input_mask"], 10)
+    assert len(np.unique(ours)) >= 3 and len({tuple(r) for r in ours}) >= 2, ours
+    np.testing.assert_array_equal(ours, theirs)
 
 
 def bart_records_and_config(tmp_path):
