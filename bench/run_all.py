@@ -9,6 +9,8 @@ Example (the figures in the README; about 10 minutes on 2 CPU cores):
   create_data  create_pretraining_data.py vs the original google-research/bert script:
                instances/s and peak memory at 1x and 10x a base corpus
   inference    sequences/s of the SavedModel and the Keras encoder vs keras-hub BertBackbone
+  generation   greedy new tokens/s of BART and T5 (t5.greedy_decode) vs keras-hub's
+               Seq2SeqLM.generate over the same weights, ids compared
 Peers are pinned in bench/requirements.txt. --quick runs tiny sizes (for tests), no figures.
 Inputs: the default run's corpus, vocab and records (run_default.py) when --default_run_dir has
 them, else the corpus is built with data_prep's corpus builder and the bert-base-uncased vocab of
@@ -31,7 +33,7 @@ elif str(REPO) not in sys.path:
 
 from absl import app, flags, logging  # noqa: E402
 
-BENCHMARKS = ["pretrain", "tokenize", "create_data", "inference"]
+BENCHMARKS = ["pretrain", "tokenize", "create_data", "inference", "generation"]
 
 flags.DEFINE_string("output_dir", None, "Folder for results.json and the benchmarks' files.")
 flags.DEFINE_bool("quick", False, "Tiny sizes and few steps: a smoke run, not a measurement.")
@@ -107,6 +109,9 @@ def settings(
                 vocab_size=101,
                 in_process=True,
             ),
+            "generation": dict(
+                sizes=("bart-tiny", "t5-tiny"), batch=2, source_length=9, new_tokens=4, rounds=2
+            ),
         }
     return {
         "pretrain": dict(
@@ -121,6 +126,7 @@ def settings(
         "tokenize": dict(repeats=2),
         "create_data": dict(base_bytes=corpus_bytes, scales=(1, corpus_scale)),
         "inference": dict(size=sizes[0], batch=32, seq=128, steps=5, rounds=rounds),
+        "generation": dict(batch=8, source_length=128, new_tokens=32, rounds=rounds),
     }
 
 
@@ -145,7 +151,15 @@ def run_benchmarks(
     import tensorflow as tf
     import tokenizers
 
-    from bench import create_data, flops, host, inference, pretrain_throughput, tokenizer_speed
+    from bench import (
+        create_data,
+        flops,
+        generation,
+        host,
+        inference,
+        pretrain_throughput,
+        tokenizer_speed,
+    )
 
     unknown = sorted(set(which) - set(BENCHMARKS))
     if unknown:
@@ -212,6 +226,10 @@ def run_benchmarks(
         results["inference"] = inference.run(
             use_xla=use_xla, work_dir=work, encoder_branches=encoder_branches, **s["inference"]
         )
+        save()
+    if "generation" in which:
+        logging.info("generation")
+        results["generation"] = generation.run(**s["generation"])
         save()
     if "create_data" in which:
         logging.info("create_data")
@@ -331,6 +349,22 @@ def table(results: dict) -> str:
                 f"against without (median of the rounds' ratios) | "
                 f"{i['cloze_keras']['sequences_per_s']:,.1f} | Cloze without "
                 f"{i['cloze_keras_plain']['sequences_per_s']:,.1f} | {i['branches_gain']:.2f} |"
+            )
+    g = results.get("generation")
+    if g:
+        for r in g["sizes"]:
+            rows.append(
+                f"| greedy generation {r['size']} b{g['batch']}, {g['source_length']} source ids, "
+                f"{g['new_tokens']} new, new tokens/s (ids equal {r['ids_equal']:.0%}) | "
+                f"{r['cloze']['tokens_per_s']:,.0f} | keras-hub generate "
+                f"{r['keras_hub']['tokens_per_s']:,.0f} | {r['ratio']:.2f} (rounds "
+                + ", ".join(f"{x:.2f}" for x in r["ratio_rounds"])
+                + ") |"
+            )
+            rows.append(
+                f"| the same, Cloze with its key / value cache against without | "
+                f"{r['cloze']['tokens_per_s']:,.0f} | Cloze without "
+                f"{r['cloze_no_cache']['tokens_per_s']:,.0f} | {r['cache_gain']:.2f} |"
             )
     return "\n".join(rows)
 

@@ -204,6 +204,19 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         assert len(rounds) == len(i[name]["batch_s_rounds"]) and rounds == pytest.approx(expected)
         assert f"{i['ratio_' + name]:.2f} (rounds {rounds[0]:.2f}" in result.stdout
 
+    g = r["generation"]
+    assert [row["size"] for row in g["sizes"]] == ["bart-tiny", "t5-tiny"]
+    for row in g["sizes"]:
+        # The same ids on both sides (no stop token: the same work), every side timed.
+        assert row["ids_equal"] == 1.0
+        for side in ("cloze", "keras_hub", "cloze_no_cache"):
+            assert row[side]["tokens_per_s"] > 0
+        assert len(row["ratio_rounds"]) == 2 and row["ratio"] == pytest.approx(
+            float(np.median(row["ratio_rounds"]))
+        )
+        assert f"greedy generation {row['size']} b2" in result.stdout
+    assert "Cloze with its key / value cache against without" in result.stdout
+
     for label in ("pretrain L2/H36/A3/I37", "WordPiece", "GPT-2 BPE", "create_pretraining_data 2x"):
         assert label in result.stdout
     assert "cloze_keras" in result.stdout and "saved_model" in result.stdout

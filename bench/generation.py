@@ -1,0 +1,164 @@
+"""Greedy generation, new tokens/s: Cloze's encoder-decoder decoding (t5.greedy_decode: a key /
+value cache, the encoder and each step compiled by XLA) against keras-hub's Seq2SeqLM.generate
+(its own cache, the whole loop compiled by XLA), BART and T5 over the same weights.
+
+Each family is built once from seeded weights scaled up (tests.helpers-style scrambling: at their
+initial scale random models repeat one token, which a decoder ignoring its inputs would also
+produce), converted to the other side (bart.from_keras_hub; t5.to_keras_hub), and both decode
+the same batch of sources for the same number of new tokens with no stop token, so each side
+does the same work. The ids are compared first (their share equal is reported). Timed rounds
+alternate sides; tokens/s is the best round's, the ratio the median of the rounds' ratios.
+Cloze without its cache (each step runs the whole prefix) is timed in two rounds, for the
+cache's own gain.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+# Published shapes: facebook/bart-base and t5-small (vocabularies as released).
+# scale: the factor on every matrix (module doc). T5 has no 1/sqrt(d) in its attention, so 4x
+# made its scores so sharp that float32 round-off (eager against XLA, 0.01 in the encoder
+# output) flipped 40% of the ids; at 2x both sides agree on every id.
+SIZES = {
+    "bart-base": dict(
+        family="bart", hidden=768, layers=6, heads=12, ffn=3072, vocab=50265, scale=4.0
+    ),
+    "t5-small": dict(
+        family="t5", hidden=512, layers=6, heads=8, ffn=2048, vocab=32128, d_kv=64, scale=2.0
+    ),
+}
+QUICK_SIZES = {
+    "bart-tiny": dict(family="bart", hidden=16, layers=1, heads=2, ffn=24, vocab=97, scale=4.0),
+    "t5-tiny": dict(family="t5", hidden=16, layers=1, heads=2, ffn=24, vocab=97, d_kv=8, scale=2.0),
+}
+
+
+def _scale_matrices(model, factor: float, seed: int) -> None:
+    """Every matrix times factor, layer-norm scales drawn in [0.5, 2] (see the module doc)."""
+    rng = np.random.default_rng(seed)
+    for w in model.weights:
+        if "norm" in w.path and len(w.shape) == 1 and "beta" not in w.path:
+            w.assign(rng.uniform(0.5, 2.0, w.shape).astype("float32"))
+        elif len(w.shape) >= 2:
+            w.assign(np.asarray(w.numpy()) * factor)
+
+
+def build(spec: dict, source_length: int, new_tokens: int, seed: int = 0):
+    """(Cloze model, keras-hub Seq2SeqLM compiled with the greedy sampler, decoder start id)
+    holding the same weights."""
+    import keras
+    import keras_hub
+
+    from modeling import bart, t5
+
+    keras.utils.set_random_seed(seed)
+    if spec["family"] == "bart":
+        backbone = keras_hub.models.BartBackbone(
+            vocabulary_size=spec["vocab"],
+            num_layers=spec["layers"],
+            num_heads=spec["heads"],
+            hidden_dim=spec["hidden"],
+            intermediate_dim=spec["ffn"],
+            dropout=0.0,
+            max_sequence_length=max(source_length, new_tokens + 1),
+        )
+        _scale_matrices(backbone, spec["scale"], seed)
+        # Hugging Face's BART ids: <s> 0, <pad> 1, </s> 2, decoding from </s>.
+        model = bart.from_keras_hub(
+            backbone, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2
+        )
+        lm = keras_hub.models.BartSeq2SeqLM(backbone=backbone, preprocessor=None)
+    else:
+        config = t5.T5Config(
+            vocab_size=spec["vocab"],
+            d_model=spec["hidden"],
+            d_kv=spec["d_kv"],
+            d_ff=spec["ffn"],
+            num_layers=spec["layers"],
+            num_heads=spec["heads"],
+            dropout_rate=0.0,
+        )
+        model = t5.T5Model(config)
+        model.build()
+        _scale_matrices(model, spec["scale"], seed)
+        lm = keras_hub.models.T5Seq2SeqLM(backbone=t5.to_keras_hub(model), preprocessor=None)
+    lm.compile(sampler="greedy")
+    return model, lm, model.config.decoder_start_token_id
+
+
+def run(
+    sizes=tuple(SIZES),
+    batch: int = 8,
+    source_length: int = 128,
+    new_tokens: int = 32,
+    rounds: int = 5,
+    specs: dict | None = None,
+) -> dict:
+    """{"sizes": [per size: tokens/s of both sides, the ratio, ids equal, the cache's gain]}."""
+    specs = specs or {**SIZES, **QUICK_SIZES}
+    out = {"batch": batch, "source_length": source_length, "new_tokens": new_tokens, "sizes": []}
+    for name in sizes:
+        row = one_size(specs[name], batch, source_length, new_tokens, rounds)
+        out["sizes"].append({"size": name, **row})
+    return out
+
+
+def one_size(spec: dict, batch: int, source_length: int, new_tokens: int, rounds: int) -> dict:
+    """The figures of one size (see run)."""
+    from modeling import t5
+
+    model, lm, start_id = build(spec, source_length, new_tokens)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(3, spec["vocab"], (batch, source_length)).astype(np.int32)
+    lengths = rng.integers(source_length // 2, source_length + 1, batch)
+    mask = (np.arange(source_length)[None, :] < lengths[:, None]).astype(np.int32)
+    ids = ids * mask + model.config.pad_token_id * (1 - mask)
+    start = np.zeros((batch, new_tokens + 1), np.int32)
+    start[:, 0] = start_id
+    inputs = {
+        "encoder_token_ids": ids,
+        "encoder_padding_mask": mask.astype(bool),
+        "decoder_token_ids": start,
+        "decoder_padding_mask": np.arange(new_tokens + 1)[None].repeat(batch, 0) == 0,
+    }
+    # No stop token on either side: greedy_decode stops once every row has produced
+    # eos_token_id, so the (frozen) config's eos is moved out of the vocabulary for the timing.
+    object.__setattr__(model.config, "eos_token_id", -1)
+    sides = {
+        "cloze": lambda: t5.greedy_decode(model, ids, mask, new_tokens),
+        "keras_hub": lambda: lm.generate(inputs, stop_token_ids=None)["decoder_token_ids"][:, 1:],
+        "cloze_no_cache": lambda: t5.greedy_decode(model, ids, mask, new_tokens, use_cache=False),
+    }
+    first = {}
+    for side in ("cloze", "keras_hub"):
+        t0 = time.perf_counter()
+        first[side] = (np.asarray(sides[side]()), time.perf_counter() - t0)  # with compilation
+    ours, theirs = first["cloze"][0], first["keras_hub"][0]
+    times = {side: [] for side in sides}
+    for r in range(rounds):
+        order = ["cloze", "keras_hub"] if r % 2 == 0 else ["keras_hub", "cloze"]
+        for side in order + (["cloze_no_cache"] if r < 2 else []):
+            t0 = time.perf_counter()
+            sides[side]()
+            times[side].append(time.perf_counter() - t0)
+    tokens = batch * new_tokens
+    ratios = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
+    return {
+        **{
+            side: {
+                "tokens_per_s": tokens / min(t),
+                "seconds_rounds": t,
+                **({"first_call_s": first[side][1]} if side in first else {}),
+            }
+            for side, t in times.items()
+        },
+        "ratio": statistics.median(ratios),
+        "ratio_rounds": ratios,
+        "cache_gain": min(times["cloze_no_cache"]) / min(times["cloze"]),
+        "ids_equal": float((ours == theirs).mean()) if ours.shape == theirs.shape else 0.0,
+        "distinct_ids": int(len(np.unique(ours))),
+    }
