@@ -42,7 +42,9 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
         tf1_albert   model.ckpt.* with google-research/albert's names + albert_config.json
         tf1_electra  model.ckpt.* with google-research/electra's names + electra_config.json
                      (Cloze's ELECTRA config; the original ships none)
-        saved_model  a SavedModel with raw-string signatures (needs --vocab_file or vocab.txt)
+        saved_model  a SavedModel with raw-string signatures (needs --vocab_file or vocab.txt;
+                     or a RoBERTa's vocab.json + merges.txt in --input_dir: byte-level BPE in
+                     the graph, cased unless --do_lower_case is given explicitly)
         keras        model.keras (+ bert_config.json, vocab.txt)
         keras_hub    a keras-hub preset: keras_hub.models.BertBackbone.from_preset(output_dir)
                      and BertTokenizer.from_preset(output_dir) load it offline (encoder only;
@@ -295,6 +297,20 @@ def convert_bart(source_format, target_format, config_file, input_dir, checkpoin
     print(f"wrote {FLAGS.output_dir}: {', '.join(written)}")
 
 
+def check_serving_inputs(config, config_where: str, bpe_files) -> None:
+    """Refuses --max_seq_length beyond the config's positions (after a RoBERTa's offset) and a
+    RoBERTa BPE vocabulary (bpe_files, when it is the SavedModel's) beyond the embedding table."""
+    from data_prep import bpe
+    from modeling import bert
+
+    if FLAGS.max_seq_length < 3:
+        raise app.UsageError(f"--max_seq_length={FLAGS.max_seq_length}: expected at least 3")
+    size = None
+    if bpe_files:
+        size = max(bpe.RobertaTokenizer.from_folder(Path(bpe_files[0]).parent).vocab.values()) + 1
+    bert.check_run_fits(config, config_where, FLAGS.max_seq_length, size)
+
+
 def convert(source_format: str, target_format: str) -> None:
     from data_prep import bpe
     from data_prep.errors import input_error
@@ -313,7 +329,7 @@ def convert(source_format: str, target_format: str) -> None:
         vocab_file is None
         and target_format in ("hf", "saved_model", "keras_hub")
         and not bart_model
-        and not (bpe_files and target_format == "hf")
+        and not (bpe_files and target_format in ("hf", "saved_model"))
     ):
         raise input_error(
             str(Path(input_dir or ".") / "vocab.txt"),
@@ -345,6 +361,8 @@ def convert(source_format: str, target_format: str) -> None:
     check_target_family(config, target_format, str(config_file))
     if vocab_file is not None:
         checkpoints.check_vocab_size(vocab_file, config, str(config_file))
+    if target_format == "saved_model":  # refused here, before the slow part
+        check_serving_inputs(config, str(config_file), None if vocab_file else bpe_files)
     if target_format == "keras_hub":  # refused here, before the slow part
         checkpoints.check_keras_hub_config(config, str(config_file), FLAGS.allow_gelu_approximation)
     source = checkpoint or input_dir
@@ -377,9 +395,11 @@ def convert(source_format: str, target_format: str) -> None:
                 from modeling import bert
 
                 bert.set_encoder_branches(model, FLAGS.encoder_branches)
-            checkpoints.export_saved_model(
-                model, tmp, vocab_file, FLAGS.do_lower_case, FLAGS.max_seq_length
-            )
+            if vocab_file is None:  # a RoBERTa's BPE folder: cased unless asked explicitly
+                vocab, lower = input_dir, FLAGS.do_lower_case and FLAGS["do_lower_case"].present
+            else:
+                vocab, lower = vocab_file, FLAGS.do_lower_case
+            checkpoints.export_saved_model(model, tmp, vocab, lower, FLAGS.max_seq_length)
         elif target_format == "keras_hub":
             report.notes += checkpoints.export_keras_hub(
                 model, tmp, vocab_file, FLAGS.do_lower_case, FLAGS.allow_gelu_approximation

@@ -2015,37 +2015,95 @@ def save_hf(
 # ---------------------------------------------------------------------------------------------
 
 
+class _RobertaInGraph:
+    """RoBERTa's byte-level BPE in the serving graph: keras-hub's BytePairTokenizer (TensorFlow
+    and tensorflow-text ops only, so the SavedModel loads without keras-hub), over the
+    folder's vocab.json + merges.txt. tokenize_to_ids(text string (B,)) -> int64 ragged (B, None),
+    bpe.RobertaTokenizer's ids (tested); vocab: token -> id."""
+
+    def __init__(self, folder, do_lower_case: bool):
+        import keras_hub
+
+        from data_prep import bpe
+
+        vocab_json, merges = bpe.folder_files(folder)
+        self.vocab = bpe.RobertaTokenizer.from_folder(folder).vocab  # checks the special tokens
+        self.do_lower_case = do_lower_case
+        self.tf_tokenizer = keras_hub.tokenizers.BytePairTokenizer(
+            vocabulary=str(vocab_json), merges=str(merges)
+        )
+        self.assets = (vocab_json, merges)
+
+    def tokenize_to_ids(self, text):
+        import tensorflow as tf
+
+        if self.do_lower_case:
+            text = tf.strings.lower(text, encoding="utf-8")
+        return tf.cast(self.tf_tokenizer(text), tf.int64)
+
+
 def serving_module(model, vocab_file, do_lower_case: bool, max_seq_length: int):
     """The tf.Module that export_saved_model saves (see there for its signatures); callable in
-    process, e.g. `serving_module(...).serve_text(tf.constant(["a text"]))`."""
+    process, e.g. `serving_module(...).serve_text(tf.constant(["a text"]))`. vocab_file: a
+    WordPiece vocab.txt (BERT's packing) or a RoBERTa byte-level BPE folder (glue's
+    ROBERTA_PACKING)."""
     import tensorflow as tf
     import tensorflow_text as tf_text
 
-    from data_prep import tokenization
+    from data_prep import bpe, glue, tokenization
     from modeling import bert
 
     encoder = model if isinstance(model, bert.BertEncoder) else model.encoder
-    if max_seq_length < 3 or max_seq_length > encoder.config.max_position_embeddings:
+    c = encoder.config
+    longest = c.max_position_embeddings - getattr(c, "position_offset", 0)
+    if max_seq_length < 3 or max_seq_length > longest:
+        raise ValueError(f"max_seq_length={max_seq_length}: expected 3..{longest}")
+    if bpe.folder_files(vocab_file) is not None:
+        tokenizer, packing = _RobertaInGraph(vocab_file, do_lower_case), glue.ROBERTA_PACKING
+        assets = tokenizer.assets
+    else:
+        tokenizer = tokenization.InGraphTokenizer(vocab_file, do_lower_case=do_lower_case)
+        packing, assets = glue.BERT_PACKING, (vocab_file,)
+    start, end = tokenizer.vocab[packing.start], tokenizer.vocab[packing.end]
+    middle = [tokenizer.vocab[t] for t in packing.middle]
+    pad_id = 0 if packing.pad is None else tokenizer.vocab[packing.pad]
+    largest = max(tokenizer.vocab.values())
+    if largest >= encoder.config.vocab_size:
         raise ValueError(
-            f"max_seq_length={max_seq_length}: expected 3..{encoder.config.max_position_embeddings}"
+            f"{vocab_file}: expected ids below the config's vocab_size "
+            f"{encoder.config.vocab_size}, found {largest}"
         )
-    tokenizer = tokenization.InGraphTokenizer(vocab_file, do_lower_case=do_lower_case)
-    cls_id, sep_id = tokenizer.vocab["[CLS]"], tokenizer.vocab["[SEP]"]
     ids_spec = tf.TensorSpec([None, None], tf.int32)
 
     class BertServing(tf.Module):
-        """Raw strings -> InGraphTokenizer (FullTokenizer's ids) -> [CLS] a [SEP] (b [SEP])."""
+        """Raw strings -> the in-graph tokenizer (FullTokenizer's or RobertaTokenizer's ids) ->
+        `start a end` or `start a middle b end` as `packing` frames them."""
 
         def __init__(self):
             super().__init__(name="cloze_bert_serving")
             self.model = model
             self.tf_tokenizer = tokenizer.tf_tokenizer  # tracked: its vocab is saved with it
-            self.vocab_file = tf.saved_model.Asset(str(vocab_file))
+            self.vocab_files = [tf.saved_model.Asset(str(f)) for f in assets]
 
         def _run(self, segments):
-            ids, segment_ids = tf_text.combine_segments(segments, cls_id, sep_id)
+            if packing == glue.BERT_PACKING:
+                ids, segment_ids = tf_text.combine_segments(segments, start, end)
+            else:
+                rows = segments[0].nrows()
+
+                def framing(token_ids):  # the same ids on every row, ragged (B, len)
+                    row = tf.constant([token_ids], tf.int64)
+                    return tf.RaggedTensor.from_tensor(tf.tile(row, [rows, 1]))
+
+                parts = [framing([start])]
+                for i, segment in enumerate(segments):
+                    last = i == len(segments) - 1
+                    parts += [tf.cast(segment, tf.int64), framing([end] if last else middle)]
+                ids = tf.concat(parts, axis=1)
+                segment_ids = tf.zeros_like(ids)  # RoBERTa: one segment type
             inputs = {
-                "input_ids": tf.cast(ids.to_tensor(), tf.int32),  # (B, S), S the longest in batch
+                # (B, S), S the longest in the batch, padded with the vocabulary's pad id
+                "input_ids": tf.cast(ids.to_tensor(default_value=pad_id), tf.int32),
                 "input_mask": tf.cast(tf.ones_like(ids).to_tensor(), tf.int32),
                 "segment_ids": tf.cast(segment_ids.to_tensor(), tf.int32),
             }
@@ -2068,7 +2126,7 @@ def serving_module(model, vocab_file, do_lower_case: bool, max_seq_length: int):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def serve_text(self, text):
-            ids = tokenizer.tokenize_to_ids(text)[:, : max_seq_length - 2]  # room for [CLS] [SEP]
+            ids = tokenizer.tokenize_to_ids(text)[:, : max_seq_length - 2]  # room for start, end
             return self._run([ids])
 
         @tf.function(
@@ -2077,7 +2135,7 @@ def serving_module(model, vocab_file, do_lower_case: bool, max_seq_length: int):
         def serve_text_pair(self, text_a, text_b):
             # Round robin keeps the shorter text whole and takes tokens from the longer one,
             # the same lengths as the original _truncate_seq_pair.
-            trimmer = tf_text.RoundRobinTrimmer(max_seq_length - 3)
+            trimmer = tf_text.RoundRobinTrimmer(max_seq_length - packing.pair_specials)
             a, b = trimmer.trim(
                 [tokenizer.tokenize_to_ids(text_a), tokenizer.tokenize_to_ids(text_b)]
             )
@@ -2104,6 +2162,9 @@ def export_saved_model(
       serve_ids(input_ids, input_mask, segment_ids: int32 (B, S)): already tokenized input.
     `model`: a BertEncoder, a BertPretrainer, or a task model with an `encoder` attribute whose
     call takes the three input features. The vocab is also kept under assets/.
+    vocab_file: a WordPiece vocab.txt, or a RoBERTa checkpoint's byte-level BPE folder
+    (vocab.json + merges.txt): then `<s> text </s>` and `<s> a </s></s> b </s>`, one segment type,
+    padded with <pad>, the text lower-cased only when do_lower_case.
     """
     import tensorflow as tf
 

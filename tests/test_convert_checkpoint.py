@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -239,6 +240,102 @@ def test_saved_model_serves_raw_strings_without_cloze(minilm, golden, tmp_path):
         # Against Cloze too only within TOLERANCE: the saved graph is optimised (fused ops)
         # differently from eager execution, which moves the last bits.
         assert value < TOLERANCE, f"{name}: {value}"
+
+
+def test_roberta_saved_model_tokenizes_its_byte_level_bpe_in_the_graph(tmp_path):
+    """--to=saved_model from a folder with a RoBERTa's vocab.json + merges.txt (no vocab.txt):
+    the graph tokenizes with the BPE (keras-hub's BytePairTokenizer, saved as TensorFlow and
+    tensorflow-text ops: loaded here without Cloze), frames `<s> a </s>` and
+    `<s> a </s></s> b </s>` in one segment, pads with <pad>, and its ids are Hugging Face
+    `tokenizers`' RobertaProcessing encoding (cased); the encoder's outputs equal Cloze's on
+    the same ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    conv, export = tmp_path / "conv", tmp_path / "saved_model"
+    helpers.roberta_bpe_folder(conv)
+    config = helpers.tiny_config(
+        vocab_size=50261, position_offset=2, type_vocab_size=1, max_position_embeddings=40,
+        layer_norm_eps=1e-5,
+    )  # fmt: skip
+    keras.utils.set_random_seed(3)
+    encoder = bert.BertEncoder(config)
+    encoder.build()
+    checkpoints.save_cloze(encoder, conv)
+    (conv / "bert_config.json").write_text(config.to_json_string())
+    args = ["--from=cloze", "--to=saved_model", f"--input_dir={conv}", f"--output_dir={export}"]
+    result = helpers.run_main("convert_checkpoint.py", [*args, "--max_seq_length=16"])
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert {p.name for p in (export / "assets").iterdir()} == {"vocab.json", "merges.txt"}
+    texts = {
+        "single": ["Hello world!", "Naïve café, 東京 and a much longer sentence than sixteen ids"],
+        "first": ["It's fine.", "A first text that is long enough to be trimmed by the pair"],
+        "second": ["SO is the second.", "short"],
+    }
+    served = tmp_path / "served.npz"
+    loaded = subprocess.run(
+        [sys.executable, "-c", LOADER, str(export), json.dumps(texts), str(served)],
+        cwd=tmp_path,  # not the repository: Cloze (and keras-hub's code) are not needed
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        | {"TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert loaded.returncode == 0, loaded.stderr[-4000:]
+    got = dict(np.load(served))
+
+    # The reference: Hugging Face tokenizers' byte-level BPE and RobertaProcessing, truncated
+    # to 16 with the longest text losing tokens first, as the original _truncate_seq_pair.
+    vocab = json.loads((conv / "vocab.json").read_text())
+    hf = Tokenizer(models.BPE.from_file(str(conv / "vocab.json"), str(conv / "merges.txt")))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    hf.enable_truncation(16, strategy="longest_first")
+    for kind, pairs in (
+        ("single", [(a, None) for a in texts["single"]]),
+        ("pair", list(zip(texts["first"], texts["second"]))),
+    ):
+        want = [hf.encode(a, b).ids for a, b in pairs]
+        width = max(len(w) for w in want)
+        assert got[f"{kind}_input_ids"].shape[1] == width
+        for row, ids in enumerate(want):
+            assert got[f"{kind}_input_ids"][row].tolist() == ids + [vocab["<pad>"]] * (
+                width - len(ids)
+            ), (kind, row)
+            assert got[f"{kind}_input_mask"][row].tolist() == [1] * len(ids) + [0] * (
+                width - len(ids)
+            )
+        assert not got[f"{kind}_segment_ids"].any()
+        inputs = {k: got[f"{kind}_{k}"] for k in ("input_ids", "input_mask", "segment_ids")}
+        ours = encoder(inputs)
+        real = inputs["input_mask"].astype(bool)
+        seq = np.asarray(ours["sequence_output"])
+        assert np.abs(got[f"{kind}_sequence_output"][real] - seq[real]).max() < TOLERANCE
+    assert max(len(r) for r in got["single_input_ids"]) == 16  # the long text was cut
+    # Lower-casing only when asked: the same folder with --do_lower_case gives other ids.
+    lower = tmp_path / "lower"
+    result = helpers.run_main(
+        "convert_checkpoint.py",
+        [*args[:-1], f"--output_dir={lower}", "--max_seq_length=16", "--do_lower_case"],
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    lowered = tf.saved_model.load(str(lower)).signatures["serving_default"]
+    ids = lowered(text=tf.constant(["SO is"]))["input_ids"].numpy()[0].tolist()
+    assert ids == hf.encode("so is").ids
+    # Refused before anything is written: more positions than the config has, and a BPE
+    # vocabulary with ids beyond the embedding table.
+    nowhere = tmp_path / "refused"
+    too_long = [*args[:-1], f"--output_dir={nowhere}", "--max_seq_length=39"]  # 38 after 2
+    refused = helpers.run_main("convert_checkpoint.py", too_long)
+    assert refused.returncode == 1 and "max_position_embeddings=40" in refused.stderr
+    assert "--max_seq_length=39 plus position_offset=2" in refused.stderr
+    assert not nowhere.exists()
+    small = tmp_path / "small"
+    shutil.copytree(conv, small)
+    (small / "bert_config.json").write_text(config.replace(vocab_size=50000).to_json_string())
+    args = [*args[:2], f"--input_dir={small}", f"--output_dir={nowhere}", "--max_seq_length=16"]
+    refused = helpers.run_main("convert_checkpoint.py", args)
+    assert refused.returncode == 1 and "vocab_size=50000 is smaller" in refused.stderr
+    assert "50261 tokens" in refused.stderr and not nowhere.exists()
 
 
 def test_saved_model_pair_truncation_is_the_originals(tmp_path):
