@@ -563,10 +563,12 @@ def shift_right(targets: np.ndarray, start_id: int) -> np.ndarray:
 # and values; without it, on the whole prefix again (the reference the cache is tested against).
 
 
-def reorder_cache(cache: dict, rows) -> dict:
-    """The cache of the rows `rows` (int (B',)), in that order: beam search's surviving
-    hypotheses take their parents' keys and values."""
-    return {part: [ops.take(t, rows, axis=0) for t in cache[part]] for part in cache}
+def reorder_cache(cache: dict, rows, parts=("self", "cross")) -> dict:
+    """The cache of the rows `rows` (int (B',)), in that order, for the `parts` named (the
+    others as they are): beam search's surviving hypotheses take their parents' keys and
+    values."""
+    take = lambda c: [ops.take(t, rows, axis=0) for t in c]  # noqa: E731
+    return {part: take(c) if part in parts else c for part, c in cache.items()}
 
 
 def _compiled(model, name: str, fn):
@@ -597,12 +599,13 @@ def _start(model, input_ids, input_mask, max_length: int):
 def _cached_step(model):
     """model's one-position decoder step against its cache, compiled: (tokens int (B, 1),
     mask int (B, S), cache, index int32 scalar, rows int (B,) or None) -> (float32 (B, V)
-    logits, cache); with rows the cache is first reordered to those rows. The encoder output
-    is in the cache."""
+    logits, cache); with rows the self-attention cache is first reordered to those rows (beam
+    search: rows stay within their source, whose rows all hold its cross-attention cache, so
+    that one is left as it is). The encoder output is in the cache."""
 
     def step(tokens, mask, cache, index, rows):
         if rows is not None:
-            cache = reorder_cache(cache, rows)
+            cache = reorder_cache(cache, rows, parts=("self",))
         _, logits, cache = model.decode(tokens, None, mask, cache=cache, cache_index=index)
         return logits[:, -1], cache
 
@@ -643,6 +646,51 @@ def greedy_decode(
     return out[:, 1:]
 
 
+class _Beams:
+    """One source's beam search state: the live hypotheses (token lists from the decoder start,
+    summed log-probabilities), each one's row among the source's cache rows, and the finished
+    ones with GNMT's length penalty ((5 + len) / 6) ** alpha applied."""
+
+    def __init__(self, start_id: int, num_beams: int, eos_id: int, alpha: float):
+        self.live: list[tuple[list[int], float]] = [([start_id], 0.0)]
+        self.parents = [0]
+        self.finished: list[tuple[list[int], float]] = []
+        self.num_beams, self.eos_id, self.alpha = num_beams, eos_id, alpha
+
+    def _penalised(self, prefix, score):
+        return prefix, score / ((5 + len(prefix) - 1) / 6) ** self.alpha
+
+    @property
+    def done(self) -> bool:
+        return not self.live or len(self.finished) >= self.num_beams
+
+    def advance(self, logp: np.ndarray) -> None:
+        """logp: float (len(live), V) log-probabilities of each live hypothesis' next token."""
+        # Each hypothesis' num_beams best tokens: a partition, not a sort of the vocabulary
+        # (a sort of 32k scores per row per step was most of a step's time at batch 8).
+        k = min(self.num_beams, logp.shape[1])
+        top = np.argpartition(-logp, k - 1, axis=1)[:, :k]  # (live, k), unordered
+        candidates = []
+        for parent, ((prefix, score), row_logp, row_top) in enumerate(zip(self.live, logp, top)):
+            for tok in row_top[np.argsort(-row_logp[row_top], kind="stable")]:
+                candidates.append((prefix + [int(tok)], score + float(row_logp[tok]), parent))
+        candidates.sort(key=lambda x: -x[1])
+        self.live, self.parents = [], []
+        for prefix, score, parent in candidates:
+            if prefix[-1] == self.eos_id:
+                self.finished.append(self._penalised(prefix, score))
+            else:
+                self.live.append((prefix, score))
+                self.parents.append(parent)
+            if len(self.live) == self.num_beams:
+                break
+
+    def best(self) -> list[int]:
+        """The best hypothesis' tokens after the decoder start."""
+        ranked = self.finished + [self._penalised(p, s) for p, s in self.live]
+        return max(ranked, key=lambda x: x[1])[0][1:]
+
+
 def beam_search(
     model,
     input_ids,
@@ -652,57 +700,51 @@ def beam_search(
     alpha: float = 0.6,
     use_cache: bool = True,
 ) -> np.ndarray:
-    """Beam search with GNMT's length penalty ((5 + len) / 6) ** alpha (Wu et al. 2016), one
-    source at a time. Returns the best hypothesis per row, int32 (B, <= max_length), padded.
+    """Beam search with GNMT's length penalty ((5 + len) / 6) ** alpha (Wu et al. 2016).
+    Returns the best hypothesis per row, int32 (B, <= max_length), padded.
 
-    With the cache, every step runs num_beams rows (one compiled step): while fewer hypotheses
-    are alive the spare rows repeat the first, and their logits are dropped."""
+    With the cache, the whole batch decodes together: every step runs B x num_beams rows (one
+    compiled step), source b in rows b * num_beams onwards; while a source has fewer live
+    hypotheses (or none: it has finished) its spare rows repeat one, and their logits are
+    dropped. Without it, one source at a time runs its whole prefixes (the reference)."""
     c = model.config
-    results = []
-    for row in range(np.asarray(input_ids).shape[0]):
-        ids, mask = np.asarray(input_ids)[row : row + 1], np.asarray(input_mask)[row : row + 1]
-        if use_cache:
-            enc, state = _start(model, ids, mask, max_length)
-        else:
-            enc, state = model.encode(ids, mask), None
-        beams = [([c.decoder_start_token_id], 0.0)]
-        finished: list[tuple[list[int], float]] = []
-        parents = [0]  # each hypothesis' row in the cache
+    ids, mask = np.asarray(input_ids), np.asarray(input_mask)
+    b, k = ids.shape[0], num_beams
+    searches = [_Beams(c.decoder_start_token_id, k, c.eos_token_id, alpha) for _ in range(b)]
+    if use_cache:
+        enc, state = _start(model, ids, mask, max_length)
+        state = reorder_cache(state, np.repeat(np.arange(b), k))  # k rows per source
+        masks = np.repeat(mask, k, axis=0)
         for step in range(max_length):
-            k = len(beams)
-            prefixes = np.array([p for p, _ in beams], np.int32)
-            if use_cache:
-                spare = num_beams - k
-                rows = np.array(parents + [0] * spare, np.int32)
-                tokens = np.concatenate([prefixes[:, -1:], np.repeat(prefixes[:1, -1:], spare, 0)])
-                logits, state = _cached_step(model)(
-                    tokens, np.repeat(mask, num_beams, axis=0), state,
-                    ops.convert_to_tensor(step, "int32"), rows,
-                )  # fmt: skip
-                logits = np.asarray(logits)[:k]
-            else:
-                _, logits = model.decode(
-                    prefixes, ops.repeat(enc, k, axis=0), np.repeat(mask, k, axis=0)
-                )
-                logits = np.asarray(logits[:, -1])
-            logp = _log_softmax(logits)  # (k, V)
-            candidates = []
-            for parent, ((prefix, score), row_logp) in enumerate(zip(beams, logp)):
-                for tok in np.argsort(-row_logp)[:num_beams]:
-                    candidates.append((prefix + [int(tok)], score + float(row_logp[tok]), parent))
-            candidates.sort(key=lambda x: -x[1])
-            beams, parents = [], []
-            for prefix, score, parent in candidates:
-                if prefix[-1] == c.eos_token_id:
-                    finished.append((prefix, score / ((5 + len(prefix) - 1) / 6) ** alpha))
-                else:
-                    beams.append((prefix, score))
-                    parents.append(parent)
-                if len(beams) == num_beams:
-                    break
-            if not beams or len(finished) >= num_beams:
+            rows, tokens = [], []
+            for i, search in enumerate(searches):
+                live = search.live or [([c.pad_token_id], 0.0)]  # a finished source idles
+                parents = search.parents if search.live else [0]
+                spare = k - len(live)
+                rows += [i * k + p for p in parents + [parents[0]] * spare]
+                tokens += [p[-1] for p, _ in live] + [live[0][0][-1]] * spare
+            logits, state = _cached_step(model)(
+                np.array(tokens, np.int32)[:, None], masks, state,
+                ops.convert_to_tensor(step, "int32"), np.array(rows, np.int32),
+            )  # fmt: skip
+            logp = _log_softmax(np.asarray(logits))  # (B * k, V)
+            for i, search in enumerate(searches):
+                if not search.done:
+                    search.advance(logp[i * k : i * k + len(search.live)])
+            if all(search.done for search in searches):
                 break
-        finished += [(p, s / ((5 + len(p) - 1) / 6) ** alpha) for p, s in beams]
-        results.append(max(finished, key=lambda x: x[1])[0][1:])
+    else:
+        for i, search in enumerate(searches):
+            enc = model.encode(ids[i : i + 1], mask[i : i + 1])
+            for _ in range(max_length):
+                n = len(search.live)
+                prefixes = np.array([p for p, _ in search.live], np.int32)
+                _, logits = model.decode(
+                    prefixes, ops.repeat(enc, n, axis=0), np.repeat(mask[i : i + 1], n, axis=0)
+                )
+                search.advance(_log_softmax(np.asarray(logits[:, -1])))
+                if search.done:
+                    break
+    results = [search.best() for search in searches]
     width = max(len(r) for r in results)
     return np.array([r + [c.pad_token_id] * (width - len(r)) for r in results], np.int32)

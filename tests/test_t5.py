@@ -145,6 +145,25 @@ def test_cached_decoding_equals_running_the_whole_prefix(family):
     )
 
 
+def test_batched_beam_search_equals_one_source_at_a_time_when_sources_finish_apart():
+    """The cached beam search decodes the batch together (num_beams rows per source): with an
+    end token the scrambled model produces at different steps, sources finish apart, some
+    idle while others go on, and every source's result is what the search over it alone gives
+    (without the cache, and with it one source at a time)."""
+    model = tiny(eos_token_id=4)
+    helpers.scramble_weights(model, 4.0)
+    x = helpers.encoder_decoder_batch(5, 7, 5, 2, padded=((0, 5), (3, 2)))
+    src, mask = x["input_ids"], x["input_mask"]
+    together = t5.beam_search(model, src, mask, 10, num_beams=3)
+    alone = t5.beam_search(model, src, mask, 10, num_beams=3, use_cache=False)
+    np.testing.assert_array_equal(together, alone)
+    lengths = {int(np.sum(row != 0)) for row in together}  # pad 0 after the end
+    assert len(lengths) >= 3 and (together == 4).any(), together
+    for i in range(5):
+        one = t5.beam_search(model, src[i : i + 1], mask[i : i + 1], 10, num_beams=3)
+        np.testing.assert_array_equal(one[0], together[i, : one.shape[1]])
+
+
 def test_greedy_decoding_equals_keras_hub_t5_seq2seq_lm_generate():
     """keras-hub's T5Seq2SeqLM (its own cached generation, greedy sampler) over the same
     weights produces the same ids as greedy_decode."""
