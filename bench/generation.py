@@ -9,7 +9,8 @@ the same batch of sources for the same number of new tokens with no stop token, 
 does the same work. The ids are compared first (their share equal is reported). Timed rounds
 alternate sides; tokens/s is the best round's, the ratio the median of the rounds' ratios.
 Cloze without its cache (each step runs the whole prefix) is timed in two rounds, for the
-cache's own gain.
+cache's own gain. Then beam search of 4 (t5.beam_search, the batch decoded together) against
+keras-hub's BeamSampler, the same way (at most 3 rounds).
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def run(
     rounds: int = 5,
     specs: dict | None = None,
 ) -> dict:
-    """{"sizes": [per size: tokens/s of both sides, the ratio, ids equal, the cache's gain]}."""
+    """{"sizes": [per size: tokens/s of both sides, the ratio, ids equal, the cache's gain, and
+    "beam": the same for beam search]}."""
     specs = specs or {**SIZES, **QUICK_SIZES}
     out = {"batch": batch, "source_length": source_length, "new_tokens": new_tokens, "sizes": []}
     for name in sizes:
@@ -107,8 +109,52 @@ def run(
     return out
 
 
-def one_size(spec: dict, batch: int, source_length: int, new_tokens: int, rounds: int) -> dict:
-    """The figures of one size (see run)."""
+def _time_sides(sides: dict, rounds: int, extra: dict | None = None) -> tuple[dict, dict]:
+    """({side: ids of its first call (with tracing and compilation)}, {side: [seconds per
+    round]}); the two sides alternate in order, `extra` sides run after them in the first two
+    rounds."""
+    every = {**sides, **(extra or {})}
+    first, times = {}, {side: [] for side in every}
+    for side, fn in sides.items():
+        t0 = time.perf_counter()
+        first[side] = (np.asarray(fn()), time.perf_counter() - t0)
+    for r in range(rounds):
+        order = list(sides) if r % 2 == 0 else list(sides)[::-1]
+        for side in order + (list(extra or {}) if r < 2 else []):
+            t0 = time.perf_counter()
+            every[side]()
+            times[side].append(time.perf_counter() - t0)
+    return first, times
+
+
+def _figures(first: dict, times: dict, tokens: int) -> dict:
+    """tokens/s per side (best round), the median of the rounds' keras-hub / Cloze time ratios,
+    and the share of equal ids."""
+    ours, theirs = first["cloze"][0], first["keras_hub"][0]
+    ratios = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
+    return {
+        **{
+            side: {
+                "tokens_per_s": tokens / min(t),
+                "seconds_rounds": t,
+                **({"first_call_s": first[side][1]} if side in first else {}),
+            }
+            for side, t in times.items()
+        },
+        "ratio": statistics.median(ratios),
+        "ratio_rounds": ratios,
+        "ids_equal": float((ours == theirs).mean()) if ours.shape == theirs.shape else 0.0,
+        "distinct_ids": int(len(np.unique(ours))),
+    }
+
+
+def one_size(
+    spec: dict, batch: int, source_length: int, new_tokens: int, rounds: int, num_beams: int = 4
+) -> dict:
+    """The figures of one size (see run): greedy, and beam search of num_beams (keras-hub's
+    BeamSampler: with no stop token both keep the most probable beam, the same ids)."""
+    import keras_hub
+
     from modeling import t5
 
     model, lm, start_id = build(spec, source_length, new_tokens)
@@ -125,40 +171,28 @@ def one_size(spec: dict, batch: int, source_length: int, new_tokens: int, rounds
         "decoder_token_ids": start,
         "decoder_padding_mask": np.arange(new_tokens + 1)[None].repeat(batch, 0) == 0,
     }
-    # No stop token on either side: greedy_decode stops once every row has produced
-    # eos_token_id, so the (frozen) config's eos is moved out of the vocabulary for the timing.
+    # No stop token on either side: Cloze's decoders stop once rows produce eos_token_id, so
+    # the (frozen) config's eos is moved out of the vocabulary for the timing.
     object.__setattr__(model.config, "eos_token_id", -1)
-    sides = {
-        "cloze": lambda: t5.greedy_decode(model, ids, mask, new_tokens),
-        "keras_hub": lambda: lm.generate(inputs, stop_token_ids=None)["decoder_token_ids"][:, 1:],
-        "cloze_no_cache": lambda: t5.greedy_decode(model, ids, mask, new_tokens, use_cache=False),
-    }
-    first = {}
-    for side in ("cloze", "keras_hub"):
-        t0 = time.perf_counter()
-        first[side] = (np.asarray(sides[side]()), time.perf_counter() - t0)  # with compilation
-    ours, theirs = first["cloze"][0], first["keras_hub"][0]
-    times = {side: [] for side in sides}
-    for r in range(rounds):
-        order = ["cloze", "keras_hub"] if r % 2 == 0 else ["keras_hub", "cloze"]
-        for side in order + (["cloze_no_cache"] if r < 2 else []):
-            t0 = time.perf_counter()
-            sides[side]()
-            times[side].append(time.perf_counter() - t0)
-    tokens = batch * new_tokens
-    ratios = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
-    return {
-        **{
-            side: {
-                "tokens_per_s": tokens / min(t),
-                "seconds_rounds": t,
-                **({"first_call_s": first[side][1]} if side in first else {}),
-            }
-            for side, t in times.items()
+
+    def theirs():
+        return lm.generate(inputs, stop_token_ids=None)["decoder_token_ids"][:, 1:]
+
+    first, times = _time_sides(
+        {"cloze": lambda: t5.greedy_decode(model, ids, mask, new_tokens), "keras_hub": theirs},
+        rounds,
+        {"cloze_no_cache": lambda: t5.greedy_decode(model, ids, mask, new_tokens, use_cache=False)},
+    )
+    out = _figures(first, times, batch * new_tokens)
+    out["cache_gain"] = min(times["cloze_no_cache"]) / min(times["cloze"])
+    lm.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=num_beams))
+    # keras-hub's beam search is the slow side (6x): fewer rounds.
+    first, times = _time_sides(
+        {
+            "cloze": lambda: t5.beam_search(model, ids, mask, new_tokens, num_beams),
+            "keras_hub": theirs,
         },
-        "ratio": statistics.median(ratios),
-        "ratio_rounds": ratios,
-        "cache_gain": min(times["cloze_no_cache"]) / min(times["cloze"]),
-        "ids_equal": float((ours == theirs).mean()) if ours.shape == theirs.shape else 0.0,
-        "distinct_ids": int(len(np.unique(ours))),
-    }
+        min(rounds, 3),
+    )
+    out["beam"] = {"num_beams": num_beams, **_figures(first, times, batch * new_tokens)}
+    return out

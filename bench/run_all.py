@@ -9,8 +9,9 @@ Example (the figures in the README; about 10 minutes on 2 CPU cores):
   create_data  create_pretraining_data.py vs the original google-research/bert script:
                instances/s and peak memory at 1x and 10x a base corpus
   inference    sequences/s of the SavedModel and the Keras encoder vs keras-hub BertBackbone
-  generation   greedy new tokens/s of BART and T5 (t5.greedy_decode) vs keras-hub's
-               Seq2SeqLM.generate over the same weights, ids compared
+  generation   greedy and beam-search new tokens/s of BART and T5 (t5.greedy_decode,
+               t5.beam_search) vs keras-hub's Seq2SeqLM.generate over the same weights, ids
+               compared
 Peers are pinned in bench/requirements.txt. --quick runs tiny sizes (for tests), no figures.
 Inputs: the default run's corpus, vocab and records (run_default.py) when --default_run_dir has
 them, else the corpus is built with data_prep's corpus builder and the bert-base-uncased vocab of
@@ -365,6 +366,14 @@ def table(results: dict) -> str:
                 f"| the same, Cloze with its key / value cache against without | "
                 f"{r['cloze']['tokens_per_s']:,.0f} | Cloze without "
                 f"{r['cloze_no_cache']['tokens_per_s']:,.0f} | {r['cache_gain']:.2f} |"
+            )
+            m = r["beam"]
+            rows.append(
+                f"| beam search of {m['num_beams']}, {r['size']}, new tokens/s (ids equal "
+                f"{m['ids_equal']:.0%}) | {m['cloze']['tokens_per_s']:,.0f} | keras-hub "
+                f"BeamSampler {m['keras_hub']['tokens_per_s']:,.0f} | {m['ratio']:.2f} (rounds "
+                + ", ".join(f"{x:.2f}" for x in m["ratio_rounds"])
+                + ") |"
             )
     return "\n".join(rows)
 

@@ -215,6 +215,10 @@ def test_run_all_quick_writes_every_figure(tmp_path):
             float(np.median(row["ratio_rounds"]))
         )
         assert f"greedy generation {row['size']} b2" in result.stdout
+        beam = row["beam"]
+        assert beam["ids_equal"] == 1.0 and beam["num_beams"] == 4
+        assert beam["cloze"]["tokens_per_s"] > 0 and beam["keras_hub"]["tokens_per_s"] > 0
+        assert f"beam search of 4, {row['size']}" in result.stdout
     assert "Cloze with its key / value cache against without" in result.stdout
 
     for label in ("pretrain L2/H36/A3/I37", "WordPiece", "GPT-2 BPE", "create_pretraining_data 2x"):
