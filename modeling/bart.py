@@ -426,9 +426,13 @@ class BartModel(keras.Model):
                     f"{first + length}"
                 )
         tokens = ops.take(self.shared, ids, axis=0) * self.embed_scale  # (B, L, H)
-        # A gather, not a slice: XLA compiles a slice's start as a constant, so a slice at the
-        # cache index recompiled the decoding step at every position (0.6 s each, measured).
-        positions = ops.take(table, ops.arange(length) + (POSITION_OFFSET + first), axis=0)
+        if isinstance(first, int):
+            start, size = (POSITION_OFFSET + first, 0), (length, self.config.d_model)
+            positions = ops.slice(table, start, size)  # (L, H)
+        else:
+            # At a cache index (a tensor) a gather, not a slice: XLA compiles a slice's start as
+            # a constant, so the decoding step recompiled at every position (0.6 s each).
+            positions = ops.take(table, ops.arange(length) + (POSITION_OFFSET + first), axis=0)
         return self.dropout(norm(tokens + positions[None]), training=training)
 
     def encode(self, input_ids, input_mask, training=False):
