@@ -1,16 +1,17 @@
-"""Greedy generation, new tokens/s: Cloze's encoder-decoder decoding (t5.greedy_decode: a key /
-value cache, the encoder and each step compiled by XLA) against keras-hub's Seq2SeqLM.generate
-(its own cache, the whole loop compiled by XLA), BART and T5 over the same weights.
+"""Greedy and beam-search generation, new tokens/s: Cloze's encoder-decoder decoding
+(t5.greedy_decode, t5.beam_search: a key / value cache, the encoder and each step compiled by
+XLA) against keras-hub's Seq2SeqLM.generate (its own cache, the whole loop compiled by XLA),
+BART and T5 over the same weights.
 
-Each family is built once from seeded weights scaled up (tests.helpers-style scrambling: at their
-initial scale random models repeat one token, which a decoder ignoring its inputs would also
-produce), converted to the other side (bart.from_keras_hub; t5.to_keras_hub), and both decode
-the same batch of sources for the same number of new tokens with no stop token, so each side
-does the same work. The ids are compared first (their share equal is reported). Timed rounds
-alternate sides; tokens/s is the best round's, the ratio the median of the rounds' ratios.
-Cloze without its cache (each step runs the whole prefix) is timed in two rounds, for the
-cache's own gain. Then beam search of 4 (t5.beam_search, the batch decoded together) against
-keras-hub's BeamSampler, the same way (at most 3 rounds).
+Each family is built once from seeded weights scaled up (scramble_weights: at their initial
+scale random models repeat one token, which a decoder ignoring its inputs would also produce),
+converted to the other side (bart.from_keras_hub; t5.to_keras_hub), and both decode the same
+batch of sources for the same number of new tokens with no stop token, so each side does the
+same work. The ids are compared first (their share equal is reported). Timed rounds alternate
+sides; tokens/s is the best round's, the ratio the median of the rounds' ratios. Cloze without
+its cache (each step runs the whole prefix) is timed in two rounds, for the cache's own gain.
+Then beam search of 4 (t5.beam_search, the batch decoded together) against keras-hub's
+BeamSampler, the same way (at most 3 rounds).
 """
 
 from __future__ import annotations
@@ -38,14 +39,31 @@ QUICK_SIZES = {
 }
 
 
-def _scale_matrices(model, factor: float, seed: int) -> None:
-    """Every matrix times factor, layer-norm scales drawn in [0.5, 2] (see the module doc)."""
+def scramble_weights(model, factor: float, seed: int = 0) -> None:
+    """Multiplies every matrix (kernels, embedding tables) by factor and draws layer-norm scales
+    in [0.5, 2]; vectors otherwise stay. A tiny or random model at its initial scale decodes one
+    token over and over, which a decoder that ignores positions or the source would also do
+    (the tests scramble their models with this too)."""
     rng = np.random.default_rng(seed)
     for w in model.weights:
         if "norm" in w.path and len(w.shape) == 1 and "beta" not in w.path:
             w.assign(rng.uniform(0.5, 2.0, w.shape).astype("float32"))
         elif len(w.shape) >= 2:
             w.assign(np.asarray(w.numpy()) * factor)
+
+
+def keras_hub_inputs(input_ids, input_mask, start_id: int, new_tokens: int) -> dict:
+    """keras-hub Seq2SeqLM.generate's inputs (preprocessor=None) for decoding new_tokens ids
+    after start_id from the sources: the decoder ids hold the start, then room."""
+    b = np.asarray(input_ids).shape[0]
+    start = np.zeros((b, new_tokens + 1), np.int32)
+    start[:, 0] = start_id
+    return {
+        "encoder_token_ids": np.asarray(input_ids),
+        "encoder_padding_mask": np.asarray(input_mask).astype(bool),
+        "decoder_token_ids": start,
+        "decoder_padding_mask": np.arange(new_tokens + 1)[None].repeat(b, 0) == 0,
+    }
 
 
 def build(spec: dict, source_length: int, new_tokens: int, seed: int = 0):
@@ -67,7 +85,7 @@ def build(spec: dict, source_length: int, new_tokens: int, seed: int = 0):
             dropout=0.0,
             max_sequence_length=max(source_length, new_tokens + 1),
         )
-        _scale_matrices(backbone, spec["scale"], seed)
+        scramble_weights(backbone, spec["scale"], seed)
         # Hugging Face's BART ids: <s> 0, <pad> 1, </s> 2, decoding from </s>.
         model = bart.from_keras_hub(
             backbone, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2
@@ -85,7 +103,7 @@ def build(spec: dict, source_length: int, new_tokens: int, seed: int = 0):
         )
         model = t5.T5Model(config)
         model.build()
-        _scale_matrices(model, spec["scale"], seed)
+        scramble_weights(model, spec["scale"], seed)
         lm = keras_hub.models.T5Seq2SeqLM(backbone=t5.to_keras_hub(model), preprocessor=None)
     lm.compile(sampler="greedy")
     return model, lm, model.config.decoder_start_token_id
@@ -163,14 +181,7 @@ def one_size(
     lengths = rng.integers(source_length // 2, source_length + 1, batch)
     mask = (np.arange(source_length)[None, :] < lengths[:, None]).astype(np.int32)
     ids = ids * mask + model.config.pad_token_id * (1 - mask)
-    start = np.zeros((batch, new_tokens + 1), np.int32)
-    start[:, 0] = start_id
-    inputs = {
-        "encoder_token_ids": ids,
-        "encoder_padding_mask": mask.astype(bool),
-        "decoder_token_ids": start,
-        "decoder_padding_mask": np.arange(new_tokens + 1)[None].repeat(batch, 0) == 0,
-    }
+    inputs = keras_hub_inputs(ids, mask, start_id, new_tokens)
     # No stop token on either side: Cloze's decoders stop once rows produce eos_token_id, so
     # the (frozen) config's eos is moved out of the vocabulary for the timing.
     object.__setattr__(model.config, "eos_token_id", -1)

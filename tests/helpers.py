@@ -7,6 +7,7 @@ import functools
 
 import numpy as np
 
+from bench.generation import scramble_weights  # noqa: F401 (the tests' helper too)
 from data_prep import features
 from modeling import bert
 
@@ -143,19 +144,6 @@ def tiny_encoder_decoder(model_cls, config_cls, values: dict):
     model = model_cls(config_cls(**values))
     model.build()
     return model
-
-
-def scramble_weights(model, factor: float, seed: int = 0) -> None:
-    """Multiplies every matrix (kernels, embedding tables) by factor and draws layer-norm scales
-    in [0.5, 2]; vectors otherwise stay. A tiny model at its initialisation decodes one token
-    over and over, which would let a decoder that ignores positions or the source pass a
-    comparison."""
-    rng = np.random.default_rng(seed)
-    for w in model.weights:
-        if "norm" in w.path and len(w.shape) == 1 and "beta" not in w.path:
-            w.assign(rng.uniform(0.5, 2.0, w.shape).astype("float32"))
-        elif len(w.shape) >= 2:
-            w.assign(np.asarray(w.numpy()) * factor)
 
 
 def encoder_decoder_batch(b=3, s=7, t=5, seed=0, padded=((0, 5),), vocab_size=23):

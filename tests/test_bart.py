@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 
+from bench import generation
 from data_prep.errors import InputError
 from modeling import bart, t5
 from tests import helpers
@@ -237,17 +238,8 @@ def test_greedy_decoding_equals_keras_hub_bart_seq2seq_lm_generate():
     lm = keras_hub.models.BartSeq2SeqLM(backbone=ref, preprocessor=None)
     lm.compile(sampler="greedy")
     x = batch(s=11)
-    start = np.zeros((3, 11), "int32")
-    start[:, 0] = 1  # the decoder start (</s>), then room for 10 ids
-    theirs = lm.generate(
-        {
-            "encoder_token_ids": x["input_ids"],
-            "encoder_padding_mask": x["input_mask"].astype(bool),
-            "decoder_token_ids": start,
-            "decoder_padding_mask": np.arange(11)[None].repeat(3, 0) == 0,
-        },
-        stop_token_ids=None,
-    )["decoder_token_ids"][:, 1:]
+    inputs = generation.keras_hub_inputs(x["input_ids"], x["input_mask"], 1, 10)
+    theirs = lm.generate(inputs, stop_token_ids=None)["decoder_token_ids"][:, 1:]
     ours = t5.greedy_decode(model, x["input_ids"], x["input_mask"], 10)
     assert len(np.unique(ours)) >= 3 and len({tuple(r) for r in ours}) >= 2, ours
     np.testing.assert_array_equal(ours, theirs)

@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -170,6 +171,22 @@ np.savez(sys.argv[3], **out)
 """
 
 
+def serve_without_cloze(export, texts: dict, work_dir) -> dict:
+    """LOADER's arrays: the SavedModel at `export` served `texts` in a Python that cannot import
+    Cloze (run from work_dir, not the repository)."""
+    served = Path(work_dir) / "served.npz"
+    loaded = subprocess.run(
+        [sys.executable, "-c", LOADER, str(export), json.dumps(texts), str(served)],
+        cwd=work_dir,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        | {"TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert loaded.returncode == 0, loaded.stderr[-4000:]
+    return dict(np.load(served))
+
+
 def test_saved_model_serves_raw_strings_without_cloze(minilm, golden, tmp_path):
     source, encoder = minilm
     export = tmp_path / "saved_model"
@@ -184,17 +201,7 @@ def test_saved_model_serves_raw_strings_without_cloze(minilm, golden, tmp_path):
         "first": [str(a) for a, b in zip(golden["first"], has_b) if b],
         "second": [str(s) for s, b in zip(golden["second"], has_b) if b],
     }
-    served = tmp_path / "served.npz"
-    loaded = subprocess.run(
-        [sys.executable, "-c", LOADER, str(export), json.dumps(texts), str(served)],
-        cwd=tmp_path,  # not the repository: Cloze is not importable there
-        capture_output=True,
-        text=True,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        | {"TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    assert loaded.returncode == 0, loaded.stderr[-4000:]
-    got = dict(np.load(served))
+    got = serve_without_cloze(export, texts, tmp_path)
 
     tokenizer = tokenization.FullTokenizer(source / "vocab.txt", do_lower_case=True)
     offsets = np.concatenate([[0], np.cumsum(golden["input_mask"].sum(1))])
@@ -271,17 +278,7 @@ def test_roberta_saved_model_tokenizes_its_byte_level_bpe_in_the_graph(tmp_path)
         "first": ["It's fine.", "A first text that is long enough to be trimmed by the pair"],
         "second": ["SO is the second.", "short"],
     }
-    served = tmp_path / "served.npz"
-    loaded = subprocess.run(
-        [sys.executable, "-c", LOADER, str(export), json.dumps(texts), str(served)],
-        cwd=tmp_path,  # not the repository: Cloze (and keras-hub's code) are not needed
-        capture_output=True,
-        text=True,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        | {"TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    assert loaded.returncode == 0, loaded.stderr[-4000:]
-    got = dict(np.load(served))
+    got = serve_without_cloze(export, texts, tmp_path)  # nor keras-hub's code
 
     # The reference: Hugging Face tokenizers' byte-level BPE and RobertaProcessing, truncated
     # to 16 with the longest text losing tokens first, as the original _truncate_seq_pair.

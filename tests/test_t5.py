@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+from bench import generation
 from data_prep.errors import InputError
 from modeling import t5
 from tests import helpers
@@ -174,16 +175,8 @@ def test_greedy_decoding_equals_keras_hub_t5_seq2seq_lm_generate():
     lm = keras_hub.models.T5Seq2SeqLM(backbone=t5.to_keras_hub(model), preprocessor=None)
     lm.compile(sampler="greedy")
     x = batch(s=11)
-    start = np.zeros((3, 11), "int32")  # the decoder start (pad, 0) then room for 10 ids
-    theirs = lm.generate(
-        {
-            "encoder_token_ids": x["input_ids"],
-            "encoder_padding_mask": x["input_mask"].astype(bool),
-            "decoder_token_ids": start,
-            "decoder_padding_mask": np.arange(11)[None].repeat(3, 0) == 0,
-        },
-        stop_token_ids=None,
-    )["decoder_token_ids"][:, 1:]
+    inputs = generation.keras_hub_inputs(x["input_ids"], x["input_mask"], 0, 10)
+    theirs = lm.generate(inputs, stop_token_ids=None)["decoder_token_ids"][:, 1:]
     ours = t5.greedy_decode(model, x["input_ids"], x["input_mask"], 10)
     assert len(np.unique(ours)) >= 3, ours
     np.testing.assert_array_equal(ours, theirs)
