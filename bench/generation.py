@@ -1,7 +1,8 @@
 """Greedy and beam-search generation, new tokens/s: Cloze's encoder-decoder decoding
 (t5.greedy_decode, t5.beam_search: a key / value cache, the encoder and each step compiled by
 XLA) against keras-hub's Seq2SeqLM.generate (its own cache, the whole loop compiled by XLA),
-BART and T5 over the same weights.
+BART and T5 over the same weights; and GPT-2's greedy continuation (gpt.generate) against
+keras-hub's GPT2CausalLM.generate.
 
 Each family is built once from seeded weights scaled up (scramble_weights: at their initial
 scale random models repeat one token, which a decoder ignoring its inputs would also produce),
@@ -32,10 +33,14 @@ SIZES = {
     "t5-small": dict(
         family="t5", hidden=512, layers=6, heads=8, ffn=2048, vocab=32128, d_kv=64, scale=2.0
     ),
+    # GPT-2 small; the sources are its prompts (gpt.generate, greedy; no beam search in Cloze's
+    # GPT). At its initial scale its ids already vary.
+    "gpt2": dict(family="gpt", hidden=768, layers=12, heads=12, ffn=3072, vocab=50257, scale=1.0),
 }
 QUICK_SIZES = {
     "bart-tiny": dict(family="bart", hidden=16, layers=1, heads=2, ffn=24, vocab=97, scale=4.0),
     "t5-tiny": dict(family="t5", hidden=16, layers=1, heads=2, ffn=24, vocab=97, d_kv=8, scale=2.0),
+    "gpt2-tiny": dict(family="gpt", hidden=16, layers=1, heads=2, ffn=24, vocab=97, scale=4.0),
 }
 
 
@@ -67,14 +72,32 @@ def keras_hub_inputs(input_ids, input_mask, start_id: int, new_tokens: int) -> d
 
 
 def build(spec: dict, source_length: int, new_tokens: int, seed: int = 0):
-    """(Cloze model, keras-hub Seq2SeqLM compiled with the greedy sampler, decoder start id)
-    holding the same weights."""
+    """(Cloze model, keras-hub Seq2SeqLM or GPT2CausalLM compiled with the greedy sampler,
+    decoder start id or None for GPT) holding the same weights."""
     import keras
     import keras_hub
 
-    from modeling import bart, t5
+    from modeling import bart, gpt, t5
 
     keras.utils.set_random_seed(seed)
+    if spec["family"] == "gpt":
+        config = gpt.GptConfig(
+            n_vocab=spec["vocab"],
+            n_ctx=max(1024, source_length + new_tokens),
+            n_embd=spec["hidden"],
+            n_head=spec["heads"],
+            n_layer=spec["layers"],
+            n_inner=spec["ffn"],
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            resid_pdrop=0.0,
+        )
+        model = gpt.GptLM(config)
+        model.build()
+        scramble_weights(model, spec["scale"], seed)
+        lm = keras_hub.models.GPT2CausalLM(backbone=gpt.to_keras_hub(model), preprocessor=None)
+        lm.compile(sampler="greedy")
+        return model, lm, None
     if spec["family"] == "bart":
         backbone = keras_hub.models.BartBackbone(
             vocabulary_size=spec["vocab"],
@@ -118,12 +141,12 @@ def run(
     specs: dict | None = None,
 ) -> dict:
     """{"sizes": [per size: tokens/s of both sides, the ratio, ids equal, the cache's gain, and
-    "beam": the same for beam search]}."""
+    "beam": the same for beam search (encoder-decoders)]}."""
     specs = specs or {**SIZES, **QUICK_SIZES}
     out = {"batch": batch, "source_length": source_length, "new_tokens": new_tokens, "sizes": []}
     for name in sizes:
         row = one_size(specs[name], batch, source_length, new_tokens, rounds)
-        out["sizes"].append({"size": name, **row})
+        out["sizes"].append({"size": name, "family": specs[name]["family"], **row})
     return out
 
 
@@ -176,6 +199,8 @@ def one_size(
     from modeling import t5
 
     model, lm, start_id = build(spec, source_length, new_tokens)
+    if spec["family"] == "gpt":
+        return _one_gpt_size(model, lm, spec, batch, source_length, new_tokens, rounds)
     rng = np.random.default_rng(1)
     ids = rng.integers(3, spec["vocab"], (batch, source_length)).astype(np.int32)
     lengths = rng.integers(source_length // 2, source_length + 1, batch)
@@ -206,4 +231,34 @@ def one_size(
         min(rounds, 3),
     )
     out["beam"] = {"num_beams": num_beams, **_figures(first, times, batch * new_tokens)}
+    return out
+
+
+def _one_gpt_size(model, lm, spec, batch, prompt_length, new_tokens, rounds) -> dict:
+    """GPT's figures: greedy continuations of random prompts (all real ids: gpt.generate takes
+    prompts of one length) against keras-hub's GPT2CausalLM.generate, and the cache's gain."""
+    from modeling import gpt
+
+    rng = np.random.default_rng(1)
+    prompt = rng.integers(0, spec["vocab"], (batch, prompt_length)).astype(np.int32)
+    width = prompt_length + new_tokens
+    inputs = {
+        "token_ids": np.concatenate([prompt, np.zeros((batch, new_tokens), np.int32)], 1),
+        "padding_mask": np.arange(width)[None].repeat(batch, 0) < prompt_length,
+    }
+
+    def ours(use_cache=True):
+        out = gpt.generate(model, prompt, new_tokens, temperature=0, use_cache=use_cache)
+        return out[:, prompt_length:]
+
+    def theirs():
+        return lm.generate(inputs, stop_token_ids=None)["token_ids"][:, prompt_length:]
+
+    first, times = _time_sides(
+        {"cloze": ours, "keras_hub": theirs},
+        rounds,
+        {"cloze_no_cache": lambda: ours(use_cache=False)},
+    )
+    out = _figures(first, times, batch * new_tokens)
+    out["cache_gain"] = min(times["cloze_no_cache"]) / min(times["cloze"])
     return out

@@ -10,8 +10,8 @@ Example (the figures in the README; about 10 minutes on 2 CPU cores):
                instances/s and peak memory at 1x and 10x a base corpus
   inference    sequences/s of the SavedModel and the Keras encoder vs keras-hub BertBackbone
   generation   greedy and beam-search new tokens/s of BART and T5 (t5.greedy_decode,
-               t5.beam_search) vs keras-hub's Seq2SeqLM.generate over the same weights, ids
-               compared
+               t5.beam_search) vs keras-hub's Seq2SeqLM.generate, and GPT-2's greedy
+               continuation vs GPT2CausalLM.generate, over the same weights, ids compared
 Peers are pinned in bench/requirements.txt. --quick runs tiny sizes (for tests), no figures.
 Inputs: the default run's corpus, vocab and records (run_default.py) when --default_run_dir has
 them, else the corpus is built with data_prep's corpus builder and the bert-base-uncased vocab of
@@ -111,7 +111,11 @@ def settings(
                 in_process=True,
             ),
             "generation": dict(
-                sizes=("bart-tiny", "t5-tiny"), batch=2, source_length=9, new_tokens=4, rounds=2
+                sizes=("bart-tiny", "t5-tiny", "gpt2-tiny"),
+                batch=2,
+                source_length=9,
+                new_tokens=4,
+                rounds=2,
             ),
         }
     return {
@@ -355,7 +359,8 @@ def table(results: dict) -> str:
     if g:
         for r in g["sizes"]:
             rows.append(
-                f"| greedy generation {r['size']} b{g['batch']}, {g['source_length']} source ids, "
+                f"| greedy generation {r['size']} b{g['batch']}, {g['source_length']} "
+                f"{'prompt' if r.get('family') == 'gpt' else 'source'} ids, "
                 f"{g['new_tokens']} new, new tokens/s (ids equal {r['ids_equal']:.0%}) | "
                 f"{r['cloze']['tokens_per_s']:,.0f} | keras-hub generate "
                 f"{r['keras_hub']['tokens_per_s']:,.0f} | {r['ratio']:.2f} (rounds "
@@ -367,6 +372,8 @@ def table(results: dict) -> str:
                 f"{r['cloze']['tokens_per_s']:,.0f} | Cloze without "
                 f"{r['cloze_no_cache']['tokens_per_s']:,.0f} | {r['cache_gain']:.2f} |"
             )
+            if "beam" not in r:  # GPT: greedy only
+                continue
             m = r["beam"]
             rows.append(
                 f"| beam search of {m['num_beams']}, {r['size']}, new tokens/s (ids equal "

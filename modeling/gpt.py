@@ -384,6 +384,60 @@ class GptClassifier(keras.Model):
         return cls(**config)
 
 
+def to_keras_hub(model: GptLM):
+    """A keras_hub.models.GPT2Backbone holding a GPT-2 (pre-LN, tanh GELU) model's weights:
+    keras-hub's GPT2CausalLM then generates with them (bench/generation.py's peer, and
+    tests/test_gpt.py's independent implementation). c_attn's fused (H, 3H) kernel is split
+    into keras-hub's query / key / value kernels (H, N, D); GPT-1's post-LN is refused.
+    Reaches into keras-hub's layer attributes (_self_attention_layer, ...): its GPT-2 converter
+    does the same, and a keras-hub release that renames them fails here, not silently."""
+    import keras_hub
+
+    c = model.config
+    if c.layer_norm_position != "pre" or c.activation_function != "gelu":
+        raise ValueError(
+            "to_keras_hub: keras-hub's GPT2Backbone is pre-LN with the tanh GELU; found "
+            f"layer_norm_position={c.layer_norm_position!r}, "
+            f"activation_function={c.activation_function!r}"
+        )
+    enc = model.encoder
+    ref = keras_hub.models.GPT2Backbone(
+        vocabulary_size=c.n_vocab,
+        num_layers=c.n_layer,
+        num_heads=c.n_head,
+        hidden_dim=c.n_embd,
+        intermediate_dim=c.inner_size,
+        dropout=0.0,
+        max_sequence_length=c.n_ctx,
+    )
+    n, d, h = c.n_head, c.n_embd // c.n_head, c.n_embd
+    ref.get_layer("token_embedding").embeddings.assign(enc.wte)
+    ref.get_layer("position_embedding").position_embeddings.assign(enc.wpe)
+    for i, block in enumerate(enc.blocks):
+        layer = ref.get_layer(f"transformer_layer_{i}")
+        att = layer._self_attention_layer
+        kernel = np.asarray(block.attn.c_attn.kernel).reshape(h, 3, n, d)  # (H, 3, N, D)
+        bias = np.asarray(block.attn.c_attn.bias).reshape(3, n, d)
+        for j, dense in enumerate((att._query_dense, att._key_dense, att._value_dense)):
+            dense.kernel.assign(kernel[:, j])
+            dense.bias.assign(bias[j])
+        att._output_dense.kernel.assign(np.asarray(block.attn.c_proj.kernel).reshape(n, d, h))
+        att._output_dense.bias.assign(block.attn.c_proj.bias)
+        for ours, theirs in (
+            (block.ln_1, layer._self_attention_layer_norm),
+            (block.ln_2, layer._feedforward_layer_norm),
+        ):
+            theirs.gamma.assign(ours.gamma)
+            theirs.beta.assign(ours.beta)
+        layer._feedforward_intermediate_dense.kernel.assign(block.c_fc.kernel)
+        layer._feedforward_intermediate_dense.bias.assign(block.c_fc.bias)
+        layer._feedforward_output_dense.kernel.assign(block.c_proj.kernel)
+        layer._feedforward_output_dense.bias.assign(block.c_proj.bias)
+    ref.get_layer("layer_norm").gamma.assign(enc.ln_f.gamma)
+    ref.get_layer("layer_norm").beta.assign(enc.ln_f.beta)
+    return ref
+
+
 # ---------------------------------------------------------------------------------------------
 # Generation
 # ---------------------------------------------------------------------------------------------
@@ -423,8 +477,9 @@ def generate(
 
     prompt_ids: int (B, T0), prompts of one length. Sampling draws from stateless random ops
     keyed by (seed, step), so the same seed gives the same text. With use_cache, each step runs
-    the model on the one new token against the cached keys and values (the prompt once);
-    without it, on the whole sequence again (the reference the cache is tested against).
+    the model on the one new token against the cached keys and values (the prompt once), as an
+    XLA program (layers.compiled_for_decoding); the token is then picked eagerly. Without it,
+    each step runs the whole sequence again (the reference the cache is tested against).
     Returns int32 (B, T0 + max_new_tokens).
     """
     import tensorflow as tf
@@ -442,15 +497,22 @@ def generate(
         draw = tf.random.stateless_categorical(logits, 1, seed=[seed, step])
         return draw[:, 0]
 
-    cache = model.encoder.empty_cache(b, total) if use_cache else None
-    out = model({"input_ids": ids}, cache=cache, cache_index=0) if use_cache else None
+    def cached(tokens, cache, index):
+        # The last position's logits (B, V) and the cache; one XLA program per input shape
+        # (the prompt's, then one token's).
+        out = model({"input_ids": tokens}, cache=cache, cache_index=index)
+        return out["lm_logits"][:, -1], out["cache"]
+
+    step_fn = layers.compiled_for_decoding(model, "cached", cached)
+    if use_cache:
+        cache = model.encoder.empty_cache(b, total)
+        logits, cache = step_fn(ids, cache, ops.convert_to_tensor(0, "int32"))
     for step in range(max_new_tokens):
-        if use_cache:
-            logits = out["lm_logits"][:, -1]
-        else:
+        if not use_cache:
             logits = model({"input_ids": ids})["lm_logits"][:, -1]
         new = np.asarray(pick(logits, step), np.int32)[:, None]  # (B, 1)
         ids = np.concatenate([ids, new], axis=1)
         if use_cache and step + 1 < max_new_tokens:
-            out = model({"input_ids": new}, cache=out["cache"], cache_index=t0 + step)
+            index = ops.convert_to_tensor(t0 + step, "int32")
+            logits, cache = step_fn(new, cache, index)
     return ids

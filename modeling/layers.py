@@ -54,6 +54,22 @@ def xla_kernels(*fns):
     return tuple(tf.function(f, jit_compile=True, autograph=False) for f in fns)
 
 
+def compiled_for_decoding(model, name: str, fn):
+    """fn compiled once per model under TensorFlow (XLA, one program per input shape), else fn;
+    kept on the model under `name` (outside Keras' tracking). For incremental decoding steps
+    (t5, bart, gpt): run eagerly, a step's few hundred small ops cost more in dispatch than in
+    arithmetic, and XLA then halves the graph's time (a 4-layer width-256 T5 decoder at batch
+    8, measured: eager 55 ms a step, graph 8 ms, XLA 4 ms)."""
+    compiled = model.__dict__.setdefault("_cloze_decoding", {})
+    if name not in compiled:
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            fn = tf.function(fn, jit_compile=True)
+        compiled[name] = fn
+    return compiled[name]
+
+
 def static_size(x):
     """The number of elements of `x` when its whole shape is known while tracing, else None."""
     return None if any(d is None for d in x.shape) else math.prod(x.shape)
