@@ -10,6 +10,7 @@ import pytest
 
 from data_prep.errors import InputError
 from modeling import gpt
+from tests import helpers
 
 # Odd sizes (shared/STYLE.md): vocab 29, context 13, hidden 12, heads 3, inner 17, 2 layers.
 TINY = dict(n_vocab=29, n_ctx=13, n_embd=12, n_head=3, n_layer=2, n_inner=17)
@@ -128,6 +129,29 @@ def test_generation_is_seeded_and_the_cache_changes_nothing():
     np.testing.assert_array_equal(greedy, gpt.generate(model, prompt, 6, top_p=1e-6, seed=4))
     with pytest.raises(ValueError, match="n_ctx"):
         gpt.generate(model, prompt, 11)
+
+
+def test_greedy_generation_equals_keras_hub_gpt2_causal_lm():
+    """keras-hub's GPT2CausalLM (its own cache, greedy sampler) over the same weights continues
+    the prompts with the same ids as generate's compiled cached steps; GPT-1's post-LN has no
+    keras-hub counterpart and is refused by to_keras_hub."""
+    import keras_hub
+
+    model = tiny()
+    helpers.scramble_weights(model, 4.0)
+    lm = keras_hub.models.GPT2CausalLM(backbone=gpt.to_keras_hub(model), preprocessor=None)
+    lm.compile(sampler="greedy")
+    prompt = ids(batch=3, length=4)
+    inputs = {
+        "token_ids": np.concatenate([prompt, np.zeros((3, 8), np.int32)], axis=1),
+        "padding_mask": np.arange(12)[None].repeat(3, 0) < 4,
+    }
+    theirs = lm.generate(inputs, stop_token_ids=None)["token_ids"]
+    ours = gpt.generate(model, prompt, 8, temperature=0)
+    assert len(np.unique(ours[:, 4:])) >= 3, ours
+    np.testing.assert_array_equal(ours, theirs)
+    with pytest.raises(ValueError, match="pre-LN"):
+        gpt.to_keras_hub(tiny(layer_norm_position="post"))
 
 
 def test_classifier_reads_the_extract_token_and_round_trips_its_config():
