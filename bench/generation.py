@@ -189,6 +189,17 @@ def _figures(first: dict, times: dict, tokens: int) -> dict:
     }
 
 
+def _greedy_figures(ours, theirs, rounds: int, tokens: int) -> dict:
+    """_figures of ours(use_cache=True) against theirs(), plus "cache_gain": ours with its cache
+    against ours without it (two rounds)."""
+    first, times = _time_sides(
+        {"cloze": ours, "keras_hub": theirs}, rounds, {"cloze_no_cache": lambda: ours(False)}
+    )
+    out = _figures(first, times, tokens)
+    out["cache_gain"] = min(times["cloze_no_cache"]) / min(times["cloze"])
+    return out
+
+
 def one_size(
     spec: dict, batch: int, source_length: int, new_tokens: int, rounds: int, num_beams: int = 4
 ) -> dict:
@@ -214,13 +225,10 @@ def one_size(
     def theirs():
         return lm.generate(inputs, stop_token_ids=None)["decoder_token_ids"][:, 1:]
 
-    first, times = _time_sides(
-        {"cloze": lambda: t5.greedy_decode(model, ids, mask, new_tokens), "keras_hub": theirs},
-        rounds,
-        {"cloze_no_cache": lambda: t5.greedy_decode(model, ids, mask, new_tokens, use_cache=False)},
-    )
-    out = _figures(first, times, batch * new_tokens)
-    out["cache_gain"] = min(times["cloze_no_cache"]) / min(times["cloze"])
+    def ours(use_cache=True):
+        return t5.greedy_decode(model, ids, mask, new_tokens, use_cache=use_cache)
+
+    out = _greedy_figures(ours, theirs, rounds, batch * new_tokens)
     lm.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=num_beams))
     # keras-hub's beam search is the slow side (6x): fewer rounds.
     first, times = _time_sides(
@@ -254,11 +262,4 @@ def _one_gpt_size(model, lm, spec, batch, prompt_length, new_tokens, rounds) -> 
     def theirs():
         return lm.generate(inputs, stop_token_ids=None)["token_ids"][:, prompt_length:]
 
-    first, times = _time_sides(
-        {"cloze": ours, "keras_hub": theirs},
-        rounds,
-        {"cloze_no_cache": lambda: ours(use_cache=False)},
-    )
-    out = _figures(first, times, batch * new_tokens)
-    out["cache_gain"] = min(times["cloze_no_cache"]) / min(times["cloze"])
-    return out
+    return _greedy_figures(ours, theirs, rounds, batch * new_tokens)

@@ -2054,10 +2054,8 @@ def serving_module(model, vocab_file, do_lower_case: bool, max_seq_length: int):
     from modeling import bert
 
     encoder = model if isinstance(model, bert.BertEncoder) else model.encoder
-    c = encoder.config
-    longest = c.max_position_embeddings - getattr(c, "position_offset", 0)
-    if max_seq_length < 3 or max_seq_length > longest:
-        raise ValueError(f"max_seq_length={max_seq_length}: expected 3..{longest}")
+    if max_seq_length < 3:
+        raise ValueError(f"max_seq_length={max_seq_length}: expected at least 3")
     if bpe.folder_files(vocab_file) is not None:
         tokenizer, packing = _RobertaInGraph(vocab_file, do_lower_case), glue.ROBERTA_PACKING
         assets = tokenizer.assets
@@ -2067,12 +2065,9 @@ def serving_module(model, vocab_file, do_lower_case: bool, max_seq_length: int):
     start, end = tokenizer.vocab[packing.start], tokenizer.vocab[packing.end]
     middle = [tokenizer.vocab[t] for t in packing.middle]
     pad_id = 0 if packing.pad is None else tokenizer.vocab[packing.pad]
-    largest = max(tokenizer.vocab.values())
-    if largest >= encoder.config.vocab_size:
-        raise ValueError(
-            f"{vocab_file}: expected ids below the config's vocab_size "
-            f"{encoder.config.vocab_size}, found {largest}"
-        )
+    # The positions after a RoBERTa's offset, and ids inside the embedding table.
+    vocab_size = max(tokenizer.vocab.values()) + 1
+    bert.check_run_fits(encoder.config, "the model config", max_seq_length, vocab_size)
     ids_spec = tf.TensorSpec([None, None], tf.int32)
 
     class BertServing(tf.Module):

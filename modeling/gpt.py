@@ -503,8 +503,8 @@ def generate(
         out = model({"input_ids": tokens}, cache=cache, cache_index=index)
         return out["lm_logits"][:, -1], out["cache"]
 
-    step_fn = layers.compiled_for_decoding(model, "cached", cached)
     if use_cache:
+        step_fn = layers.compiled_for_decoding(model, "cached", cached)
         cache = model.encoder.empty_cache(b, total)
         logits, cache = step_fn(ids, cache, ops.convert_to_tensor(0, "int32"))
     for step in range(max_new_tokens):

@@ -567,8 +567,10 @@ def reorder_cache(cache: dict, rows, parts=("self", "cross")) -> dict:
     """The cache of the rows `rows` (int (B',)), in that order, for the `parts` named (the
     others as they are): beam search's surviving hypotheses take their parents' keys and
     values."""
-    take = lambda c: [ops.take(t, rows, axis=0) for t in c]  # noqa: E731
-    return {part: take(c) if part in parts else c for part, c in cache.items()}
+    return {
+        part: [ops.take(t, rows, axis=0) for t in tensors] if part in parts else tensors
+        for part, tensors in cache.items()
+    }
 
 
 def _start(model, input_ids, input_mask, max_length: int):
@@ -697,7 +699,7 @@ def beam_search(
     b, k = ids.shape[0], num_beams
     searches = [_Beams(c.decoder_start_token_id, k, c.eos_token_id, alpha) for _ in range(b)]
     if use_cache:
-        enc, state = _start(model, ids, mask, max_length)
+        _, state = _start(model, ids, mask, max_length)  # the encoder output is in the cache
         state = reorder_cache(state, np.repeat(np.arange(b), k))  # k rows per source
         masks = np.repeat(mask, k, axis=0)
         for step in range(max_length):
