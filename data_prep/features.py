@@ -600,6 +600,36 @@ def parse_classifier_examples(
     return out
 
 
+# Dynamic padding rounds a batch's length up to a multiple of this: a few distinct shapes (each
+# one a trace under XLA), and row counts the matmul kernels block well.
+TRIM_MULTIPLE = 8
+
+
+def trim_to_longest(batch: dict, multiple: int = TRIM_MULTIPLE) -> dict:
+    """`batch` with its sequence features cut to the batch's longest example (dynamic padding).
+
+    batch: a dict of batched features with `input_mask` (B, S) or (B, C, S), real tokens first
+    (right padding, as every BERT-family encoding here writes them). Every entry of the mask's
+    rank (input_ids, segment_ids, a tagger's label_ids / label_weights) is cut along its last
+    axis to L: one past the last real token of any row, rounded up to `multiple`, at least
+    `multiple` (a batch of padding rows alone keeps a [CLS] position) and at most S. Entries of
+    lower rank (label_ids of a classifier, is_real_example) pass unchanged.
+
+    Why: a BERT encoder's outputs at real tokens do not depend on how many padding positions
+    follow (padding keys get exp(-10000) = 0 weight, positions count from the left), so the cut
+    batch gives the same logits (tests/test_finetuning.py) for less work: GLUE sentences fill a
+    fraction of a 128-position window. Not for left padding (XLNet) or static-shape devices
+    (TPU).
+    """
+    mask = batch["input_mask"]
+    rank = mask.shape.rank
+    seq = tf.shape(mask)[-1]
+    real = tf.reshape(tf.cast(mask, tf.int32), [-1, seq])
+    last = tf.reduce_max(real * tf.range(1, seq + 1)[None, :])  # one past the last real token
+    length = tf.minimum(seq, tf.maximum(multiple, (last + multiple - 1) // multiple * multiple))
+    return {k: v[..., :length] if v.shape.rank == rank else v for k, v in batch.items()}
+
+
 def classifier_dataset(
     input_files: list[str],
     batch_size: int,
@@ -611,6 +641,7 @@ def classifier_dataset(
     shard_index: int = 0,
     shuffle_buffer: int = 10_000,
     skip_corrupt_records: bool = False,
+    dynamic_padding: bool = False,
 ) -> tf.data.Dataset:
     """Endless shuffled training batches of fine-tuning examples, deterministic for a seed.
 
@@ -619,11 +650,18 @@ def classifier_dataset(
     remainder so every replica gets an equal slice. The iterator can be saved in a checkpoint:
     its state is file offsets plus the buffer of serialized records. `skip_corrupt_records`:
     as pretraining_dataset's (check_skipped_records logs per file what is skipped).
+    `dynamic_padding`: each batch cut to its longest example (trim_to_longest), so the
+    sequence axis is (None) in the element spec.
     """
+
+    def parse(serialized):
+        parsed = parse_classifier_examples(serialized, max_seq_length, num_choices, regression)
+        return trim_to_longest(parsed) if dynamic_padding else parsed
+
     return _shuffled_training_batches(
         input_files,
         batch_size,
-        lambda s: parse_classifier_examples(s, max_seq_length, num_choices, regression),
+        parse,
         seed,
         num_shards,
         shard_index,

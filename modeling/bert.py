@@ -273,7 +273,9 @@ def last_layer_queries(output_positions):
     None): [CLS] (position 0, for the pooler) first, then output_positions; None for all."""
     if output_positions is None:
         return None
-    cls = ops.zeros_like(output_positions[:, :1])
+    # zeros of (B, 1), not zeros_like(output_positions[:, :1]): P may be 0 (a classifier reads
+    # [CLS] alone, finetuning.pooled_only_positions).
+    cls = ops.zeros((ops.shape(output_positions)[0], 1), output_positions.dtype)
     return ops.concatenate([cls, output_positions], axis=1)  # (B, 1 + P)
 
 

@@ -42,6 +42,21 @@ def pool(encoder_outputs: dict, input_mask, pooling: str):
     raise ValueError(f"pooling: expected one of {POOLINGS}, found {pooling!r}")
 
 
+def pooled_only_positions(input_ids, pooling: str):
+    """The encoder's output_positions for a head that reads only the pooled vector: int (B, 0)
+    for "cls" pooling, so the last layer computes [CLS] alone (bert.last_layer_queries; its
+    keys and values stay at every position); None for "mean", which reads every position.
+
+    Why: a classifier reads one vector of the last layer, and every step after its attention
+    is per position, so its Q projection, attention output, FFN and LayerNorms at the other
+    S - 1 positions are work no output depends on: about 80% of the last layer at sequence
+    128. The pooled vector is the same (tests/test_finetuning.py).
+    """
+    if pooling != "cls":
+        return None
+    return ops.zeros((ops.shape(input_ids)[0], 0), "int32")
+
+
 def _config(config):
     """A BertConfig, AlbertConfig or ElectraConfig, from itself or its dict (told apart by its
     keys, albert.encoder_config_from_dict)."""
@@ -117,7 +132,11 @@ class BertClassifier(keras.Model):
         self.built = True
 
     def call(self, inputs, training=False):
-        out = self.encoder(inputs, training=training)
+        out = self.encoder(
+            inputs,
+            training=training,
+            output_positions=pooled_only_positions(inputs["input_ids"], self.pooling),
+        )
         pooled = pool(out, inputs["input_mask"], self.pooling)  # (B, H)
         logits = self.classifier(self.dropout(pooled, training=training))  # (B, num_classes)
         return ops.cast(logits, "float32")
@@ -175,7 +194,11 @@ class BertMultipleChoice(keras.Model):
             k: ops.reshape(inputs[k], (b * c, s))  # (B, C, S) -> (B*C, S)
             for k in ("input_ids", "input_mask", "segment_ids")
         }
-        out = self.encoder(flat, training=training)
+        out = self.encoder(
+            flat,
+            training=training,
+            output_positions=pooled_only_positions(flat["input_ids"], self.pooling),
+        )
         pooled = pool(out, flat["input_mask"], self.pooling)  # (B*C, H)
         scores = self.classifier(self.dropout(pooled, training=training))  # (B*C, 1)
         return ops.cast(ops.reshape(scores, (b, c)), "float32")  # (B, C)

@@ -239,3 +239,169 @@ def test_output_metrics_from_gathered_outputs():
         [[1.0], [2.0], [4.0]], [1.0, 3.0, 2.0], ("pearson", "spearman"), regression=True
     )
     assert out["loss"] == pytest.approx(5 / 3) and out["spearman"] == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Work no output reads: the last layer at [CLS] alone, batches cut to their longest example
+# ---------------------------------------------------------------------------------------------
+
+
+def _family_config(family):
+    from tests import test_albert, test_electra
+
+    return {
+        "bert": helpers.tiny_config,
+        "albert": test_albert.tiny,  # 4 layers over 2 shared groups of 2 inner blocks
+        "electra": test_electra.tiny,  # no pooler: [CLS] itself
+    }[family]()
+
+
+def _logits_and_grads(model, x):
+    with tf.GradientTape() as tape:
+        logits = model(x, training=False)
+        loss = tf.reduce_sum(logits * tf.range(1.0, logits.shape[-1] + 1.0))
+    grads = tape.gradient(loss, model.trainable_variables)
+    return logits.numpy(), {v.path: g for v, g in zip(model.trainable_variables, grads)}
+
+
+def _assert_same(a, b, tol):
+    """Logits and every gradient equal within `tol` of each tensor's largest entry (at least 1):
+    float rounding of sums taken in another order."""
+
+    def close(x, y, what):
+        x, y = np.asarray(tf.convert_to_tensor(x)), np.asarray(tf.convert_to_tensor(y))
+        np.testing.assert_allclose(x, y, atol=tol * max(1.0, np.abs(y).max()), err_msg=what)
+
+    close(a[0], b[0], "logits")
+    assert a[1].keys() == b[1].keys()
+    for path, g in a[1].items():
+        h = b[1][path]
+        if g is None or h is None:
+            assert g is None and h is None, path
+            continue
+        close(g, h, path)
+
+
+@pytest.mark.parametrize("family", ["bert", "albert", "electra"])
+def test_cls_pooling_runs_the_last_layer_at_cls_alone_with_the_same_logits(family, monkeypatch):
+    config = _family_config(family)
+    asked = []
+    real = bert.last_layer_queries
+
+    def spy(positions):
+        asked.append(None if positions is None else tuple(positions.shape))
+        return real(positions)
+
+    monkeypatch.setattr(bert, "last_layer_queries", spy)
+    for make, x in (
+        (lambda: finetuning.BertClassifier(config, 3), inputs((B, S), vocab=config.vocab_size)),
+        (lambda: finetuning.BertMultipleChoice(config), inputs((B, C, S), vocab=config.vocab_size)),
+    ):
+        keras.utils.set_random_seed(1)
+        model = make()
+        model.build()
+        asked.clear()
+        cls_only = _logits_and_grads(model, x)
+        rows = B * C if isinstance(model, finetuning.BertMultipleChoice) else B
+        assert asked == [(rows, 0)]  # the encoder was asked for [CLS] and no other position
+        with monkeypatch.context() as m:
+            m.setattr(finetuning, "pooled_only_positions", lambda ids, pooling: None)
+            asked.clear()
+            whole = _logits_and_grads(model, x)
+            assert asked == [None]  # the negative control: every position
+        _assert_same(cls_only, whole, tol=1e-6)
+    # Mean pooling reads every position of the last layer.
+    assert finetuning.pooled_only_positions(tf.zeros((B, S), tf.int32), "mean") is None
+
+
+def _right_padded(lengths, seq, seed=0, vocab=helpers.TINY["vocab_size"], choices=0):
+    rng = np.random.default_rng(seed)
+    shape = (len(lengths), choices, seq) if choices else (len(lengths), seq)
+    mask = np.zeros(shape, np.int32)
+    for row, n in enumerate(lengths):
+        mask[row, ..., :n] = 1
+    ids = rng.integers(5, vocab, shape).astype(np.int32) * mask
+    segments = np.zeros(shape, np.int32)
+    segments[..., 2:] = 1
+    return {
+        "input_ids": tf.constant(ids),
+        "input_mask": tf.constant(mask),
+        "segment_ids": tf.constant(segments * mask),
+        "label_ids": tf.constant(np.arange(len(lengths)), tf.int32),  # (B,): not cut
+    }
+
+
+def test_trim_to_longest_cuts_sequence_features_to_the_longest_example():
+    from data_prep import features
+
+    batch = _right_padded([3, 6, 5], 16)
+    cut = features.trim_to_longest(batch)
+    assert {k: tuple(v.shape) for k, v in cut.items()} == {
+        "input_ids": (3, 8),
+        "input_mask": (3, 8),
+        "segment_ids": (3, 8),
+        "label_ids": (3,),
+    }
+    for key in ("input_ids", "input_mask", "segment_ids"):
+        np.testing.assert_array_equal(cut[key], batch[key][:, :8])
+        np.testing.assert_array_equal(batch[key][:, 8:], 0)  # only padding was cut
+    np.testing.assert_array_equal(cut["label_ids"], batch["label_ids"])
+    lengths = {  # longest real length -> kept length, rounded up to the multiple, within S
+        (9, 16, 8): 16,
+        (9, 16, 4): 12,
+        (8, 16, 8): 8,
+        (16, 16, 8): 16,
+        (10, 13, 8): 13,
+        (0, 16, 8): 8,  # padding rows alone keep a [CLS] position
+        (1, 16, 8): 8,
+    }
+    for (longest, seq, multiple), expected in lengths.items():
+        got = features.trim_to_longest(_right_padded([1, longest], seq), multiple)
+        assert got["input_ids"].shape[-1] == expected, (longest, seq, multiple)
+    # Multiple choice (B, C, S) and a tagger's (B, S) labels are cut alike.
+    mc = features.trim_to_longest(_right_padded([2, 7], 16, choices=4))
+    assert mc["input_ids"].shape == (2, 4, 8) and mc["label_ids"].shape == (2,)
+    tags = {**batch, "label_ids": batch["input_ids"], "label_weights": tf.ones((3, 16))}
+    assert features.trim_to_longest(tags)["label_weights"].shape == (3, 8)
+
+
+@pytest.mark.parametrize("family", ["bert", "albert", "electra"])
+def test_dynamic_padding_gives_the_same_logits_and_gradients(family):
+    from data_prep import features
+
+    config = _family_config(family)
+    lengths = [3, 6, 5, 2]
+    for model, batch in (
+        (finetuning.BertClassifier(config, 3), _right_padded(lengths, 16, vocab=53)),
+        (finetuning.BertMultipleChoice(config), _right_padded(lengths, 16, vocab=53, choices=2)),
+        (finetuning.BertClassifier(config, 3, pooling="mean"), _right_padded(lengths, 16, 1, 53)),
+    ):
+        model.build()
+        x = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
+        cut = features.trim_to_longest(x)
+        assert cut["input_ids"].shape[-1] == 8
+        _assert_same(_logits_and_grads(model, cut), _logits_and_grads(model, x), tol=1e-6)
+
+
+def test_classifier_dataset_with_dynamic_padding_cuts_each_batch(tmp_path):
+    from data_prep import features
+
+    path = tmp_path / "train.tf_record"
+    rows = [(3, 0), (12, 1), (4, 0), (5, 1), (2, 0), (6, 1)]  # (length, label), S = 16
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for n, label in rows:
+            ids = np.array([2] + [9] * (n - 1) + [0] * (16 - n))
+            w.write(features.serialize_classifier_example(ids, (ids > 0) * 1, ids * 0, label))
+    kwargs = dict(batch_size=3, max_seq_length=16, seed=3, shuffle_buffer=1)
+    plain = features.classifier_dataset([str(path)], **kwargs)
+    cut = features.classifier_dataset([str(path)], **kwargs, dynamic_padding=True)
+    assert cut.element_spec["input_ids"].shape.as_list() == [3, None]
+    assert plain.element_spec["input_ids"].shape.as_list() == [3, 16]
+    for a, b in zip(plain.take(4), cut.take(4)):  # the same examples, in the same order
+        n = b["input_ids"].shape[1]
+        longest = int(tf.reduce_max(tf.reduce_sum(a["input_mask"], 1)))
+        assert n == min(16, -(-longest // 8) * 8)
+        for key in a:
+            np.testing.assert_array_equal(
+                a[key][..., :n] if a[key].shape.rank == 2 else a[key], b[key]
+            )

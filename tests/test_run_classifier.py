@@ -6,13 +6,14 @@ two logical CPUs) and --tfds_name reading through tensorflow-datasets (tfds.test
 never the network)."""
 
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from data_prep import glue, rt_polarity
 from tests import helpers
-from tests.test_glue import VOCAB, write_task
+from tests.test_glue import VOCAB, WORDS, write_task
 from training import distribute
 
 S = 13  # tiny config: max_position_embeddings 16
@@ -488,3 +489,40 @@ def test_hugging_face_roberta_converts_and_fine_tunes_with_its_own_bpe(tmp_path)
         refused = helpers.run_main(script, script_args)
         assert refused.returncode == 1 and "an ELMo biLM reads the WordPiece" in refused.stderr
         assert not (tmp_path / "elmo").exists()
+
+
+def test_dynamic_padding_evaluates_the_same_loss_and_is_refused_where_it_cannot_apply(
+    model_files, tmp_path
+):
+    data = tmp_path / "SST-2"
+    words = WORDS[:-3]
+    for split, n in (("train", 6), ("dev", 7)):  # 2-4 words: at most 7 of 16 positions
+        rows = [f"{' '.join(words[i % 9 : i % 9 + 2 + i % 3])} .\t{i % 2}" for i in range(n)]
+        (data / f"{split}.tsv").parent.mkdir(exist_ok=True)
+        (data / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    args = [*common(model_files, data, out, "sst-2"), "--max_seq_length=16"]  # sentences: < 8
+    trained = run([*args, "--do_train"])
+    real = re.search(r"train.tsv: ([\d.]+)% of the 16 positions are real tokens; each batch is cut "
+                     r"to its longest example", trained.stderr)  # fmt: skip
+    assert real and float(real.group(1)) < 7 / 16 * 100, trained.stderr[-3000:]
+    losses = {}
+    for flag in ("--dynamic_padding", "--nodynamic_padding"):
+        run([*args, "--do_eval", flag])  # the latest checkpoint, dev batches cut or not
+        losses[flag] = results(out)["loss"]
+    assert losses["--dynamic_padding"] == pytest.approx(losses["--nodynamic_padding"], abs=1e-6)
+    xlnet_config = tmp_path / "xlnet_config.json"
+    from tests.test_xlnet import TINY as XLNET_TINY
+
+    xlnet_config.write_text(json.dumps(XLNET_TINY))
+    refusals = {
+        f"--bert_config_file={xlnet_config}": "XLNet pads on the left",
+        "--distribution_strategy=tpu": "a TPU needs static shapes",
+    }
+    for flag, why in refusals.items():
+        result = run(
+            [*args, "--do_eval", flag, "--dynamic_padding", f"--output_dir={tmp_path / 'x'}"], False
+        )
+        assert result.returncode != 0
+        assert f"--dynamic_padding: not here ({why}); drop the flag" in result.stderr
+        assert not (tmp_path / "x").exists()

@@ -104,7 +104,9 @@ class Predictor:
         self.strategy = strategy
         self.model = model
 
-        @tf.function
+        # reduce_retracing: batches cut to their longest example (features.trim_to_longest)
+        # come in several lengths; after the second, one trace takes any length.
+        @tf.function(reduce_retracing=True)
         def step(batch):
             dist = trainer.slice_for_replica(strategy, batch)
             out = strategy.run(lambda b: model(b, training=False), args=(dist,))
