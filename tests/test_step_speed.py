@@ -1128,12 +1128,44 @@ def test_residual_layer_norm_runs_xla_kernels_only_in_training_at_size(monkeypat
 
     monkeypatch.setattr(layers, "FUSED_NORM_MIN_SIZE", 240)
     assert "Rsqrt" not in op_types(True) and "Rsqrt" in op_types(False)
-    assert "Rsqrt" in op_types(True, tf.TensorSpec((None, 5, 16), tf.float32))
+    # Rows unknown (a fine-tuning batch cut to its longest example): decided by the row width.
+    unknown_rows = tf.TensorSpec((None, None, 16), tf.float32)
+    assert "Rsqrt" in op_types(True, unknown_rows)  # 16 < FUSED_NORM_MIN_WIDTH
+    monkeypatch.setattr(layers, "FUSED_NORM_MIN_WIDTH", 16)
+    assert "Rsqrt" not in op_types(True, unknown_rows) and "Rsqrt" in op_types(False, unknown_rows)
+    monkeypatch.setattr(layers, "FUSED_NORM_MIN_WIDTH", 17)
+    assert "Rsqrt" in op_types(True, unknown_rows)
     monkeypatch.setattr(layers, "FUSED_NORM_MIN_SIZE", 241)
     assert "Rsqrt" in op_types(True)
     np.testing.assert_allclose(
         layers.residual_layer_norm(norm, x, y, dropout, training=False), norm(x + y), atol=1e-6
     )
+
+
+def test_residual_layer_norm_with_rows_unknown_when_traced_equals_the_layers(monkeypatch):
+    # The kernels traced for any row count (input_signature (None, None, 16)), then run at the
+    # case's rows and at fewer: the same values and gradients as the layers at each.
+    monkeypatch.setattr(layers, "FUSED_NORM_MIN_WIDTH", 16)
+    norm, dropout, x, y, upstream = _residual_norm_case()
+    spec = tf.TensorSpec((None, None, 16), tf.float32)
+
+    @tf.function(input_signature=[spec, spec, spec])
+    def fused(a, b, up):
+        with tf.GradientTape() as tape:
+            tape.watch([a, b])
+            out = layers.residual_layer_norm(norm, a, b, dropout, training=True)
+        assert "Rsqrt" not in {op.type for op in tf.compat.v1.get_default_graph().get_operations()}
+        return [out, *tape.gradient(out, [a, b, norm.gamma, norm.beta], output_gradients=up)]
+
+    for rows in (5, 3):
+        a, b, up = x[:, :rows], y[:, :rows], upstream[:, :rows]
+        dropout.seed_generator.state.assign([4, 0])
+        got = fused(a, b, up)
+        want, _ = _norm_and_grads(
+            lambda a=a, b=b: norm(a + dropout(b, training=True)), norm, dropout, a, b, up
+        )
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=1e-5, atol=2e-5)
 
 
 def test_residual_layer_norm_under_bfloat16_computes_in_float32(fused_norm_at_any_size):

