@@ -241,14 +241,13 @@ def run(
     epoch_batches=(16, 4),
     rounds: int = 3,
     precision: str = "fp32",
-    vocab_size: int = 30522,
     log=None,
 ) -> dict:
     """The benchmark: per size, the full-batch step (tokens/s) and the GLUE-like epochs of
     `workloads` (examples/s) of both sides, and their ratios (Cloze / keras-hub).
 
     `steps` / `epoch_batches`: timed full-batch steps and epoch batches per round, per size (one
-    int for all sizes). The epochs' vocabulary is `vocab` (its ids must fit `vocab_size`)."""
+    int for all sizes). The models' vocabulary is `vocab`'s, as run_classifier's."""
     import tensorflow as tf
 
     from data_prep import features
@@ -260,6 +259,8 @@ def run(
     if not len(steps) == len(epoch_batches) == len(sizes):
         raise ValueError(f"{len(steps)} / {len(epoch_batches)} step counts for {len(sizes)} sizes")
     data = workloads(corpus, vocab, work_dir, seq, batch * max(epoch_batches))
+    with open(vocab, encoding="utf-8") as f:
+        vocab_size = sum(1 for _ in f)
     results = []
     for spec, n, m in zip(sizes, steps, epoch_batches):
         config = pretrain_throughput.parse_size(spec, vocab_size, seq)
@@ -272,6 +273,8 @@ def run(
             log,
         )
         row = {"size": spec, "full_steps_per_round": n, "epoch_batches_per_round": m}
+        # Equal work: the same parameters, to the last one (pooler and output layer included).
+        row["params"] = {name: int(fit.task.model.count_params()) for name, fit in trainers.items()}
         row["full"] = {name: _side(t, n * batch * seq) for name, t in times.items()}
         row["full"]["ratio"] = row["full"]["cloze"]["per_s"] / row["full"]["keras_hub"]["per_s"]
         row["full"]["ratio_rounds"] = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
@@ -306,6 +309,7 @@ def run(
         "seq": seq,
         "precision": precision,
         "rounds": rounds,
+        "vocab_size": vocab_size,
         "workloads": data,
         "onednn": pretrain_throughput.onednn_enabled(),
         "sizes": results,

@@ -9,6 +9,9 @@ Example (the figures in the README; about 10 minutes on 2 CPU cores):
   create_data  create_pretraining_data.py vs the original google-research/bert script:
                instances/s and peak memory at 1x and 10x a base corpus
   inference    sequences/s of the SavedModel and the Keras encoder vs keras-hub BertBackbone
+  finetune     a classifier's fine-tuning step (run_classifier's) vs keras-hub's
+               BertTextClassifier: a full batch in tokens/s, and GLUE-like epochs in examples/s
+               (rt-polarity sentences, the corpus' sentence pairs) with Cloze's dynamic padding
   generation   greedy and beam-search new tokens/s of BART and T5 (t5.greedy_decode,
                t5.beam_search) vs keras-hub's Seq2SeqLM.generate, and GPT-2's greedy
                continuation vs GPT2CausalLM.generate, over the same weights, ids compared
@@ -34,7 +37,7 @@ elif str(REPO) not in sys.path:
 
 from absl import app, flags, logging  # noqa: E402
 
-BENCHMARKS = ["pretrain", "tokenize", "create_data", "inference", "generation"]
+BENCHMARKS = ["pretrain", "tokenize", "create_data", "inference", "finetune", "generation"]
 
 flags.DEFINE_string("output_dir", None, "Folder for results.json and the benchmarks' files.")
 flags.DEFINE_bool("quick", False, "Tiny sizes and few steps: a smoke run, not a measurement.")
@@ -57,6 +60,12 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_list("sizes", ["L4/H256/A4/I1024", "L12/H768/A12/I3072"], "Pretraining sizes.")
 flags.DEFINE_list("steps", ["10", "2"], "Timed pretraining steps per round, per size.")
+flags.DEFINE_list(
+    "finetune_steps", ["5", "1"], "finetune: timed full-batch steps (batch 32) per round, per size."
+)
+flags.DEFINE_list(
+    "finetune_batches", ["16", "3"], "finetune: timed batches of each epoch per round, per size."
+)
 flags.DEFINE_integer("rounds", 3, "Timed rounds per side (alternating); the best is reported.")
 flags.DEFINE_integer("batch_size", 8, "Pretraining batch size.")
 flags.DEFINE_integer("corpus_bytes", 500_000, "create_data: the 1x corpus, cut from the corpus.")
@@ -83,7 +92,15 @@ def resolve_inputs(default_run_dir: Path, work: Path) -> dict:
 
 
 def settings(
-    quick: bool, sizes=(), steps=(), rounds=3, batch_size=8, corpus_bytes=0, corpus_scale=10
+    quick: bool,
+    sizes=(),
+    steps=(),
+    rounds=3,
+    batch_size=8,
+    corpus_bytes=0,
+    corpus_scale=10,
+    finetune_steps=(5, 1),
+    finetune_batches=(16, 3),
 ):
     """Keyword arguments of each benchmark's run(): tiny ones when quick, else from the flags."""
     if quick:
@@ -110,6 +127,9 @@ def settings(
                 vocab_size=101,
                 in_process=True,
             ),
+            "finetune": dict(
+                sizes=("L2/H36/A3/I37",), batch=3, seq=17, steps=2, epoch_batches=2, rounds=2
+            ),
             "generation": dict(
                 sizes=("bart-tiny", "t5-tiny", "gpt2-tiny"),
                 batch=2,
@@ -131,6 +151,14 @@ def settings(
         "tokenize": dict(repeats=2),
         "create_data": dict(base_bytes=corpus_bytes, scales=(1, corpus_scale)),
         "inference": dict(size=sizes[0], batch=32, seq=128, steps=5, rounds=rounds),
+        "finetune": dict(
+            sizes=tuple(sizes),
+            batch=32,
+            seq=128,
+            steps=[int(x) for x in finetune_steps],
+            epoch_batches=[int(x) for x in finetune_batches],
+            rounds=rounds,
+        ),
         "generation": dict(batch=8, source_length=128, new_tokens=32, rounds=rounds),
     }
 
@@ -158,6 +186,7 @@ def run_benchmarks(
 
     from bench import (
         create_data,
+        finetune,
         flops,
         generation,
         host,
@@ -230,6 +259,17 @@ def run_benchmarks(
         work = tempfile.mkdtemp(prefix="inference_", dir=output_dir)
         results["inference"] = inference.run(
             use_xla=use_xla, work_dir=work, encoder_branches=encoder_branches, **s["inference"]
+        )
+        save()
+    if "finetune" in which:
+        logging.info("finetune")
+        results["finetune"] = finetune.run(
+            inputs["corpus"],
+            inputs["vocab"],
+            output_dir / "finetune",
+            precision=precision,
+            log=logging.info,
+            **s["finetune"],
         )
         save()
     if "generation" in which:
@@ -355,6 +395,9 @@ def table(results: dict) -> str:
                 f"{i['cloze_keras']['sequences_per_s']:,.1f} | Cloze without "
                 f"{i['cloze_keras_plain']['sequences_per_s']:,.1f} | {i['branches_gain']:.2f} |"
             )
+    f = results.get("finetune")
+    if f:
+        rows.extend(finetune_rows(f))
     g = results.get("generation")
     if g:
         for r in g["sizes"]:
@@ -385,13 +428,54 @@ def table(results: dict) -> str:
     return "\n".join(rows)
 
 
+def finetune_rows(f: dict) -> list:
+    """The fine-tuning benchmark's table rows (bench/finetune.py's result)."""
+
+    def rounds(xs):
+        return ", ".join(f"{x:.2f}" for x in xs)
+
+    rows = []
+    for r in f["sizes"]:
+        full = r["full"]
+        rows.append(
+            f"| fine-tune {r['size']} b{f['batch']} s{f['seq']} {f['precision']}, a full batch, "
+            f"tokens/s | {full['cloze']['per_s']:,.0f} | keras-hub BertTextClassifier "
+            f"{full['keras_hub']['per_s']:,.0f} | {full['ratio']:.2f} (rounds "
+            f"{rounds(full['ratio_rounds'])}) |"
+        )
+        for name, w in f["workloads"].items():
+            if "skipped" in w:
+                rows.append(f"| fine-tune, {name} | skipped: {w['skipped'][:60]} | | |")
+                continue
+            if name not in r:
+                continue
+            e = r[name]
+            cut = sum(e["cut_lengths"]) / len(e["cut_lengths"])
+            rows.append(
+                f"| fine-tune {r['size']} b{f['batch']}, {name} ({w['real_fraction']:.0%} of "
+                f"{f['seq']} positions real; Cloze's batches cut to {cut:.0f} on average), "
+                f"examples/s | {e['cloze']['per_s']:,.1f} | keras-hub "
+                f"{e['keras_hub']['per_s']:,.1f} | {e['ratio']:.2f} (rounds "
+                f"{rounds(e['ratio_rounds'])}) |"
+            )
+            rows.append(
+                f"| the same, Cloze's dynamic padding against full-length batches | "
+                f"{e['cloze']['per_s']:,.1f} | Cloze at {f['seq']} "
+                f"{e['cloze_full_length']['per_s']:,.1f} | {e['dynamic_padding_gain']:.2f} |"
+            )
+    return rows
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS.output_dir:
         raise app.UsageError("--output_dir is required")
-    if len(FLAGS.steps) != len(FLAGS.sizes):
-        raise app.UsageError(f"--steps: {len(FLAGS.steps)} values for {len(FLAGS.sizes)} sizes")
+    for name in ("steps", "finetune_steps", "finetune_batches"):
+        if len(FLAGS[name].value) != len(FLAGS.sizes):
+            raise app.UsageError(
+                f"--{name}: {len(FLAGS[name].value)} values for {len(FLAGS.sizes)} sizes"
+            )
     s = settings(
         FLAGS.quick,
         FLAGS.sizes,
@@ -400,6 +484,8 @@ def main(argv):
         FLAGS.batch_size,
         FLAGS.corpus_bytes,
         FLAGS.corpus_scale,
+        FLAGS.finetune_steps,
+        FLAGS.finetune_batches,
     )
     results = run_benchmarks(
         Path(FLAGS.output_dir),

