@@ -133,6 +133,13 @@ flags.DEFINE_integer(
     "--feature_cache) as this many independent row slices of each batch, as run_pretraining's "
     "flag: the same outputs up to float rounding and dropout masks (README). Not for ELMo.",
 )
+flags.DEFINE_bool(
+    "dynamic_padding",
+    True,
+    "Cut each batch to its longest window, rounded up to a multiple of 8, instead of padding to "
+    "--max_seq_length: the same logits for less work on short sentences (as run_classifier's). "
+    "Off for an ELMo biLM, --feature_cache and TPUs (static shapes).",
+)
 FLAGS = flags.FLAGS
 
 # The dev scores logged at every checkpoint (eval_results.txt also has them per entity type).
@@ -373,6 +380,25 @@ def main(argv):
             "--feature_cache holds a frozen encoder's outputs: it needs a --feature_mode other "
             "than finetune and the encoder's --init_checkpoint"
         )
+    no_trim = None  # why dynamic padding is off
+    if elmo_encoder:
+        no_trim = "an ELMo biLM's tagger is not covered"
+    elif cached:
+        no_trim = "--feature_cache holds full-length windows"
+    elif FLAGS.distribution_strategy == "tpu":
+        no_trim = "a TPU needs static shapes"
+    if no_trim and FLAGS.dynamic_padding and FLAGS["dynamic_padding"].present:
+        raise app.UsageError(f"--dynamic_padding: not here ({no_trim}); drop the flag")
+    trim = FLAGS.dynamic_padding and not no_trim
+    for name, encoded in (("train", train_enc), ("dev", dev_enc), ("test", test_enc)):
+        if encoded:
+            logging.info(
+                "%s: %.1f%% of the %d positions are real tokens%s",
+                name,
+                100 * float(np.mean(encoded.features["input_mask"])),
+                s,
+                "; each batch is cut to its longest window (--dynamic_padding)" if trim else "",
+            )
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy,
         FLAGS.tpu or "",
@@ -444,7 +470,9 @@ def main(argv):
     def predict(encoded, batch_size):
         """(tags per sentence, logits (W, S, C)) of one encoded set."""
         batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
-        logits = predictor(batches)[: encoded.num_windows]
+        if trim:  # the logits come back at the full length
+            batches = batches.map(features.trim_to_longest)
+        logits = predictor(batches, sequence_length=s)[: encoded.num_windows]
         return conll.reassemble(encoded, np.argmax(logits, axis=-1), labels), logits
 
     def score(sentences, encoded, batch_size):
@@ -497,6 +525,7 @@ def main(argv):
                 num_shards=workers,
                 shard_index=worker_index,
                 skip_corrupt_records=FLAGS.skip_corrupt_records,
+                dynamic_padding=trim,
             )
 
         run_config = {

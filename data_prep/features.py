@@ -830,13 +830,20 @@ def tagging_dataset(
     shard_index: int = 0,
     shuffle_buffer: int = 10_000,
     skip_corrupt_records: bool = False,
+    dynamic_padding: bool = False,
 ) -> tf.data.Dataset:
     """Endless shuffled training batches of tagging windows (see classifier_dataset: same
-    sharding, shuffling, checkpointable iterator and skip_corrupt_records)."""
+    sharding, shuffling, checkpointable iterator, skip_corrupt_records and dynamic_padding, which
+    cuts the labels and their weights with the inputs)."""
+
+    def parse(serialized):
+        parsed = parse_tagging_examples(serialized, max_seq_length)
+        return trim_to_longest(parsed) if dynamic_padding else parsed
+
     return _shuffled_training_batches(
         input_files,
         batch_size,
-        lambda s: parse_tagging_examples(s, max_seq_length),
+        parse,
         seed,
         num_shards,
         shard_index,

@@ -6,6 +6,7 @@ ELECTRA discriminator's cached outputs shared by two feature modes, equal to rec
 bad input stopping before output_dir exists."""
 
 import json
+import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -367,3 +368,41 @@ def test_feature_modes_share_one_cache_and_equal_the_recomputed_encoder(families
     ).numpy()
     tags = conll.reassemble(encoded, np.argmax(logits, axis=-1), labels)
     assert tags == [list(x.tags) for x in dev]
+
+
+def test_dynamic_padding_tags_the_same_and_is_refused_where_it_cannot_apply(files, tmp_path):
+    rng = np.random.default_rng(3)
+    rows = [(words[:4], tags[:4]) for words, tags in sentences(rng, 14)]  # at most 7 of 16 pieces
+    write_conll2003(tmp_path / "data" / "eng.train", rows[:8])
+    write_conll2003(tmp_path / "data" / "eng.testa", rows[8:])
+    out = tmp_path / "out"
+    args = [
+        *common(files, tmp_path / "data", out), "--max_seq_length=16", "--lstm_units=3",
+        "--train_batch_size=4", "--learning_rate=5e-3", "--num_train_epochs=1",
+        "--save_checkpoints_steps=2", "--iterations_per_loop=2",
+    ]  # fmt: skip
+    trained = run([*args, "--do_train"])
+    real = re.search(r"train: ([\d.]+)% of the 16 positions are real tokens; each batch is cut "
+                     r"to its longest window", trained.stderr)  # fmt: skip
+    assert real and float(real.group(1)) < 7 / 16 * 100, trained.stderr[-3000:]
+    scores, tagged = {}, {}
+    for flag in ("--dynamic_padding", "--nodynamic_padding"):
+        run([*args, "--do_eval", flag])  # the latest checkpoint; the BiLSTM reads the mask
+        scores[flag] = results(out / "eval_results.txt")
+        tagged[flag] = (out / "dev_predictions.txt").read_text()
+    cut, full = scores["--dynamic_padding"], scores["--nodynamic_padding"]
+    assert cut["loss"] == pytest.approx(full["loss"], abs=1e-6)
+    assert cut["f1"] == full["f1"] and tagged["--dynamic_padding"] == tagged["--nodynamic_padding"]
+    cache = ["--feature_mode=sum_last_four", f"--feature_cache={tmp_path / 'cache'}",
+             f"--init_checkpoint={files['pretrain']}"]  # fmt: skip
+    refusals = {
+        "--feature_cache holds full-length windows": cache,
+        "a TPU needs static shapes": ["--distribution_strategy=tpu"],
+    }
+    fresh = tmp_path / "fresh"
+    for why, flags in refusals.items():
+        result = run([*args, "--do_train", *flags, "--dynamic_padding", f"--output_dir={fresh}"],
+                     False)  # fmt: skip
+        assert result.returncode != 0
+        assert f"--dynamic_padding: not here ({why}); drop the flag" in result.stderr
+    assert not fresh.exists() and not (tmp_path / "cache").exists()  # refused before writing

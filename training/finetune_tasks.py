@@ -114,10 +114,19 @@ class Predictor:
 
         self._step = step
 
-    def __call__(self, dataset) -> np.ndarray:
+    def __call__(self, dataset, sequence_length: int | None = None) -> np.ndarray:
         """dataset: batches of dicts with the MODEL_INPUTS (other keys are ignored).
-        Returns the concatenated float32 outputs, e.g. (N, C)."""
-        outputs = [self._step(model_inputs(batch)).numpy() for batch in dataset]
+        Returns the concatenated float32 outputs, e.g. (N, C). `sequence_length`: per-position
+        outputs (N, S, ...) of batches cut to their longest example (features.trim_to_longest)
+        are zero-padded back to this length along axis 1 before they are joined."""
+        outputs = []
+        for batch in dataset:
+            out = self._step(model_inputs(batch)).numpy()
+            if sequence_length is not None and out.shape[1] < sequence_length:
+                pad = [(0, 0)] * out.ndim
+                pad[1] = (0, sequence_length - out.shape[1])
+                out = np.pad(out, pad)
+            outputs.append(out)
         if not outputs:
             raise ValueError("prediction saw no batch")
         return np.concatenate(outputs, axis=0)
