@@ -463,16 +463,17 @@ def main(argv):
         sum(int(np.prod(v.shape)) for v in model.trainable_variables),
         sum(int(np.prod(v.shape)) for v in model.variables),
     )
-    predictor = finetune_tasks.Predictor(strategy, model)
+    # Logits back at the full length: windows, labels and reassembly are all (W, S).
+    predictor = finetune_tasks.Predictor(strategy, model, sequence_length=s if trim else None)
     output_dir = FLAGS.output_dir
     best = finetune_tasks.BestCheckpoint(os.path.join(output_dir, "best"), model)
 
     def predict(encoded, batch_size):
         """(tags per sentence, logits (W, S, C)) of one encoded set."""
         batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
-        if trim:  # the logits come back at the full length
+        if trim:
             batches = batches.map(features.trim_to_longest)
-        logits = predictor(batches, sequence_length=s)[: encoded.num_windows]
+        logits = predictor(batches)[: encoded.num_windows]
         return conll.reassemble(encoded, np.argmax(logits, axis=-1), labels), logits
 
     def score(sentences, encoded, batch_size):

@@ -87,6 +87,13 @@ flags.DEFINE_enum(
     "tf.distribute strategy. multi_worker_mirrored reads TF_CONFIG.",
 )
 flags.DEFINE_string("tpu", None, "TPU address for TPUClusterResolver (grpc://..., name or local).")
+flags.DEFINE_bool(
+    "dynamic_padding",
+    True,
+    "Cut each prediction batch to its longest window, rounded up to a multiple of 8 (the same "
+    "logits at every real position). Training keeps whole windows: the span loss normalises over "
+    "every position, padding included, as the original's. Off for TPUs (static shapes).",
+)
 FLAGS = flags.FLAGS
 
 
@@ -150,6 +157,12 @@ def main(argv):
         raise SystemExit(f"run_squad: {e}") from None
     if mismatch := glue.packing_mismatch(packing, config, FLAGS.bert_config_file):
         logging.warning(mismatch)
+    if FLAGS.distribution_strategy == "tpu" and FLAGS.dynamic_padding:
+        if FLAGS["dynamic_padding"].present:
+            raise app.UsageError(
+                "--dynamic_padding: not here (a TPU needs static shapes); drop the flag"
+            )
+    trim = FLAGS.dynamic_padding and FLAGS.distribution_strategy != "tpu"
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy,
         FLAGS.tpu or "",
@@ -243,7 +256,11 @@ def main(argv):
     if FLAGS.do_predict:
         batch_size = FLAGS.predict_batch_size
         predict_fn = squad_eval.WindowPredictor(
-            finetune_tasks.Predictor(strategy, model), batch_size, workers, worker_index
+            finetune_tasks.Predictor(strategy, model, sequence_length=s if trim else None),
+            batch_size,
+            workers,
+            worker_index,
+            dynamic_padding=trim,
         )
         # Windows are made, scored and turned into answers chunk by chunk (whole global
         # batches), so memory does not grow with the file.

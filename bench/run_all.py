@@ -1,6 +1,6 @@
 """Runs every Cloze benchmark against its peer, writes results.json and prints a table of ratios.
 
-Example (the figures in the README; about 10 minutes on 2 CPU cores):
+Example (the figures in the README; about half an hour on 2 CPU cores):
   python bench/run_all.py --output_dir=bench/results --default_run_dir=default_run
 
   pretrain     tokens/s of the MLM + NSP train step vs keras-hub BERT, MFU vs the measured

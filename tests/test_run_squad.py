@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from data_prep import fetch
@@ -303,3 +304,59 @@ def test_an_electra_pretraining_checkpoint_fine_tunes_through_run_squad(files, t
     for a, b in zip(tuned.encoder.weights, pre.encoder.weights, strict=True):
         assert a.shape == b.shape
     assert not np.array_equal(tuned.encoder.weights[0].numpy(), pre.encoder.weights[0].numpy())
+
+
+def test_prediction_with_dynamic_padding_equals_full_windows(smoke, files, tmp_path):
+    """The v1.1 run predicted with its batches cut to their longest window (the default); the
+    same checkpoint predicting whole 64-position windows gives the same answers and n-best
+    logits. Each paragraph's last window is shorter, and batches of one window are cut."""
+    trained, _ = finished(smoke["v1"])
+    from data_prep import glue, squad
+
+    tokenizer, packing = glue.load_tokenizer(files["vocab"], True)
+    examples, _ = squad.read_squad_examples(files["sample"], False, False)
+    windows = list(
+        squad.convert_examples_to_features(examples, tokenizer, 64, 24, 16, False, packing)
+    )
+    real = [sum(w.input_mask) for w in windows]
+    assert sum(n <= 56 for n in real) >= 4  # batches of one window: cut below 64 positions
+    args = [
+        *common(files, tmp_path / "full", files["sample"]),
+        f"--bert_config_file={files['dir'] / 'memorize_config.json'}",
+        "--max_seq_length=64", "--doc_stride=24", "--max_query_length=16",
+        f"--init_checkpoint={trained}", "--do_predict", "--predict_batch_size=1",
+    ]  # fmt: skip
+    for name, flag in (("full", "--nodynamic_padding"), ("cut", "--dynamic_padding")):
+        result = run([*args, f"--output_dir={tmp_path / name}", flag])
+        assert result.returncode == 0, result.stderr[-4000:]
+    for name in ("full", "cut"):
+        assert read(tmp_path / name, "predictions.json") == read(trained, "predictions.json")
+    want_nbest = read(tmp_path / "full", "nbest_predictions.json")
+    for qid, entries in read(tmp_path / "cut", "nbest_predictions.json").items():
+        assert [e["text"] for e in entries] == [e["text"] for e in want_nbest[qid]]
+        for key in ("start_logit", "end_logit", "probability"):
+            got_values = [e[key] for e in entries]
+            assert got_values == pytest.approx([e[key] for e in want_nbest[qid]], abs=1e-5)
+    # The logits themselves, window by window: a random model, batches of 1 and 3, cut or not.
+    from modeling import span_qa
+    from training import finetune_tasks, squad_eval
+    from training.distribute import get_strategy
+
+    config = helpers.tiny_config(vocab_size=30522, max_position_embeddings=64)
+    model = span_qa.BertSpanQA(config)
+    model.build()
+    strategy = get_strategy("one_device")
+    full = squad_eval.WindowPredictor(finetune_tasks.Predictor(strategy, model), 3)(windows)
+    assert full.shape == (len(windows), 64, 2)
+    for batch in (1, 3):
+        cut = squad_eval.WindowPredictor(
+            finetune_tasks.Predictor(strategy, model, sequence_length=64), batch,
+            dynamic_padding=True,
+        )(windows)  # fmt: skip
+        for row, n in enumerate(real):
+            np.testing.assert_allclose(cut[row, :n], full[row, :n], atol=1e-5)
+            if batch == 1:  # its own batch: cut at n rounded up to 8, then padded back
+                np.testing.assert_array_equal(cut[row, -(-n // 8) * 8 :], 0.0)
+    refused = run([*args, "--distribution_strategy=tpu", "--dynamic_padding"])
+    assert refused.returncode != 0
+    assert "--dynamic_padding: not here (a TPU needs static shapes)" in refused.stderr

@@ -97,36 +97,37 @@ class Predictor:
 
     Each batch is split into equal per-replica slices as the Trainer splits training batches,
     and the replicas' outputs are gathered back in replica order, so row i of the result is row i
-    of the input.
+    of the input. `sequence_length`: per-position outputs (N, S, ...) of batches cut to their
+    longest example (features.trim_to_longest) are zero-padded back to this length along axis 1
+    in the step, before the gather, so replicas and workers whose batches were cut to other
+    lengths still join.
     """
 
-    def __init__(self, strategy, model):
+    def __init__(self, strategy, model, sequence_length: int | None = None):
         self.strategy = strategy
         self.model = model
 
-        # reduce_retracing: batches cut to their longest example (features.trim_to_longest)
-        # come in several lengths; after the second, one trace takes any length.
+        def padded(out):
+            if sequence_length is None:
+                return out
+            pad = [[0, 0]] * len(out.shape)
+            pad[1] = [0, sequence_length - tf.shape(out)[1]]
+            return tf.pad(out, pad)
+
+        # reduce_retracing: batches cut to their longest example come in several lengths;
+        # after the second, one trace takes any length.
         @tf.function(reduce_retracing=True)
         def step(batch):
             dist = trainer.slice_for_replica(strategy, batch)
-            out = strategy.run(lambda b: model(b, training=False), args=(dist,))
+            out = strategy.run(lambda b: padded(model(b, training=False)), args=(dist,))
             return strategy.gather(out, axis=0)
 
         self._step = step
 
-    def __call__(self, dataset, sequence_length: int | None = None) -> np.ndarray:
+    def __call__(self, dataset) -> np.ndarray:
         """dataset: batches of dicts with the MODEL_INPUTS (other keys are ignored).
-        Returns the concatenated float32 outputs, e.g. (N, C). `sequence_length`: per-position
-        outputs (N, S, ...) of batches cut to their longest example (features.trim_to_longest)
-        are zero-padded back to this length along axis 1 before they are joined."""
-        outputs = []
-        for batch in dataset:
-            out = self._step(model_inputs(batch)).numpy()
-            if sequence_length is not None and out.shape[1] < sequence_length:
-                pad = [(0, 0)] * out.ndim
-                pad[1] = (0, sequence_length - out.shape[1])
-                out = np.pad(out, pad)
-            outputs.append(out)
+        Returns the concatenated float32 outputs, e.g. (N, C)."""
+        outputs = [self._step(model_inputs(batch)).numpy() for batch in dataset]
         if not outputs:
             raise ValueError("prediction saw no batch")
         return np.concatenate(outputs, axis=0)

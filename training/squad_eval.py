@@ -390,19 +390,33 @@ class WindowPredictor:
     A chunk of windows becomes in-order batches padded to whole global batches
     (data_prep/squad.predict_batches; worker shard_index of num_shards takes its share) and
     comes back as float (n, S, 2) logits without the padding rows. `windows` counts the windows
-    scored so far.
+    scored so far. `dynamic_padding`: each batch cut to its longest window
+    (features.trim_to_longest); the predictor then needs its sequence_length to pad the logits
+    back.
     """
 
-    def __init__(self, predictor, batch_size: int, num_shards: int = 1, shard_index: int = 0):
+    def __init__(
+        self,
+        predictor,
+        batch_size: int,
+        num_shards: int = 1,
+        shard_index: int = 0,
+        dynamic_padding: bool = False,
+    ):
         self.predictor = predictor
         self.batch_size = batch_size
         self.num_shards = num_shards
         self.shard_index = shard_index
+        self.dynamic_padding = dynamic_padding
         self.windows = 0
 
     def __call__(self, windows: list) -> np.ndarray:
+        from data_prep import features
+
         arrays = squad.predict_arrays(windows)
         batches = squad.predict_batches(arrays, self.batch_size, self.num_shards, self.shard_index)
+        if self.dynamic_padding:
+            batches = batches.map(features.trim_to_longest)
         self.windows += len(windows)
         return self.predictor(batches)[: len(windows)]  # (n, S, 2), padding rows dropped
 
