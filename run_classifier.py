@@ -196,16 +196,18 @@ def main(argv):
     if is_elmo and FLAGS["pooling"].present:
         raise app.UsageError("--pooling: ELMo's classifier averages its scalar mix over tokens")
     # Dynamic padding needs right padding and shapes that may change from batch to batch.
-    no_trim = None  # why it is off
-    if is_xlnet:
-        no_trim = "XLNet pads on the left"
-    elif is_elmo:
-        no_trim = "ELMo's classifier is not covered"
-    elif FLAGS.distribution_strategy == "tpu":
-        no_trim = "a TPU needs static shapes"
-    if no_trim and FLAGS.dynamic_padding and FLAGS["dynamic_padding"].present:
-        raise app.UsageError(f"--dynamic_padding: not here ({no_trim}); drop the flag")
-    trim = FLAGS.dynamic_padding and not no_trim
+    try:
+        trim = glue.dynamic_padding_setting(
+            FLAGS.dynamic_padding,
+            FLAGS["dynamic_padding"].present,
+            [
+                (is_xlnet, "XLNet pads on the left"),
+                (is_elmo, "ELMo's classifier is not covered"),
+                (FLAGS.distribution_strategy == "tpu", "a TPU needs static shapes"),
+            ],
+        )
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     s = FLAGS.max_seq_length
     try:
         if is_xlnet:  # its own vocabulary: its BPE folder or SentencePiece model

@@ -380,16 +380,18 @@ def main(argv):
             "--feature_cache holds a frozen encoder's outputs: it needs a --feature_mode other "
             "than finetune and the encoder's --init_checkpoint"
         )
-    no_trim = None  # why dynamic padding is off
-    if elmo_encoder:
-        no_trim = "an ELMo biLM's tagger is not covered"
-    elif cached:
-        no_trim = "--feature_cache holds full-length windows"
-    elif FLAGS.distribution_strategy == "tpu":
-        no_trim = "a TPU needs static shapes"
-    if no_trim and FLAGS.dynamic_padding and FLAGS["dynamic_padding"].present:
-        raise app.UsageError(f"--dynamic_padding: not here ({no_trim}); drop the flag")
-    trim = FLAGS.dynamic_padding and not no_trim
+    try:
+        trim = glue.dynamic_padding_setting(
+            FLAGS.dynamic_padding,
+            FLAGS["dynamic_padding"].present,
+            [
+                (elmo_encoder, "an ELMo biLM's tagger is not covered"),
+                (cached, "--feature_cache holds full-length windows"),
+                (FLAGS.distribution_strategy == "tpu", "a TPU needs static shapes"),
+            ],
+        )
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     for name, encoded in (("train", train_enc), ("dev", dev_enc), ("test", test_enc)):
         if encoded:
             logging.info(

@@ -157,12 +157,14 @@ def main(argv):
         raise SystemExit(f"run_squad: {e}") from None
     if mismatch := glue.packing_mismatch(packing, config, FLAGS.bert_config_file):
         logging.warning(mismatch)
-    if FLAGS.distribution_strategy == "tpu" and FLAGS.dynamic_padding:
-        if FLAGS["dynamic_padding"].present:
-            raise app.UsageError(
-                "--dynamic_padding: not here (a TPU needs static shapes); drop the flag"
-            )
-    trim = FLAGS.dynamic_padding and FLAGS.distribution_strategy != "tpu"
+    try:
+        trim = glue.dynamic_padding_setting(
+            FLAGS.dynamic_padding,
+            FLAGS["dynamic_padding"].present,
+            [(FLAGS.distribution_strategy == "tpu", "a TPU needs static shapes")],
+        )
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy,
         FLAGS.tpu or "",

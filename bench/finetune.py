@@ -111,11 +111,9 @@ def write_examples(examples: list, task: str, vocab: Path, path: Path, seq: int)
     }
 
 
-class KerasHubClassifier:
-    """keras-hub's BertTextClassifier with BertClassifier's inputs (run_classifier's names).
-
-    A plain holder, as bench/pretrain_throughput.KerasHubPretrainer: `model` is the keras-hub
-    task model, fed the three inputs it takes under its own names."""
+class KerasHubClassifier(pretrain_throughput.ModelHolder):
+    """keras-hub's BertTextClassifier with BertClassifier's inputs (run_classifier's names):
+    `model` is the keras-hub task model, fed the three inputs it takes under its own names."""
 
     def __init__(self, config, num_classes: int = 2):
         import keras_hub
@@ -125,17 +123,6 @@ class KerasHubClassifier:
         self.model = keras_hub.models.BertTextClassifier(
             checkpoints.keras_hub_backbone(config), num_classes, preprocessor=None
         )
-
-    @property
-    def trainable_variables(self):
-        return self.model.trainable_variables
-
-    @property
-    def non_trainable_variables(self):
-        return self.model.non_trainable_variables
-
-    def count_params(self) -> int:
-        return self.model.count_params()
 
     def __call__(self, inputs, training=False):
         return self.model(

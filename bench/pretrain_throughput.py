@@ -119,11 +119,27 @@ def synthetic_batch(batch: int, seq: int, predictions: int, vocab_size: int, see
     }
 
 
-class KerasHubPretrainer:
+class ModelHolder:
+    """A plain holder, not a Keras layer, of a keras.Model `model` (set by the subclass, whose
+    __call__ feeds it), with what the Trainer and a task read of a model."""
+
+    @property
+    def trainable_variables(self):
+        return self.model.trainable_variables
+
+    @property
+    def non_trainable_variables(self):
+        return self.model.non_trainable_variables
+
+    def count_params(self) -> int:
+        return self.model.count_params()
+
+
+class KerasHubPretrainer(ModelHolder):
     """keras-hub's BERT with BertPretrainer's inputs and outputs (see the module docstring).
 
-    A plain holder, not a Keras layer: `model` is a functional keras.Model over keras-hub layers,
-    and calling this object feeds it the four inputs it takes out of a whole pretraining batch.
+    `model` is a functional keras.Model over keras-hub layers, and calling this object feeds it
+    the four inputs it takes out of a whole pretraining batch.
     """
 
     sentence_objective = "nsp"
@@ -158,17 +174,6 @@ class KerasHubPretrainer:
             "nsp_logits": nsp(out["pooled_output"]),
         }
         self.model = keras.Model(inputs, outputs, name="keras_hub_pretrainer")
-
-    @property
-    def trainable_variables(self):
-        return self.model.trainable_variables
-
-    @property
-    def non_trainable_variables(self):
-        return self.model.non_trainable_variables
-
-    def count_params(self) -> int:
-        return self.model.count_params()
 
     def __call__(self, batch, training=False):
         return self.model({k: batch[k] for k in self.input_names}, training=training)

@@ -837,6 +837,16 @@ def write_tfrecord(path: str | os.PathLike, features: dict, regression: bool = F
     return n
 
 
+def dynamic_padding_setting(requested: bool, explicit: bool, reasons) -> bool:
+    """Whether a fine-tuning script cuts its batches (features.trim_to_longest): `requested` (its
+    --dynamic_padding) unless one of `reasons`, (applies, why) pairs, applies. A request given
+    explicitly where one applies raises ValueError naming the first; the default turns off."""
+    why = next((why for applies, why in reasons if applies), None)
+    if why and requested and explicit:
+        raise ValueError(f"--dynamic_padding: not here ({why}); drop the flag")
+    return requested and why is None
+
+
 def eval_batches(features: dict, batch_size: int, num_shards: int = 1, shard_index: int = 0):
     """In-order batches of an eval or predict set for one worker, padded to full global batches.
 
