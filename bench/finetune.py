@@ -90,7 +90,7 @@ def rt_polarity_sentences() -> list:
     sentences, _ = rt_polarity.fetch_files()
     rows = rt_polarity.read_labelled_csv(sentences)
     return [
-        glue.Example(f"{sentences}:{i}", str(i), text, None, "1" if label == "1" else "0")
+        glue.Example(f"{sentences} row {i}", str(i), text, None, "1" if label == "1" else "0")
         for i, (label, text) in enumerate(rows)
     ]
 
