@@ -46,12 +46,8 @@ def classifier_batch(batch: int, seq: int, vocab_size: int, seed: int = 0) -> di
     """A training batch with run_classifier's feature names: every position real, segment B the
     second half, labels of 2 classes."""
     rng = np.random.default_rng(seed)
-    segment = np.zeros((batch, seq), np.int32)
-    segment[:, seq // 2 :] = 1
     return {
-        "input_ids": rng.integers(5, vocab_size, (batch, seq)).astype(np.int32),
-        "input_mask": np.ones((batch, seq), np.int32),
-        "segment_ids": segment,
+        **pretrain_throughput.full_encoder_inputs(rng, batch, seq, vocab_size),
         "label_ids": rng.integers(0, 2, (batch,)).astype(np.int32),
         "is_real_example": np.ones((batch,), np.int32),
     }

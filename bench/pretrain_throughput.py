@@ -96,6 +96,18 @@ def dtype_policy(precision: str):
         keras.config.set_dtype_policy(old)
 
 
+def full_encoder_inputs(rng, batch: int, seq: int, vocab_size: int) -> dict:
+    """input_ids (random, from `rng`), input_mask and segment_ids of a batch whose every position
+    is real, segment B the second half: int32 (batch, seq)."""
+    segment = np.zeros((batch, seq), np.int32)
+    segment[:, seq // 2 :] = 1
+    return {
+        "input_ids": rng.integers(5, vocab_size, (batch, seq)).astype(np.int32),
+        "input_mask": np.ones((batch, seq), np.int32),
+        "segment_ids": segment,
+    }
+
+
 def synthetic_batch(batch: int, seq: int, predictions: int, vocab_size: int, seed: int = 0):
     """A pretraining batch with the TFRecord feature names: every position real, segment B the
     second half, `predictions` distinct masked positions per row (never [CLS] at 0)."""
@@ -106,12 +118,8 @@ def synthetic_batch(batch: int, seq: int, predictions: int, vocab_size: int, see
         np.stack([rng.choice(np.arange(1, seq), predictions, replace=False) for _ in range(batch)]),
         axis=1,
     )
-    segment = np.zeros((batch, seq), np.int32)
-    segment[:, seq // 2 :] = 1
     return {
-        "input_ids": rng.integers(5, vocab_size, (batch, seq)).astype(np.int32),
-        "input_mask": np.ones((batch, seq), np.int32),
-        "segment_ids": segment,
+        **full_encoder_inputs(rng, batch, seq, vocab_size),
         "masked_lm_positions": positions.astype(np.int32),
         "masked_lm_ids": rng.integers(5, vocab_size, (batch, predictions)).astype(np.int32),
         "masked_lm_weights": np.ones((batch, predictions), np.float32),
