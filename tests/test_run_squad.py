@@ -204,11 +204,14 @@ def free_ports(n):
     return ports
 
 
-def test_multi_worker_prediction_equals_one_device(smoke, files, tmp_path):
+@pytest.mark.parametrize("batch_size", [10, 2])
+def test_multi_worker_prediction_equals_one_device(smoke, files, tmp_path, batch_size):
     """Two workers (one CPU replica each) predict with the v1.1 run's checkpoint: 24 windows in
-    batches of 10 (the last one padded, 5 rows a worker); worker 0 writes what the one-device run
-    wrote, worker 1 nothing. The workers' encoders run in 3 branches (--encoder_branches: row
-    slices of 2, 2 and 1) where the one-device run had none."""
+    batches of 10 (the last one padded, 5 rows a worker), or of 2 (one window a worker, so the
+    workers cut their batches to different lengths, e.g. 64 and 56, and their logits are padded
+    back before the gather); worker 0 writes what the one-device run wrote, worker 1 nothing.
+    The workers' encoders run in 3 branches (--encoder_branches: row slices of 2, 2 and 1, or
+    one) where the one-device run had none."""
     trained, _ = finished(smoke["v1"])
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     procs = []
@@ -221,7 +224,7 @@ def test_multi_worker_prediction_equals_one_device(smoke, files, tmp_path):
             "--max_query_length=16",
             f"--init_checkpoint={trained}",
             "--do_predict",
-            "--predict_batch_size=10",
+            f"--predict_batch_size={batch_size}",
             "--distribution_strategy=multi_worker_mirrored",
             "--encoder_branches=3",
         ]
