@@ -310,6 +310,9 @@ def test_cls_pooling_runs_the_last_layer_at_cls_alone_with_the_same_logits(famil
             whole = _logits_and_grads(model, x)
             assert asked == [None]  # the negative control: every position
         _assert_same(cls_only, whole, tol=1e-6)
+        # The [CLS] query also splits with the rows when the encoder runs in branches.
+        bert.set_encoder_branches(model, 2)
+        _assert_same(_logits_and_grads(model, x), whole, tol=1e-6)
     # Mean pooling reads every position of the last layer.
     assert finetuning.pooled_only_positions(tf.zeros((B, S), tf.int32), "mean") is None
 
