@@ -21,7 +21,6 @@ import dataclasses
 import json
 import os
 
-import numpy as np
 from absl import app, flags, logging
 
 flags.DEFINE_string("task_name", None, "The task: cola, sst-2, mrpc, sts-b, qqp, mnli, ... tsv.")
@@ -251,14 +250,8 @@ def main(argv):
             ids[ids == cls_id] = sep_id
         glue.log_truncation(data.source, encoded, s)
         if not is_xlnet:  # (XLNet's input_mask marks padding)
-            real = float(np.mean(encoded.features["input_mask"]))
-            logging.info(
-                "%s: %.1f%% of the %d positions are real tokens%s",
-                data.source,
-                100 * real,
-                s,
-                "; each batch is cut to its longest example (--dynamic_padding)" if trim else "",
-            )
+            mask = encoded.features["input_mask"]
+            glue.log_real_tokens(data.source, mask, s, "example" if trim else None)
         logging.info("%s: %d examples", data.source, len(data.examples))
         return data, encoded
 

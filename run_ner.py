@@ -394,12 +394,8 @@ def main(argv):
         raise app.UsageError(str(e)) from None
     for name, encoded in (("train", train_enc), ("dev", dev_enc), ("test", test_enc)):
         if encoded:
-            logging.info(
-                "%s: %.1f%% of the %d positions are real tokens%s",
-                name,
-                100 * float(np.mean(encoded.features["input_mask"])),
-                s,
-                "; each batch is cut to its longest window (--dynamic_padding)" if trim else "",
+            glue.log_real_tokens(
+                name, encoded.features["input_mask"], s, "window" if trim else None
             )
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy,

@@ -91,13 +91,13 @@ def rt_polarity_sentences() -> list:
     ]
 
 
-def write_examples(examples: list, task: str, vocab: Path, path: Path, seq: int) -> dict:
-    """Encodes examples as run_classifier encodes `task` and writes its train.tf_record to
-    `path`; returns {"file", "examples", "real_fraction"} (the real tokens' share of the
-    positions)."""
+def write_examples(examples: list, task: str, tokenizer, path: Path, seq: int) -> dict:
+    """Encodes examples as run_classifier encodes `task` (tokenizer: a WordPiece FullTokenizer,
+    BERT's packing) and writes its train.tf_record to `path`; returns {"file", "examples",
+    "real_fraction"} (the real tokens' share of the positions)."""
     from data_prep import glue
 
-    tokenizer, packing = glue.load_tokenizer(vocab, True)
+    packing = glue.BERT_PACKING
     encoded = glue.encode_examples(examples, glue.get_task(task), tokenizer, seq, packing)
     glue.write_tfrecord(path, encoded.features)
     return {
@@ -189,7 +189,7 @@ def _side(times: list, units: float) -> dict:
     return {"seconds": best, "seconds_rounds": times, "per_s": units / best}
 
 
-def workloads(corpus, vocab, work_dir, seq: int, examples: int) -> dict:
+def workloads(corpus, tokenizer, work_dir, seq: int, examples: int) -> dict:
     """{name: write_examples' dict} of the GLUE-like epochs: "rt_polarity" (single sentences,
     as SST-2; skipped with the reason when the set cannot be fetched) and "corpus_pairs"
     (consecutive sentences of `corpus`, as MRPC), `examples` of each at most."""
@@ -204,11 +204,15 @@ def workloads(corpus, vocab, work_dir, seq: int, examples: int) -> dict:
         rng = np.random.default_rng(0)
         chosen = np.sort(rng.choice(len(sentences), min(examples, len(sentences)), replace=False))
         out["rt_polarity"] = write_examples(
-            [sentences[i] for i in chosen], "sst-2", vocab, work_dir / "rt_polarity.tf_record", seq
+            [sentences[i] for i in chosen],
+            "sst-2",
+            tokenizer,
+            work_dir / "rt_polarity.tf_record",
+            seq,
         )
     pairs = sentence_pairs(Path(corpus), examples)
     out["corpus_pairs"] = write_examples(
-        pairs, "mrpc", vocab, work_dir / "corpus_pairs.tf_record", seq
+        pairs, "mrpc", tokenizer, work_dir / "corpus_pairs.tf_record", seq
     )
     return out
 
@@ -241,9 +245,11 @@ def run(
         epoch_batches = [epoch_batches] * len(sizes)
     if not len(steps) == len(epoch_batches) == len(sizes):
         raise ValueError(f"{len(steps)} / {len(epoch_batches)} step counts for {len(sizes)} sizes")
-    data = workloads(corpus, vocab, work_dir, seq, batch * max(epoch_batches))
-    with open(vocab, encoding="utf-8") as f:
-        vocab_size = sum(1 for _ in f)
+    from data_prep import tokenization
+
+    tokenizer = tokenization.FullTokenizer(str(vocab), True)  # read once for both workloads
+    vocab_size = len(tokenizer.vocab)
+    data = workloads(corpus, tokenizer, work_dir, seq, batch * max(epoch_batches))
     results = []
     for spec, n, m in zip(sizes, steps, epoch_batches):
         config = pretrain_throughput.parse_size(spec, vocab_size, seq)

@@ -653,21 +653,17 @@ def classifier_dataset(
     `dynamic_padding`: each batch cut to its longest example (trim_to_longest), so the
     sequence axis is (None) in the element spec.
     """
-
-    def parse(serialized):
-        parsed = parse_classifier_examples(serialized, max_seq_length, num_choices, regression)
-        return trim_to_longest(parsed) if dynamic_padding else parsed
-
     return _shuffled_training_batches(
         input_files,
         batch_size,
-        parse,
+        lambda s: parse_classifier_examples(s, max_seq_length, num_choices, regression),
         seed,
         num_shards,
         shard_index,
         shuffle_buffer,
         classifier_feature_spec(max_seq_length, num_choices, regression),
         skip_corrupt_records,
+        dynamic_padding,
     )
 
 
@@ -681,11 +677,13 @@ def _shuffled_training_batches(
     shuffle_buffer,
     spec,
     skip_corrupt_records,
+    dynamic_padding: bool = False,
 ) -> tf.data.Dataset:
     """The fine-tuning input pipeline shared by classifier_dataset, squad_dataset and
     tagging_dataset: records (with skip_corrupt_records, the sound ones of each file, as
     pretraining_dataset) sharded over workers, shuffled in a seeded buffer, repeated, batched
-    (remainder dropped), parsed with `parse_fn` on whole batches, prefetched."""
+    (remainder dropped), parsed with `parse_fn` on whole batches (then, with dynamic_padding,
+    cut to their longest example: trim_to_longest), prefetched."""
     if skip_corrupt_records:
         check_skipped_records(input_files, spec)
         files = tf.data.Dataset.from_tensor_slices(list(input_files))
@@ -696,7 +694,12 @@ def _shuffled_training_batches(
         records = records.shard(num_shards, shard_index)
     records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
     batches = records.batch(batch_size, drop_remainder=True)
-    batches = batches.map(parse_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    def parse(serialized):
+        parsed = parse_fn(serialized)
+        return trim_to_longest(parsed) if dynamic_padding else parsed
+
+    batches = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return batches.prefetch(tf.data.AUTOTUNE)
 
 
@@ -835,19 +838,15 @@ def tagging_dataset(
     """Endless shuffled training batches of tagging windows (see classifier_dataset: same
     sharding, shuffling, checkpointable iterator, skip_corrupt_records and dynamic_padding, which
     cuts the labels and their weights with the inputs)."""
-
-    def parse(serialized):
-        parsed = parse_tagging_examples(serialized, max_seq_length)
-        return trim_to_longest(parsed) if dynamic_padding else parsed
-
     return _shuffled_training_batches(
         input_files,
         batch_size,
-        parse,
+        lambda s: parse_tagging_examples(s, max_seq_length),
         seed,
         num_shards,
         shard_index,
         shuffle_buffer,
         tagging_feature_spec(max_seq_length),
         skip_corrupt_records,
+        dynamic_padding,
     )

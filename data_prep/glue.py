@@ -847,6 +847,21 @@ def dynamic_padding_setting(requested: bool, explicit: bool, reasons) -> bool:
     return requested and why is None
 
 
+def log_real_tokens(name: str, input_mask, max_seq_length: int, cut: str | None) -> None:
+    """Logs the share of a split's positions that are real tokens (input_mask (N, S) of 1 / 0);
+    `cut` names what a batch is cut to under --dynamic_padding ("example", "window"), None when
+    batches keep max_seq_length."""
+    import numpy as np
+
+    logger.info(
+        "%s: %.1f%% of the %d positions are real tokens%s",
+        name,
+        100 * float(np.mean(input_mask)),
+        max_seq_length,
+        f"; each batch is cut to its longest {cut} (--dynamic_padding)" if cut else "",
+    )
+
+
 def eval_batches(features: dict, batch_size: int, num_shards: int = 1, shard_index: int = 0):
     """In-order batches of an eval or predict set for one worker, padded to full global batches.
 
