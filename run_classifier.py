@@ -102,6 +102,14 @@ flags.DEFINE_bool(
     "--max_seq_length: the same logits for less work on short texts. BERT, RoBERTa, ALBERT and "
     "ELECTRA; off for XLNet (it pads on the left), ELMo and TPUs (static shapes).",
 )
+flags.DEFINE_bool(
+    "group_by_length",
+    False,
+    "With --dynamic_padding: sort each 50 training batches' examples (as they leave the shuffle) "
+    "by length and batch them again, so batches of similar lengths are cut shorter; the batches "
+    "are then shuffled. Every example still comes once per pass, but a batch is no longer a "
+    "random sample (Hugging Face's group_by_length). Off by default, as the original.",
+)
 flags.DEFINE_list("label_list", [], "Labels of --task_name=tsv, in id order (e.g. neg,pos).")
 flags.DEFINE_bool(
     "skip_bad_rows", False, "Skip and count bad train/dev rows instead of stopping on the first."
@@ -205,6 +213,7 @@ def main(argv):
                 (FLAGS.distribution_strategy == "tpu", "a TPU needs static shapes"),
             ],
         )
+        groups = glue.length_group_batches(FLAGS.group_by_length, trim)
     except ValueError as e:
         raise app.UsageError(str(e)) from None
     s = FLAGS.max_seq_length
@@ -414,6 +423,7 @@ def main(argv):
                 shard_index=worker_index,
                 skip_corrupt_records=FLAGS.skip_corrupt_records,
                 dynamic_padding=trim,
+                length_group_batches=groups,
             ),
             trainer.TrainSettings(
                 output_dir=output_dir,
@@ -421,7 +431,12 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
-                run_settings_json=json.dumps({"skip_corrupt_records": FLAGS.skip_corrupt_records}),
+                run_settings_json=json.dumps(
+                    {
+                        "skip_corrupt_records": FLAGS.skip_corrupt_records,
+                        "group_by_length": FLAGS.group_by_length,  # another input pipeline
+                    }
+                ),
                 input_files=(train_file,),
             ),
             global_batch_size=FLAGS.train_batch_size,

@@ -140,6 +140,13 @@ flags.DEFINE_bool(
     "--max_seq_length: the same logits for less work on short sentences (as run_classifier's). "
     "Off for an ELMo biLM, --feature_cache and TPUs (static shapes).",
 )
+flags.DEFINE_bool(
+    "group_by_length",
+    False,
+    "With --dynamic_padding: sort each 50 training batches' windows by length and batch them "
+    "again, so each batch is cut shorter (as run_classifier's flag); every window still comes "
+    "once per pass, but a batch is no longer a random sample. Off by default, as the original.",
+)
 FLAGS = flags.FLAGS
 
 # The dev scores logged at every checkpoint (eval_results.txt also has them per entity type).
@@ -390,6 +397,7 @@ def main(argv):
                 (FLAGS.distribution_strategy == "tpu", "a TPU needs static shapes"),
             ],
         )
+        groups = glue.length_group_batches(FLAGS.group_by_length, trim)
     except ValueError as e:
         raise app.UsageError(str(e)) from None
     for name, encoded in (("train", train_enc), ("dev", dev_enc), ("test", test_enc)):
@@ -525,6 +533,7 @@ def main(argv):
                 shard_index=worker_index,
                 skip_corrupt_records=FLAGS.skip_corrupt_records,
                 dynamic_padding=trim,
+                length_group_batches=groups,
             )
 
         run_config = {
@@ -542,7 +551,12 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
-                run_settings_json=json.dumps({"skip_corrupt_records": FLAGS.skip_corrupt_records}),
+                run_settings_json=json.dumps(
+                    {
+                        "skip_corrupt_records": FLAGS.skip_corrupt_records,
+                        "group_by_length": FLAGS.group_by_length,  # another input pipeline
+                    }
+                ),
                 input_files=() if cached else (train_file,),
             ),
             global_batch_size=FLAGS.train_batch_size,

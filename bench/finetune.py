@@ -23,8 +23,10 @@ of each is reported; the machine is shared):
              example (run_classifier's --dynamic_padding, on by default); keras-hub's
              preprocessor pads every example to its sequence_length, so its side reads the
              batches at the full 128. A third side, Cloze with --nodynamic_padding, splits the
-             gain between the network and the cut. Figures in examples/s; the real-token share
-             of the positions is recorded.
+             gain between the network and the cut; a fourth, Cloze with --group_by_length (each
+             50 batches' examples sorted by length, then batched and shuffled: other batches of
+             the same examples), shows what sorting adds to the cut. Figures in examples/s; the
+             real-token share of the positions and the lengths batches are cut to are recorded.
 
 Dropout's masks differ between a cut and a full batch (other shapes draw other bits); the
 logits and gradients without dropout are the same (tests/test_finetuning.py).
@@ -38,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import pretrain_throughput
+from data_prep.glue import LENGTH_GROUP_BATCHES  # run_classifier's --group_by_length
 
 DEFAULT_SIZES = pretrain_throughput.DEFAULT_SIZES
 
@@ -271,11 +274,16 @@ def run(
             if "skipped" in workload:
                 continue
 
-            def batches(dynamic_padding: bool, path=workload["file"]):
+            def batches(dynamic_padding: bool, groups: int = 0, path=workload["file"]):
                 # A fresh pipeline with the same seed: the same batches in the same order.
                 return lambda: iter(
                     features.classifier_dataset(
-                        [path], batch, seq, seed=7, dynamic_padding=dynamic_padding
+                        [path],
+                        batch,
+                        seq,
+                        seed=7,
+                        dynamic_padding=dynamic_padding,
+                        length_group_batches=groups,
                     )
                 )
 
@@ -283,13 +291,19 @@ def run(
                 "cloze": (trainers["cloze"], batches(True), m),
                 "keras_hub": (trainers["keras_hub"], batches(False), m),
                 "cloze_full_length": (trainers["cloze"], batches(False), m),
+                "cloze_grouped": (trainers["cloze"], batches(True, LENGTH_GROUP_BATCHES), m),
             }
             times = _time_rounds(sides, rounds, f"{spec} {name}", log)
             e = {side: _side(t, m * batch) for side, t in times.items()}
             e["ratio"] = e["cloze"]["per_s"] / e["keras_hub"]["per_s"]
             e["ratio_rounds"] = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
             e["dynamic_padding_gain"] = e["cloze"]["per_s"] / e["cloze_full_length"]["per_s"]
+            e["ratio_grouped"] = e["cloze_grouped"]["per_s"] / e["keras_hub"]["per_s"]
+            e["group_by_length_gain"] = e["cloze_grouped"]["per_s"] / e["cloze"]["per_s"]
             e["cut_lengths"] = _cut_lengths(workload["file"], batch, seq, m)
+            e["cut_lengths_grouped"] = _cut_lengths(
+                workload["file"], batch, seq, m, LENGTH_GROUP_BATCHES
+            )
             row[name] = e
         results.append(row)
         del trainers
@@ -305,9 +319,12 @@ def run(
     }
 
 
-def _cut_lengths(path: str, batch: int, seq: int, n: int) -> list:
-    """The lengths the first `n` batches of a workload are cut to (the run's seed)."""
+def _cut_lengths(path: str, batch: int, seq: int, n: int, groups: int = 0) -> list:
+    """The lengths the first `n` batches of a workload are cut to (the run's seed; `groups`:
+    length_group_batches)."""
     from data_prep import features
 
-    ds = features.classifier_dataset([path], batch, seq, seed=7, dynamic_padding=True).take(n)
-    return [int(b["input_ids"].shape[1]) for b in ds]
+    ds = features.classifier_dataset(
+        [path], batch, seq, seed=7, dynamic_padding=True, length_group_batches=groups
+    )
+    return [int(b["input_ids"].shape[1]) for b in ds.take(n)]

@@ -463,6 +463,13 @@ def finetune_rows(f: dict) -> list:
                 f"{e['cloze']['per_s']:,.1f} | Cloze at {f['seq']} "
                 f"{e['cloze_full_length']['per_s']:,.1f} | {e['dynamic_padding_gain']:.2f} |"
             )
+            grouped = sum(e["cut_lengths_grouped"]) / len(e["cut_lengths_grouped"])
+            rows.append(
+                f"| the same, Cloze with --group_by_length (cut to {grouped:.0f} on average) | "
+                f"{e['cloze_grouped']['per_s']:,.1f} | keras-hub {e['keras_hub']['per_s']:,.1f} "
+                f"| {e['ratio_grouped']:.2f} ({e['group_by_length_gain']:.2f}x Cloze's "
+                "ungrouped) |"
+            )
     return rows
 
 

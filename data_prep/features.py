@@ -630,6 +630,18 @@ def trim_to_longest(batch: dict, multiple: int = TRIM_MULTIPLE) -> dict:
     return {k: v[..., :length] if v.shape.rank == rank else v for k, v in batch.items()}
 
 
+def sort_by_length(batch: dict) -> dict:
+    """`batch`'s rows in order of their real length (the sum of `input_mask` over its last axis;
+    a multiple-choice example's longest choice), shortest first; rows of equal length keep their
+    order (a stable sort, so a seeded shuffle before it stays the only source of order)."""
+    mask = tf.cast(batch["input_mask"], tf.int32)
+    lengths = tf.reduce_sum(mask, axis=-1)
+    if mask.shape.rank == 3:
+        lengths = tf.reduce_max(lengths, axis=-1)
+    order = tf.argsort(lengths, stable=True)
+    return {k: tf.gather(v, order) for k, v in batch.items()}
+
+
 def classifier_dataset(
     input_files: list[str],
     batch_size: int,
@@ -642,6 +654,7 @@ def classifier_dataset(
     shuffle_buffer: int = 10_000,
     skip_corrupt_records: bool = False,
     dynamic_padding: bool = False,
+    length_group_batches: int = 0,
 ) -> tf.data.Dataset:
     """Endless shuffled training batches of fine-tuning examples, deterministic for a seed.
 
@@ -651,7 +664,9 @@ def classifier_dataset(
     its state is file offsets plus the buffer of serialized records. `skip_corrupt_records`:
     as pretraining_dataset's (check_skipped_records logs per file what is skipped).
     `dynamic_padding`: each batch cut to its longest example (trim_to_longest), so the
-    sequence axis is (None) in the element spec.
+    sequence axis is (None) in the element spec. `length_group_batches` (with dynamic_padding):
+    each run of that many batches' examples, as they leave the shuffle, sorted by length and
+    batched again, the batches shuffled (--group_by_length; see _shuffled_training_batches).
     """
     return _shuffled_training_batches(
         input_files,
@@ -664,6 +679,7 @@ def classifier_dataset(
         classifier_feature_spec(max_seq_length, num_choices, regression),
         skip_corrupt_records,
         dynamic_padding,
+        length_group_batches,
     )
 
 
@@ -678,12 +694,27 @@ def _shuffled_training_batches(
     spec,
     skip_corrupt_records,
     dynamic_padding: bool = False,
+    length_group_batches: int = 0,
 ) -> tf.data.Dataset:
     """The fine-tuning input pipeline shared by classifier_dataset, squad_dataset and
     tagging_dataset: records (with skip_corrupt_records, the sound ones of each file, as
     pretraining_dataset) sharded over workers, shuffled in a seeded buffer, repeated, batched
     (remainder dropped), parsed with `parse_fn` on whole batches (then, with dynamic_padding,
-    cut to their longest example: trim_to_longest), prefetched."""
+    cut to their longest example: trim_to_longest), prefetched.
+
+    length_group_batches (group by length, needs dynamic_padding): the shuffled records are
+    taken `length_group_batches` batches at a time; each group's examples are sorted by length
+    (sort_by_length) and cut into batches again, and the batches pass a seeded shuffle buffer of
+    one group. So a batch holds examples of similar lengths and is cut shorter (the longest of 32
+    random sentence pairs is near the window's length); every example still comes once per pass
+    over the shuffled stream, but batches are no longer random samples, and the batch order is
+    drawn from a group's worth of batches (as Hugging Face's group_by_length).
+    """
+    if length_group_batches < 0:
+        raise ValueError(f"length_group_batches: expected >= 0, found {length_group_batches}")
+    if length_group_batches and not dynamic_padding:
+        raise ValueError("length_group_batches needs dynamic_padding: full-length batches gain "
+                         "nothing from grouping")  # fmt: skip
     if skip_corrupt_records:
         check_skipped_records(input_files, spec)
         files = tf.data.Dataset.from_tensor_slices(list(input_files))
@@ -693,6 +724,19 @@ def _shuffled_training_batches(
     if num_shards > 1:
         records = records.shard(num_shards, shard_index)
     records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+    if length_group_batches:
+        groups = records.batch(batch_size * length_group_batches, drop_remainder=True)
+        groups = groups.map(
+            lambda s: sort_by_length(parse_fn(s)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        batches = groups.unbatch().batch(batch_size, drop_remainder=True)
+        # Its own seed: the record shuffle's would repeat the same draw sequence.
+        batch_seed = None if seed is None else seed + 1
+        batches = batches.shuffle(length_group_batches, seed=batch_seed)
+        batches = batches.map(trim_to_longest, num_parallel_calls=tf.data.AUTOTUNE)
+        return batches.prefetch(tf.data.AUTOTUNE)
     batches = records.batch(batch_size, drop_remainder=True)
 
     def parse(serialized):
@@ -834,10 +878,11 @@ def tagging_dataset(
     shuffle_buffer: int = 10_000,
     skip_corrupt_records: bool = False,
     dynamic_padding: bool = False,
+    length_group_batches: int = 0,
 ) -> tf.data.Dataset:
     """Endless shuffled training batches of tagging windows (see classifier_dataset: same
-    sharding, shuffling, checkpointable iterator, skip_corrupt_records and dynamic_padding, which
-    cuts the labels and their weights with the inputs)."""
+    sharding, shuffling, checkpointable iterator, skip_corrupt_records, dynamic_padding, which
+    cuts the labels and their weights with the inputs, and length_group_batches)."""
     return _shuffled_training_batches(
         input_files,
         batch_size,
@@ -849,4 +894,5 @@ def tagging_dataset(
         tagging_feature_spec(max_seq_length),
         skip_corrupt_records,
         dynamic_padding,
+        length_group_batches,
     )

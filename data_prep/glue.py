@@ -847,6 +847,26 @@ def dynamic_padding_setting(requested: bool, explicit: bool, reasons) -> bool:
     return requested and why is None
 
 
+# --group_by_length's group: 50 batches, as Hugging Face's LengthGroupedSampler's megabatches.
+LENGTH_GROUP_BATCHES = 50
+
+
+def length_group_batches(group_by_length: bool, dynamic_padding: bool) -> int:
+    """The batches a fine-tuning script's training input sorts by length at a time
+    (features.classifier_dataset's `length_group_batches`): LENGTH_GROUP_BATCHES under
+    --group_by_length, else 0. Raises ValueError when batches are not cut (nothing to gain)."""
+    if group_by_length and not dynamic_padding:
+        raise ValueError("--group_by_length: needs --dynamic_padding, which is off here (grouped "
+                         "batches gain only by being cut); drop the flag")  # fmt: skip
+    if not group_by_length:
+        return 0
+    logger.info(
+        "--group_by_length: training examples sorted by length %d batches at a time",
+        LENGTH_GROUP_BATCHES,
+    )
+    return LENGTH_GROUP_BATCHES
+
+
 def log_real_tokens(name: str, input_mask, max_seq_length: int, cut: str | None) -> None:
     """Logs the share of a split's positions that are real tokens (input_mask (N, S) of 1 / 0);
     `cut` names what a batch is cut to under --dynamic_padding ("example", "window"), None when

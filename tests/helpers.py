@@ -252,6 +252,58 @@ def run_main(script: str, args=()) -> Completed:
     return Completed(code, out.getvalue(), err.getvalue())
 
 
+def free_ports(n: int) -> list[int]:
+    """`n` loopback ports free at the time of the call (for a test cluster's TF_CONFIG)."""
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for sock in socks:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in socks]
+    for sock in socks:
+        sock.close()
+    return ports
+
+
+def run_workers(script: str, worker_args: list, timeout: int = 300) -> list[Completed]:
+    """Runs entrypoint `script` as MultiWorkerMirroredStrategy workers on loopback, one
+    subprocess per entry of `worker_args` (worker k's command-line arguments, which should hold
+    --distribution_strategy=multi_worker_mirrored), with TF_CONFIG naming a cluster of them;
+    waits for all (killing any left at `timeout` seconds) and returns each one's Completed."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(len(worker_args))]}
+    procs = []
+    for index, args in enumerate(worker_args):
+        tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="2")
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, script, *map(str, args)],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    done = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            done.append(Completed(proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return done
+
+
 def roberta_bpe_folder(folder):
     """Writes a RoBERTa-style Hugging Face vocab.json + merges.txt into `folder`, built from
     GPT-2's real files (data_prep.fetch): fairseq's special tokens first (<s> 0, <pad> 1, </s> 2,

@@ -224,14 +224,23 @@ def test_run_all_quick_writes_every_figure(tmp_path):
             continue
         e = row[name]
         assert len(e["cut_lengths"]) == 2 and all(8 <= n <= 17 for n in e["cut_lengths"])
-        for side in ("cloze", "keras_hub", "cloze_full_length"):
+        assert len(e["cut_lengths_grouped"]) == 2
+        assert all(8 <= n <= 17 for n in e["cut_lengths_grouped"])
+        for side in ("cloze", "keras_hub", "cloze_full_length", "cloze_grouped"):
             assert e[side]["per_s"] > 0 and len(e[side]["seconds_rounds"]) == 2
         assert e["dynamic_padding_gain"] == pytest.approx(
             e["cloze"]["per_s"] / e["cloze_full_length"]["per_s"]
         )
+        assert e["group_by_length_gain"] == pytest.approx(
+            e["cloze_grouped"]["per_s"] / e["cloze"]["per_s"]
+        )
+        assert e["ratio_grouped"] == pytest.approx(
+            e["cloze_grouped"]["per_s"] / e["keras_hub"]["per_s"]
+        )
         assert f"fine-tune L2/H36/A3/I37 b3, {name} (" in result.stdout
     assert "fine-tune L2/H36/A3/I37 b3 s17 fp32, a full batch" in result.stdout
     assert "Cloze's dynamic padding against full-length batches" in result.stdout
+    assert "the same, Cloze with --group_by_length (cut to " in result.stdout
 
     g = r["generation"]
     assert [row["size"] for row in g["sizes"]] == ["bart-tiny", "t5-tiny", "gpt2-tiny"]

@@ -408,3 +408,110 @@ def test_classifier_dataset_with_dynamic_padding_cuts_each_batch(tmp_path):
             np.testing.assert_array_equal(
                 a[key][..., :n] if a[key].shape.rank == 2 else a[key], b[key]
             )
+
+
+def _varied_lengths_file(path, lengths, seq, tagging=False):
+    """A training file of examples whose first token is their 1-based index (so each one is known
+    again after any shuffle) and whose real length is `lengths[i]`; labels are i % 2 (tagging:
+    the ids, with weight 1 at real tokens)."""
+    from data_prep import features
+
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i, n in enumerate(lengths):
+            ids = np.array([i + 1] + [9] * (n - 1) + [0] * (seq - n))
+            mask = (ids > 0) * 1
+            if tagging:
+                w.write(features.serialize_tagging_example(ids, mask, ids * 0, ids, mask * 1.0))
+            else:
+                w.write(features.serialize_classifier_example(ids, mask, ids * 0, i % 2))
+
+
+@pytest.mark.parametrize("tagging", [False, True])
+def test_group_by_length_sorts_each_group_into_shorter_batches_of_the_same_examples(
+    tmp_path, tagging
+):
+    """--group_by_length's pipeline (length_group_batches=4, batch 3): the stream of examples
+    leaving the shuffle is the plain pipeline's, cut into groups of 12 that are each sorted by
+    length (stably) and batched again; every batch it yields is one of those, whole, at most once,
+    with every feature of its rows (a tagger's labels and weights too), cut to its longest. The
+    cut positions add up to less than the plain batches'. The same seed gives the same batches,
+    and an iterator restored from a checkpoint goes on as the one saved."""
+    from data_prep import features
+
+    seq, batch, groups = 40, 3, 4
+    lengths = np.random.default_rng(0).integers(2, seq + 1, size=24)
+    path = tmp_path / "train.tf_record"
+    _varied_lengths_file(path, lengths, seq, tagging)
+    make = features.tagging_dataset if tagging else features.classifier_dataset
+    kwargs = dict(batch_size=batch, max_seq_length=seq, seed=3, shuffle_buffer=24)
+    plain = make([str(path)], **kwargs, dynamic_padding=True)
+    grouped = make([str(path)], **kwargs, dynamic_padding=True, length_group_batches=groups)
+    assert grouped.element_spec["input_ids"].shape.as_list() == [batch, None]
+    # Each pipeline is iterated once: a second iterator of the same dataset draws another shuffle
+    # (reshuffle_each_iteration, as training's epochs). The plain stream's first 5 groups (the
+    # first 8 grouped batches come from the first 2 groups and the shuffle buffer of 4 batches,
+    # so from the first 3), sorted and cut into batches.
+    plain_batches = list(plain.take(5 * groups))
+    stream = [int(i) for b in plain_batches for i in b["input_ids"][:, 0]]
+    expected = []
+    for g in range(5):
+        ids = stream[g * groups * batch : (g + 1) * groups * batch]
+        ids = sorted(ids, key=lambda i: lengths[i - 1])  # stable: ties keep the stream's order
+        expected += [tuple(ids[k : k + batch]) for k in range(0, len(ids), batch)]
+    seen, cut_grouped = [], 0
+    grouped_batches = list(grouped.take(2 * groups))
+    for b in grouped_batches:
+        rows = tuple(int(i) for i in b["input_ids"][:, 0])
+        seen.append(expected.index(rows))  # fails when the batch is none of them
+        longest = max(lengths[i - 1] for i in rows)
+        assert b["input_ids"].shape[1] == min(seq, -(-longest // 8) * 8)
+        cut_grouped += b["input_ids"].shape[1]
+        for r, i in enumerate(rows):  # every feature travelled with its row
+            n = lengths[i - 1]
+            np.testing.assert_array_equal(
+                b["input_mask"][r], np.arange(b["input_mask"].shape[1]) < n
+            )
+            if tagging:
+                np.testing.assert_array_equal(b["label_ids"][r][:n], [i] + [9] * (n - 1))
+                assert float(tf.reduce_sum(b["label_weights"][r])) == n
+            else:
+                assert int(b["label_ids"][r]) == (i - 1) % 2
+    assert len(set(seen)) == len(seen) and max(seen) < 3 * groups
+    assert seen != sorted(seen)  # the batches were shuffled, not yielded shortest first
+    cut_plain = sum(b["input_ids"].shape[1] for b in plain_batches[: 2 * groups])
+    assert cut_grouped < cut_plain, (cut_grouped, cut_plain)
+
+    def rows(iterator, n):
+        return [tuple(int(i) for i in next(iterator)["input_ids"][:, 0]) for _ in range(n)]
+
+    def again():
+        return make([str(path)], **kwargs, dynamic_padding=True, length_group_batches=groups)
+
+    it = iter(again())
+    assert rows(it, 5) == [tuple(int(i) for i in b["input_ids"][:, 0]) for b in grouped_batches[:5]]
+    saved = tf.train.Checkpoint(iterator=it).save(str(tmp_path / "ckpt"))
+    want = rows(it, 9)
+    fresh = iter(again())
+    tf.train.Checkpoint(iterator=fresh).restore(saved)
+    assert rows(fresh, 9) == want
+
+
+def test_sort_by_length_orders_rows_and_multiple_choice_by_their_longest_choice():
+    from data_prep import features
+
+    batch = _right_padded([5, 2, 7, 2], 8)
+    batch["label_ids"] = tf.constant([10, 11, 12, 13])
+    got = features.sort_by_length(batch)
+    np.testing.assert_array_equal(got["label_ids"], [11, 13, 10, 12])  # 2, 2 (stable), 5, 7
+    np.testing.assert_array_equal(tf.reduce_sum(got["input_mask"], 1), [2, 2, 5, 7])
+    mask = np.zeros((3, 2, 8), np.int32)  # choices of lengths (1, 6), (4, 4), (5, 2)
+    for row, choice_lengths in enumerate([(1, 6), (4, 4), (5, 2)]):
+        for c, n in enumerate(choice_lengths):
+            mask[row, c, :n] = 1
+    mc = {"input_mask": tf.constant(mask), "label_ids": tf.constant([0, 1, 2])}
+    np.testing.assert_array_equal(features.sort_by_length(mc)["label_ids"], [1, 2, 0])
+    path = "unused.tf_record"
+    with pytest.raises(ValueError, match="length_group_batches needs dynamic_padding"):
+        features.classifier_dataset([path], 3, 8, length_group_batches=2)
+    with pytest.raises(ValueError, match="length_group_batches: expected >= 0, found -1"):
+        features.classifier_dataset([path], 3, 8, dynamic_padding=True, length_group_batches=-1)

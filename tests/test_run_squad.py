@@ -5,17 +5,12 @@ MultiWorkerMirroredStrategy workers on loopback ports; and bad input stopping be
 exists."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from data_prep import fetch
 from tests import helpers
-from tests.conftest import ROOT
 
 S = 48  # tiny config below: max_position_embeddings 64
 
@@ -194,16 +189,6 @@ def test_bad_input_stops_before_output_dir(files, tmp_path):
     assert not out.exists()
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for sock in socks:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in socks]
-    for sock in socks:
-        sock.close()
-    return ports
-
-
 @pytest.mark.parametrize("batch_size", [10, 2])
 def test_multi_worker_prediction_equals_one_device(smoke, files, tmp_path, batch_size):
     """Two workers (one CPU replica each) predict with the v1.1 run's checkpoint: 24 windows in
@@ -213,43 +198,24 @@ def test_multi_worker_prediction_equals_one_device(smoke, files, tmp_path, batch
     The workers' encoders run in 3 branches (--encoder_branches: row slices of 2, 2 and 1, or
     one) where the one-device run had none."""
     trained, _ = finished(smoke["v1"])
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-    procs = []
-    for index in range(2):
-        args = [
-            *common(files, tmp_path / f"w{index}", files["sample"]),
-            f"--bert_config_file={files['dir'] / 'memorize_config.json'}",
-            "--max_seq_length=64",
-            "--doc_stride=24",
-            "--max_query_length=16",
-            f"--init_checkpoint={trained}",
-            "--do_predict",
-            f"--predict_batch_size={batch_size}",
-            "--distribution_strategy=multi_worker_mirrored",
-            "--encoder_branches=3",
-        ]
-        tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="2")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "run_squad.py", *args],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    logs = []
-    try:
-        for proc in procs:
-            logs.append(proc.communicate(timeout=300)[1])
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    for proc, log in zip(procs, logs):
-        assert proc.returncode == 0, log[-4000:]
+    args = [
+        f"--bert_config_file={files['dir'] / 'memorize_config.json'}",
+        "--max_seq_length=64",
+        "--doc_stride=24",
+        "--max_query_length=16",
+        f"--init_checkpoint={trained}",
+        "--do_predict",
+        f"--predict_batch_size={batch_size}",
+        "--distribution_strategy=multi_worker_mirrored",
+        "--encoder_branches=3",
+    ]
+    workers = helpers.run_workers(
+        "run_squad.py",
+        [[*common(files, tmp_path / f"w{i}", files["sample"]), *args] for i in range(2)],
+    )
+    logs = [w.stderr for w in workers]
+    for worker in workers:
+        assert worker.returncode == 0, worker.stderr[-4000:]
     assert "predicted 5 questions (24 windows); wrote them" in logs[0]
     assert "(worker 0 writes them)" in logs[1]
     assert not (tmp_path / "w1" / "predictions.json").exists()
