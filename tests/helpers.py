@@ -252,6 +252,20 @@ def run_main(script: str, args=()) -> Completed:
     return Completed(code, out.getvalue(), err.getvalue())
 
 
+def check_group_by_length(run, args, output_dir) -> Completed:
+    """A fine-tuning script's --group_by_length: refused before anything is written without cut
+    batches (--nodynamic_padding); with them it trains and evaluates in output_dir, logging the
+    grouping. `run(argv, expect_ok)` runs the script; returns that run."""
+    uncut = run([*args, "--do_train", "--group_by_length", "--nodynamic_padding",
+                 f"--output_dir={output_dir}"], False)  # fmt: skip
+    assert uncut.returncode != 0 and not output_dir.exists()
+    assert "--group_by_length: needs --dynamic_padding, which is off here" in uncut.stderr
+    grouping = ["--do_train", "--do_eval", "--group_by_length", f"--output_dir={output_dir}"]
+    done = run([*args, *grouping])
+    assert "sorted by length 50 batches at a time" in done.stderr, done.stderr[-3000:]
+    return done
+
+
 def free_ports(n: int) -> list[int]:
     """`n` loopback ports free at the time of the call (for a test cluster's TF_CONFIG)."""
     import socket

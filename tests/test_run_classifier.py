@@ -533,12 +533,7 @@ def test_dynamic_padding_evaluates_the_same_loss_and_is_refused_where_it_cannot_
     assert toggled.returncode != 0
     assert "--group_by_length was False and is now True" in toggled.stderr, toggled.stderr[-3000:]
     grouped = tmp_path / "grouped"
-    uncut = run([*args, "--do_train", "--group_by_length", "--nodynamic_padding",
-                 f"--output_dir={grouped}"], False)  # fmt: skip
-    assert uncut.returncode != 0 and not grouped.exists()
-    assert "--group_by_length: needs --dynamic_padding, which is off here" in uncut.stderr
-    done = run([*args, "--do_train", "--do_eval", "--group_by_length", f"--output_dir={grouped}"])
-    assert "sorted by length 50 batches at a time" in done.stderr
+    helpers.check_group_by_length(run, args, grouped)
     assert results(grouped)["global_step"] == 2 and math.isfinite(results(grouped)["loss"])
 
 

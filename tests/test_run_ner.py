@@ -408,10 +408,5 @@ def test_dynamic_padding_tags_the_same_and_is_refused_where_it_cannot_apply(file
     assert not fresh.exists() and not (tmp_path / "cache").exists()  # refused before writing
     # --group_by_length needs cut batches; with them it trains (windows sorted in groups of 50
     # batches of 4 from the repeated 8) and tags the dev set.
-    uncut = run([*args, "--do_train", "--group_by_length", "--nodynamic_padding",
-                 f"--output_dir={fresh}"], False)  # fmt: skip
-    assert uncut.returncode != 0 and not fresh.exists()
-    assert "--group_by_length: needs --dynamic_padding, which is off here" in uncut.stderr
-    done = run([*args, "--do_train", "--do_eval", "--group_by_length", f"--output_dir={fresh}"])
-    assert "sorted by length 50 batches at a time" in done.stderr
+    helpers.check_group_by_length(run, args, fresh)
     assert results(fresh / "eval_results.txt")["global_step"] == 2
