@@ -534,7 +534,8 @@ def test_dynamic_padding_evaluates_the_same_loss_and_is_refused_where_it_cannot_
     assert "--group_by_length was False and is now True" in toggled.stderr, toggled.stderr[-3000:]
     grouped = tmp_path / "grouped"
     helpers.check_group_by_length(run, args, grouped)
-    assert results(grouped)["global_step"] == 2 and math.isfinite(results(grouped)["loss"])
+    grouped_results = results(grouped)
+    assert grouped_results["global_step"] == 2 and math.isfinite(grouped_results["loss"])
 
 
 def test_two_workers_train_on_batches_cut_to_different_lengths_as_on_full_ones(
