@@ -91,8 +91,16 @@ flags.DEFINE_bool(
     "dynamic_padding",
     True,
     "Cut each prediction batch to its longest window, rounded up to a multiple of 8 (the same "
-    "logits at every real position). Training keeps whole windows: the span loss normalises over "
-    "every position, padding included, as the original's. Off for TPUs (static shapes).",
+    "logits at every real position). Training keeps whole windows unless "
+    "--train_dynamic_padding. Off for TPUs (static shapes).",
+)
+flags.DEFINE_bool(
+    "train_dynamic_padding",
+    False,
+    "Cut each training batch to its longest window too, rounded up to a multiple of 8. The span "
+    "loss then leaves padding positions out of its softmaxes, so a cut batch trains as the whole "
+    "one; the original's loss counts them (a little other loss, hence off by default). Recorded "
+    "with the checkpoints. Not for TPUs (static shapes).",
 )
 FLAGS = flags.FLAGS
 
@@ -163,6 +171,12 @@ def main(argv):
             FLAGS["dynamic_padding"].present,
             [(FLAGS.distribution_strategy == "tpu", "a TPU needs static shapes")],
         )
+        train_trim = glue.dynamic_padding_setting(
+            FLAGS.train_dynamic_padding,
+            FLAGS["train_dynamic_padding"].present,
+            [(FLAGS.distribution_strategy == "tpu", "a TPU needs static shapes")],
+            flag="train_dynamic_padding",
+        )
     except ValueError as e:
         raise app.UsageError(str(e)) from None
     strategy, workers, worker_index = distribute.setup(
@@ -200,6 +214,7 @@ def main(argv):
 
     if FLAGS.do_train:
         train_file = os.path.join(output_dir, "train.tf_record")
+        real = []  # each window's real tokens
         with tqdm(total=len(train_examples), desc="train features", unit=" questions") as bar:
             windows = squad.convert_examples_to_features(
                 _counting(train_examples, bar),
@@ -210,15 +225,25 @@ def main(argv):
                 is_training=True,
                 packing=packing,
             )
-            n = squad.write_train_tfrecord(train_file, windows)
-        logging.info("%d training windows from %d questions", n, len(train_examples))
+            n = squad.write_train_tfrecord(train_file, _noting_real_tokens(windows, real))
+        logging.info(
+            "%d training windows from %d questions; %.1f%% of their %d positions are real tokens%s",
+            n,
+            len(train_examples),
+            100 * sum(real) / max(n * s, 1),
+            s,
+            "; each batch is cut to its longest window (--train_dynamic_padding)"
+            if train_trim
+            else "",
+        )
         run_config = {"bert_config": config.to_dict(), "task": "squad", "max_seq_length": s}
 
         def init_fn():
             loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
             logging.info("initialised the %s from %s", part, loaded)
 
-        fit = trainer.Trainer(strategy, squad_eval.span_qa_task(model), optimizer)
+        task = squad_eval.span_qa_task(model, mask_padding=train_trim)
+        fit = trainer.Trainer(strategy, task, optimizer)
         trainer.run_training(
             fit,
             lambda: features.squad_dataset(
@@ -229,6 +254,7 @@ def main(argv):
                 num_shards=workers,
                 shard_index=worker_index,
                 skip_corrupt_records=FLAGS.skip_corrupt_records,
+                dynamic_padding=train_trim,
             ),
             trainer.TrainSettings(
                 output_dir=output_dir,
@@ -236,7 +262,12 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
-                run_settings_json=json.dumps({"skip_corrupt_records": FLAGS.skip_corrupt_records}),
+                run_settings_json=json.dumps(
+                    {
+                        "skip_corrupt_records": FLAGS.skip_corrupt_records,
+                        "train_dynamic_padding": train_trim,  # another loss, another pipeline
+                    }
+                ),
                 input_files=(train_file,),
             ),
             global_batch_size=FLAGS.train_batch_size,
@@ -305,6 +336,13 @@ def _counting(items, bar):
     for item in items:
         yield item
         bar.update(1)
+
+
+def _noting_real_tokens(windows, real: list):
+    """`windows` as they come, each one's count of real tokens appended to `real`."""
+    for window in windows:
+        real.append(sum(window.input_mask))
+        yield window
 
 
 def _evaluate(output_dir, dataset, predicted, v2, threshold) -> None:

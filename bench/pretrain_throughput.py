@@ -30,8 +30,8 @@ BF16 or AMX; on others (the 2-core AVX2 hosts of sessions 1-10 here) they are of
 environment says TF_ENABLE_ONEDNN_OPTS=1 before TensorFlow loads (TF_ENABLE_ONEDNN_OPTS=0 turns
 them off on the AVX-512 hosts; results.json's machine.cpu_flags says which host ran). They
 change the matmul speeds a lot (the peak, and keras-hub's rows-first vocabulary projection and
-per-head einsums most: see modeling/heads.tied_logits), so the result records `onednn` and the
-README gives the figures both ways:
+per-head einsums most: see modeling/heads.tied_logits), so the result records `onednn` and
+bench/HISTORY.md gives the figures both ways:
 
   python bench/run_all.py --benchmarks=pretrain --output_dir=/tmp/bench \
     --default_run_dir=default_run

@@ -808,9 +808,11 @@ def squad_dataset(
     shard_index: int = 0,
     shuffle_buffer: int = 10_000,
     skip_corrupt_records: bool = False,
+    dynamic_padding: bool = False,
 ) -> tf.data.Dataset:
     """Endless shuffled training batches of SQuAD windows (see classifier_dataset: same
-    sharding, shuffling, checkpointable iterator and skip_corrupt_records)."""
+    sharding, shuffling, checkpointable iterator and skip_corrupt_records; `dynamic_padding`:
+    each batch cut to its longest window, for span_qa_task's mask_padding loss)."""
     return _shuffled_training_batches(
         input_files,
         batch_size,
@@ -821,6 +823,7 @@ def squad_dataset(
         shuffle_buffer,
         squad_feature_spec(max_seq_length),
         skip_corrupt_records,
+        dynamic_padding,
     )
 
 

@@ -837,13 +837,16 @@ def write_tfrecord(path: str | os.PathLike, features: dict, regression: bool = F
     return n
 
 
-def dynamic_padding_setting(requested: bool, explicit: bool, reasons) -> bool:
+def dynamic_padding_setting(
+    requested: bool, explicit: bool, reasons, flag: str = "dynamic_padding"
+) -> bool:
     """Whether a fine-tuning script cuts its batches (features.trim_to_longest): `requested` (its
-    --dynamic_padding) unless one of `reasons`, (applies, why) pairs, applies. A request given
-    explicitly where one applies raises ValueError naming the first; the default turns off."""
+    --dynamic_padding, or the `flag` named) unless one of `reasons`, (applies, why) pairs,
+    applies. A request given explicitly where one applies raises ValueError naming the first;
+    the default turns off."""
     why = next((why for applies, why in reasons if applies), None)
     if why and requested and explicit:
-        raise ValueError(f"--dynamic_padding: not here ({why}); drop the flag")
+        raise ValueError(f"--{flag}: not here ({why}); drop the flag")
     return requested and why is None
 
 

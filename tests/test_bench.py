@@ -498,3 +498,23 @@ def test_gpu_mfu_profiles_both_sides_under_keras_jax_backend(tmp_path):
         assert "HloModule" in (where / "compiled_step.hlo.txt").read_text()
     ratio = row["cloze"]["tokens_per_second"] / row["keras_hub"]["tokens_per_second"]
     assert row["ratio_cloze_over_keras_hub"] == pytest.approx(ratio)
+
+
+def test_squad_padding_times_whole_and_cut_windows_of_the_real_sample(tmp_path):
+    # run_squad's windows of the real SQuAD sample at 384 positions: every batch is cut to its
+    # longest window, a multiple of 8 below 384, both sides timed in every round.
+    from bench import squad_padding
+
+    squad_file, vocab_file = squad_padding.sample_files()
+    r = squad_padding.run(
+        squad_file, vocab_file, tmp_path, size="L2/H36/A3/I37", batch=4, steps=1, rounds=2
+    )
+    real = r["window_real_tokens"]
+    assert r["windows"] >= 5 and 0 < real["min"] <= real["mean"] <= real["max"] < 384
+    assert r["real_token_share"] == pytest.approx(real["mean"] / 384)
+    assert len(r["cut_lengths"]) == 2
+    for n in r["cut_lengths"]:
+        assert n % 8 == 0 and real["min"] <= n < 384
+    for side in ("whole", "cut"):
+        assert len(r[side]["seconds_rounds"]) == 2 and r[side]["per_s"] > 0
+    assert len(r["ratio_rounds"]) == 2 and r["ratio"] > 0

@@ -503,9 +503,12 @@ def test_fine_tuning_scripts_pass_skip_corrupt_records_through(name, tmp_path, m
     assert f"skipping 4 records of {damaged['path']}" in skip.stderr, skip.stderr[-2000:]
     assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-4")
     # The flag is recorded with the checkpoints; run_classifier and run_ner also record
-    # --group_by_length (another input pipeline, off here), run_squad has no such flag.
+    # --group_by_length (another input pipeline, off here), run_squad --train_dynamic_padding
+    # (another loss and pipeline, off here).
     expected = {"skip_corrupt_records": True}
-    if name != "run_squad":
+    if name == "run_squad":
+        expected["train_dynamic_padding"] = False
+    else:
         expected["group_by_length"] = False
     assert json.loads((out / trainer.RUN_SETTINGS_FILE).read_text()) == expected
 

@@ -329,3 +329,111 @@ def test_prediction_with_dynamic_padding_equals_full_windows(smoke, files, tmp_p
     refused = run([*args, "--distribution_strategy=tpu", "--dynamic_padding"])
     assert refused.returncode != 0
     assert "--dynamic_padding: not here (a TPU needs static shapes)" in refused.stderr
+
+
+def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files, tmp_path):
+    """--train_dynamic_padding: squad_dataset cuts each training batch to its longest window
+    (the same windows and answers, only padding dropped), and with span_qa_task's mask_padding
+    loss and no dropout, steps on cut batches give the same rows and weights as on whole ones,
+    on one device and Mirrored over two CPUs. Then the script: it logs the cut, records the
+    setting with its checkpoints, refuses a resume with it toggled and refuses TPUs before
+    writing anything."""
+    import keras
+    import tensorflow as tf
+
+    from data_prep import features, glue, squad
+    from modeling import span_qa
+    from training import optimization, squad_eval, trainer
+
+    tokenizer, packing = glue.load_tokenizer(files["vocab"], True)
+    examples, _ = squad.read_squad_examples(files["sample"], True, False)
+    windows = list(
+        squad.convert_examples_to_features(examples, tokenizer, 64, 24, 16, True, packing)
+    )
+    # Each paragraph's last window (5 of 24, 47-56 real tokens) and three whole ones, so that
+    # batches of 2 are cut to several lengths.
+    windows = [w for w in windows if sum(w.input_mask) < 64] + [
+        w for w in windows if sum(w.input_mask) == 64
+    ][:3]
+    path = str(tmp_path / "train.tf_record")
+    assert squad.write_train_tfrecord(path, windows) == 8
+
+    def batches(cut):
+        return features.squad_dataset([path], 2, 64, seed=3, dynamic_padding=cut)
+
+    lengths = []
+    for whole, cut in zip(batches(False).take(8), batches(True).take(8)):
+        n = cut["input_ids"].shape[1]
+        lengths.append(n)
+        real = int(tf.reduce_max(tf.reduce_sum(whole["input_mask"], 1)))
+        assert n == min(64, -(-real // 8) * 8)  # the longest window, rounded up to 8
+        for key, value in whole.items():
+            if value.shape.rank == 2:
+                np.testing.assert_array_equal(cut[key], value[:, :n])
+                np.testing.assert_array_equal(value[:, n:], 0)
+            else:
+                np.testing.assert_array_equal(cut[key], value)
+    assert len(set(lengths)) >= 2 and min(lengths) < 64, lengths  # cut, to several lengths
+
+    # The masked loss's gradients on a cut batch are the whole batch's (dropout off; float32
+    # rounding aside: the span head's bias and the last LayerNorm's beta shift every position's
+    # logit alike, so their true gradient is 0 and what remains is rounding, ~1e-7). The
+    # original's unmasked loss differs: its softmaxes see the padding.
+    config = helpers.tiny_config(
+        vocab_size=30522, max_position_embeddings=64, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    keras.utils.set_random_seed(11)
+    model = span_qa.BertSpanQA(config)
+    model.build()
+
+    def grads(batch, mask_padding):
+        with tf.GradientTape() as tape:
+            sums = squad_eval.span_qa_task(model, mask_padding).sums_fn(batch, training=True)
+        return sums, tape.gradient(sums["loss_sum"], model.trainable_variables)
+
+    unmasked_gap = 0.0
+    for whole, cut in zip(batches(False).take(4), batches(True).take(4)):
+        (s_whole, g_whole), (s_cut, g_cut) = grads(whole, True), grads(cut, True)
+        for key in s_whole:
+            np.testing.assert_allclose(float(s_cut[key]), float(s_whole[key]), rtol=1e-6)
+        for a, b in zip(g_cut, g_whole):
+            np.testing.assert_allclose(tf.convert_to_tensor(a), tf.convert_to_tensor(b),
+                                       rtol=1e-5, atol=1e-6)  # fmt: skip
+        if cut["input_ids"].shape[1] < 64:
+            unmasked = float(grads(whole, False)[0]["loss_sum"])
+            unmasked_gap = max(unmasked_gap, abs(unmasked - float(s_cut["loss_sum"])))
+    assert unmasked_gap > 1e-2, unmasked_gap
+
+    # Through the Trainer, on one device and Mirrored over two CPUs: the same per-step rows
+    # (loss, hits, gradient norm) for two steps, the second after an update.
+    def rows(strategy, cut):
+        keras.utils.set_random_seed(11)
+        with strategy.scope():
+            model = span_qa.BertSpanQA(config)
+            model.build()
+            opt = optimization.create_optimizer(1e-3, 10, 1)
+            opt.build(model.trainable_variables)
+        fit = trainer.Trainer(strategy, squad_eval.span_qa_task(model, mask_padding=True), opt)
+        return fit.train_steps(iter(batches(cut)), 2)
+
+    for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.mirrored_strategy()):
+        np.testing.assert_allclose(
+            rows(strategy, True), rows(strategy, False), rtol=1e-5, atol=1e-6
+        )
+
+    out = tmp_path / "run"
+    args = [*common(files, out, files["sample"]), "--do_train"]
+    done = run([*args, "--train_dynamic_padding"])
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "each batch is cut to its longest window (--train_dynamic_padding)" in done.stderr
+    settings = json.loads((out / "run_settings.json").read_text())
+    assert settings == {"skip_corrupt_records": False, "train_dynamic_padding": True}
+    toggled = run([*args, "--num_train_epochs=4"])
+    assert toggled.returncode != 0
+    assert "--train_dynamic_padding was True and is now False" in toggled.stderr
+    tpu = tmp_path / "tpu"
+    refused = run([*common(files, tpu, files["sample"]), "--do_train",
+                   "--distribution_strategy=tpu", "--train_dynamic_padding"])  # fmt: skip
+    assert refused.returncode != 0 and not tpu.exists()
+    assert "--train_dynamic_padding: not here (a TPU needs static shapes)" in refused.stderr

@@ -195,6 +195,40 @@ def test_span_sums_by_hand():
     assert float(sums["start_correct"]) == 2.0 and float(sums["end_correct"]) == 0.0
 
 
+def test_masked_span_sums_by_hand_and_independent_of_padding():
+    # The same rows with real lengths 3, 2, 4 of S = 4; masked, a softmax runs over the real
+    # positions alone: uniform rows give log 3, log 2, log 4, and padding never wins the argmax.
+    logits = np.zeros((3, 4, 2), np.float32)
+    logits[0, 2, 0] = 10.0
+    logits[1, 3, 1] = 50.0  # a padding position's logit: would win row 1's end argmax
+    mask = np.array([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
+    starts, ends = np.array([2, 1, 0]), np.array([2, 1, 3])
+    sums = se.span_sums(logits, starts, ends, mask)
+    ce0 = -math.log(math.exp(10) / (math.exp(10) + 2))
+    expected = (ce0 + math.log(3)) / 2 + math.log(2) + math.log(4)
+    assert float(sums["loss_sum"]) == pytest.approx(expected, rel=1e-5)
+    assert float(sums["start_correct"]) == 2.0  # rows 0 (2) and 2 (0); row 1's argmax is 0
+    assert float(sums["end_correct"]) == 0.0  # row 1: position 0, not the padding's 3
+    # Unmasked, the padding's logit takes the probability (the original's loss).
+    unmasked = se.span_sums(logits, starts, ends)
+    assert float(unmasked["loss_sum"]) > float(sums["loss_sum"]) + 10
+    # Rows of 4 real positions padded out to 9 with large logits: masked, the same sums as the
+    # 4 positions alone (a batch cut to its longest row against the whole one).
+    rng = np.random.default_rng(0)
+    real = rng.normal(size=(3, 4, 2)).astype(np.float32)
+    padded = np.concatenate([real, rng.normal(size=(3, 5, 2)).astype(np.float32) * 30], axis=1)
+    mask9 = np.concatenate([np.array([[1, 1, 1, 1]] * 3), np.zeros((3, 5), int)], axis=1)
+    cut = se.span_sums(real, starts, ends, np.ones((3, 4), int))
+    whole = se.span_sums(padded, starts, ends, mask9)
+    for key in ("loss_sum", "start_correct", "end_correct", "count"):
+        assert float(whole[key]) == pytest.approx(float(cut[key]), rel=1e-6, abs=1e-6), key
+    # Without the mask the padding changes the loss: why cut batches need it.
+    assert abs(float(se.span_sums(padded, starts, ends)["loss_sum"]) - float(cut["loss_sum"])) > 1
+    # A full mask is the original's loss.
+    plain = se.span_sums(real, starts, ends)
+    assert float(cut["loss_sum"]) == pytest.approx(float(plain["loss_sum"]), rel=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------
 # Streaming predictions: equal to the in-memory path, bounded memory, written files
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """SQuAD: the training task, predictions from span logits, and the official scoring.
 
-- `span_qa_task`: the original run_squad loss for training/trainer.py.
+- `span_qa_task`: the original run_squad loss for training/trainer.py, or (mask_padding) the same
+  with padding positions left out of its softmaxes, so that batches cut to their longest window
+  train as whole ones (run_squad --train_dynamic_padding).
 - `example_predictions`: the original write_predictions' post-processing of one question. For
   every window of the example, the n_best_size highest start and end logits give candidate
   spans; a span must lie in the document, be its window's max-context choice
@@ -44,14 +46,26 @@ from training.trainer import Task
 # ---------------------------------------------------------------------------------------------
 
 
-def span_sums(logits, start_positions, end_positions):
+# A padding position's logit under a mask: exp of it minus any real logit is 0 in float32.
+PADDING_LOGIT = -1e9
+
+
+def span_sums(logits, start_positions, end_positions, input_mask=None):
     """The original run_squad loss, as sums for training/trainer.py.
 
     logits float (B, S, 2); start_positions, end_positions int (B,).
     Returns float32 scalars: loss_sum (sum over the batch of the mean of the start and end
     softmax cross-entropies over positions), start_correct, end_correct and count.
+
+    The original's softmaxes run over every position, padding included, so its loss depends on
+    how much padding follows a window. With `input_mask` (B, S) of 1 / 0, padding positions get
+    PADDING_LOGIT (no probability, never the argmax): the loss, the hits and the gradient are then
+    those of the real positions alone, the same for a window however far it is padded.
     """
     logits = ops.cast(logits, "float32")
+    if input_mask is not None:
+        real = ops.expand_dims(ops.not_equal(input_mask, 0), -1)  # (B, S, 1)
+        logits = ops.where(real, logits, PADDING_LOGIT)
     start_logits, end_logits = logits[..., 0], logits[..., 1]  # (B, S) each
     start = ops.reshape(start_positions, (-1,))
     end = ops.reshape(end_positions, (-1,))
@@ -69,13 +83,16 @@ def span_sums(logits, start_positions, end_positions):
     }
 
 
-def span_qa_task(model) -> Task:
-    """The Task of modeling/span_qa.BertSpanQA on batches of data_prep/features.squad_dataset."""
+def span_qa_task(model, mask_padding: bool = False) -> Task:
+    """The Task of modeling/span_qa.BertSpanQA on batches of data_prep/features.squad_dataset.
+    mask_padding: the span loss leaves padding positions out (span_sums' input_mask), which
+    batches cut to their longest window need to train as whole windows do."""
 
     def sums_fn(batch, training):
         inputs = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
         logits = model(inputs, training=training)
-        return span_sums(logits, batch["start_positions"], batch["end_positions"])
+        mask = batch["input_mask"] if mask_padding else None
+        return span_sums(logits, batch["start_positions"], batch["end_positions"], mask)
 
     return Task(
         model=model,
