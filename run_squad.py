@@ -99,8 +99,8 @@ flags.DEFINE_bool(
     False,
     "Cut each training batch to its longest window too, rounded up to a multiple of 8. The span "
     "loss then leaves padding positions out of its softmaxes, so a cut batch trains as the whole "
-    "one; the original's loss counts them (a little other loss, hence off by default). Recorded "
-    "with the checkpoints. Not for TPUs (static shapes).",
+    "one; the original's loss counts them (a slightly different loss, hence off by default). "
+    "Recorded with the checkpoints. Not for TPUs (static shapes).",
 )
 FLAGS = flags.FLAGS
 
