@@ -334,10 +334,10 @@ def test_prediction_with_dynamic_padding_equals_full_windows(smoke, files, tmp_p
 def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files, tmp_path):
     """--train_dynamic_padding: squad_dataset cuts each training batch to its longest window
     (the same windows and answers, only padding dropped), and with span_qa_task's mask_padding
-    loss and no dropout, steps on cut batches give the same rows and weights as on whole ones,
-    on one device and Mirrored over two CPUs. Then the script: it logs the cut, records the
-    setting with its checkpoints, refuses a resume with it toggled and refuses TPUs before
-    writing anything."""
+    loss and no dropout, cut batches give the same sums and gradients as whole ones and the
+    Trainer the same per-step rows, on one device and Mirrored over two CPUs. Then the script:
+    it logs the cut, records the setting with its checkpoints, refuses a resume with it toggled
+    and refuses TPUs before writing anything."""
     import keras
     import tensorflow as tf
 
@@ -361,6 +361,10 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
     def batches(cut):
         return features.squad_dataset([path], 2, 64, seed=3, dynamic_padding=cut)
 
+    # The record shuffle's order also depends on TensorFlow's global seed (which earlier tests
+    # in this process may have set): fixed here, so the batches below are cut the same way in
+    # every run.
+    tf.random.set_seed(3)
     lengths = []
     for whole, cut in zip(batches(False).take(8), batches(True).take(8)):
         n = cut["input_ids"].shape[1]
