@@ -73,7 +73,8 @@ def run(
     def batches(cut):
         return features.squad_dataset([path], batch, seq, seed=1, dynamic_padding=cut)
 
-    cut_lengths = [int(b["input_ids"].shape[1]) for b in batches(True).take(steps * rounds)]
+    # Every round reads a fresh iterator, so the timed batches are the first `steps` each time.
+    cut_lengths = [int(b["input_ids"].shape[1]) for b in batches(True).take(steps)]
     config = pretrain_throughput.parse_size(
         size, vocab_size=len(tokenizer.vocab), max_seq_length=max(512, seq)
     )
