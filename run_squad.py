@@ -102,6 +102,14 @@ flags.DEFINE_bool(
     "one; the original's loss counts them (a slightly different loss, hence off by default). "
     "Recorded with the checkpoints. Not for TPUs (static shapes).",
 )
+flags.DEFINE_bool(
+    "group_by_length",
+    False,
+    "With --train_dynamic_padding: sort each 50 training batches' windows by length and batch "
+    "them again, so each batch is cut shorter (as run_classifier's flag); every window still "
+    "comes once per pass, but a batch is no longer a random sample. Off by default, as the "
+    "original. Recorded with the checkpoints.",
+)
 FLAGS = flags.FLAGS
 
 
@@ -176,6 +184,9 @@ def main(argv):
             FLAGS["train_dynamic_padding"].present,
             [(FLAGS.distribution_strategy == "tpu", "a TPU needs static shapes")],
             flag="train_dynamic_padding",
+        )
+        groups = glue.length_group_batches(
+            FLAGS.group_by_length, train_trim, padding_flag="train_dynamic_padding"
         )
     except ValueError as e:
         raise app.UsageError(str(e)) from None
@@ -255,6 +266,7 @@ def main(argv):
                 shard_index=worker_index,
                 skip_corrupt_records=FLAGS.skip_corrupt_records,
                 dynamic_padding=train_trim,
+                length_group_batches=groups,
             ),
             trainer.TrainSettings(
                 output_dir=output_dir,
@@ -266,6 +278,7 @@ def main(argv):
                     {
                         "skip_corrupt_records": FLAGS.skip_corrupt_records,
                         "train_dynamic_padding": train_trim,  # another loss, another pipeline
+                        "group_by_length": FLAGS.group_by_length,  # another input pipeline
                     }
                 ),
                 input_files=(train_file,),

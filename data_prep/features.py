@@ -809,10 +809,12 @@ def squad_dataset(
     shuffle_buffer: int = 10_000,
     skip_corrupt_records: bool = False,
     dynamic_padding: bool = False,
+    length_group_batches: int = 0,
 ) -> tf.data.Dataset:
     """Endless shuffled training batches of SQuAD windows (see classifier_dataset: same
-    sharding, shuffling, checkpointable iterator and skip_corrupt_records; `dynamic_padding`:
-    each batch cut to its longest window, for span_qa_task's mask_padding loss)."""
+    sharding, shuffling, checkpointable iterator, skip_corrupt_records and
+    length_group_batches; `dynamic_padding`: each batch cut to its longest window, for
+    span_qa_task's mask_padding loss)."""
     return _shuffled_training_batches(
         input_files,
         batch_size,
@@ -824,6 +826,7 @@ def squad_dataset(
         squad_feature_spec(max_seq_length),
         skip_corrupt_records,
         dynamic_padding,
+        length_group_batches,
     )
 
 

@@ -854,12 +854,15 @@ def dynamic_padding_setting(
 LENGTH_GROUP_BATCHES = 50
 
 
-def length_group_batches(group_by_length: bool, dynamic_padding: bool) -> int:
+def length_group_batches(
+    group_by_length: bool, dynamic_padding: bool, padding_flag: str = "dynamic_padding"
+) -> int:
     """The batches a fine-tuning script's training input sorts by length at a time
     (features.classifier_dataset's `length_group_batches`): LENGTH_GROUP_BATCHES under
-    --group_by_length, else 0. Raises ValueError when batches are not cut (nothing to gain)."""
+    --group_by_length, else 0. Raises ValueError when training batches are not cut (nothing to
+    gain), naming `padding_flag`, the script's flag that cuts them."""
     if group_by_length and not dynamic_padding:
-        raise ValueError("--group_by_length: needs --dynamic_padding, which is off here (grouped "
+        raise ValueError(f"--group_by_length: needs --{padding_flag}, which is off here (grouped "
                          "batches gain only by being cut); drop the flag")  # fmt: skip
     if not group_by_length:
         return 0

@@ -252,15 +252,18 @@ def run_main(script: str, args=()) -> Completed:
     return Completed(code, out.getvalue(), err.getvalue())
 
 
-def check_group_by_length(run, args, output_dir) -> Completed:
+def check_group_by_length(
+    run, args, output_dir, padding_flag="dynamic_padding", then="--do_eval"
+) -> Completed:
     """A fine-tuning script's --group_by_length: refused before anything is written without cut
-    batches (--nodynamic_padding); with them it trains and evaluates in output_dir, logging the
-    grouping. `run(argv, expect_ok)` runs the script; returns that run."""
-    uncut = run([*args, "--do_train", "--group_by_length", "--nodynamic_padding",
+    training batches (--no<padding_flag>); with them it trains and evaluates (`then`) in
+    output_dir, logging the grouping. `run(argv, expect_ok)` runs the script; returns that run."""
+    uncut = run([*args, "--do_train", "--group_by_length", f"--no{padding_flag}",
                  f"--output_dir={output_dir}"], False)  # fmt: skip
     assert uncut.returncode != 0 and not output_dir.exists()
-    assert "--group_by_length: needs --dynamic_padding, which is off here" in uncut.stderr
-    grouping = ["--do_train", "--do_eval", "--group_by_length", f"--output_dir={output_dir}"]
+    assert f"--group_by_length: needs --{padding_flag}, which is off here" in uncut.stderr
+    grouping = ["--do_train", then, "--group_by_length", f"--{padding_flag}",
+                f"--output_dir={output_dir}"]  # fmt: skip
     done = run([*args, *grouping])
     assert "sorted by length 50 batches at a time" in done.stderr, done.stderr[-3000:]
     return done

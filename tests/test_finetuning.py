@@ -410,30 +410,33 @@ def test_classifier_dataset_with_dynamic_padding_cuts_each_batch(tmp_path):
             )
 
 
-def _varied_lengths_file(path, lengths, seq, tagging=False):
+def _varied_lengths_file(path, lengths, seq, kind="classifier"):
     """A training file of examples whose first token is their 1-based index (so each one is known
     again after any shuffle) and whose real length is `lengths[i]`; labels are i % 2 (tagging:
-    the ids, with weight 1 at real tokens)."""
+    the ids, with weight 1 at real tokens; SQuAD windows: unique id i + 1, the answer span
+    (i % 2, n - 1), impossible when i % 2 == 0)."""
     from data_prep import features
 
     with tf.io.TFRecordWriter(str(path)) as w:
         for i, n in enumerate(lengths):
             ids = np.array([i + 1] + [9] * (n - 1) + [0] * (seq - n))
             mask = (ids > 0) * 1
-            if tagging:
+            if kind == "tagging":
                 w.write(features.serialize_tagging_example(ids, mask, ids * 0, ids, mask * 1.0))
+            elif kind == "squad":
+                w.write(features.serialize_squad_example(
+                    i + 1, ids, mask, ids * 0, i % 2, n - 1, i % 2 == 0))  # fmt: skip
             else:
                 w.write(features.serialize_classifier_example(ids, mask, ids * 0, i % 2))
 
 
-@pytest.mark.parametrize("tagging", [False, True])
-def test_group_by_length_sorts_each_group_into_shorter_batches_of_the_same_examples(
-    tmp_path, tagging
-):
+@pytest.mark.parametrize("kind", ["classifier", "tagging", "squad"])
+def test_group_by_length_sorts_each_group_into_shorter_batches_of_the_same_examples(tmp_path, kind):
     """--group_by_length's pipeline (length_group_batches=4, batch 3): the stream of examples
     leaving the shuffle is the plain pipeline's, cut into groups of 12 that are each sorted by
     length (stably) and batched again; every batch it yields is one of those, whole, at most once,
-    with every feature of its rows (a tagger's labels and weights too), cut to its longest. The
+    with every feature of its rows (a tagger's labels and weights, a SQuAD window's id, span and
+    impossibility too), cut to its longest. The
     cut positions add up to less than the plain batches'. The same seed gives the same batches,
     and an iterator restored from a checkpoint goes on as the one saved."""
     from data_prep import features
@@ -441,8 +444,12 @@ def test_group_by_length_sorts_each_group_into_shorter_batches_of_the_same_examp
     seq, batch, groups = 40, 3, 4
     lengths = np.random.default_rng(0).integers(2, seq + 1, size=24)
     path = tmp_path / "train.tf_record"
-    _varied_lengths_file(path, lengths, seq, tagging)
-    make = features.tagging_dataset if tagging else features.classifier_dataset
+    _varied_lengths_file(path, lengths, seq, kind)
+    make = {
+        "classifier": features.classifier_dataset,
+        "tagging": features.tagging_dataset,
+        "squad": features.squad_dataset,
+    }[kind]
     kwargs = dict(batch_size=batch, max_seq_length=seq, seed=3, shuffle_buffer=24)
     plain = make([str(path)], **kwargs, dynamic_padding=True)
     grouped = make([str(path)], **kwargs, dynamic_padding=True, length_group_batches=groups)
@@ -471,9 +478,14 @@ def test_group_by_length_sorts_each_group_into_shorter_batches_of_the_same_examp
             np.testing.assert_array_equal(
                 b["input_mask"][r], np.arange(b["input_mask"].shape[1]) < n
             )
-            if tagging:
+            if kind == "tagging":
                 np.testing.assert_array_equal(b["label_ids"][r][:n], [i] + [9] * (n - 1))
                 assert float(tf.reduce_sum(b["label_weights"][r])) == n
+            elif kind == "squad":
+                assert int(b["unique_ids"][r]) == i
+                span = (int(b["start_positions"][r]), int(b["end_positions"][r]))
+                assert span == ((i - 1) % 2, n - 1)
+                assert int(b["is_impossible"][r]) == int((i - 1) % 2 == 0)
             else:
                 assert int(b["label_ids"][r]) == (i - 1) % 2
     assert len(set(seen)) == len(seen) and max(seen) < 3 * groups

@@ -502,14 +502,12 @@ def test_fine_tuning_scripts_pass_skip_corrupt_records_through(name, tmp_path, m
     assert skip.returncode == 0, skip.stderr[-2000:]
     assert f"skipping 4 records of {damaged['path']}" in skip.stderr, skip.stderr[-2000:]
     assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-4")
-    # The flag is recorded with the checkpoints; run_classifier and run_ner also record
+    # The flag is recorded with the checkpoints; the fine-tuning scripts also record
     # --group_by_length (another input pipeline, off here), run_squad --train_dynamic_padding
-    # (another loss and pipeline, off here).
-    expected = {"skip_corrupt_records": True}
+    # too (another loss and pipeline, off here).
+    expected = {"skip_corrupt_records": True, "group_by_length": False}
     if name == "run_squad":
         expected["train_dynamic_padding"] = False
-    else:
-        expected["group_by_length"] = False
     assert json.loads((out / trainer.RUN_SETTINGS_FILE).read_text()) == expected
 
 
