@@ -9,13 +9,27 @@ TFRecord read back by features.squad_dataset (whole, or cut), and the Trainer st
 squad_eval.span_qa_task on modeling/span_qa.BertSpanQA. Rounds alternate between the two sides
 in one process; the best round of each is reported, with every round's ratio.
 
-The gain depends on the windows' lengths: the share of real tokens in them and, since a batch is
-cut to its longest window, how long the longest of a batch is. Both are recorded. The default
-input is the real SQuAD v1.1 sample the tests use (allennlp 0.9.0's fixture: 5 questions on
-Wikipedia paragraphs, fetched from PyPI once), repeated to fill the batches; pass --squad_file
-for another file (the official train-v1.1.json).
+A third side adds run_squad's --group_by_length to the cut: each 50 batches' windows sorted by
+length, batched again and the batches shuffled (features.squad_dataset's length_group_batches),
+so a batch holds windows of similar lengths and is cut shorter.
 
-  python -m bench.squad_padding --output_file=/tmp/squad_padding.json
+The gain depends on the windows' lengths: the share of real tokens in them and, since a batch is
+cut to its longest window, how long the longest of a batch is. Both are recorded, for the batches
+timed and for the first --epoch_batches batches of each side's stream (what an epoch holds, not
+only the few timed). --squad_file picks the windows:
+
+  sample     (default) the real SQuAD v1.1 sample the tests use (allennlp 0.9.0's fixture: 5
+             questions on Wikipedia paragraphs, fetched from PyPI once), repeated to fill the
+             batches: five window lengths, so grouping has nothing to sort.
+  wikipedia  SQuAD-shaped questions on the real Wikipedia paragraphs of the default corpus's
+             source (gensim 4.4.0's enwiki sample), chosen as SQuAD chose its paragraphs (at least
+             500 characters; 2,275 of them, 125 words on average, about SQuAD's own); five
+             questions per paragraph as SQuAD's 4.6, each a cloze of 12 words around its
+             one-word answer (wikipedia_squad). The paragraphs' lengths, hence the windows', are
+             real; the questions are not (SQuAD's average 10 words), and no model learns here.
+  a path     a SQuAD JSON (the official train-v1.1.json).
+
+  python -m bench.squad_padding --squad_file=wikipedia --output_file=/tmp/squad_padding.json
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from bench import finetune, host, pretrain_throughput
+from data_prep.glue import LENGTH_GROUP_BATCHES  # run_squad's --group_by_length
 
 
 def sample_files() -> tuple[Path, Path]:
@@ -42,6 +57,54 @@ def sample_files() -> tuple[Path, Path]:
     return sample, fetch.minilm_dir() / "vocab.txt"
 
 
+# SQuAD took paragraphs of at least 500 characters from its articles (Rajpurkar et al. 2016, 2.).
+SQUAD_MIN_PARAGRAPH_CHARS = 500
+
+
+def wikipedia_squad(path, per_paragraph: int = 5, seed: int = 0) -> dict:
+    """Writes to `path` a SQuAD v1.1 JSON of cloze questions on the real Wikipedia sample's
+    paragraphs (data_prep/corpus's reader of gensim's enwiki dump) of at least
+    SQUAD_MIN_PARAGRAPH_CHARS characters, one article per page: per paragraph `per_paragraph`
+    distinct words (seeded), each one an answer (its character offset in the paragraph, as
+    SQuAD's answer_start) and its question the 6 words either side with "what" in its place.
+    Returns {articles, paragraphs, questions, mean_paragraph_words}."""
+    from data_prep import corpus
+
+    rng = np.random.default_rng(seed)
+    articles, paragraphs, questions, words_seen = [], 0, 0, 0
+    for dump in corpus.fetch_source_files("wikipedia"):
+        for title, namespace, redirect, text in corpus.iter_wiki_pages(dump):
+            if namespace != 0 or redirect:
+                continue
+            kept = []
+            for context in corpus.strip_wiki_markup(text):
+                if len(context) < SQUAD_MIN_PARAGRAPH_CHARS:
+                    continue
+                words = context.split(" ")  # strip_wiki_markup leaves single spaces
+                starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]])
+                answerable = [i for i, w in enumerate(words) if w.isalnum()]
+                picks = rng.choice(answerable, min(per_paragraph, len(answerable)), replace=False)
+                qas = []
+                for i in sorted(int(i) for i in picks):
+                    question = " ".join([*words[max(0, i - 6) : i], "what", *words[i + 1 : i + 7]])
+                    answer = {"text": words[i], "answer_start": int(starts[i])}
+                    qas.append({"id": f"wiki-{questions + len(qas)}", "question": question + "?",
+                                "answers": [answer]})  # fmt: skip
+                kept.append({"context": context, "qas": qas})
+                questions += len(qas)
+                words_seen += len(words)
+            if kept:
+                articles.append({"title": title, "paragraphs": kept})
+                paragraphs += len(kept)
+    Path(path).write_text(json.dumps({"version": "1.1", "data": articles}))
+    return {
+        "articles": len(articles),
+        "paragraphs": paragraphs,
+        "questions": questions,
+        "mean_paragraph_words": words_seen / max(paragraphs, 1),
+    }
+
+
 def run(
     squad_file,
     vocab_file,
@@ -52,6 +115,7 @@ def run(
     batch: int = 32,
     steps: int = 3,
     rounds: int = 3,
+    epoch_batches: int = 200,
     log=logging.info,
 ) -> dict:
     import keras
@@ -70,17 +134,24 @@ def run(
     path = str(Path(work_dir) / "train.tf_record")
     squad.write_train_tfrecord(path, windows)
 
-    def batches(cut):
-        return features.squad_dataset([path], batch, seq, seed=1, dynamic_padding=cut)
+    def batches(cut, groups=0):
+        return features.squad_dataset(
+            [path], batch, seq, seed=1, dynamic_padding=cut, length_group_batches=groups
+        )
 
-    # Every round reads a fresh iterator, so the timed batches are the first `steps` each time.
-    cut_lengths = [int(b["input_ids"].shape[1]) for b in batches(True).take(steps)]
+    streams = {"whole": (False, 0), "cut": (True, 0), "grouped": (True, LENGTH_GROUP_BATCHES)}
+
+    def lengths(side, n):
+        return [int(b["input_ids"].shape[1]) for b in batches(*streams[side]).take(n)]
+
+    # Every round reads a fresh iterator, so the timed batches are the first `steps` each time;
+    # an epoch's batches are the first `epoch_batches`.
     config = pretrain_throughput.parse_size(
         size, vocab_size=len(tokenizer.vocab), max_seq_length=max(512, seq)
     )
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    sides = {}
-    for name, cut in (("whole", False), ("cut", True)):
+    trainers = {}
+    for cut in (False, True):
         keras.utils.set_random_seed(12345)
         with strategy.scope():
             model = span_qa.BertSpanQA(config)
@@ -88,10 +159,12 @@ def run(
             opt = optimization.create_optimizer(3e-5, 10_000, 0)  # run_squad's AdamW
             opt.build(model.trainable_variables)
         task = squad_eval.span_qa_task(model, mask_padding=cut)
-        fit = trainer.Trainer(strategy, task, opt)
-        sides[name] = (fit, lambda cut=cut: iter(batches(cut)), steps)
+        trainers[cut] = trainer.Trainer(strategy, task, opt)
+    sides = {
+        name: (trainers[stream[0]], lambda stream=stream: iter(batches(*stream)), steps)
+        for name, stream in streams.items()
+    }
     times = finetune._time_rounds(sides, rounds, f"squad {size} b{batch} s{seq}", log)
-    ratios = [w / c for w, c in zip(times["whole"], times["cut"])]
     return {
         "size": size,
         "max_seq_length": seq,
@@ -104,34 +177,56 @@ def run(
             "mean": float(real.mean()),
             "max": int(real.max()),
         },  # fmt: skip
-        "cut_lengths": cut_lengths,
-        "whole": finetune._side(times["whole"], steps * batch),
-        "cut": finetune._side(times["cut"], steps * batch),
+        "cut_lengths": lengths("cut", steps),
+        "cut_lengths_grouped": lengths("grouped", steps),
+        "epoch_batches": epoch_batches,
+        "epoch_mean_cut": {
+            side: float(np.mean(lengths(side, epoch_batches))) for side in ("cut", "grouped")
+        },  # fmt: skip
+        **{side: finetune._side(t, steps * batch) for side, t in times.items()},
         "ratio": min(times["whole"]) / min(times["cut"]),
-        "ratio_rounds": ratios,
+        "ratio_rounds": [w / c for w, c in zip(times["whole"], times["cut"])],
+        "ratio_grouped": min(times["whole"]) / min(times["grouped"]),
+        "ratio_grouped_rounds": [w / g for w, g in zip(times["whole"], times["grouped"])],
+        "group_by_length_gain": min(times["cut"]) / min(times["grouped"]),
     }
 
 
 def main(argv):
     del argv
     f = flags.FLAGS
-    squad_file, vocab_file = sample_files()
-    squad_file = Path(f.squad_file) if f.squad_file else squad_file
+    sample, vocab_file = sample_files()
     vocab_file = Path(f.vocab_file) if f.vocab_file else vocab_file
     with tempfile.TemporaryDirectory() as work:
+        made = None
+        if f.squad_file == "sample":
+            squad_file = sample
+        elif f.squad_file == "wikipedia":
+            squad_file = Path(work) / "wikipedia_squad.json"
+            made = wikipedia_squad(squad_file)
+            logging.info("wikipedia: %s", made)
+        else:
+            squad_file = Path(f.squad_file)
         result = run(squad_file, vocab_file, work, f.size, f.max_seq_length, f.doc_stride,
-                     f.batch_size, f.steps, f.rounds)  # fmt: skip
+                     f.batch_size, f.steps, f.rounds, f.epoch_batches)  # fmt: skip
+    if made:
+        result["wikipedia_squad"] = made
     result |= {
-        "squad_file": str(squad_file),
+        "squad_file": f.squad_file if made else str(squad_file),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": host.cpu_features(),
     }
     print(
         f"run_squad training step, {result['size']} b{result['batch_size']} "
         f"s{result['max_seq_length']}: {100 * result['real_token_share']:.0f}% of the positions "
-        f"real, batches cut to {np.mean(result['cut_lengths']):.0f} on average; windows/s "
-        f"whole {result['whole']['per_s']:.1f}, cut {result['cut']['per_s']:.1f}: "
-        f"{result['ratio']:.2f}x (rounds {', '.join(f'{r:.2f}' for r in result['ratio_rounds'])})"
+        f"real; windows/s whole {result['whole']['per_s']:.1f}, cut {result['cut']['per_s']:.1f} "
+        f"(batches timed cut to {np.mean(result['cut_lengths']):.0f} on average, an epoch's to "
+        f"{result['epoch_mean_cut']['cut']:.0f}): {result['ratio']:.2f}x (rounds "
+        f"{', '.join(f'{r:.2f}' for r in result['ratio_rounds'])}); with --group_by_length "
+        f"{result['grouped']['per_s']:.1f} (cut to {np.mean(result['cut_lengths_grouped']):.0f}, "
+        f"an epoch's to {result['epoch_mean_cut']['grouped']:.0f}): {result['ratio_grouped']:.2f}x"
+        f" ({result['group_by_length_gain']:.2f}x the cut alone; rounds "
+        f"{', '.join(f'{r:.2f}' for r in result['ratio_grouped_rounds'])})"
     )
     if f.output_file:
         Path(f.output_file).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
@@ -139,7 +234,11 @@ def main(argv):
 
 if __name__ == "__main__":
     # Defined here, not at import: tests import run() beside the entrypoints' own flags.
-    flags.DEFINE_string("squad_file", None, "SQuAD JSON to make windows of (default: the sample).")
+    flags.DEFINE_string("squad_file", "sample",
+                        "sample (the real 5-question sample), wikipedia (cloze questions on the "
+                        "real Wikipedia sample's paragraphs) or a SQuAD JSON's path.")  # fmt: skip
+    flags.DEFINE_integer("epoch_batches", 200, "Batches of each stream whose cut lengths are "
+                         "recorded as an epoch's (no model runs on them).")  # fmt: skip
     flags.DEFINE_string("vocab_file", None, "WordPiece vocab (default: bert-base-uncased's).")
     flags.DEFINE_string("size", "L4/H256/A4/I1024", "Model size, as pretrain_throughput's sizes.")
     flags.DEFINE_integer("max_seq_length", 384, "run_squad's --max_seq_length.")

@@ -8,12 +8,25 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import keras  # noqa: E402
+import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 # Two logical CPUs let tests run MirroredStrategy on a machine without GPUs (shared/NOTES.md).
 # This must happen before TensorFlow initialises its devices, hence at conftest import time.
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+@pytest.fixture(autouse=True)
+def _same_global_seeds():
+    """Every test starts from the same global random state (TensorFlow's global seed and op-seed
+    counter, Keras' global seed generator, NumPy's and Python's), whatever ran before it in this
+    worker: a seeded tf.data shuffle still draws from TensorFlow's global seed, so without this a
+    test that looks at which examples a batch holds saw another draw depending on the tests xdist
+    ran before it in the same process (one such was found in the 23rd session). Tests that seed
+    for themselves still do."""
+    keras.utils.set_random_seed(1234)
 
 
 # Seconds of each slow test file: the sum of its tests among the 40 slowest of the last measured

@@ -516,9 +516,53 @@ def test_squad_padding_times_whole_and_cut_windows_of_the_real_sample(tmp_path):
     real = r["window_real_tokens"]
     assert r["windows"] >= 5 and 0 < real["min"] <= real["mean"] <= real["max"] < 384
     assert r["real_token_share"] == pytest.approx(real["mean"] / 384)
-    assert len(r["cut_lengths"]) == 1  # the batch each round times (--steps=1)
-    for n in r["cut_lengths"]:
+    assert len(r["cut_lengths"]) == len(r["cut_lengths_grouped"]) == 1  # --steps=1
+    for n in r["cut_lengths"] + r["cut_lengths_grouped"]:
         assert n % 8 == 0 and real["min"] <= n < 384
-    for side in ("whole", "cut"):
+    assert r["epoch_batches"] == 200
+    for side in ("cut", "grouped"):
+        assert real["min"] <= r["epoch_mean_cut"][side] < 384
+    for side in ("whole", "cut", "grouped"):
         assert len(r[side]["seconds_rounds"]) == 2 and r[side]["per_s"] > 0
-    assert len(r["ratio_rounds"]) == 2 and r["ratio"] > 0
+    assert len(r["ratio_rounds"]) == len(r["ratio_grouped_rounds"]) == 2
+    assert r["ratio"] > 0 and r["ratio_grouped"] > 0
+    assert r["group_by_length_gain"] == pytest.approx(r["ratio_grouped"] / r["ratio"])
+
+
+def test_wikipedia_squad_asks_of_real_paragraphs_as_squad_chose_them(tmp_path):
+    # The bench's SQuAD-shaped file on the Wikipedia sample: paragraphs of at least 500
+    # characters, 5 questions each at distinct words, every answer where its answer_start says
+    # (run_squad's reader keeps them all); the same seed writes the same bytes, another seed
+    # other questions.
+    from bench import squad_padding
+    from data_prep import squad
+
+    path = tmp_path / "wiki.json"
+    made = squad_padding.wikipedia_squad(path, per_paragraph=5, seed=0)
+    data = json.loads(path.read_text())
+    paragraphs = [p for a in data["data"] for p in a["paragraphs"]]
+    assert made["paragraphs"] == len(paragraphs) > 1000 and made["articles"] == len(data["data"])
+    assert made["questions"] == sum(len(p["qas"]) for p in paragraphs)
+    assert 100 < made["mean_paragraph_words"] < 150
+    ids = set()
+    for p in paragraphs:
+        context = p["context"]
+        assert len(context) >= squad_padding.SQUAD_MIN_PARAGRAPH_CHARS
+        assert len(p["qas"]) == 5 and len({q["answers"][0]["answer_start"] for q in p["qas"]}) == 5
+        for q in p["qas"]:
+            (answer,) = q["answers"]
+            start = answer["answer_start"]
+            assert context[start : start + len(answer["text"])] == answer["text"]
+            assert answer["text"].isalnum() and (start == 0 or context[start - 1] == " ")
+            words, i = context.split(" "), context[:start].count(" ")  # the answer's word
+            question = [*words[max(0, i - 6) : i], "what", *words[i + 1 : i + 7]]
+            assert q["question"] == " ".join(question) + "?"
+            ids.add(q["id"])
+    assert len(ids) == made["questions"]
+    examples, stats = squad.read_squad_examples(path, True, False)
+    assert stats.kept == stats.questions == made["questions"] == len(examples)
+    again = tmp_path / "again.json"
+    squad_padding.wikipedia_squad(again, per_paragraph=5, seed=0)
+    assert again.read_bytes() == path.read_bytes()
+    squad_padding.wikipedia_squad(again, per_paragraph=5, seed=1)
+    assert again.read_bytes() != path.read_bytes()
