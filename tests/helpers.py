@@ -256,14 +256,15 @@ def check_group_by_length(
     run, args, output_dir, padding_flag="dynamic_padding", then="--do_eval"
 ) -> Completed:
     """A fine-tuning script's --group_by_length: refused before anything is written without cut
-    training batches (--no<padding_flag>); with them it trains and evaluates (`then`) in
-    output_dir, logging the grouping. `run(argv, expect_ok)` runs the script; returns that run."""
+    training batches (--no<padding_flag>); with them it trains, then runs `then` (its evaluation
+    flag; None: nothing more) in output_dir, logging the grouping. `run(argv, expect_ok)` runs the
+    script; returns that run."""
     uncut = run([*args, "--do_train", "--group_by_length", f"--no{padding_flag}",
                  f"--output_dir={output_dir}"], False)  # fmt: skip
     assert uncut.returncode != 0 and not output_dir.exists()
     assert f"--group_by_length: needs --{padding_flag}, which is off here" in uncut.stderr
-    grouping = ["--do_train", then, "--group_by_length", f"--{padding_flag}",
-                f"--output_dir={output_dir}"]  # fmt: skip
+    grouping = ["--do_train", *([then] if then else []), "--group_by_length",
+                f"--{padding_flag}", f"--output_dir={output_dir}"]  # fmt: skip
     done = run([*args, *grouping])
     assert "sorted by length 50 batches at a time" in done.stderr, done.stderr[-3000:]
     return done

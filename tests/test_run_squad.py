@@ -338,7 +338,7 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
     Trainer the same per-step rows, on one device and Mirrored over two CPUs. Then the script:
     it logs the cut, records the setting with its checkpoints, refuses a resume with it toggled
     and refuses TPUs before writing anything; --group_by_length needs the cut and trains with it
-    (its pipeline: test_finetuning's group_by_length test)."""
+    (its pipeline: test_finetuning's group_by_length test; prediction does not read it)."""
     import keras
     import tensorflow as tf
 
@@ -444,14 +444,11 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
     grouped = tmp_path / "grouped"
     done = helpers.check_group_by_length(
         lambda argv, ok=True: run(argv), common(files, grouped, files["sample"]), grouped,
-        padding_flag="train_dynamic_padding", then="--do_predict",
+        padding_flag="train_dynamic_padding", then=None,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     assert json.loads((grouped / "run_settings.json").read_text())["group_by_length"] is True
     assert tf.train.latest_checkpoint(str(grouped)).endswith("ckpt-2")
-    assert json.loads((grouped / "predictions.json").read_text()).keys() == {
-        e.qas_id for e in examples
-    }
     tpu = tmp_path / "tpu"
     refused = run([*common(files, tpu, files["sample"]), "--do_train",
                    "--distribution_strategy=tpu", "--train_dynamic_padding"])  # fmt: skip
