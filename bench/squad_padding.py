@@ -15,8 +15,9 @@ so a batch holds windows of similar lengths and is cut shorter.
 
 The gain depends on the windows' lengths: the share of real tokens in them and, since a batch is
 cut to its longest window, how long the longest of a batch is. Both are recorded, for the batches
-timed and for the first --epoch_batches batches of each side's stream (what an epoch holds, not
-only the few timed). --squad_file picks the windows:
+timed and for the first --epoch_batches batches of each side's stream (epoch_mean_cut: many more
+batches than are timed, to show whether the timed few are typical). --squad_file picks the
+windows:
 
   sample     (default) the real SQuAD v1.1 sample the tests use (allennlp 0.9.0's fixture: 5
              questions on Wikipedia paragraphs, fetched from PyPI once), repeated to fill the
@@ -145,7 +146,7 @@ def run(
         return [int(b["input_ids"].shape[1]) for b in batches(*streams[side]).take(n)]
 
     # Every round reads a fresh iterator, so the timed batches are the first `steps` each time;
-    # an epoch's batches are the first `epoch_batches`.
+    # epoch_mean_cut averages the first `epoch_batches`.
     config = pretrain_throughput.parse_size(
         size, vocab_size=len(tokenizer.vocab), max_seq_length=max(512, seq)
     )
@@ -220,11 +221,13 @@ def main(argv):
         f"run_squad training step, {result['size']} b{result['batch_size']} "
         f"s{result['max_seq_length']}: {100 * result['real_token_share']:.0f}% of the positions "
         f"real; windows/s whole {result['whole']['per_s']:.1f}, cut {result['cut']['per_s']:.1f} "
-        f"(batches timed cut to {np.mean(result['cut_lengths']):.0f} on average, an epoch's to "
-        f"{result['epoch_mean_cut']['cut']:.0f}): {result['ratio']:.2f}x (rounds "
+        f"(batches timed cut to {np.mean(result['cut_lengths']):.0f} on average, the first "
+        f"{result['epoch_batches']} to {result['epoch_mean_cut']['cut']:.0f}): "
+        f"{result['ratio']:.2f}x (rounds "
         f"{', '.join(f'{r:.2f}' for r in result['ratio_rounds'])}); with --group_by_length "
         f"{result['grouped']['per_s']:.1f} (cut to {np.mean(result['cut_lengths_grouped']):.0f}, "
-        f"an epoch's to {result['epoch_mean_cut']['grouped']:.0f}): {result['ratio_grouped']:.2f}x"
+        f"the first {result['epoch_batches']} to {result['epoch_mean_cut']['grouped']:.0f}): "
+        f"{result['ratio_grouped']:.2f}x"
         f" ({result['group_by_length_gain']:.2f}x the cut alone; rounds "
         f"{', '.join(f'{r:.2f}' for r in result['ratio_grouped_rounds'])})"
     )
@@ -237,8 +240,8 @@ if __name__ == "__main__":
     flags.DEFINE_string("squad_file", "sample",
                         "sample (the real 5-question sample), wikipedia (cloze questions on the "
                         "real Wikipedia sample's paragraphs) or a SQuAD JSON's path.")  # fmt: skip
-    flags.DEFINE_integer("epoch_batches", 200, "Batches of each stream whose cut lengths are "
-                         "recorded as an epoch's (no model runs on them).")  # fmt: skip
+    flags.DEFINE_integer("epoch_batches", 200, "Batches of each stream whose mean cut length is "
+                         "recorded beside the timed ones' (no model runs on them).")  # fmt: skip
     flags.DEFINE_string("vocab_file", None, "WordPiece vocab (default: bert-base-uncased's).")
     flags.DEFINE_string("size", "L4/H256/A4/I1024", "Model size, as pretrain_throughput's sizes.")
     flags.DEFINE_integer("max_seq_length", 384, "run_squad's --max_seq_length.")
