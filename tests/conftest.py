@@ -17,15 +17,6 @@ import tensorflow as tf  # noqa: E402
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
-# Grappler (TensorFlow's graph optimizer) off in the test processes: it runs at every first call
-# of a tf.function, and the suite is mostly such first calls of tiny models. Measured in the 24th
-# session (AVX2 host, one process): test_run_squad.py + test_trainer.py's non-XLA tests 455 s with
-# it, 373 s without, the same 48 passes. Entrypoints run as real subprocesses (one command-line run
-# each, the bench and multi-worker tests) keep it, as users run them. CLOZE_TEST_GRAPPLER=1 keeps it
-# here too.
-if os.environ.get("CLOZE_TEST_GRAPPLER") != "1":
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-
 
 @pytest.fixture(autouse=True)
 def _same_global_seeds():
