@@ -24,8 +24,9 @@ def _same_global_seeds():
     counter, Keras' global seed generator, NumPy's and Python's), whatever ran before it in this
     worker: a seeded tf.data shuffle still draws from TensorFlow's global seed, so without this a
     test that looks at which examples a batch holds saw another draw depending on the tests xdist
-    ran before it in the same process (one such was found in the 23rd session). Tests that seed
-    for themselves still do."""
+    ran before it in the same process (the 23rd session found two, test_masking's pipeline test
+    and test_run_squad's cut-windows test, and pinned their seeds by hand; they rely on this
+    now). Tests that seed for themselves still do."""
     keras.utils.set_random_seed(1234)
 
 

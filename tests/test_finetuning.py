@@ -436,9 +436,9 @@ def test_group_by_length_sorts_each_group_into_shorter_batches_of_the_same_examp
     leaving the shuffle is the plain pipeline's, cut into groups of 12 that are each sorted by
     length (stably) and batched again; every batch it yields is one of those, whole, at most once,
     with every feature of its rows (a tagger's labels and weights, a SQuAD window's id, span and
-    impossibility too), cut to its longest. The
-    cut positions add up to less than the plain batches'. The same seed gives the same batches,
-    and an iterator restored from a checkpoint goes on as the one saved."""
+    impossibility too), cut to its longest. The cut positions add up to less than the plain
+    batches'. The same seed gives the same batches, and an iterator restored from a checkpoint
+    goes on as the one saved."""
     from data_prep import features
 
     seq, batch, groups = 40, 3, 4

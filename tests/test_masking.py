@@ -245,11 +245,6 @@ def unmask(batch) -> np.ndarray:
 
 
 def test_pipeline_masks_each_epoch_anew_and_resumes_with_the_same_masks(tmp_path):
-    # The record shuffle's order depends on TensorFlow's global seed as well as its own (9),
-    # and a test before this one in the same process may have set it: set here, the 6 batches
-    # below hold each of the 3 sequences 6 times (under some global seeds one comes back only
-    # once or not at all in 6 batches, and the check of new masks below has nothing to compare).
-    tf.random.set_seed(12345)
     rng = np.random.default_rng(0)
     rows = [[CLS, *rng.integers(10, 900, size=7).tolist(), SEP] for _ in range(3)]
     path = tmp_path / "packed.tfrecord"
