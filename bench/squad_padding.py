@@ -166,6 +166,8 @@ def run(
         for name, stream in streams.items()
     }
     times = finetune._time_rounds(sides, rounds, f"squad {size} b{batch} s{seq}", log)
+    # One pass over each stream: the timed batches are its first `steps`.
+    cuts = {side: lengths(side, max(steps, epoch_batches)) for side in ("cut", "grouped")}
     return {
         "size": size,
         "max_seq_length": seq,
@@ -178,12 +180,10 @@ def run(
             "mean": float(real.mean()),
             "max": int(real.max()),
         },  # fmt: skip
-        "cut_lengths": lengths("cut", steps),
-        "cut_lengths_grouped": lengths("grouped", steps),
+        "cut_lengths": cuts["cut"][:steps],
+        "cut_lengths_grouped": cuts["grouped"][:steps],
         "epoch_batches": epoch_batches,
-        "epoch_mean_cut": {
-            side: float(np.mean(lengths(side, epoch_batches))) for side in ("cut", "grouped")
-        },  # fmt: skip
+        "epoch_mean_cut": {side: float(np.mean(c[:epoch_batches])) for side, c in cuts.items()},
         **{side: finetune._side(t, steps * batch) for side, t in times.items()},
         "ratio": min(times["whole"]) / min(times["cut"]),
         "ratio_rounds": [w / c for w, c in zip(times["whole"], times["cut"])],
