@@ -748,6 +748,7 @@ def test_reliability_bench_quick_counts(tmp_path):
         assert case["skip_count_matches"], name
     assert report["corruption"]["bit_flipped"]["records_skipped_with_skipping"] == 13
     assert report["fuzz"]["fuzz_tests_failed"] == 0 and report["fuzz"]["cases_tried"] >= 100
+    assert report["fuzz"]["workers"] == "0"  # the short run in one process
 
 
 def test_workers_resume_from_the_newest_checkpoint_they_all_hold_or_fail_naming_steps():
