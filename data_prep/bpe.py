@@ -234,6 +234,11 @@ def apply_merges(symbols: Sequence[str], ranks: dict[tuple[str, str], int]) -> l
     return word
 
 
+# Most entries each per-word cache below keeps: text is Zipfian, so the first words seen answer
+# most lookups, and words past the bound are segmented anew each time (the same units).
+CACHE_ENTRIES = 1_000_000
+
+
 class CharacterBPE:
     """Sennrich's character-level BPE: splits whitespace words into subword units."""
 
@@ -247,7 +252,8 @@ class CharacterBPE:
         units = self._cache.get(word)
         if units is None:
             units = apply_merges((*word[:-1], word[-1] + END_OF_WORD), self.ranks)
-            self._cache[word] = units
+            if len(self._cache) < CACHE_ENTRIES:  # bounded: a large corpus cannot eat memory
+                self._cache[word] = units
         return units
 
     def segment(self, text: str) -> list[str]:
@@ -293,7 +299,7 @@ class ByteLevelBPE:
         ids = self._cache.get(piece)
         if ids is None:
             ids = [self.encoder[u] for u in apply_merges(byte_chars(piece), self.ranks)]
-            if len(self._cache) < 1_000_000:  # bounded: a pathological input cannot eat memory
+            if len(self._cache) < CACHE_ENTRIES:  # bounded: a pathological input cannot eat memory
                 self._cache[piece] = ids
         return ids
 

@@ -264,7 +264,22 @@ def test_sennrich_example_learns_hand_computed_merges():
     ]
     seg = bpe.CharacterBPE(merges)
     assert seg.segment("lowest newer") == ["lo", "west</w>", "ne", "w", "e", "r</w>"]
+    assert len(seg._cache) == 2
     assert bpe.learn_bpe(bpe.character_words(words), 10, min_frequency=4) == merges[:7]
+
+
+def test_the_per_word_caches_are_bounded_and_change_no_output(gpt2, monkeypatch):
+    # A corpus with more distinct words than the bound: past it, words are segmented anew.
+    words = SHAKESPEARE_SONNET.split()
+    merges = bpe.learn_bpe(bpe.character_words(words), 40, min_frequency=2)
+    want_units = bpe.CharacterBPE(merges).segment(SHAKESPEARE_SONNET)
+    want_ids = gpt2.encode(SHAKESPEARE_SONNET)
+    monkeypatch.setattr(bpe, "CACHE_ENTRIES", 5)
+    character = bpe.CharacterBPE(merges)
+    byte_level = bpe.ByteLevelBPE(gpt2.encoder, gpt2.merges)
+    assert character.segment(SHAKESPEARE_SONNET) == want_units
+    assert byte_level.encode(SHAKESPEARE_SONNET) == want_ids
+    assert len(set(words)) > 5 and len(character._cache) == len(byte_level._cache) == 5
 
 
 def test_learning_equals_subword_nmt_on_real_text():
