@@ -27,33 +27,6 @@ import tensorflow as tf  # noqa: E402
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
-# TensorFlow's graph optimizer (Grappler) is off in the test processes, except in the tests
-# marked `grappler` (Dense's fused MatMul + BiasAdd (+ GELU) kernels against the formulas, the
-# Trainer's plain step against XLA, Mirrored against one device, bit-for-bit resume, SavedModel
-# serving) and in every subprocess a test starts (the entrypoints' real command-line runs).
-# Grappler rewrites each function's graph when the function first runs (fusions such as MatMul
-# + BiasAdd into one kernel, constant folding, pruning); the values are the same up to float
-# rounding. The tests build a few small steps each, so its passes were about a tenth of their
-# time (26th session, tests/SUITE_TIMES.md). CLOZE_TESTS_GRAPPLER=1 keeps it on in every test.
-GRAPPLER_EVERYWHERE = os.environ.get("CLOZE_TESTS_GRAPPLER") == "1"
-tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": not GRAPPLER_EVERYWHERE})
-
-
-@pytest.fixture(autouse=True)
-def _grappler(request):
-    """Grappler on for this test when it is marked `grappler`, and off again after it. TensorFlow
-    reads the setting when it instantiates a function for a call, which covers the functions the
-    test itself builds (test_helpers checks the graph as run); one a module fixture already ran
-    may keep its instantiation made with Grappler off."""
-    if GRAPPLER_EVERYWHERE or request.node.get_closest_marker("grappler") is None:
-        yield
-        return
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
-    try:
-        yield
-    finally:
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-
 
 @pytest.fixture(autouse=True)
 def _same_global_seeds():

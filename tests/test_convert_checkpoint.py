@@ -187,7 +187,6 @@ def serve_without_cloze(export, texts: dict, work_dir) -> dict:
     return dict(np.load(served))
 
 
-@pytest.mark.grappler
 def test_saved_model_serves_raw_strings_without_cloze(minilm, golden, tmp_path):
     source, encoder = minilm
     export = tmp_path / "saved_model"

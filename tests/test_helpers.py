@@ -4,7 +4,6 @@ failures come back as exit code 1 with the message, as under app.run."""
 
 import sys
 
-import pytest
 from absl import flags
 
 from tests import helpers
@@ -67,38 +66,3 @@ def test_xdist_hands_out_the_slowest_files_first(tmp_path):
         )  # fmt: skip
         assert result.returncode == 0, result.stdout[-2000:]
         assert list(dict.fromkeys(order.read_text().split())) == want
-
-
-def _optimized_op_types() -> set:
-    """The op types of a fresh tf.function's graph as run (after Grappler, when it is on):
-    MatMul + BiasAdd, which Grappler's remapper fuses into one kernel."""
-    import tensorflow as tf
-    from tensorflow.python.eager import context
-
-    @tf.function
-    def dense(x, w, b):
-        return tf.nn.bias_add(tf.matmul(x, w), b)
-
-    context.enable_run_metadata()
-    try:
-        dense(tf.ones((4, 3)), tf.ones((3, 5)), tf.ones((5,)))
-        metadata = context.export_run_metadata()
-    finally:
-        context.disable_run_metadata()
-    return {n.op for g in metadata.function_graphs for n in g.post_optimization_graph.node}
-
-
-def test_grappler_is_off_in_unmarked_tests():
-    import os
-
-    types = _optimized_op_types()
-    if os.environ.get("CLOZE_TESTS_GRAPPLER") == "1":  # on everywhere by request
-        assert "BiasAdd" not in types, types
-    else:
-        assert {"MatMul", "BiasAdd"} <= types, types
-
-
-@pytest.mark.grappler
-def test_grappler_is_on_in_marked_tests():
-    types = _optimized_op_types()
-    assert "BiasAdd" not in types and "MatMul" not in types, types  # fused into one kernel

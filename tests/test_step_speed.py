@@ -986,7 +986,6 @@ def test_keep_mask_keeps_at_the_rate_with_independent_halves(rate):
     assert mask.shape == (3, 5, 7) and bool(tf.reduce_all(mask))
 
 
-@pytest.mark.grappler
 @pytest.mark.parametrize("shape", [(5, 6), (2, 5, 6), (2, 3, 4, 6)])
 def test_dense_as_matmul_and_bias_add_equals_the_float64_formula(shape):
     # layers.Dense runs on TensorFlow as one 2-D MatMul + BiasAdd (fusable into one oneDNN
@@ -1030,7 +1029,6 @@ def test_dense_under_mixed_bfloat16_computes_in_bfloat16():
     np.testing.assert_allclose(y.numpy().astype("float32"), np.asarray(want), rtol=0.02, atol=0.02)
 
 
-@pytest.mark.grappler
 @pytest.mark.parametrize("name", ["gelu", "gelu_new", "gelu_exact", "relu", "tanh"])
 def test_dense_activation_outside_training_equals_the_formula(name):
     # Outside training Dense applies layers.dense_activation (tf.nn.gelu for the GELUs, which

@@ -76,7 +76,6 @@ def weights(model):
     return [np.array(v.numpy()) for v in model.trainable_variables]
 
 
-@pytest.mark.grappler
 def test_mirrored_two_cpus_matches_one_device(data_file):
     config = helpers.tiny_config()
     one = build(tf.distribute.OneDeviceStrategy("/cpu:0"), config)
@@ -144,7 +143,6 @@ def _run(
     return fit
 
 
-@pytest.mark.grappler
 def test_resume_equals_uninterrupted_run_bit_for_bit(tmp_path, data_file):
     # Dropout on: the dropout seed states must be in the checkpoint for this to hold.
     config = helpers.tiny_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
@@ -221,7 +219,6 @@ def test_init_from_encoder_only_checkpoint_loads_encoder_and_keeps_heads(tmp_pat
         trainer.init_from_checkpoint(target, str(tmp_path / "empty_dir_that_does_not_exist"))
 
 
-@pytest.mark.grappler
 def test_xla_step_matches_plain_step(data_file):
     config = helpers.tiny_config()
     one = tf.distribute.OneDeviceStrategy("/cpu:0")
