@@ -412,7 +412,12 @@ if __name__ == "__main__":
     flags.DEFINE_integer("base_bytes", 500_000, "The 1x corpus: about this much of --corpus.")
     flags.DEFINE_list("scales", ["1", "10"], "Corpus sizes, in copies of the 1x corpus.")
     flags.DEFINE_integer("dupe_factor", 10, "--dupe_factor of every side (the original's 10).")
-    flags.DEFINE_list("original_scales", [], "Scales the original runs at (default: all).")
+    flags.DEFINE_list(
+        "original_scales",
+        [],
+        "Scales the original runs at (default: all; a scale not in --scales, such as 0, runs it "
+        "at none: the streaming side alone).",
+    )
     flags.DEFINE_integer("num_workers", None, "Streaming workers (default: the cores).")
     flags.DEFINE_float(
         "original_max_rss_mb",

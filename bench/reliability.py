@@ -288,7 +288,7 @@ def corruption(work: Path) -> dict:
 
 def fuzz(examples: int, workers: str = "auto") -> dict:
     """The reader fuzz tests at `examples` hypothesis examples each, under pytest-xdist with
-    `workers` ("0": in the one pytest process; a short run takes 10 s so, against 22 s with two
+    `workers` ("0": in the one pytest process, where a short run takes 10 s against 22 s with two
     workers, each of which imports TensorFlow first)."""
     env = dict(os.environ, HYPOTHESIS_PROFILE="fuzz-long", CLOZE_FUZZ_EXAMPLES=str(examples))
     cmd = [sys.executable, "-m", "pytest", "tests/test_fuzz_readers.py", "-q", "-n", workers]
