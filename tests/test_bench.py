@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 from bench import create_data, flops, host, pretrain_throughput, tokenizer_speed
+from tests import helpers
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = "the a cat dog sat ran on mat big small red house garden tree bird sang".split()
@@ -113,6 +114,7 @@ def test_run_all_quick_writes_every_figure(tmp_path):
             sys.executable,
             "bench/run_all.py",
             "--quick",
+            "--benchmarks=all",
             f"--output_dir={out}",
             "--parallel_micro_batches=3",  # the quick batch of 3 as 3 parts, both sides
             "--encoder_branches=2",  # Cloze's encoder (pretrain and inference) in 2 branches
@@ -275,6 +277,55 @@ def _side(instances, seconds, work_seconds, cpu_seconds, rss):
         "peak_rss_mb": rss,
         "peak_tree_rss_mb": rss + 7,
     }
+
+
+@pytest.mark.parametrize(
+    "args, want",
+    [
+        ([], ["peak", "pretrain", "wordpiece", "byte_level_bpe", "inference", "create_data"]),
+        (
+            ["--benchmarks=all"],
+            ["peak", "pretrain", "wordpiece", "byte_level_bpe", "inference", "finetune"]
+            + ["generation", "create_data"],
+        ),
+    ],
+)
+def test_the_default_runs_the_issues_four_benchmarks_and_all_adds_the_extras(
+    tmp_path, monkeypatch, args, want
+):
+    # The benchmarks themselves replaced by recorders (each has its own smoke run above): which
+    # run_all calls, in order, and that results.json keeps each one's wall seconds.
+    from bench import finetune, generation, inference
+    from data_prep import fetch
+
+    ran = []
+
+    def recorder(name, result=None):
+        return lambda *a, **k: ran.append(name) or dict(result or {})
+
+    monkeypatch.setattr(flops, "matmul_peak_flops", recorder("peak"))
+    monkeypatch.setattr(pretrain_throughput, "run", recorder("pretrain"))
+    padding = {"file": "x.tfrecord", "padding_fraction": 0.1}
+    monkeypatch.setattr(pretrain_throughput, "padding_fraction", recorder("padding", padding))
+    monkeypatch.setattr(tokenizer_speed, "wordpiece", recorder("wordpiece"))
+    monkeypatch.setattr(tokenizer_speed, "byte_level_bpe", recorder("byte_level_bpe"))
+    monkeypatch.setattr(fetch, "gpt2_bpe_dir", lambda: tmp_path)
+    monkeypatch.setattr(inference, "run", recorder("inference"))
+    monkeypatch.setattr(finetune, "run", recorder("finetune"))
+    monkeypatch.setattr(generation, "run", recorder("generation"))
+    monkeypatch.setattr(
+        create_data, "run", recorder("create_data", {"max_seq_length": 32, "scales": []})
+    )
+    default_run, out = write_default_run(tmp_path / "default_run"), tmp_path / "out"
+    result = helpers.run_main(
+        "bench/run_all.py", [f"--output_dir={out}", f"--default_run_dir={default_run}", *args]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert ran == [*want, "padding"]  # the padding of create_data's records, after it
+    seconds = json.loads((out / "results.json").read_text())["seconds"]
+    names = {"wordpiece": "tokenize", "byte_level_bpe": "tokenize", "peak": "pretrain"}
+    assert set(seconds) == {names.get(n, n) for n in ran}
+    assert "wall time per benchmark: pretrain" in result.stdout
 
 
 def test_create_data_headline_is_the_wall_clock_ratio_and_memory_is_extrapolated():
