@@ -41,7 +41,7 @@ flags.DEFINE_integer("random_seed", 12345, "Seed for every stage.")
 FLAGS = flags.FLAGS
 
 ROOT = Path(__file__).resolve().parent
-# The rt-polarity comparison's settings that the README's second command uses (see README).
+# The rt-polarity comparison's settings that the README's follow-up command uses (see README).
 TRANSFER_FLAGS = (
     "--dapt_steps=250,500,1000",
     "--minilm",
@@ -170,7 +170,7 @@ def main(argv):
     print(f"summary:          {work / 'summary.json'}")
     rel = Path(FLAGS.work_dir)
     print(
-        "\nDoes this pretraining pay off on a real task? The README's second command fine-tunes "
+        "\nDoes this pretraining pay off on a real task? The README's follow-up command fine-tunes "
         "on rt-polarity from scratch, from this checkpoint, after domain-adaptive pretraining "
         "and from the real MiniLM:\n  "
         + shlex.join(
