@@ -1,9 +1,9 @@
 """Runs Cloze's benchmarks against their peers, writes results.json and prints a table of ratios.
 
-By default the four of issue #9 (pretrain, tokenize, create_data, inference): 7 minutes on a
-slow 2-core AVX2 host (pretrain 259 s, tokenize 45 s, inference 64 s, create_data 49 s); with
---benchmarks=all also finetune and generation, each 20+ minutes there. results.json's `seconds`
-and the printed "wall time per benchmark" line give each one's time.
+By default the four of issue #9 (pretrain, tokenize, create_data, inference), a few minutes on
+2 cores; --benchmarks=all also finetune and generation, tens of minutes each (measured times in
+the README). results.json's `seconds` and the printed "wall time per benchmark" line give each
+benchmark's time.
   python bench/run_all.py --output_dir=bench/results --default_run_dir=default_run
 
   pretrain     tokens/s of the MLM + NSP train step vs keras-hub BERT, MFU vs the measured

@@ -274,12 +274,7 @@ def test_train_and_warmup_steps_as_the_original():
 @pytest.mark.parametrize("where", ["one_device", "mirrored", "xla", "accumulation"])
 def test_nonfinite_step_changes_nothing_and_training_goes_on(data_file, where):
     strategy = strategy_for(where)
-    fit = build(
-        strategy,
-        helpers.tiny_config(),
-        use_xla=where == "xla",
-        accumulation=3 if where == "accumulation" else 1,
-    )
+    fit = build(strategy, helpers.tiny_config(), **where_args(where))
     batches = iter(poisoned(data_file, [3]))
     assert fit.train_steps(batches, 2)[:, -1].tolist() == [1.0, 1.0]
     model_before = weights(fit.task.model)
