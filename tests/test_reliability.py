@@ -67,13 +67,14 @@ def _resume_by_hand(out_dir, data_file, config, leave_out: str):
 
 def test_resume_negative_controls_fail_without_iterator_or_rng_state(tmp_path, data_file):
     config = helpers.tiny_config(**DROPOUT)
+    # The straight run's own ckpt-6 (it keeps its last 5 checkpoints: 3, 6, 9 and 12), saved
+    # mid-run as any resumed checkpoint is.
     straight = _run(tmp_path / "a", data_file, 12, config)
-    _run(tmp_path / "b", data_file, 6, config)
     log = trainer.read_jsonl(str(tmp_path / "a" / "train_log.jsonl"))
     want_loss = [r["loss"] for r in log[6:]]
 
     def same(leave_out):
-        got_weights, rows = _resume_by_hand(str(tmp_path / "b"), data_file, config, leave_out)
+        got_weights, rows = _resume_by_hand(str(tmp_path / "a"), data_file, config, leave_out)
         loss = [straight.loss_from_sums(r) for r in rows]
         equal = all(np.array_equal(a, b) for a, b in zip(weights(straight.task.model), got_weights))
         return equal, loss == want_loss
@@ -96,12 +97,10 @@ def test_mirrored_resume_replays_and_skips_no_batch(tmp_path, data_file):
     # step's loss depends on its batch, so equal loss logs mean the same batches in order.
     config = helpers.tiny_config()
     mirrored = helpers.mirrored_strategy()
-    straight = _run(tmp_path / "a", data_file, 9, config, strategy=mirrored)
-    _run(tmp_path / "b", data_file, 3, config, strategy=mirrored)
-    resumed = _run(tmp_path / "b", data_file, 9, config, strategy=mirrored)
+    straight, resumed, (log_a, log_b) = test_trainer._straight_and_resumed(
+        tmp_path, data_file, 9, 3, config, strategy=mirrored
+    )
     assert straight.strategy.num_replicas_in_sync == 2
-    log_a = trainer.read_jsonl(str(tmp_path / "a" / "train_log.jsonl"))
-    log_b = trainer.read_jsonl(str(tmp_path / "b" / "train_log.jsonl"))
     assert [r["step"] for r in log_b] == list(range(1, 10)) and log_a == log_b
     for a, b in zip(weights(straight.task.model), weights(resumed.task.model)):
         np.testing.assert_array_equal(a, b)

@@ -3,6 +3,7 @@
 import collections
 import dataclasses
 import json
+import shutil
 
 import keras
 import numpy as np
@@ -176,16 +177,38 @@ def _run(
     return fit
 
 
+def _straight_and_resumed(tmp_path, data_file, steps, resume_at, config, **run_args):
+    """A straight run of `steps` in a/ (a checkpoint every 3 steps), and its resumption: b/ is
+    a copy of a/ without the checkpoints after step `resume_at`, as a run killed after it had
+    logged those steps but before their saves leaves its folder; b/ resumes from its
+    checkpoint at step `resume_at` (the log cut back to it) to `steps`. One trainer fewer to
+    trace than a separate first-half run. Returns (straight, resumed) and the two train logs
+    (b's without the marks). `run_args` go to both _run calls."""
+    straight = _run(tmp_path / "a", data_file, steps, config, **run_args)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    later = [
+        p for p in (tmp_path / "b").glob("ckpt-*.*") if int(p.name[5:].split(".")[0]) > resume_at
+    ]
+    assert later, "the straight run saved nothing after the resume point"
+    for path in later:
+        path.unlink()
+    # Each copied log line is marked: a resumption from ckpt-`resume_at` keeps exactly the
+    # lines up to it (a fresh start would delete them all, and would train to the same weights).
+    log_b = tmp_path / "b" / "train_log.jsonl"
+    marked = [json.dumps(r | {"copied": True}) for r in trainer.read_jsonl(str(log_b))]
+    log_b.write_text("\n".join(marked) + "\n")
+    resumed = _run(tmp_path / "b", data_file, steps, config, **run_args)
+    rows = trainer.read_jsonl(str(log_b))
+    assert [r["step"] for r in rows if r.pop("copied", False)] == list(range(1, resume_at + 1))
+    return straight, resumed, [trainer.read_jsonl(str(tmp_path / "a" / "train_log.jsonl")), rows]
+
+
 def test_resume_equals_uninterrupted_run_bit_for_bit(tmp_path, data_file):
     # Dropout on: the dropout seed states must be in the checkpoint for this to hold.
     config = helpers.tiny_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
-    straight = _run(tmp_path / "a", data_file, 12, config)
-    _run(tmp_path / "b", data_file, 6, config)
-    resumed = _run(tmp_path / "b", data_file, 12, config)
+    straight, resumed, (log_a, log_b) = _straight_and_resumed(tmp_path, data_file, 12, 6, config)
     for a, b in zip(weights(straight.task.model), weights(resumed.task.model)):
         np.testing.assert_array_equal(a, b)
-    log_a = trainer.read_jsonl(str(tmp_path / "a" / "train_log.jsonl"))
-    log_b = trainer.read_jsonl(str(tmp_path / "b" / "train_log.jsonl"))
     assert [r["step"] for r in log_b] == list(range(1, 13))
     assert log_a == log_b
 
@@ -551,13 +574,12 @@ def test_accumulation_checkpoints_at_apply_boundaries_and_resumes_bit_for_bit(
     # (taken between steps) never holds a half-accumulated gradient; with dropout on, resume
     # still equals a straight run bit for bit (the parts draw their masks in a fixed order).
     config = helpers.tiny_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
-    straight = _run(tmp_path / "a", data_file, 6, config, build_args=args)
-    _run(tmp_path / "b", data_file, 3, config, build_args=args)
-    resumed = _run(tmp_path / "b", data_file, 6, config, build_args=args)
+    straight, resumed, (log_a, log_b) = _straight_and_resumed(
+        tmp_path, data_file, 6, 3, config, build_args=args
+    )
     for a, b in zip(weights(straight.task.model), weights(resumed.task.model)):
         np.testing.assert_array_equal(a, b)
-    log_a = trainer.read_jsonl(str(tmp_path / "a" / "train_log.jsonl"))
-    assert log_a == trainer.read_jsonl(str(tmp_path / "b" / "train_log.jsonl"))
+    assert [r["step"] for r in log_b] == list(range(1, 7)) and log_a == log_b
 
 
 def test_lamb_trains_through_the_trainer(data_file):
@@ -586,7 +608,8 @@ def test_fused_residual_norm_trains_as_the_layers(data_file, where, monkeypatch)
         precision = "bf16" if where == "bf16" else "fp32"
         return build(strategy, config, use_xla=where == "xla", precision=precision)
 
-    fused, plain, fresh = make(), make(), make()
+    fused, plain = make(), make()
+    init = weights(fused.task.model)
     built = []
     kernels = layers._fused_norm_kernels
     monkeypatch.setattr(layers, "_fused_norm_kernels", lambda *a: built.append(a) or kernels(*a))
@@ -601,11 +624,9 @@ def test_fused_residual_norm_trains_as_the_layers(data_file, where, monkeypatch)
     rtol = 2e-2 if where == "bf16" else 1e-5
     np.testing.assert_allclose(rows_fused, rows_plain, rtol=rtol, atol=1e-6)
     moved = False
-    for a, b, init in zip(
-        weights(fused.task.model), weights(plain.task.model), weights(fresh.task.model)
-    ):
+    for a, b, start in zip(weights(fused.task.model), weights(plain.task.model), init):
         np.testing.assert_allclose(a, b, rtol=10 * rtol, atol=1e-3 if where == "bf16" else 1e-6)
-        moved |= not np.allclose(a, init)
+        moved |= not np.allclose(a, start)
     assert moved
 
 
