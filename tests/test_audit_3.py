@@ -5,8 +5,6 @@ tensorflow-datasets label mapping, and a bad --init_checkpoint leaving output_di
 
 import ast
 import logging
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +13,6 @@ import tensorflow as tf
 from data_prep import fetch, glue
 from modeling import bert
 from tests import helpers
-from tests.conftest import ROOT
 from tests.test_glue import VOCAB, write_task
 
 # jiant 2.2.0 (MIT, PyPI) formats GLUE leaderboard submissions: its GlueBenchmark names the files
@@ -197,12 +194,7 @@ def test_a_bad_init_checkpoint_leaves_output_dir_untouched(tmp_path):
         "--max_seq_length=13", "--train_batch_size=3", "--num_train_epochs=1",
         f"--init_checkpoint={prefix}",
     ]  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, "run_classifier.py", *args, "--do_train", "--do_eval"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    result = helpers.run_main("run_classifier.py", [*args, "--do_train", "--do_eval"])
     assert result.returncode != 0
     message = f"run_classifier: cannot initialise the model from {prefix}: "
     assert message + "Received incompatible tensor with shape (15,)" in result.stderr

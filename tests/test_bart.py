@@ -283,21 +283,16 @@ def test_run_pretraining_then_run_text2text_with_a_bart_config(tmp_path):
     """One BART config through both entrypoints: denoising pre-training lowers the held-out
     loss, and run_text2text fine-tunes that checkpoint into label words (greedy) and decodes
     the test split with beam search."""
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
     records, config, encoder, merges = bart_records_and_config(tmp_path)
     pre = tmp_path / "pre"
     args = [
-        sys.executable, "run_pretraining.py", f"--bert_config_file={config}",
+        f"--bert_config_file={config}",
         f"--input_file={records}", f"--output_dir={pre}", "--max_seq_length=29",
         "--train_batch_size=4", "--eval_batch_size=4", "--num_train_steps=6",
         "--num_warmup_steps=1", "--save_checkpoints_steps=6", "--iterations_per_loop=6",
         "--max_eval_steps=3", "--learning_rate=1e-2", "--do_train", "--do_eval",
     ]  # fmt: skip
-    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = helpers.run_main("run_pretraining.py", args)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "BART, inputs 29, targets 29" in r.stderr and "BartModel" in r.stderr
     results = dict(
@@ -316,14 +311,14 @@ def test_run_pretraining_then_run_text2text_with_a_bart_config(tmp_path):
     (sst / "test.tsv").write_text("index\tsentence\n7\tThe dog barked.\n9\tThe cat sat.\n")
     out = tmp_path / "sst_out"
     args = [
-        sys.executable, "run_text2text.py", "--task_name=sst-2", f"--data_dir={sst}",
+        "--task_name=sst-2", f"--data_dir={sst}",
         f"--bert_config_file={config}", f"--encoder_file={encoder}", f"--merges_file={merges}",
         "--num_sentinels=0", f"--init_checkpoint={pre}", f"--output_dir={out}",
         "--max_seq_length=29", "--max_target_length=10", "--train_batch_size=4",
         "--eval_batch_size=3", "--learning_rate=1e-2", "--num_train_epochs=10",
         "--iterations_per_loop=30", "--num_beams=2", "--do_train", "--do_eval", "--do_predict",
     ]  # fmt: skip
-    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = helpers.run_main("run_text2text.py", args)
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"initialised from {pre}/ckpt-6" in r.stderr
     results = dict(
@@ -401,11 +396,6 @@ def test_hugging_face_files_load_in_keras_hub_and_round_trip_exactly(tmp_path):
 def test_convert_checkpoint_moves_bart_between_cloze_and_hugging_face(tmp_path):
     """convert_checkpoint.py with a BART config: a Cloze checkpoint -> Hugging Face files ->
     a Cloze checkpoint again, weights equal bit for bit, BPE files renamed each way."""
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
     model = random_weights(tiny(bos_token_id=2), seed=4)
     cloze = tmp_path / "cloze"
     cloze.mkdir()
@@ -414,10 +404,7 @@ def test_convert_checkpoint_moves_bart_between_cloze_and_hugging_face(tmp_path):
     (cloze / "encoder.json").write_text('{"a": 0}')
 
     def convert(*args):
-        r = subprocess.run(
-            [sys.executable, "convert_checkpoint.py", *args],
-            cwd=ROOT, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+        r = helpers.run_main("convert_checkpoint.py", args)
         assert r.returncode == 0, r.stderr[-3000:]
         return r.stdout
 

@@ -21,6 +21,7 @@ from data_prep.tokenization import (
     load_vocab,
     write_vocab,
 )
+from tests import helpers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -134,7 +135,12 @@ def test_write_then_load_round_trip(tmp_path, learned):
 # The entrypoint, run as a user would.
 
 
-def run_build_vocab(*args: str) -> subprocess.CompletedProcess:
+def run_build_vocab(*args: str, command_line=False):
+    """build_vocab.py with `args`, in this process (helpers.run_main), or as a real command line
+    with `command_line` (the smoke test keeps one; a new interpreter importing TensorFlow costs
+    7-9 s of CPU on 2 cores)."""
+    if not command_line:
+        return helpers.run_main("data_prep/build_vocab.py", args)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.run(
         [sys.executable, "data_prep/build_vocab.py", *args],
@@ -156,6 +162,7 @@ def test_build_vocab_smoke(tmp_path, corpus):
         f"--vocab_file={vocab_file}",
         "--vocab_size=240",
         "--do_lower_case=True",
+        command_line=True,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     tokenizer = FullTokenizer(vocab_file)
@@ -184,18 +191,11 @@ def test_script_learns_byte_level_and_character_bpe(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(make_corpus()) + "\n", encoding="utf-8")
     for vocab_type, out in (("byte_level_bpe", "bl/encoder.json"), ("bpe", "codes.bpe")):
-        result = subprocess.run(
-            [
-                sys.executable,
-                "data_prep/build_vocab.py",
-                f"--input_file={corpus}",
-                f"--vocab_type={vocab_type}",
-                f"--vocab_file={tmp_path / out}",
-                "--num_merges=60",
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
+        result = run_build_vocab(
+            f"--input_file={corpus}",
+            f"--vocab_type={vocab_type}",
+            f"--vocab_file={tmp_path / out}",
+            "--num_merges=60",
         )
         assert result.returncode == 0, result.stderr[-2000:]
     tok = bpe.ByteLevelBPE.from_files(

@@ -43,15 +43,21 @@ from tests.test_checkpoints import (
 TOLERANCE = 1e-5  # max absolute difference, the issue's bar for the real weights
 
 
-def run(args, check=True):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run(
-        [sys.executable, "convert_checkpoint.py", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+def run(args, check=True, command_line=False):
+    """convert_checkpoint.py with `args`, in this process (helpers.run_main), or as a real
+    command line with `command_line` (the SavedModel test below keeps one: a new interpreter
+    importing TensorFlow costs 7-9 s of CPU on 2 cores, so the other runs stay in process)."""
+    if command_line:
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        result = subprocess.run(
+            [sys.executable, "convert_checkpoint.py", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+    else:
+        result = helpers.run_main("convert_checkpoint.py", args)
     if check and result.returncode != 0:
         raise AssertionError(result.stderr[-4000:])
     return result
@@ -191,7 +197,8 @@ def test_saved_model_serves_raw_strings_without_cloze(minilm, golden, tmp_path):
     source, encoder = minilm
     export = tmp_path / "saved_model"
     result = run(
-        ["--from=hf", "--to=saved_model", f"--input_dir={source}", f"--output_dir={export}"]
+        ["--from=hf", "--to=saved_model", f"--input_dir={source}", f"--output_dir={export}"],
+        command_line=True,
     )
     assert "mapped 103 source variables onto 79 Cloze variables" in result.stdout
     assert (export / "saved_model.pb").exists() and (export / "assets" / "vocab.txt").exists()
@@ -568,16 +575,18 @@ def test_original_albert_and_electra_releases_to_cloze(tmp_path):
     assert "a format for this ELECTRA model" in refused.stderr
     assert "--to=tf1_bert, which holds BERT models only" in refused.stderr
     assert not (tmp_path / "bert").exists()
-    from concurrent.futures import ThreadPoolExecutor
-
-    def convert(name):
-        return run(
-            [f"--from=tf1_{name}", "--to=cloze", f"--input_dir={tmp_path / name}",
-             f"--output_dir={tmp_path / f'{name}_cloze'}"]
-        )  # fmt: skip
-
-    with ThreadPoolExecutor(2) as pool:
-        results = dict(zip(releases, pool.map(convert, releases)))
+    # One run at a time: run_main parses the global absl flags.
+    results = {
+        name: run(
+            [
+                f"--from=tf1_{name}",
+                "--to=cloze",
+                f"--input_dir={tmp_path / name}",
+                f"--output_dir={tmp_path / f'{name}_cloze'}",
+            ]
+        )
+        for name in releases
+    }
     for name, (config, names, _) in releases.items():
         out = tmp_path / f"{name}_cloze"
         assert f"mapped {len(names(config))} source variables" in results[name].stdout
@@ -589,14 +598,11 @@ def test_original_albert_and_electra_releases_to_cloze(tmp_path):
 
     # And back: --from=cloze tells ALBERT and ELECTRA by their config's keys, and --to=tf1_albert /
     # tf1_electra writes the original names with the original values, every one of them.
-    def back(name):
-        return run(
+    for name in releases:
+        run(
             ["--from=cloze", f"--to=tf1_{name}", f"--input_dir={tmp_path / f'{name}_cloze'}",
              f"--output_dir={tmp_path / f'{name}_tf1'}"]
         )  # fmt: skip
-
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(back, releases))
     for name, (config, _, _) in releases.items():
         out = tmp_path / f"{name}_tf1"
         reader = tf.train.load_checkpoint(str(out))  # through the `checkpoint` file

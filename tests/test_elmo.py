@@ -3,8 +3,6 @@ the char-CNN, the LSTMP cell against keras' LSTM, each direction's causality, pa
 pretraining script and extract_features."""
 
 import json
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -12,6 +10,7 @@ import pytest
 
 from data_prep.errors import InputError
 from modeling import elmo
+from tests import helpers
 from tests.conftest import ROOT
 from training import bilm_tasks
 
@@ -291,7 +290,6 @@ def test_two_replicas_train_as_one_device():
     variable) takes the steps one device takes."""
     import tensorflow as tf
 
-    from tests import helpers
     from training import optimization, trainer
 
     def train(strategy):
@@ -314,7 +312,10 @@ def test_two_replicas_train_as_one_device():
 
 
 def run(script, *args):
-    return subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True)
+    """`script` with `args` in this process (helpers.run_main): a new interpreter importing
+    TensorFlow costs 7-9 s of CPU on 2 cores, and each script keeps its own command-line run
+    in its own test file."""
+    return helpers.run_main(script, args)
 
 
 @pytest.fixture(scope="module")
@@ -486,8 +487,6 @@ def test_classifier_learns_a_separable_task_on_the_frozen_bilm():
 def test_run_classifier_trains_elmo_features_from_a_pretrained_bilm(pretrained, tmp_path):
     """run_classifier.py with the options.json as --bert_config_file: the pretraining
     checkpoint's biLM is loaded into the classifier, which learns the two-sentence task."""
-    from tests import helpers
-
     d = pretrained["dir"]
     r, out = helpers.run_classifier_on_two_sentences(
         tmp_path, d / "options.json", f"--vocab_file={d / 'vocab.txt'}",

@@ -21,7 +21,12 @@ LINES = ["John lives in New York.", "john ||| lives in york .", "", "john " * 12
 S = 9
 
 
-def run(args):
+def run(args, command_line=False):
+    """extract_features.py with `args`, in this process (helpers.run_main), or as a real command
+    line with `command_line` (the first run below keeps one; a new interpreter importing
+    TensorFlow costs 7-9 s of CPU on 2 cores)."""
+    if not command_line:
+        return helpers.run_main("extract_features.py", args)
     return subprocess.run(
         [sys.executable, "extract_features.py", *args], cwd=ROOT, capture_output=True, text=True
     )
@@ -46,7 +51,7 @@ def extracted(tmp_path_factory):
         "--batch_size=3",
     ]
     result = run([*args, "--layers=-1,-3", f"--output_file={d / 'out.jsonl'}",
-                  f"--npz_file={d / 'out.npz'}"])  # fmt: skip
+                  f"--npz_file={d / 'out.npz'}"], command_line=True)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return {"dir": d, "model": model, "prefix": prefix, "args": args, "stderr": result.stderr}
 

@@ -196,10 +196,13 @@ def test_lm_data_script_and_gpt_pretraining_end_to_end(tmp_path):
     config.write_text(json.dumps({**TINY, "n_vocab": len(tok.encoder), "n_ctx": 16}))
 
     def run(script, *args):
-        result = subprocess.run(
+        # create_lm_data.py as a real command line (its one in the suite); run_pretraining.py
+        # in this process (helpers.run_main), saving a TensorFlow import per run.
+        if script == "run_pretraining.py":
+            return helpers.run_main(script, args)
+        return subprocess.run(
             [sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True
         )
-        return result
 
     r = run(
         "data_prep/create_lm_data.py",

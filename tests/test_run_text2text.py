@@ -10,6 +10,7 @@ import pytest
 
 from data_prep import glue, seq2seq_data, text2text
 from data_prep.errors import InputError
+from tests import helpers
 from tests.conftest import ROOT
 from tests.test_seq2seq_data import tiny_bpe
 
@@ -106,7 +107,12 @@ def test_bart_encoding_is_wrapped_in_bos_and_eos_as_bart_was_pretrained(tmp_path
     assert features["input_ids"][0].tolist() == [vocab.bos_id, *ids[:3], vocab.eos_id]
 
 
-def run(args):
+def run(args, command_line=False):
+    """run_text2text.py with `args`, in this process (helpers.run_main), or as a real command
+    line with `command_line` (the GLUE run below keeps one; a new interpreter importing
+    TensorFlow costs 7-9 s of CPU on 2 cores)."""
+    if not command_line:
+        return helpers.run_main("run_text2text.py", args)
     return subprocess.run(
         [sys.executable, "run_text2text.py", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
@@ -134,7 +140,8 @@ def test_run_text2text_classification_and_tsv_seq2seq(tmp_path):
     ]  # fmt: skip
     out = tmp_path / "out_sst"
     r = run([*common, "--task_name=sst-2", f"--data_dir={sst}", f"--output_dir={out}",
-             "--num_train_epochs=30", "--do_train", "--do_eval", "--do_predict"])  # fmt: skip
+             "--num_train_epochs=30", "--do_train", "--do_eval", "--do_predict"],
+            command_line=True)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     results = dict(
         line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()

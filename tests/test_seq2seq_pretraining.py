@@ -3,8 +3,6 @@ run_pretraining.py dispatching a T5 config to the encoder-decoder path."""
 
 import json
 import math
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -13,6 +11,7 @@ import tensorflow as tf
 
 from data_prep import seq2seq_data
 from modeling import t5
+from tests import helpers
 from tests.conftest import ROOT
 from training import seq2seq_tasks
 
@@ -109,13 +108,13 @@ def test_run_pretraining_trains_a_t5_config_on_denoising_records(tmp_path):
     config.write_text(json.dumps(TINY))
     out = tmp_path / "out"
     args = [
-        sys.executable, "run_pretraining.py", f"--bert_config_file={config}",
+        f"--bert_config_file={config}",
         f"--input_file={records}", f"--output_dir={out}", "--max_seq_length=9",
         "--train_batch_size=4", "--eval_batch_size=4", "--num_train_steps=6",
         "--num_warmup_steps=1", "--save_checkpoints_steps=3", "--iterations_per_loop=3",
         "--max_eval_steps=6", "--learning_rate=1e-2", "--do_train", "--do_eval",
     ]  # fmt: skip
-    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = helpers.run_main("run_pretraining.py", args)
     assert r.returncode == 0, r.stderr[-3000:]
     results = dict(
         line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
@@ -126,5 +125,5 @@ def test_run_pretraining_trains_a_t5_config_on_denoising_records(tmp_path):
     assert float(results["target_loss"]) < first["target_loss"]
     assert 0.0 <= float(results["target_accuracy"]) <= 1.0
     bad = [a if not a.startswith("--max_seq_length") else "--max_seq_length=8" for a in args]
-    r = subprocess.run(bad, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = helpers.run_main("run_pretraining.py", bad)
     assert r.returncode != 0 and "t5.tfrecord: expected inputs of --max_seq_length=8" in r.stderr

@@ -277,13 +277,10 @@ def test_pretraining_through_run_pretraining_then_classification_from_its_checkp
     repeated batch, perplexity is exp(loss). Then the classifier starts
     from that checkpoint's encoder (the library path run_classifier would take) and learns a
     repeated batch."""
-    import subprocess
-    import sys
-
     import tensorflow as tf
 
     from data_prep import lm_data
-    from tests.conftest import ROOT
+    from tests import helpers
     from training import finetune_tasks, optimization, trainer
 
     rng = np.random.default_rng(0)
@@ -309,12 +306,7 @@ def test_pretraining_through_run_pretraining_then_classification_from_its_checkp
         "--learning_rate=1e-2",
     ]
 
-    r = subprocess.run(
-        [sys.executable, "run_pretraining.py", *args, "--do_train", "--do_eval"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    r = helpers.run_main("run_pretraining.py", [*args, "--do_train", "--do_eval"])
     assert r.returncode == 0, r.stderr[-3000:]
     results = dict(
         line.split(" = ") for line in (out_dir / "eval_results.txt").read_text().split("\n") if line
