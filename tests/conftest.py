@@ -18,6 +18,18 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     ).strip()
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# tests/subprocess_site/sitecustomize.py (why there) runs at the start of every Python process
+# the tests start, through PYTHONPATH; this process started before, so it runs it here, before
+# TensorFlow is imported.
+SUBPROCESS_SITE = ROOT / "tests" / "subprocess_site"
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(SUBPROCESS_SITE), *filter(None, [os.environ.get("PYTHONPATH")])]
+)
+if "sitecustomize" not in sys.modules:
+    sys.path.insert(0, str(SUBPROCESS_SITE))
+    import sitecustomize  # noqa: E402, F401
+
+    sys.path.remove(str(SUBPROCESS_SITE))
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
@@ -55,34 +67,36 @@ def _same_global_seeds():
 
 
 # Seconds of each slow test file: the sum of all its tests' setup and call times in the last
-# measured whole-suite run (`--durations=0`, 25th session, tests/SUITE_TIMES.md), files of 15 s
+# measured whole-suite run (`--durations=0`, 28th session, tests/SUITE_TIMES.md), files of 15 s
 # and more. xdist's loadfile hands files out in order of their test count, so a file of a few
 # long smoke runs would start last and leave one worker running alone at the end; these start
 # first, longest first (the longest-processing-time rule) and the many short files fill the
 # gaps. A file not listed counts as short. Only the order changes: every test runs.
 FILE_SECONDS = {
-    "test_trainer.py": 358,
-    "test_reliability.py": 261,
-    "test_bench.py": 176,
-    "test_convert_checkpoint.py": 171,
-    "test_run_pretraining.py": 152,
-    "test_run_classifier.py": 121,
-    "test_run_squad.py": 109,
-    "test_run_ner.py": 99,
-    "test_elmo.py": 90,
-    "test_bart.py": 70,
-    "test_gpt.py": 55,
-    "test_t5.py": 47,
-    "test_step_speed.py": 45,
-    "test_build_vocab.py": 28,
-    "test_seq2seq_pretraining.py": 26,
-    "test_run_text2text.py": 23,
-    "test_xlnet.py": 22,
-    "test_helpers.py": 20,
-    "test_create_pretraining_data.py": 19,
-    "test_rt_polarity.py": 19,
-    "test_finetuning.py": 19,
-    "test_extract_features.py": 16,
+    "test_trainer.py": 464,
+    "test_reliability.py": 339,
+    "test_bench.py": 289,
+    "test_run_pretraining.py": 225,
+    "test_run_classifier.py": 170,
+    "test_convert_checkpoint.py": 139,
+    "test_run_squad.py": 121,
+    "test_run_ner.py": 97,
+    "test_elmo.py": 89,
+    "test_step_speed.py": 89,
+    "test_t5.py": 85,
+    "test_bart.py": 75,
+    "test_gpt.py": 43,
+    "test_finetuning.py": 38,
+    "test_create_pretraining_data.py": 37,
+    "test_rt_polarity.py": 36,
+    "test_run_text2text.py": 30,
+    "test_xlnet.py": 27,
+    "test_tagging.py": 25,
+    "test_electra.py": 23,
+    "test_seq2seq_pretraining.py": 23,
+    "test_extract_features.py": 20,
+    "test_build_vocab.py": 18,
+    "test_albert.py": 16,
 }
 
 

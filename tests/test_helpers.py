@@ -66,3 +66,48 @@ def test_xdist_hands_out_the_slowest_files_first(tmp_path):
         )  # fmt: skip
         assert result.returncode == 0, result.stdout[-2000:]
         assert list(dict.fromkeys(order.read_text().split())) == want
+
+
+def test_test_processes_tune_the_collector_and_turn_away_optional_imports(tmp_path):
+    """tests/conftest.py and tests/subprocess_site: here, the imported libraries are frozen and
+    collections wait for 20,000 new objects; a Python process a test starts runs the site file
+    first (IPython and, outside Keras' JAX backend, jax turned away; the same thresholds), and a
+    JAX-backend process can still import jax."""
+    import gc
+    import os
+    import subprocess
+
+    assert gc.get_threshold() == (20_000, 20, 20) and gc.get_freeze_count() > 100_000
+    code = (
+        "import gc, importlib.util, sys\n"
+        "for name in ('IPython', 'jax'):\n"
+        "    try:\n"
+        "        __import__(name)\n"
+        "        print(name, 'imported')\n"
+        "    except ImportError:\n"
+        "        print(name, 'turned away')\n"
+        "print(gc.get_threshold())\n"
+    )
+    seen = {}
+    for backend in ("tensorflow", "jax"):
+        env = dict(os.environ, KERAS_BACKEND=backend)
+        result = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        seen[backend] = result.stdout.splitlines()
+    assert seen["tensorflow"] == ["IPython turned away", "jax turned away", "(20000, 20, 20)"]
+    assert seen["jax"][1:] == ["jax imported", "(20000, 20, 20)"]
+    # Without the site folder on PYTHONPATH the same interpreter imports what is installed
+    # (jax always, by tests/requirements.txt): the turning away is the site file's doing.
+    from importlib import metadata
+
+    try:
+        ipython = "imported" if metadata.distribution("ipython") else "turned away"
+    except metadata.PackageNotFoundError:
+        ipython = "turned away"  # not on this machine: the import fails with or without the site
+    env = dict(os.environ, PYTHONPATH="")
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.splitlines()[:2] == [f"IPython {ipython}", "jax imported"], result.stderr
