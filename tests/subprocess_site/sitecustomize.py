@@ -14,11 +14,24 @@ anything else. Test processes only; what a user runs is unchanged.
 """
 
 import gc
+import importlib.abc
 import os
 import sys
 
-_TURNED_AWAY = ["IPython"] + ([] if os.environ.get("KERAS_BACKEND") == "jax" else ["jax"])
-for _name in _TURNED_AWAY:
-    # A None entry makes `import name` raise ImportError (the import system's own convention).
-    sys.modules.setdefault(_name, None)
+_TURNED_AWAY = {"IPython"} | (set() if os.environ.get("KERAS_BACKEND") == "jax" else {"jax"})
+
+
+class _TurnAway(importlib.abc.MetaPathFinder):
+    """Imports of the turned-away packages fail as if they were not installed (the main
+    requirements do not install either), and they never enter sys.modules. (A None entry in
+    sys.modules, the import system's other way to refuse, broke scipy, which looks modules up
+    there: test_metrics failed with it in the 28th session.)"""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in _TURNED_AWAY:
+            raise ModuleNotFoundError(f"No module named {name!r} (turned away)", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _TurnAway())
 gc.set_threshold(20_000, 20, 20)
