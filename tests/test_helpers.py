@@ -68,7 +68,7 @@ def test_xdist_hands_out_the_slowest_files_first(tmp_path):
         assert list(dict.fromkeys(order.read_text().split())) == want
 
 
-def test_test_processes_tune_the_collector_and_turn_away_optional_imports(tmp_path):
+def test_test_processes_tune_the_collector_and_turn_away_optional_imports():
     """tests/conftest.py and tests/subprocess_site: here, the imported libraries are frozen and
     collections wait for 20,000 new objects; a Python process a test starts runs the site file
     first (IPython and, outside Keras' JAX backend, jax turned away; the same thresholds), and a
@@ -105,7 +105,8 @@ def test_test_processes_tune_the_collector_and_turn_away_optional_imports(tmp_pa
     from importlib import metadata
 
     try:
-        ipython = "imported" if metadata.distribution("ipython") else "turned away"
+        metadata.distribution("ipython")
+        ipython = "imported"
     except metadata.PackageNotFoundError:
         ipython = "turned away False"  # not on this machine: it fails with or without the site
     env = dict(os.environ, PYTHONPATH="")
