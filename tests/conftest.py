@@ -2,6 +2,7 @@
 
 import gc
 import os
+import runpy
 import sys
 from pathlib import Path
 
@@ -26,10 +27,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(SUBPROCESS_SITE), *filter(None, [os.environ.get("PYTHONPATH")])]
 )
 if "sitecustomize" not in sys.modules:
-    sys.path.insert(0, str(SUBPROCESS_SITE))
-    import sitecustomize  # noqa: E402, F401
-
-    sys.path.remove(str(SUBPROCESS_SITE))
+    runpy.run_path(str(SUBPROCESS_SITE / "sitecustomize.py"))
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
@@ -42,16 +40,15 @@ tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceCon
 
 # Python's cyclic garbage collector, tuned for a process that traces many small models: the
 # imported libraries (TensorFlow, Keras, keras-hub: about a million objects) go to the permanent
-# generation, where no collection scans them again, and collections run after 20,000 net new
-# objects instead of 700. With the defaults a full collection scanned the whole heap every few
-# seconds of tracing: 7.0-7.6 s of gc in a 45-60 s run of three trainer tests, 1.4-1.7 s with
-# this, at the same peak memory (28th session, tests/SUITE_TIMES.md). Test processes only: a
-# real run traces once and then spends its time in TensorFlow's kernels.
+# generation, where no collection scans them again, and (the site file above) collections run
+# after 20,000 net new objects instead of 700. With the defaults a full collection scanned the
+# whole heap every few seconds of tracing: 7.0-7.6 s of gc in a 45-60 s run of three trainer
+# tests, 1.4-1.7 s with this, at the same peak memory (28th session, tests/SUITE_TIMES.md).
+# Test processes only: a real run traces once and then spends its time in TensorFlow's kernels.
 import keras_hub  # noqa: E402, F401  (imported by most test files anyway; frozen with the rest)
 
 gc.collect()
 gc.freeze()
-gc.set_threshold(20_000, 20, 20)
 
 
 @pytest.fixture(autouse=True)

@@ -255,6 +255,30 @@ def run_main(script: str, args=()) -> Completed:
     return Completed(code, out.getvalue(), err.getvalue())
 
 
+def run_script(script: str, args=(), command_line: bool = False) -> Completed:
+    """Entrypoint `script` with command-line `args`: in this process (run_main), or with
+    `command_line` as `python script args` in a new interpreter from the repository root (the
+    one real command-line run each entrypoint keeps; it costs a TensorFlow import, 7-9 s of
+    CPU on 2 cores)."""
+    if not command_line:
+        return run_main(script, args)
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    result = subprocess.run(
+        [sys.executable, script, *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    return Completed(result.returncode, result.stdout, result.stderr)
+
+
 def check_group_by_length(
     run, args, output_dir, padding_flag="dynamic_padding", then="--do_eval"
 ) -> Completed:

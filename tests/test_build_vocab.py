@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -136,20 +133,9 @@ def test_write_then_load_round_trip(tmp_path, learned):
 
 
 def run_build_vocab(*args: str, command_line=False):
-    """build_vocab.py with `args`, in this process (helpers.run_main), or as a real command line
-    with `command_line` (the smoke test keeps one; a new interpreter importing TensorFlow costs
-    7-9 s of CPU on 2 cores)."""
-    if not command_line:
-        return helpers.run_main("data_prep/build_vocab.py", args)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run(
-        [sys.executable, "data_prep/build_vocab.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """build_vocab.py with `args` (helpers.run_script: in this process, or as a real command
+    line, which the smoke test keeps)."""
+    return helpers.run_script("data_prep/build_vocab.py", args, command_line)
 
 
 def test_build_vocab_smoke(tmp_path, corpus):

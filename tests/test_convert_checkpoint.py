@@ -29,7 +29,6 @@ import tensorflow as tf
 from data_prep import tokenization
 from modeling import bert, checkpoints, finetuning
 from tests import helpers
-from tests.conftest import ROOT
 from tests.make_minilm_golden import GOLDEN, minilm_dir
 from tests.test_checkpoints import (
     original_tf1_shapes,
@@ -44,20 +43,9 @@ TOLERANCE = 1e-5  # max absolute difference, the issue's bar for the real weight
 
 
 def run(args, check=True, command_line=False):
-    """convert_checkpoint.py with `args`, in this process (helpers.run_main), or as a real
-    command line with `command_line` (the SavedModel test below keeps one: a new interpreter
-    importing TensorFlow costs 7-9 s of CPU on 2 cores, so the other runs stay in process)."""
-    if command_line:
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        result = subprocess.run(
-            [sys.executable, "convert_checkpoint.py", *args],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-    else:
-        result = helpers.run_main("convert_checkpoint.py", args)
+    """convert_checkpoint.py with `args` (helpers.run_script: in this process, or as a real
+    command line, which the SavedModel test below keeps)."""
+    result = helpers.run_script("convert_checkpoint.py", args, command_line)
     if check and result.returncode != 0:
         raise AssertionError(result.stderr[-4000:])
     return result

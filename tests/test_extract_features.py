@@ -3,8 +3,6 @@
 features, bad input; run_ner.py's per-window encoder-output cache and its in-memory batches."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +12,6 @@ from data_prep import feature_files
 from data_prep.tokenization import RESERVED_TOKENS
 from modeling import bert, electra
 from tests import helpers
-from tests.conftest import ROOT
 
 WORDS = ["john", "lives", "in", "new", "york", "un", "##aff", "##able", "."]
 LINES = ["John lives in New York.", "john ||| lives in york .", "", "john " * 12, "unaffable"]
@@ -22,14 +19,9 @@ S = 9
 
 
 def run(args, command_line=False):
-    """extract_features.py with `args`, in this process (helpers.run_main), or as a real command
-    line with `command_line` (the first run below keeps one; a new interpreter importing
-    TensorFlow costs 7-9 s of CPU on 2 cores)."""
-    if not command_line:
-        return helpers.run_main("extract_features.py", args)
-    return subprocess.run(
-        [sys.executable, "extract_features.py", *args], cwd=ROOT, capture_output=True, text=True
-    )
+    """extract_features.py with `args` (helpers.run_script: in this process, or as a real
+    command line, which the first run below keeps)."""
+    return helpers.run_script("extract_features.py", args, command_line)
 
 
 @pytest.fixture(scope="module")

@@ -176,12 +176,9 @@ def test_lm_data_script_and_gpt_pretraining_end_to_end(tmp_path):
     """create_lm_data.py with a learned byte-level BPE, then run_pretraining.py on a GPT config:
     loss and perplexity written, a rerun resumes, BERT records and BERT flags are refused."""
     import math
-    import subprocess
-    import sys
 
     from data_prep import bpe
     from tests import helpers
-    from tests.conftest import ROOT
 
     text = [
         f"document {d}: " + " ".join(f"word{(d * 7 + i) % 13}" for i in range(40))
@@ -197,12 +194,8 @@ def test_lm_data_script_and_gpt_pretraining_end_to_end(tmp_path):
 
     def run(script, *args):
         # create_lm_data.py as a real command line (its one in the suite); run_pretraining.py
-        # in this process (helpers.run_main), saving a TensorFlow import per run.
-        if script == "run_pretraining.py":
-            return helpers.run_main(script, args)
-        return subprocess.run(
-            [sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True
-        )
+        # in this process.
+        return helpers.run_script(script, args, command_line=script != "run_pretraining.py")
 
     r = run(
         "data_prep/create_lm_data.py",

@@ -2,8 +2,6 @@
 run_text2text.py on label-word classification (greedy) and tsv_seq2seq (beam search)."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -11,7 +9,6 @@ import pytest
 from data_prep import glue, seq2seq_data, text2text
 from data_prep.errors import InputError
 from tests import helpers
-from tests.conftest import ROOT
 from tests.test_seq2seq_data import tiny_bpe
 
 
@@ -108,15 +105,9 @@ def test_bart_encoding_is_wrapped_in_bos_and_eos_as_bart_was_pretrained(tmp_path
 
 
 def run(args, command_line=False):
-    """run_text2text.py with `args`, in this process (helpers.run_main), or as a real command
-    line with `command_line` (the GLUE run below keeps one; a new interpreter importing
-    TensorFlow costs 7-9 s of CPU on 2 cores)."""
-    if not command_line:
-        return helpers.run_main("run_text2text.py", args)
-    return subprocess.run(
-        [sys.executable, "run_text2text.py", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    """run_text2text.py with `args` (helpers.run_script: in this process, or as a real command
+    line, which the GLUE run below keeps)."""
+    return helpers.run_script("run_text2text.py", args, command_line)
 
 
 def read_tsv(path):

@@ -8,9 +8,9 @@ anything else. Test processes only; what a user runs is unchanged.
   runs Keras' JAX backend, `jax` (tensorflow.lite.python.util, for its JAX converter; 1.3 s).
   Both are installed here (IPython with the machine, jax[cpu] by tests/requirements.txt for
   bench/gpu_mfu.py), and both libraries catch the ImportError and go on without them.
-- Python's cyclic garbage collector runs after 20,000 net new objects instead of 700, as in
-  the test processes (tests/conftest.py): full collections of a heap holding TensorFlow took
-  0.3 s each, several times a run.
+- Python's cyclic garbage collector runs after 20,000 net new objects instead of 700 (the test
+  processes too, which also freeze the imported libraries: tests/conftest.py): full
+  collections of a heap holding TensorFlow took 0.3 s each, several times a run.
 """
 
 import gc
