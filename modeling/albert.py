@@ -33,7 +33,6 @@ G groups.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import ClassVar
 
 import keras
@@ -46,7 +45,7 @@ from modeling import bert, electra, heads, layers
 
 
 @dataclasses.dataclass(frozen=True)
-class AlbertConfig:
+class AlbertConfig(bert.JsonConfig):
     """The original google-research/albert `AlbertConfig` / `albert_config.json`, field for field.
 
     The published albert_config.json files carry eighteen keys. Fourteen define the model and are
@@ -59,6 +58,8 @@ class AlbertConfig:
     OPTIONAL: ClassVar[frozenset] = frozenset(
         {"down_scale_factor", "net_structure_type", "gap_size", "num_memory_blocks"}
     )
+    FAMILY: ClassVar[str] = "ALBERT"
+    FILE_KIND: ClassVar[str] = "an albert_config.json file"
 
     vocab_size: int
     embedding_size: int = 128
@@ -100,25 +101,6 @@ class AlbertConfig:
                     f"AlbertConfig.{name}: expected {want} (the public ALBERT code implements no "
                     f"other value), found {getattr(self, name)!r}"
                 )
-
-    @classmethod
-    def from_dict(cls, values: dict, source: str = "config") -> AlbertConfig:
-        return bert.config_from_dict(cls, values, source, "ALBERT")
-
-    @classmethod
-    def from_json_file(cls, path) -> AlbertConfig:
-        """Reads an `albert_config.json`; errors name the file (and the JSON line)."""
-        return cls.from_dict(bert.read_config_json(path, "an albert_config.json file"), str(path))
-
-    def to_dict(self) -> dict:
-        """All eighteen fields, as the published files have them."""
-        return dataclasses.asdict(self)
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-
-    def replace(self, **changes) -> AlbertConfig:
-        return dataclasses.replace(self, **changes)
 
 
 def is_albert_config(values) -> bool:

@@ -56,7 +56,7 @@ def is_bart_config(values: dict) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class BartConfig:
+class BartConfig(bert.JsonConfig):
     """BART hyper-parameters under the names of Hugging Face's BartConfig (config.json); the
     defaults are its defaults (bart-large's sizes).
 
@@ -90,6 +90,8 @@ class BartConfig:
     decoder_start_token_id: int = 2
 
     OPTIONAL: ClassVar[frozenset] = frozenset()  # set below the class: all but vocab_size
+    FAMILY: ClassVar[str] = "BART"
+    FILE_KIND: ClassVar[str] = "a BART config file"
 
     def __post_init__(self):
         positive = (
@@ -149,16 +151,6 @@ class BartConfig:
             )
 
     @classmethod
-    def from_dict(cls, values: dict, source: str = "config") -> BartConfig:
-        """Builds a config from a dict (vocab_size required, the rest optional); an unknown key
-        is an error; errors name `source`."""
-        return bert.config_from_dict(cls, values, source, "BART")
-
-    @classmethod
-    def from_json_file(cls, path) -> BartConfig:
-        return cls.from_dict(bert.read_config_json(path, "a BART config file"), source=str(path))
-
-    @classmethod
     def from_hf_config(cls, values: dict, source: str = "config.json") -> BartConfig:
         """A Hugging Face BART `config.json` as published (with its bookkeeping and generation
         keys) -> BartConfig. Keys that change the computation must have the value BART has
@@ -182,12 +174,6 @@ class BartConfig:
         fields = {f.name for f in dataclasses.fields(cls)}
         kept = {k: v for k, v in values.items() if k in fields or k not in ignored}
         return cls.from_dict(kept, source)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
 
 BartConfig.OPTIONAL = frozenset(f.name for f in dataclasses.fields(BartConfig)) - {"vocab_size"}

@@ -15,7 +15,7 @@ import itertools
 import json
 import math
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import keras
 from keras import ops
@@ -120,8 +120,40 @@ def read_config_json(path, what: str = "a bert_config.json file") -> dict:
         raise InputError(f"{path}: expected {what}, found JSON nested too deeply") from None
 
 
+class JsonConfig:
+    """The JSON round trip every family's config dataclass shares (BertConfig, AlbertConfig,
+    ElectraConfig, GptConfig, T5Config, BartConfig, XLNetConfig, ElmoConfig): from_dict and
+    from_json_file, whose errors name the source (config_from_dict, read_config_json), to_dict,
+    to_json_string (sorted keys, a final newline) and replace. A family names itself in FAMILY
+    and its file in FILE_KIND (both in error messages), lists its optional keys in OPTIONAL,
+    and overrides to_dict or from_dict where its JSON is not its fields one for one."""
+
+    FAMILY: ClassVar[str] = "BERT"
+    FILE_KIND: ClassVar[str] = "a bert_config.json file"
+    OPTIONAL: ClassVar[frozenset] = frozenset()
+
+    @classmethod
+    def from_dict(cls, values: dict, source: str = "config") -> Self:
+        """Builds a config from a dict; `source` names where it came from in error messages."""
+        return config_from_dict(cls, values, source, cls.FAMILY)
+
+    @classmethod
+    def from_json_file(cls, path) -> Self:
+        """Reads a config file; errors name the file (and the JSON line on syntax errors)."""
+        return cls.from_dict(read_config_json(path, cls.FILE_KIND), source=str(path))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def replace(self, **changes) -> Self:
+        return dataclasses.replace(self, **changes)
+
+
 @dataclasses.dataclass(frozen=True)
-class BertConfig:
+class BertConfig(JsonConfig):
     """The original google-research/bert `BertConfig`, field for field, plus two optional fields.
 
     The eleven original fields are required in a JSON file (a published `bert_config.json` has all
@@ -165,28 +197,12 @@ class BertConfig:
         if not 0 < self.layer_norm_eps < 1:
             raise ValueError(f"BertConfig: layer_norm_eps {self.layer_norm_eps} must be in (0, 1)")
 
-    @classmethod
-    def from_dict(cls, values: dict, source: str = "config") -> BertConfig:
-        """Builds a config from a dict; `source` names where it came from in error messages."""
-        return config_from_dict(cls, values, source, "BERT")
-
-    @classmethod
-    def from_json_file(cls, path) -> BertConfig:
-        """Reads a `bert_config.json`; errors name the file (and the JSON line on syntax errors)."""
-        return cls.from_dict(read_config_json(path), source=str(path))
-
     def to_dict(self) -> dict:
         """The JSON fields; optional fields only when they differ from their default, so a
         published config round-trips to the same keys."""
         values = dataclasses.asdict(self)
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         return {k: v for k, v in values.items() if k not in self.OPTIONAL or v != defaults[k]}
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-
-    def replace(self, **changes) -> BertConfig:
-        return dataclasses.replace(self, **changes)
 
 
 # ---------------------------------------------------------------------------------------------

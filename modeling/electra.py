@@ -38,7 +38,6 @@ Shapes: B batch, S length, E embedding width, H hidden, P predictions, V vocab, 
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import ClassVar
 
 import keras
@@ -53,7 +52,7 @@ from modeling import bert, heads, layers
 
 
 @dataclasses.dataclass(frozen=True)
-class ElectraConfig:
+class ElectraConfig(bert.JsonConfig):
     """The discriminator's BertConfig fields (google-research/electra's modeling.BertConfig,
     field for field) plus three of the original's PretrainingConfig hparams that shape the
     weights: `embedding_size`, `generator_hidden_size` and `generator_layers` (fractions of the
@@ -67,6 +66,8 @@ class ElectraConfig:
     """
 
     OPTIONAL: ClassVar[frozenset] = frozenset()
+    FAMILY: ClassVar[str] = "ELECTRA"
+    FILE_KIND: ClassVar[str] = "an ELECTRA config JSON file"
 
     vocab_size: int
     hidden_size: int = 256
@@ -123,24 +124,6 @@ class ElectraConfig:
             generator_hidden_size=1.0,
             generator_layers=1.0,
         )
-
-    @classmethod
-    def from_dict(cls, values: dict, source: str = "config") -> ElectraConfig:
-        return bert.config_from_dict(cls, values, source, "ELECTRA")
-
-    @classmethod
-    def from_json_file(cls, path) -> ElectraConfig:
-        """Reads an ELECTRA config JSON; errors name the file (and the JSON line)."""
-        return cls.from_dict(bert.read_config_json(path, "an ELECTRA config JSON file"), str(path))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-
-    def replace(self, **changes) -> ElectraConfig:
-        return dataclasses.replace(self, **changes)
 
 
 # How ELECTRA corrupts the generator's input when it masks on the fly (--masking=dynamic): of the

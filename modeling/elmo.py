@@ -165,7 +165,7 @@ class CharCnnOptions:
 
 
 @dataclasses.dataclass(frozen=True)
-class ElmoConfig:
+class ElmoConfig(bert.JsonConfig):
     """ELMo's options.json, nested as published: "lstm" (required), "char_cnn" (absent or null:
     a token embedding table is the input instead), and bilm-tf's training options
     "n_tokens_vocab" (V: the softmax, and the embedding table without char_cnn; the published
@@ -177,6 +177,8 @@ class ElmoConfig:
     OPTIONAL: ClassVar[frozenset] = frozenset(
         {"char_cnn", "n_tokens_vocab", "dropout", "bidirectional"}
     )
+    FAMILY: ClassVar[str] = "ELMo"
+    FILE_KIND: ClassVar[str] = "an ELMo options.json"
 
     lstm: LstmOptions
     char_cnn: CharCnnOptions | None = None
@@ -235,17 +237,10 @@ class ElmoConfig:
             )
         return bert.config_from_dict(cls, values, source, "ELMo")
 
-    @classmethod
-    def from_json_file(cls, path) -> ElmoConfig:
-        return cls.from_dict(bert.read_config_json(path, "an ELMo options.json"), str(path))
-
     def to_dict(self) -> dict:
         """The options.json dict (filters as lists; absent optional sections left out)."""
         out = json.loads(json.dumps(dataclasses.asdict(self)))  # tuples -> lists
         return {k: v for k, v in out.items() if not (k in self.OPTIONAL and v is None)}
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------

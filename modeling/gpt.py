@@ -12,7 +12,6 @@ D head depth, V vocab, C classes, L layers.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import ClassVar
 
@@ -35,7 +34,7 @@ def is_gpt_config(values: dict) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class GptConfig:
+class GptConfig(bert.JsonConfig):
     """GPT hyper-parameters with the names of OpenAI's released `hparams.json`.
 
     The five fields of that file are required, so a released hparams.json loads unchanged; the
@@ -61,6 +60,8 @@ class GptConfig:
 
     # bert.config_from_dict requires every field not in OPTIONAL: set below the class.
     OPTIONAL: ClassVar[frozenset] = frozenset()
+    FAMILY: ClassVar[str] = "GPT"
+    FILE_KIND: ClassVar[str] = "a GPT config file"
 
     def __post_init__(self):
         for name in REQUIRED:
@@ -79,22 +80,6 @@ class GptConfig:
     @property
     def inner_size(self) -> int:
         return self.n_inner or 4 * self.n_embd
-
-    @classmethod
-    def from_dict(cls, values: dict, source: str = "config") -> GptConfig:
-        """Builds a config from a dict (the five hparams.json keys required, the rest optional);
-        errors name `source`."""
-        return bert.config_from_dict(cls, values, source, "GPT")
-
-    @classmethod
-    def from_json_file(cls, path) -> GptConfig:
-        return cls.from_dict(bert.read_config_json(path, "a GPT config file"), source=str(path))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
 
 # Only the REQUIRED keys must be given; every other field has its default.

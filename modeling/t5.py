@@ -14,7 +14,6 @@ length, H d_model, N heads, D d_kv, F d_ff, V vocab.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import ClassVar
 
@@ -42,7 +41,7 @@ def is_t5_config(values: dict) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class T5Config:
+class T5Config(bert.JsonConfig):
     """T5 hyper-parameters under the names of its published config.json.
 
     feed_forward_proj "relu" is the original T5 (relu(x wi) wo); "gated-gelu" is T5 v1.1 (gelu(x
@@ -69,6 +68,8 @@ class T5Config:
 
     # bert.config_from_dict requires every field not in OPTIONAL: set below the class.
     OPTIONAL: ClassVar[frozenset] = frozenset()
+    FAMILY: ClassVar[str] = "T5"
+    FILE_KIND: ClassVar[str] = "a T5 config file"
 
     def __post_init__(self):
         if self.feed_forward_proj not in FEED_FORWARD:
@@ -84,22 +85,6 @@ class T5Config:
     @property
     def decoder_layers(self) -> int:
         return self.num_decoder_layers or self.num_layers
-
-    @classmethod
-    def from_dict(cls, values: dict, source: str = "config") -> T5Config:
-        """Builds a config from a dict (vocab_size required, the rest optional); errors name
-        `source`."""
-        return bert.config_from_dict(cls, values, source, "T5")
-
-    @classmethod
-    def from_json_file(cls, path) -> T5Config:
-        return cls.from_dict(bert.read_config_json(path, "a T5 config file"), source=str(path))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
 
 # Only vocab_size must be given; every other field has its default.

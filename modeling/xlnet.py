@@ -24,7 +24,6 @@ V n_token, R = 2S - 1 relative distances, L layers, C classes.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import ClassVar
 
@@ -57,7 +56,7 @@ def is_xlnet_config(values: dict) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class XLNetConfig:
+class XLNetConfig(bert.JsonConfig):
     """XLNet hyper-parameters with the names of the released `xlnet_config.json`.
 
     Those eight fields are required, so a released config loads unchanged. The optional ones are
@@ -82,6 +81,8 @@ class XLNetConfig:
     clamp_len: int = -1
 
     OPTIONAL: ClassVar[frozenset] = frozenset()  # set below the class
+    FAMILY: ClassVar[str] = "XLNet"
+    FILE_KIND: ClassVar[str] = "an xlnet_config.json file"
 
     def __post_init__(self):
         for name in ("d_head", "d_inner", "d_model", "n_head", "n_layer", "n_token"):
@@ -105,22 +106,6 @@ class XLNetConfig:
                 f"XLNetConfig.ff_activation: expected one of {sorted(layers.ACTIVATIONS)}, "
                 f"found {self.ff_activation!r}"
             )
-
-    @classmethod
-    def from_dict(cls, values: dict, source: str = "config") -> XLNetConfig:
-        """Builds a config from a dict (the eight released keys required); errors name
-        `source`."""
-        return bert.config_from_dict(cls, values, source, "XLNet")
-
-    @classmethod
-    def from_json_file(cls, path) -> XLNetConfig:
-        return cls.from_dict(bert.read_config_json(path, "an xlnet_config.json file"), str(path))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
 
 XLNetConfig.OPTIONAL = frozenset(f.name for f in dataclasses.fields(XLNetConfig)) - set(REQUIRED)
