@@ -1,7 +1,9 @@
-"""BERT modeling: config round trips and errors, Keras contract, save/load, and parity of the
-forward pass with keras-hub's independent BertBackbone at an explicit tolerance."""
+"""BERT modeling: config round trips and errors (every family's config through bert.JsonConfig),
+Keras contract, save/load, and parity of the forward pass with keras-hub's independent
+BertBackbone at an explicit tolerance."""
 
 import json
+from pathlib import Path
 
 import keras
 import keras_hub
@@ -10,10 +12,11 @@ import pytest
 import tensorflow as tf
 
 from data_prep.errors import InputError
-from modeling import bert, layers
+from modeling import albert, bart, bert, electra, elmo, gpt, layers, t5, xlnet
 from tests import helpers
 
 B, S = 3, 7
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def random_inputs(config, seed=0):
@@ -307,3 +310,51 @@ def test_span_boundary_head_reads_only_the_boundaries_and_the_offset():
     assert not np.allclose(head(noisy, positions, left, right, table)[0], same[0])
     # Row 0: offsets 0 and 1 within the same span give different predictions.
     assert not np.allclose(out["sbo_logits"][0, 0], out["sbo_logits"][0, 1])
+
+
+# bert.JsonConfig: the JSON round trip every family's config shares
+
+# Each shipped config file and the class that reads it.
+SHIPPED = [
+    ("bert_tiny.json", bert.BertConfig),
+    ("roberta_base.json", bert.BertConfig),
+    ("albert_tiny.json", albert.AlbertConfig),
+    ("electra_small.json", electra.ElectraConfig),
+    ("gpt_tiny.json", gpt.GptConfig),
+    ("t5_tiny.json", t5.T5Config),
+    ("bart_tiny.json", bart.BartConfig),
+    ("xlnet_tiny.json", xlnet.XLNetConfig),
+    ("elmo_tiny.json", elmo.ElmoConfig),
+]
+
+
+@pytest.mark.parametrize("name, cls", SHIPPED, ids=[n for n, _ in SHIPPED])
+def test_shipped_configs_round_trip_and_name_their_family_in_errors(tmp_path, name, cls):
+    assert issubclass(cls, bert.JsonConfig)
+    path = ROOT / "configs" / name
+    config = cls.from_json_file(path)
+    # The file's keys come back with their values (BERT and ELMo leave out the optional ones a
+    # file left out; the others write every field).
+    written, values = config.to_dict(), json.loads(path.read_text())
+    assert {k: written[k] for k in values} == values
+    again = tmp_path / name
+    again.write_text(config.to_json_string())
+    assert again.read_text().endswith("}\n") and cls.from_json_file(again) == config
+    assert cls.from_dict(config.to_dict()) == config
+    first = next(iter(config.to_dict()))
+    changed = config.replace(**{first: getattr(config, first)})
+    assert changed == config and changed is not config
+
+    with pytest.raises(InputError, match=rf"nothing\.json: expected {cls.FILE_KIND}, found no"):
+        cls.from_json_file(tmp_path / "nothing.json")
+    with pytest.raises(InputError, match=rf"{name}: unknown key\(s\) \['speed'\]; a {cls.FAMILY} "):
+        cls.from_dict({**config.to_dict(), "speed": 1}, name)
+    (tmp_path / "broken.json").write_text('{\n  "vocab_size": 3,\n}\n')
+    with pytest.raises(InputError, match=r"broken\.json:3: expected JSON, found a syntax error"):
+        cls.from_json_file(tmp_path / "broken.json")
+
+
+def test_each_family_names_itself():
+    families = [cls.FAMILY for _, cls in SHIPPED[1:]]
+    assert families == ["BERT", "ALBERT", "ELECTRA", "GPT", "T5", "BART", "XLNet", "ELMo"]
+    assert len({cls.FILE_KIND for _, cls in SHIPPED[1:]}) == 8
