@@ -1,6 +1,7 @@
 """Smoke runs of run_pretraining.py, its resume, its bad-input errors, and strategy selection."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -58,6 +59,16 @@ def test_train_eval_writes_everything_and_resumes(setup, tmp_path):
     out = tmp_path / "out"
     result = run([*common(d, config, out, 4), "--do_train", "--do_eval", "--keep_checkpoint_max=1"])
     assert "examples/s" in result.stderr and "ETA" in result.stderr  # progress line
+    # ... with the token throughput: S positions an example, fewer of them not padding.
+    speeds = re.findall(
+        r"([\d.]+) examples/s \| ([\d,]+) tokens/s \(([\d,]+) not padding, (\d+)%\)",
+        result.stderr,
+    )
+    assert len(speeds) == 2  # a compiled call of 2 steps each
+    for examples, total, real, percent in speeds:
+        examples, total, real = (float(x.replace(",", "")) for x in (examples, total, real))
+        assert abs(total - examples * S) <= 0.05 * examples * S + 1  # the log rounds both
+        assert 0 < real < total and 0 < int(percent) < 100
     results = dict(
         line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
     )

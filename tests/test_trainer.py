@@ -136,6 +136,38 @@ def test_mirrored_two_cpus_matches_one_device(reference):
     assert_train_alike(reference("mirrored"), reference("one_device"), rows_rtol=1e-5)
 
 
+def test_rows_count_each_steps_tokens_and_those_not_padding(reference, data_file):
+    """train_steps' TOKEN_COLUMNS: the global batch's positions and its input_mask's sum, the
+    same whether the batch ran on one device, two replicas, as micro-batches or under XLA."""
+    keras.utils.set_random_seed(7)  # as build() left it when train() made the dataset
+    want = [
+        [m.size, m.sum()]
+        for m in (b["input_mask"].numpy() for b in dataset(data_file).take(REFERENCE_STEPS))
+    ]
+    assert all(real < size for size, real in want)  # the records hold padding
+    k = len(trainer.EXTRA_COLUMNS)
+    for where in ("one_device", "mirrored", "xla", "accumulation"):
+        rows = reference(where).rows
+        np.testing.assert_array_equal(rows[:, -k - len(trainer.TOKEN_COLUMNS) : -k], want)
+
+
+def test_token_counts_read_the_masks_of_inputs_and_targets():
+    ids, mask = tf.ones((2, 3), tf.int32), tf.constant([[1, 1, 0], [1, 0, 0]])
+    targets, target_mask = tf.ones((2, 2), tf.int32), tf.constant([[1, 0], [1, 1]])
+    count = trainer.token_counts
+    assert count({"input_ids": ids, "input_mask": mask}).numpy().tolist() == [6, 3]
+    assert count({"input_ids": ids}).numpy().tolist() == [6, 6]  # LM blocks: no padding
+    both = {"input_ids": ids, "input_mask": mask, "target_ids": targets, "target_mask": target_mask}
+    assert count(both).numpy().tolist() == [10, 6]
+    assert count({"label_ids": ids}).numpy().tolist() == [0, 0]
+
+
+def test_throughput_in_the_log_line():
+    assert trainer._fmt_tokens({}) == ""
+    line = trainer._fmt_tokens({"tokens_per_second": 3210.4, "real_tokens_per_second": 2889.0})
+    assert line == " | 3,210 tokens/s (2,889 not padding, 90%)"
+
+
 def test_loss_decreases_on_repeated_batch(data_file):
     fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.tiny_config(), steps=60)
     one_batch = features.pretraining_dataset([data_file], B, S, P, is_training=False).take(1)

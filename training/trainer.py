@@ -166,11 +166,29 @@ def _stack_sums(sums: dict, keys: list):
     return tf.stack([tf.cast(sums[k], tf.float32) for k in keys])
 
 
-# What train_steps returns after the summed metrics, one column each, in this order.
+# What train_steps returns after the summed metrics: the step's token counts (token_counts),
+# summed over the global batch, then these, one column each, in this order.
+TOKEN_COLUMNS = ("tokens", "real_tokens")
 EXTRA_COLUMNS = ("grad_norm", "learning_rate", "loss_scale", "overflow", "applied")
 # Loss scaling (fp16) never lowers the scale below this: an overflow at scale 1 is a real
 # non-finite gradient, handled as any other (--on_nonfinite).
 MIN_LOSS_SCALE = 1.0
+
+
+def token_counts(batch: dict):
+    """float32 (2,): the token positions `batch` holds and how many of them are not padding
+    (TOKEN_COLUMNS), for the throughput the train log reports. The elements of input_ids, of
+    which input_mask (1 real, 0 padding: the BERT convention every Cloze reader and model
+    follows) marks the real ones where the batch has one; plus, in an encoder-decoder batch,
+    those of target_ids (target_mask). A batch cut to its longest example (dynamic padding)
+    counts the positions it computes; a batch without input_ids counts 0."""
+    positions, real = tf.constant(0.0), tf.constant(0.0)
+    for ids, mask in (("input_ids", "input_mask"), ("target_ids", "target_mask")):
+        if ids in batch:
+            n = tf.cast(tf.size(batch[ids]), tf.float32)
+            positions += n
+            real += tf.reduce_sum(tf.cast(batch[mask], tf.float32)) if mask in batch else n
+    return tf.stack([positions, real])
 
 
 def split_batch(batch: dict, parts: int) -> list[dict]:
@@ -302,7 +320,7 @@ class Trainer:
         """Forward and backward over `batch`, as one pass or as self.parallel independent ones
         (see __init__) under one tape, whose gradient sums the parts' contributions to each
         variable. `dens`: the loss terms' global denominators, or None to all-reduce this
-        batch's. Returns (stacked sums, loss, unscaled gradients)."""
+        batch's. Returns (the stacked sums and token_counts, loss, unscaled gradients)."""
         variables = self.task.model.trainable_variables
         parts = [batch]
         if self.parallel > 1:
@@ -324,7 +342,9 @@ class Trainer:
                         [t if w == 1.0 else w * t for t, (_, _, w) in zip(terms, self.loss_terms)]
                     )
                 )
-                all_sums.append(_stack_sums(sums, self.sum_keys))
+                all_sums.append(
+                    tf.concat([_stack_sums(sums, self.sum_keys), token_counts(part)], 0)
+                )
             loss = losses[0] if len(losses) == 1 else tf.add_n(losses)
             scaled = loss if self.loss_scale is None else loss * scale
         grads = tape.gradient(scaled, variables)
@@ -361,7 +381,7 @@ class Trainer:
 
         variables = self.task.model.trainable_variables
         zeros = (
-            tf.zeros([len(self.sum_keys)]),
+            tf.zeros([len(self.sum_keys) + len(TOKEN_COLUMNS)]),
             tf.constant(0.0),
             [tf.zeros_like(v) for v in variables],
         )
@@ -456,8 +476,9 @@ class Trainer:
     def train_steps(self, iterator, num_steps: int) -> np.ndarray:
         """Runs `num_steps` steps in one tf.function call (no Python between steps).
 
-        Returns a float64 array (num_steps, len(sum_keys) + 5): the per-step metric sums over the
-        global batch, then EXTRA_COLUMNS: the global gradient norm before clipping, the learning
+        Returns a float64 array (num_steps, len(sum_keys) + 7): the per-step metric sums over the
+        global batch, its TOKEN_COLUMNS (token_counts: token positions, and those not padding),
+        then EXTRA_COLUMNS: the global gradient norm before clipping, the learning
         rate, the loss scale the step used (1 without loss scaling), 1.0 where a loss-scale
         overflow lowered the scale, and 1.0 where the update was applied or 0.0 where it was
         skipped (a non-finite loss or gradient, or an overflow).
@@ -520,6 +541,12 @@ class Trainer:
                 "evaluation saw no batch: the eval input holds fewer examples than one batch"
             )
         return self.metrics_from_sums(total) | {"eval_steps": steps}
+
+    def tokens_from_row(self, row) -> dict:
+        """A row of train_steps' TOKEN_COLUMNS as a dict: the step's token positions and those
+        not padding, over the global batch."""
+        k = len(self.sum_keys)
+        return dict(zip(TOKEN_COLUMNS, [float(x) for x in row[k : k + len(TOKEN_COLUMNS)]]))
 
     def metrics_from_sums(self, sums) -> dict:
         """The task's metrics from summed values (a row of train_steps: its leading sums)."""
@@ -690,6 +717,29 @@ def weights_are_finite(variables) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Logs and plots
 # ---------------------------------------------------------------------------------------------
+
+
+def _throughput(trainer: Trainer, rows, steps_per_second: float) -> dict:
+    """Token throughput of one compiled call's `rows` (train_steps) at `steps_per_second` (the
+    log's smoothed examples/s over the global batch): tokens_per_second (positions computed) and
+    real_tokens_per_second (those not padding), or {} where the batches hold no input_ids."""
+    counts = [trainer.tokens_from_row(r) for r in rows]
+    positions = sum(c["tokens"] for c in counts) / len(counts)  # per step
+    if positions <= 0:
+        return {}
+    real = sum(c["real_tokens"] for c in counts) / len(counts)
+    return {
+        "tokens_per_second": positions * steps_per_second,
+        "real_tokens_per_second": real * steps_per_second,
+    }
+
+
+def _fmt_tokens(tokens: dict) -> str:
+    """The log line's throughput part: ' | 3,210 tokens/s (2,890 not padding, 90%)', or ''."""
+    if not tokens:
+        return ""
+    total, real = tokens["tokens_per_second"], tokens["real_tokens_per_second"]
+    return f" | {total:,.0f} tokens/s ({real:,.0f} not padding, {100 * real / total:.0f}%)"
 
 
 def _fmt_duration(seconds: float) -> str:
@@ -925,16 +975,22 @@ def run_training(
             # The first loop also traces and compiles the step, so the second one replaces it.
             rate = loop_rate if loops <= 2 else 0.7 * rate + 0.3 * loop_rate
             eta = (settings.num_train_steps - step) * global_batch_size / max(rate, 1e-9)
+            tokens = _throughput(trainer, rows, rate / global_batch_size)
+            with writer.as_default(step=step):
+                tf.summary.scalar("examples_per_second", rate)
+                for key, value in tokens.items():
+                    tf.summary.scalar(key, value)
             shown = " ".join(
                 f"{k} {np.mean([r[k] for r in applied]):.4f}"
                 for k in (["loss", *metric_names] if applied else [])
             )
             logging.info(
-                "step %d/%d | %s | %.1f examples/s | ETA %s%s",
+                "step %d/%d | %s | %.1f examples/s%s | ETA %s%s",
                 step,
                 settings.num_train_steps,
                 shown or "all steps skipped",
                 rate,
+                _fmt_tokens(tokens),
                 _fmt_duration(eta),
                 f" | {skipped} non-finite steps skipped" if skipped else "",
             )
