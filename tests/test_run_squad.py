@@ -407,7 +407,8 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
     assert unmasked_gap > 1e-2, unmasked_gap
 
     # Through the Trainer, on one device and Mirrored over two CPUs: the same per-step rows
-    # (loss, hits, gradient norm) for two steps, the second after an update.
+    # (loss, hits, gradient norm, the tokens not padding) for two steps, the second after an
+    # update; only the count of token positions computed is lower where a batch was cut.
     def rows(strategy, cut):
         keras.utils.set_random_seed(11)
         with strategy.scope():
@@ -418,10 +419,16 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
         fit = trainer.Trainer(strategy, squad_eval.span_qa_task(model, mask_padding=True), opt)
         return fit.train_steps(iter(batches(cut)), 2)
 
+    positions = -len(trainer.EXTRA_COLUMNS) - len(trainer.TOKEN_COLUMNS)  # its column
     for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.mirrored_strategy()):
-        np.testing.assert_allclose(
-            rows(strategy, True), rows(strategy, False), rtol=1e-5, atol=1e-6
-        )
+        cut, whole = rows(strategy, True), rows(strategy, False)
+        # 2 windows of 64 positions; cut: 2 of the longest's, rounded up to 8, a cut among them
+        np.testing.assert_array_equal(whole[:, positions], [2 * 64] * 2)
+        real = cut[:, positions + 1]
+        assert (cut[:, positions] % 16 == 0).all() and (real <= cut[:, positions]).all()
+        assert (cut[:, positions] < 2 * 64).any(), cut[:, positions]
+        cut[:, positions] = whole[:, positions]
+        np.testing.assert_allclose(cut, whole, rtol=1e-5, atol=1e-6)
 
     out = tmp_path / "run"
     args = [*common(files, out, files["sample"]), "--do_train"]
