@@ -235,7 +235,7 @@ class ElmoConfig(bert.JsonConfig):
             values["char_cnn"] = bert.config_from_dict(
                 CharCnnOptions, char, f"{source}: char_cnn", "ELMo char_cnn"
             )
-        return bert.config_from_dict(cls, values, source, "ELMo")
+        return bert.config_from_dict(cls, values, source, cls.FAMILY)
 
     def to_dict(self) -> dict:
         """The options.json dict (filters as lists; absent optional sections left out)."""
