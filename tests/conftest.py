@@ -22,11 +22,14 @@ sys.path.insert(0, str(ROOT))
 # tests/subprocess_site/sitecustomize.py (why there) runs at the start of every Python process
 # the tests start, through PYTHONPATH; this process started before, so it runs it here, before
 # TensorFlow is imported.
+# An xdist worker inherits the folder on PYTHONPATH (and ran the file at start): not added
+# twice. Another sitecustomize loaded first (a system one) does not stand in for this one.
 SUBPROCESS_SITE = ROOT / "tests" / "subprocess_site"
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(SUBPROCESS_SITE), *filter(None, [os.environ.get("PYTHONPATH")])]
-)
-if "sitecustomize" not in sys.modules:
+_paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+if str(SUBPROCESS_SITE) not in _paths:
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(SUBPROCESS_SITE), *_paths])
+_site_file = getattr(sys.modules.get("sitecustomize"), "__file__", None)
+if _site_file is None or Path(_site_file).resolve() != SUBPROCESS_SITE / "sitecustomize.py":
     runpy.run_path(str(SUBPROCESS_SITE / "sitecustomize.py"))
 
 import keras  # noqa: E402

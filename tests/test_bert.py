@@ -341,9 +341,12 @@ def test_shipped_configs_round_trip_and_name_their_family_in_errors(tmp_path, na
     again.write_text(config.to_json_string())
     assert again.read_text().endswith("}\n") and cls.from_json_file(again) == config
     assert cls.from_dict(config.to_dict()) == config
-    first = next(iter(config.to_dict()))
-    changed = config.replace(**{first: getattr(config, first)})
-    assert changed == config and changed is not config
+    # replace: a new config with one field changed (each family's vocabulary size) and the
+    # rest as they were.
+    vocab = next(f for f in ("vocab_size", "n_vocab", "n_token", "n_tokens_vocab") if f in values)
+    changed = config.replace(**{vocab: values[vocab] + 1})
+    assert getattr(changed, vocab) == values[vocab] + 1 and getattr(config, vocab) == values[vocab]
+    assert changed.replace(**{vocab: values[vocab]}) == config
 
     with pytest.raises(InputError, match=rf"nothing\.json: expected {cls.FILE_KIND}, found no"):
         cls.from_json_file(tmp_path / "nothing.json")
