@@ -65,6 +65,14 @@ flags.DEFINE_integer(
 flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop between host logs.")
 flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval batches.")
 flags.DEFINE_bool("use_xla", False, "Compile the train step with XLA (one_device only).")
+flags.DEFINE_float(
+    "peak_tflops",
+    0.0,
+    "The hardware's peak TFLOP/s at --precision, all replicas together (e.g. 989 for one H100 "
+    "SXM in bf16, dense): the log then gives the step's matrix-multiply FLOP/s as a share of "
+    "it. 0: unknown (FLOP/s alone).",
+    lower_bound=0.0,
+)
 flags.DEFINE_enum(
     "precision",
     "fp32",
@@ -580,6 +588,7 @@ def _train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, cu
                 config_json=config_json,
                 on_nonfinite=FLAGS.on_nonfinite,
                 max_consecutive_nonfinite=FLAGS.max_consecutive_nonfinite,
+                peak_flops=FLAGS.peak_tflops * 1e12,
                 # Flags that change the input pipeline or the model's heads: a resume with
                 # other values is refused naming them (their checkpoints do not restore).
                 run_settings_json=json.dumps(

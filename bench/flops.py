@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 
+from modeling import flops as modeling_flops
+
 
 def bert_pretraining_flops(
     config,
@@ -20,48 +22,33 @@ def bert_pretraining_flops(
     train: bool = True,
     last_layer_queries: int | None = None,
 ) -> float:
-    """FLOPs of one BERT MLM (+ NSP) step, counting 2 FLOPs per multiply-add of every matmul.
+    """FLOPs of one BERT MLM (+ NSP) step over `batch` sequences of `seq` tokens with
+    `predictions` masked positions each, from modeling/flops.py's counts (its docstring has the
+    formulas): the encoder, the MLM head at the P masked positions (as the original BERT
+    computes it) and, with sentence_head, NSP; x 3 when train (the backward pass costs two
+    forward passes), else the forward alone. `config` is anything with BertConfig's field names
+    (hidden_size, num_hidden_layers, intermediate_size, vocab_size).
 
-    With L layers, hidden H, intermediate I, vocabulary V, batch B, length S, predictions P:
-
-      encoder forward  = B * L * (2 * S * (4 * H^2 + 2 * H * I) + 4 * S^2 * H)
-                         (Q, K, V and output projections: 4 H x H; FFN: H x I and I x H;
-                          attention scores Q K^T and probabilities x V: 2 * S^2 * H each)
-      MLM head forward = B * P * (2 * H^2 + 2 * H * V)
-                         (the transform dense, then the tied vocabulary projection, only at
-                          the P masked positions as the original BERT computes it)
-      NSP forward      = B * (2 * H^2 + 2 * H * 2)   (pooler dense, 2-way classifier)
-      step             = 3 * forward when train (backward = 2 x forward: gradients with respect
-                         to activations and to weights), else 1 * forward.
-
-    Embedding lookups, softmax, layer norm, GELU and the optimizer update are left out: they are
-    not matmuls and are a few percent of the total at these sizes. `config` is anything with
-    BertConfig's field names (hidden_size, num_hidden_layers, intermediate_size, vocab_size).
-
-    That is the model's count, the MFU numerator for every implementation. With
-    last_layer_queries = Q, the FLOPs executed by an encoder whose last layer computes only Q
-    positions (BertEncoder's output_positions: [CLS] + the P predictions, Q = 1 + P): there the
-    K and V projections stay at all S positions and the rest runs at Q,
-      last layer forward = B * (2 * S * 2 * H^2 + 2 * Q * (2 * H^2 + 2 * H * I) + 4 * Q * S * H),
-    the numerator of the hardware FLOPs utilisation (what the matmul units really did).
+    By default every layer runs at all S positions: the model's count, the MFU numerator for
+    every implementation. With last_layer_queries = Q, the FLOPs executed by an encoder whose
+    last layer computes only Q positions (BertEncoder's output_positions: [CLS] + the P
+    predictions, Q = 1 + P; K and V stay at all S positions), the numerator of the hardware
+    FLOPs utilisation (what the matmul units really did).
     """
-    h, n_layers = config.hidden_size, config.num_hidden_layers
-    i, v = config.intermediate_size, config.vocab_size
-    layer = 2 * seq * (4 * h * h + 2 * h * i) + 4 * seq * seq * h
-    encoder = batch * n_layers * layer
-    if last_layer_queries is not None and n_layers:
-        q = last_layer_queries
-        last = 2 * seq * 2 * h * h + 2 * q * (2 * h * h + 2 * h * i) + 4 * q * seq * h
-        encoder = batch * ((n_layers - 1) * layer + last)
-    mlm = batch * predictions * (2 * h * h + 2 * h * v)
-    nsp = batch * (2 * h * h + 2 * h * 2) if sentence_head else 0
-    return float((3 if train else 1) * (encoder + mlm + nsp))
+    h, v = config.hidden_size, config.vocab_size
+    encoder = modeling_flops.encoder_flops(
+        seq, h, config.num_hidden_layers, config.intermediate_size, q=last_layer_queries
+    )
+    forward = encoder + modeling_flops.mlm_head_flops(predictions, h, h, v)
+    if sentence_head:
+        forward += modeling_flops.sentence_head_flops(h)
+    return float((3 if train else 1) * batch * forward)
 
 
 def bert_encoder_flops(config, batch: int, seq: int) -> float:
     """Forward FLOPs of the encoder alone (inference), as in bert_pretraining_flops."""
     h, n_layers, i = config.hidden_size, config.num_hidden_layers, config.intermediate_size
-    return float(batch * n_layers * (2 * seq * (4 * h * h + 2 * h * i) + 4 * seq * seq * h))
+    return float(batch * modeling_flops.encoder_flops(seq, h, n_layers, i))
 
 
 def matmul_peak_flops(sizes=(2048, 3072, 4096), repeats: int = 3, dtype: str = "float32") -> dict:

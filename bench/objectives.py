@@ -19,27 +19,13 @@ rt-polarity) 1.5 min quiet, 10-15 min at load 25-30. A budget that leaves the un
 
 The budget. Every arm gets floor(B / F_arm) steps of --train_batch_size sequences, where
 B = --budget_bert_steps x F_bert and F_x is the analytic training FLOPs of one step of arm x
-(pretraining_step_flops): 3 x the forward pass's matrix-multiply FLOPs (the backward pass costs
-two forward passes, Kaplan et al. 2020 sec. 2.1; ELECTRA's appendix D counts the same way), at
-2 FLOPs per multiply-add. Per sequence of S tokens, P predictions, an encoder of width H, L
-layers, FFN width I, and embedding width E:
-  encoder     L x (8 S H^2 + 4 S^2 H + 4 S H I)   (Q, K, V, output projections; QK^T and AV;
-                                                    the FFN) + 2 S E H when E != H; a last
-                                                    layer read only at Q = 1 + P positions
-                                                    ([CLS] and the predictions: the MLM arms
-                                                    and ELECTRA's generator) costs
-                                                    4 S H^2 + 4 Q H^2 + 4 Q S H + 4 Q H I
-                                                    (K and V stay at all S): what runs
-  MLM head    2 P H E' + 2 P E' V                  (transform to the output width E', tied
-                                                    decoder to the vocabulary; E' = E for
-                                                    ALBERT and ELECTRA's generator, else H)
-  NSP / SOP   2 H^2 + 4 H                          (pooler and 2-way classifier, [CLS] only;
-                                                    not counted for RoBERTa, whose untrained
-                                                    head BertPretrainer still evaluates)
-  ELECTRA     generator encoder (H_g, L_g, I_g = 4 H_g) + its MLM head + discriminator encoder
-              + discriminator head 2 S H^2 + 2 S H (every position)
-Embedding lookups, softmaxes, LayerNorms and the sampling are left out (they are not matrix
-products; under 2% here). Raise the budget with --budget_bert_steps.
+(pretraining_step_flops): 3 x the forward pass's matrix-multiply FLOPs at 2 FLOPs per
+multiply-add, counted from the shapes as modeling/flops.py does (its docstring has the
+formulas; the backward pass costs two forward passes, Kaplan et al. 2020 sec. 2.1; ELECTRA's
+appendix D counts the same way): the encoder, its last layer at [CLS] and the predictions
+only, the MLM head, NSP / SOP (not counted for RoBERTa, whose untrained head BertPretrainer
+still evaluates), and ELECTRA's generator plus discriminator. Raise the budget with
+--budget_bert_steps.
 
 What is held equal: corpus (--corpus_dir/train.txt, or --corpus_documents evenly spaced
 documents of it), vocabulary, sequence length, batch size, peak learning rate and schedule
@@ -66,6 +52,7 @@ if __name__ == "__main__":  # run as a script: the repository root is not on sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data_prep import rt_polarity  # noqa: E402
+from modeling.flops import encoder_flops, mlm_head_flops, sentence_head_flops  # noqa: E402
 
 ARMS = ("bert", "roberta", "albert", "electra")
 
@@ -133,26 +120,6 @@ def arm_configs(bert_values: dict) -> dict[str, dict]:
     return {"bert": bert_values, "roberta": bert_values, "albert": albert, "electra": electra}
 
 
-def encoder_flops(
-    s: int, h: int, layers: int, intermediate: int, e: int | None = None, q: int | None = None
-) -> int:
-    """Forward matrix-multiply FLOPs of a Transformer encoder over one sequence of s tokens (see
-    the module docstring), with the E -> H embedding projection when e differs from h, and with
-    the last layer computed at q positions only when q is given (BertEncoder's
-    output_positions)."""
-    per_layer = 8 * s * h * h + 4 * s * s * h + 4 * s * h * intermediate
-    project = 2 * s * e * h if e is not None and e != h else 0
-    if q is None or not layers:
-        return layers * per_layer + project
-    last = 4 * s * h * h + 4 * q * h * h + 4 * q * s * h + 4 * q * h * intermediate
-    return (layers - 1) * per_layer + last + project
-
-
-def mlm_head_flops(p: int, h: int, out_width: int, vocab: int) -> int:
-    """Forward FLOPs of the MLM head at p positions: dense h -> out_width, tied decoder to vocab."""
-    return 2 * p * h * out_width + 2 * p * out_width * vocab
-
-
 @dataclasses.dataclass(frozen=True)
 class StepFlops:
     """Training FLOPs of one pretraining step, by part (forward FLOPs x 3, the whole batch)."""
@@ -194,7 +161,7 @@ def pretraining_step_flops(arm: str, config: dict, s: int, p: int, batch: int) -
     else:
         raise ValueError(f"arm: expected one of {ARMS}, found {arm!r}")
     if arm in ("bert", "albert"):  # NSP / SOP: pooler and classifier on [CLS]
-        fwd["sentence_head"] = 2 * h * h + 4 * h
+        fwd["sentence_head"] = sentence_head_flops(h)
     return StepFlops({k: 3 * batch * f for k, f in fwd.items()})
 
 

@@ -370,3 +370,37 @@ def roberta_bpe_folder(folder):
     (folder / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
     shutil.copy(source / "vocab.bpe", folder / "merges.txt")
     return folder
+
+
+def graph_matmul_flops(fn, spec) -> int:
+    """2 x multiply-adds of every matrix product in the traced graph of `fn` at the input
+    `spec`, read from the ops' static shapes (independent of modeling/flops.py's formulas):
+    MatMul, BatchMatMul and two-operand Einsum (2 x the product of every index's size)."""
+    import tensorflow as tf
+
+    graph = tf.function(fn).get_concrete_function(spec).graph
+    total = 0
+    for op in graph.get_operations():
+        shapes = [t.shape.as_list() for t in op.inputs]
+        if op.type == "MatMul":
+            a, b = shapes
+            m, k = a[::-1] if op.get_attr("transpose_a") else a
+            n = b[0] if op.get_attr("transpose_b") else b[1]
+            total += 2 * m * k * n
+        elif op.type in ("BatchMatMulV2", "BatchMatMulV3", "BatchMatMul"):
+            a, b = shapes
+            m, k = a[-1:-3:-1] if op.get_attr("adj_x") else a[-2:]
+            n = b[-2] if op.get_attr("adj_y") else b[-1]
+            batch = int(np.prod(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))))
+            total += 2 * batch * m * k * n
+        elif op.type == "Einsum":
+            operands = op.get_attr("equation").decode().split("->")[0].split(",")
+            if len(operands) != 2 or "." in "".join(operands):
+                raise AssertionError(f"Einsum {op.get_attr('equation')}: count it too")
+            sizes = {}
+            for letters, shape in zip(operands, shapes):
+                sizes |= dict(zip(letters, shape))
+            total += 2 * int(np.prod(list(sizes.values())))
+        elif op.type.startswith("Conv"):
+            raise AssertionError(f"{op.type}: count it too")
+    return total

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -16,28 +15,6 @@ from tests import helpers
 
 B, S, P = 3, 7, 2
 BERT_VALUES = helpers.TINY  # odd sizes (shared/STYLE.md)
-
-
-def graph_matmul_flops(fn, spec) -> int:
-    """2 x multiply-adds of every MatMul and BatchMatMul in the traced forward graph of `fn`,
-    read from the ops' static shapes (independent of the formula under test)."""
-    graph = tf.function(fn).get_concrete_function(spec).graph
-    total = 0
-    for op in graph.get_operations():
-        if op.type == "MatMul":
-            a, b = (t.shape.as_list() for t in op.inputs)
-            m, k = a[::-1] if op.get_attr("transpose_a") else a
-            n = b[0] if op.get_attr("transpose_b") else b[1]
-            total += 2 * m * k * n
-        elif op.type in ("BatchMatMulV2", "BatchMatMulV3", "BatchMatMul"):
-            a, b = (t.shape.as_list() for t in op.inputs)
-            m, k = a[-1:-3:-1] if op.get_attr("adj_x") else a[-2:]
-            n = b[-2] if op.get_attr("adj_y") else b[-1]
-            batch = int(np.prod(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))))
-            total += 2 * batch * m * k * n
-        elif op.type in ("Einsum", "Conv2D"):
-            raise AssertionError(f"{op.type}: count it too")
-    return total
 
 
 def spec(with_labels=False):
@@ -64,7 +41,7 @@ def test_step_flops_equal_three_times_the_forward_graphs_matrix_products(arm):
     if arm == "electra":
         model = electra.ElectraPretrainer(electra.ElectraConfig.from_dict(values))
         model.build()
-        forward = graph_matmul_flops(
+        forward = helpers.graph_matmul_flops(
             lambda x: model(x, training=False, seed=tf.constant([7, 8])), spec(True)
         )
     else:
@@ -73,7 +50,7 @@ def test_step_flops_equal_three_times_the_forward_graphs_matrix_products(arm):
         objective = {"bert": "nsp", "roberta": "none", "albert": "sop"}[arm]
         model = pretrainer(config, objective)
         model.build()
-        forward = graph_matmul_flops(lambda x: model(x, training=False), spec())
+        forward = helpers.graph_matmul_flops(lambda x: model(x, training=False), spec())
         if arm == "roberta":
             # The 2-way head exists in every BertPretrainer but RoBERTa trains none: its
             # pooler + classifier products are not counted.

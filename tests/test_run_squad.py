@@ -419,7 +419,7 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
         fit = trainer.Trainer(strategy, squad_eval.span_qa_task(model, mask_padding=True), opt)
         return fit.train_steps(iter(batches(cut)), 2)
 
-    positions = -len(trainer.EXTRA_COLUMNS) - len(trainer.TOKEN_COLUMNS)  # its column
+    positions = -len(trainer.EXTRA_COLUMNS) - len(trainer.THROUGHPUT_COLUMNS)  # its column
     for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.mirrored_strategy()):
         cut, whole = rows(strategy, True), rows(strategy, False)
         # 2 windows of 64 positions; cut: 2 of the longest's, rounded up to 8, a cut among them

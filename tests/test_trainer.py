@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from data_prep import features
-from modeling import bert
+from modeling import bert, flops
 from tests import helpers
 from training import optimization, tasks, trainer
 
@@ -136,19 +136,23 @@ def test_mirrored_two_cpus_matches_one_device(reference):
     assert_train_alike(reference("mirrored"), reference("one_device"), rows_rtol=1e-5)
 
 
-def test_rows_count_each_steps_tokens_and_those_not_padding(reference, data_file):
-    """train_steps' TOKEN_COLUMNS: the global batch's positions and its input_mask's sum, the
-    same whether the batch ran on one device, two replicas, as micro-batches or under XLA."""
+def test_rows_count_each_steps_tokens_those_not_padding_and_its_flops(reference, data_file):
+    """train_steps' THROUGHPUT_COLUMNS: the global batch's positions, its input_mask's sum and
+    the task's FLOPs (3 passes of modeling/flops.py's count per sequence), the same whether the
+    batch ran on one device, two replicas, as micro-batches or under XLA."""
     keras.utils.set_random_seed(7)  # as build() left it when train() made the dataset
+    step_flops = 3 * B * flops.mlm_pretraining_flops(helpers.tiny_config(), S, P)
     want = [
-        [m.size, m.sum()]
+        [m.size, m.sum(), step_flops]
         for m in (b["input_mask"].numpy() for b in dataset(data_file).take(REFERENCE_STEPS))
     ]
-    assert all(real < size for size, real in want)  # the records hold padding
+    assert all(real < size for size, real, _ in want)  # the records hold padding
     k = len(trainer.EXTRA_COLUMNS)
     for where in ("one_device", "mirrored", "xla", "accumulation"):
         rows = reference(where).rows
-        np.testing.assert_array_equal(rows[:, -k - len(trainer.TOKEN_COLUMNS) : -k], want)
+        np.testing.assert_allclose(
+            rows[:, -k - len(trainer.THROUGHPUT_COLUMNS) : -k], want, rtol=1e-6
+        )
 
 
 def test_token_counts_read_the_masks_of_inputs_and_targets():
@@ -163,9 +167,39 @@ def test_token_counts_read_the_masks_of_inputs_and_targets():
 
 
 def test_throughput_in_the_log_line():
-    assert trainer._fmt_tokens({}) == ""
-    line = trainer._fmt_tokens({"tokens_per_second": 3210.4, "real_tokens_per_second": 2889.0})
+    assert trainer._fmt_throughput({}) == ""
+    tokens = {"tokens_per_second": 3210.4, "real_tokens_per_second": 2889.0}
+    line = trainer._fmt_throughput(tokens)
     assert line == " | 3,210 tokens/s (2,889 not padding, 90%)"
+    with_flops = tokens | {"flops_per_second": 41.23e9}
+    assert trainer._fmt_throughput(with_flops) == line + " | 41.2 GFLOP/s"
+    peak = with_flops | {"flops_utilization": 0.384}
+    assert trainer._fmt_throughput(peak) == line + " | 41.2 GFLOP/s (38% of the peak)"
+    units = [trainer._fmt_flops(x) for x in (2.5e15, 989e12, 1e12, 999e6, 1.67e5, 12.0, 0.5)]
+    want = ["2.50 PFLOP/s", "989 TFLOP/s", "1.00 TFLOP/s", "999 MFLOP/s", "167 kFLOP/s"]
+    assert units == [*want, "12.0 FLOP/s", "0.50 FLOP/s"]
+
+
+def test_throughput_from_rows():
+    """_throughput turns a call's rows into per-second figures at the log's step rate: tokens
+    where counted, FLOP/s where the task counts FLOPs, their share of a given peak."""
+    fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.tiny_config())
+    k = len(fit.sum_keys)
+    rows = np.zeros((2, k + len(trainer.THROUGHPUT_COLUMNS) + len(trainer.EXTRA_COLUMNS)))
+    rows[:, k : k + 3] = [[100, 80, 4e9], [100, 90, 6e9]]
+    got = trainer._throughput(fit, rows, steps_per_second=2.0, peak_flops=40e9)
+    assert got == {
+        "tokens_per_second": 200.0,
+        "real_tokens_per_second": 170.0,
+        "flops_per_second": 10e9,
+        "flops_utilization": 0.25,
+    }
+    assert "flops_utilization" not in trainer._throughput(fit, rows, 2.0)  # no peak given
+    rows[:, k + 2] = 0  # a task without flops_fn
+    assert set(trainer._throughput(fit, rows, 2.0)) == {
+        "tokens_per_second",
+        "real_tokens_per_second",
+    }
 
 
 def test_loss_decreases_on_repeated_batch(data_file):

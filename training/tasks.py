@@ -7,11 +7,22 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from modeling import losses
+from modeling import albert, bert, flops, losses
 from training.trainer import Task
 
 # Metric names of the sentence-level objectives; "next_sentence" keeps the original BERT names.
 SENTENCE_METRIC_PREFIX = {"nsp": "next_sentence", "sop": "sentence_order"}
+
+
+def _rows_and_length(batch, key="input_ids"):
+    """float32 scalars: the batch's rows and its sequence length (batch[key]'s (B, S) shape)."""
+    shape = tf.cast(tf.shape(batch[key]), tf.float32)
+    return shape[0], shape[1]
+
+
+def _predictions(batch):
+    """float32 scalar: the masked positions per sequence, P of masked_lm_positions (B, P)."""
+    return tf.cast(tf.shape(batch["masked_lm_positions"])[1], tf.float32)
 
 
 def bert_pretraining_task(model) -> Task:
@@ -67,7 +78,17 @@ def bert_pretraining_task(model) -> Task:
         rows = tf.cast(tf.shape(batch["input_ids"])[0], tf.float32)
         return {"mlm_weight": masked, "nsp_count": rows, "sbo_weight": masked}
 
-    return Task(model, sums_fn, loss_terms, metrics, denominators_fn)
+    def flops_fn(batch):
+        b, s = _rows_and_length(batch)
+        forward = flops.mlm_pretraining_flops(
+            model.config, s, _predictions(batch), objective != "none", span_boundary
+        )
+        return 3.0 * b * forward
+
+    # Counted for Cloze's pretrainers (their config, their last layer cut to what the heads
+    # read); another model with these outputs (the bench's keras-hub one) logs no FLOP/s.
+    counted = isinstance(getattr(model, "config", None), bert.BertConfig | albert.AlbertConfig)
+    return Task(model, sums_fn, loss_terms, metrics, denominators_fn, flops_fn if counted else None)
 
 
 def causal_lm_task(model) -> Task:
@@ -82,12 +103,17 @@ def causal_lm_task(model) -> Task:
         shape = tf.shape(batch["input_ids"])  # every position but the last predicts
         return {"weight": tf.cast(shape[0] * (shape[1] - 1), tf.float32)}
 
+    def flops_fn(batch):
+        b, s = _rows_and_length(batch)
+        return 3.0 * b * flops.causal_lm_flops(model.config, s)
+
     return Task(
         model=model,
         sums_fn=sums_fn,
         loss_terms=[("loss_sum", "weight")],
         metrics={"lm_loss": ("loss_sum", "weight"), "lm_accuracy": ("correct", "weight")},
         denominators_fn=denominators_fn,
+        flops_fn=flops_fn,
     )
 
 
@@ -137,10 +163,15 @@ def electra_pretraining_task(
             "disc_count": tf.reduce_sum(tf.cast(batch["input_mask"], tf.float32)),
         }
 
+    def flops_fn(batch):
+        b, s = _rows_and_length(batch)
+        return 3.0 * b * flops.electra_pretraining_flops(model.config, s, _predictions(batch))
+
     return Task(
         model=model,
         sums_fn=sums_fn,
         denominators_fn=denominators_fn,
+        flops_fn=flops_fn,
         loss_terms=[("mlm_loss_sum", "mlm_weight"), ("disc_loss_sum", "disc_count", disc_weight)],
         metrics={
             "masked_lm_loss": ("mlm_loss_sum", "mlm_weight"),
@@ -239,10 +270,22 @@ def distillation_task(
         tokens = tf.reduce_sum(tf.cast(batch["input_mask"], tf.float32))
         return {"soft_weight": masked, "mlm_weight": masked, "cos_count": tokens}
 
+    def flops_fn(batch):
+        # Both encoders run every layer at every position (the cosine loss reads all hidden
+        # states); the student trains (3 passes), the frozen teacher runs forward only.
+        b, s = _rows_and_length(batch)
+        p = _predictions(batch)
+        student_pass, teacher_pass = (
+            flops.mlm_pretraining_flops(m.config, s, p, sentence_head=False, cut=False)
+            for m in (student, teacher)
+        )
+        return b * (3.0 * student_pass + teacher_pass)
+
     return Task(
         model=student,
         sums_fn=sums_fn,
         denominators_fn=denominators_fn,
+        flops_fn=flops_fn,
         loss_terms=[
             ("soft_loss_sum", "soft_weight", alpha_ce),
             ("mlm_loss_sum", "mlm_weight", alpha_mlm),

@@ -56,6 +56,10 @@ class Task:
     denominators_fn: optional `(batch) -> dict` of the loss terms' denominator keys computed from
     the batch alone (no model). Gradient accumulation needs it: every micro-batch's loss is
     divided by the whole batch's global denominators, known before the first micro-batch runs.
+
+    flops_fn: optional `(batch) -> float32 scalar`, the matrix-multiply FLOPs one training step
+    spends on `batch` (3 forward passes, modeling/flops.py), computed from its shapes so a batch
+    cut by dynamic padding counts what it runs. The train log reports FLOP/s from it.
     """
 
     model: object
@@ -63,6 +67,7 @@ class Task:
     loss_terms: list
     metrics: dict
     denominators_fn: Callable | None = None
+    flops_fn: Callable | None = None
 
 
 @dataclasses.dataclass
@@ -95,6 +100,9 @@ class TrainSettings:
     # which steps a call holds never changes what they compute. Multi-worker runs keep
     # iterations_per_loop: their workers must agree on each call's length.
     max_seconds_per_loop: float = 10.0
+    # The hardware's peak FLOP/s at the run's precision (0: unknown). With it the log gives the
+    # step's FLOP/s (Task.flops_fn) as a share of the peak, the FLOPs utilisation.
+    peak_flops: float = 0.0
 
 
 # The exit code after SIGTERM: the checkpoint at the current step is saved, rerun to continue.
@@ -166,9 +174,10 @@ def _stack_sums(sums: dict, keys: list):
     return tf.stack([tf.cast(sums[k], tf.float32) for k in keys])
 
 
-# What train_steps returns after the summed metrics: the step's token counts (token_counts),
-# summed over the global batch, then these, one column each, in this order.
-TOKEN_COLUMNS = ("tokens", "real_tokens")
+# What train_steps returns after the summed metrics: the step's token counts (token_counts) and
+# its matrix-multiply FLOPs (Task.flops_fn; 0 where the task has none), summed over the global
+# batch, then EXTRA_COLUMNS, one column each, in this order.
+THROUGHPUT_COLUMNS = ("tokens", "real_tokens", "flops")
 EXTRA_COLUMNS = ("grad_norm", "learning_rate", "loss_scale", "overflow", "applied")
 # Loss scaling (fp16) never lowers the scale below this: an overflow at scale 1 is a real
 # non-finite gradient, handled as any other (--on_nonfinite).
@@ -177,10 +186,10 @@ MIN_LOSS_SCALE = 1.0
 
 def token_counts(batch: dict):
     """float32 (2,): the token positions `batch` holds and how many of them are not padding
-    (TOKEN_COLUMNS), for the throughput the train log reports. The elements of input_ids, of
-    which input_mask (1 real, 0 padding: the BERT convention every Cloze reader and model
-    follows) marks the real ones where the batch has one; plus, in an encoder-decoder batch,
-    those of target_ids (target_mask). A batch cut to its longest example (dynamic padding)
+    (THROUGHPUT_COLUMNS' first two), for the throughput the train log reports. The elements of
+    input_ids, of which input_mask (1 real, 0 padding: the BERT convention every Cloze reader
+    and model follows) marks the real ones where the batch has one; plus, in an encoder-decoder
+    batch, those of target_ids (target_mask). A batch cut to its longest example (dynamic padding)
     counts the positions it computes; a batch without input_ids counts 0."""
     positions, real = tf.constant(0.0), tf.constant(0.0)
     for ids, mask in (("input_ids", "input_mask"), ("target_ids", "target_mask")):
@@ -320,7 +329,7 @@ class Trainer:
         """Forward and backward over `batch`, as one pass or as self.parallel independent ones
         (see __init__) under one tape, whose gradient sums the parts' contributions to each
         variable. `dens`: the loss terms' global denominators, or None to all-reduce this
-        batch's. Returns (the stacked sums and token_counts, loss, unscaled gradients)."""
+        batch's. Returns (the stacked sums and throughput counts, loss, unscaled gradients)."""
         variables = self.task.model.trainable_variables
         parts = [batch]
         if self.parallel > 1:
@@ -343,7 +352,7 @@ class Trainer:
                     )
                 )
                 all_sums.append(
-                    tf.concat([_stack_sums(sums, self.sum_keys), token_counts(part)], 0)
+                    tf.concat([_stack_sums(sums, self.sum_keys), self._throughput_counts(part)], 0)
                 )
             loss = losses[0] if len(losses) == 1 else tf.add_n(losses)
             scaled = loss if self.loss_scale is None else loss * scale
@@ -363,6 +372,11 @@ class Trainer:
         sums = all_sums[0] if len(all_sums) == 1 else tf.add_n(all_sums)
         return sums, loss, grads
 
+    def _throughput_counts(self, batch):
+        """float32 (3,): THROUGHPUT_COLUMNS of `batch` (token_counts, then Task.flops_fn)."""
+        flops = tf.constant(0.0) if self.task.flops_fn is None else self.task.flops_fn(batch)
+        return tf.concat([token_counts(batch), [tf.cast(flops, tf.float32)]], 0)
+
     def _accumulate(self, batch, scale):
         """_loss_and_grads over `self.accumulation` micro-batches of `batch`, summed."""
         n = self.accumulation
@@ -381,7 +395,7 @@ class Trainer:
 
         variables = self.task.model.trainable_variables
         zeros = (
-            tf.zeros([len(self.sum_keys) + len(TOKEN_COLUMNS)]),
+            tf.zeros([len(self.sum_keys) + len(THROUGHPUT_COLUMNS)]),
             tf.constant(0.0),
             [tf.zeros_like(v) for v in variables],
         )
@@ -476,12 +490,13 @@ class Trainer:
     def train_steps(self, iterator, num_steps: int) -> np.ndarray:
         """Runs `num_steps` steps in one tf.function call (no Python between steps).
 
-        Returns a float64 array (num_steps, len(sum_keys) + 7): the per-step metric sums over the
-        global batch, its TOKEN_COLUMNS (token_counts: token positions, and those not padding),
-        then EXTRA_COLUMNS: the global gradient norm before clipping, the learning
-        rate, the loss scale the step used (1 without loss scaling), 1.0 where a loss-scale
-        overflow lowered the scale, and 1.0 where the update was applied or 0.0 where it was
-        skipped (a non-finite loss or gradient, or an overflow).
+        Returns a float64 array (num_steps, len(sum_keys) + 8): the per-step metric sums over the
+        global batch, its THROUGHPUT_COLUMNS (token_counts: token positions, and those not
+        padding; the task's matrix-multiply FLOPs, 0 without a flops_fn), then EXTRA_COLUMNS:
+        the global gradient norm before clipping, the learning rate, the loss scale the step used
+        (1 without loss scaling), 1.0 where a loss-scale overflow lowered the scale, and 1.0
+        where the update was applied or 0.0 where it was skipped (a non-finite loss or gradient,
+        or an overflow).
         """
         if self._train_fn is None:
 
@@ -542,11 +557,12 @@ class Trainer:
             )
         return self.metrics_from_sums(total) | {"eval_steps": steps}
 
-    def tokens_from_row(self, row) -> dict:
-        """A row of train_steps' TOKEN_COLUMNS as a dict: the step's token positions and those
-        not padding, over the global batch."""
+    def throughput_from_row(self, row) -> dict:
+        """A row of train_steps' THROUGHPUT_COLUMNS as a dict: the step's token positions, those
+        not padding and its matrix-multiply FLOPs, over the global batch."""
         k = len(self.sum_keys)
-        return dict(zip(TOKEN_COLUMNS, [float(x) for x in row[k : k + len(TOKEN_COLUMNS)]]))
+        values = [float(x) for x in row[k : k + len(THROUGHPUT_COLUMNS)]]
+        return dict(zip(THROUGHPUT_COLUMNS, values))
 
     def metrics_from_sums(self, sums) -> dict:
         """The task's metrics from summed values (a row of train_steps: its leading sums)."""
@@ -719,27 +735,49 @@ def weights_are_finite(variables) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def _throughput(trainer: Trainer, rows, steps_per_second: float) -> dict:
-    """Token throughput of one compiled call's `rows` (train_steps) at `steps_per_second` (the
-    log's smoothed examples/s over the global batch): tokens_per_second (positions computed) and
-    real_tokens_per_second (those not padding), or {} where the batches hold no input_ids."""
-    counts = [trainer.tokens_from_row(r) for r in rows]
-    positions = sum(c["tokens"] for c in counts) / len(counts)  # per step
-    if positions <= 0:
-        return {}
-    real = sum(c["real_tokens"] for c in counts) / len(counts)
-    return {
-        "tokens_per_second": positions * steps_per_second,
-        "real_tokens_per_second": real * steps_per_second,
-    }
+def _throughput(trainer: Trainer, rows, steps_per_second: float, peak_flops: float = 0.0) -> dict:
+    """Throughput of one compiled call's `rows` (train_steps) at `steps_per_second` (the log's
+    smoothed examples/s over the global batch): tokens_per_second (positions computed) and
+    real_tokens_per_second (those not padding) where the batches hold input_ids;
+    flops_per_second where the task counts its FLOPs, and flops_utilization (of peak_flops)
+    where that is given too. Empty where there is nothing to count."""
+    counts = [trainer.throughput_from_row(r) for r in rows]
+    per_step = {k: sum(c[k] for c in counts) / len(counts) for k in THROUGHPUT_COLUMNS}
+    out = {}
+    if per_step["tokens"] > 0:
+        out["tokens_per_second"] = per_step["tokens"] * steps_per_second
+        out["real_tokens_per_second"] = per_step["real_tokens"] * steps_per_second
+    if per_step["flops"] > 0:
+        out["flops_per_second"] = per_step["flops"] * steps_per_second
+        if peak_flops > 0:
+            out["flops_utilization"] = out["flops_per_second"] / peak_flops
+    return out
 
 
-def _fmt_tokens(tokens: dict) -> str:
-    """The log line's throughput part: ' | 3,210 tokens/s (2,890 not padding, 90%)', or ''."""
-    if not tokens:
-        return ""
-    total, real = tokens["tokens_per_second"], tokens["real_tokens_per_second"]
-    return f" | {total:,.0f} tokens/s ({real:,.0f} not padding, {100 * real / total:.0f}%)"
+def _fmt_flops(flops_per_second: float) -> str:
+    """'41.2 GFLOP/s': three significant figures in the largest unit at or below the figure."""
+    value, prefix = flops_per_second, ""
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if flops_per_second >= scale:
+            value, prefix = flops_per_second / scale, unit
+            break
+    decimals = 0 if value >= 100 else 1 if value >= 10 else 2
+    return f"{value:.{decimals}f} {prefix}FLOP/s"
+
+
+def _fmt_throughput(throughput: dict) -> str:
+    """The log line's throughput part: ' | 3,210 tokens/s (2,890 not padding, 90%)', then
+    ' | 41.2 GFLOP/s' where the FLOPs are counted, with ' (38% of the peak)' where the peak
+    is known; '' where nothing is counted."""
+    line = ""
+    if "tokens_per_second" in throughput:
+        total, real = throughput["tokens_per_second"], throughput["real_tokens_per_second"]
+        line += f" | {total:,.0f} tokens/s ({real:,.0f} not padding, {100 * real / total:.0f}%)"
+    if "flops_per_second" in throughput:
+        line += f" | {_fmt_flops(throughput['flops_per_second'])}"
+        if "flops_utilization" in throughput:
+            line += f" ({100 * throughput['flops_utilization']:.0f}% of the peak)"
+    return line
 
 
 def _fmt_duration(seconds: float) -> str:
@@ -975,10 +1013,10 @@ def run_training(
             # The first loop also traces and compiles the step, so the second one replaces it.
             rate = loop_rate if loops <= 2 else 0.7 * rate + 0.3 * loop_rate
             eta = (settings.num_train_steps - step) * global_batch_size / max(rate, 1e-9)
-            tokens = _throughput(trainer, rows, rate / global_batch_size)
+            throughput = _throughput(trainer, rows, rate / global_batch_size, settings.peak_flops)
             with writer.as_default(step=step):
                 tf.summary.scalar("examples_per_second", rate)
-                for key, value in tokens.items():
+                for key, value in throughput.items():
                     tf.summary.scalar(key, value)
             shown = " ".join(
                 f"{k} {np.mean([r[k] for r in applied]):.4f}"
@@ -990,7 +1028,7 @@ def run_training(
                 settings.num_train_steps,
                 shown or "all steps skipped",
                 rate,
-                _fmt_tokens(tokens),
+                _fmt_throughput(throughput),
                 _fmt_duration(eta),
                 f" | {skipped} non-finite steps skipped" if skipped else "",
             )

@@ -1,0 +1,105 @@
+"""Matrix-multiply FLOPs of what the networks compute, counted from their shapes.
+
+2 FLOPs per multiply-add of every matrix product; embedding lookups, softmaxes, LayerNorms,
+activations and the optimizer update are left out (not matrix products; a few percent at these
+sizes). A training step costs 3 forward passes (the backward pass computes gradients with
+respect to activations and to weights, each as costly as the forward; Kaplan et al. 2020 sec.
+2.1, ELECTRA's appendix D counts the same way).
+
+Per sequence of S tokens, P predictions, an encoder of width H, L layers, FFN width I,
+embedding width E and vocabulary V (forward):
+  encoder        L x (8 S H^2 + 4 S^2 H + 4 S H I)   (Q, K, V and output projections; Q K^T and
+                                                      the probabilities x V; the FFN), plus
+                                                      2 S E H for the E -> H embedding
+                                                      projection when E != H. A last layer
+                                                      read only at Q positions (BertEncoder's
+                                                      output_positions) costs
+                                                      4 S H^2 + 4 Q H^2 + 4 Q S H + 4 Q H I
+                                                      (K and V stay at all S positions).
+  MLM head       2 P H E' + 2 P E' V                 (the transform to the output width E',
+                                                      the tied decoder; E' = E for ALBERT and
+                                                      ELECTRA's generator, else H)
+  NSP / SOP      2 H^2 + 4 H                         (pooler and 2-way classifier on [CLS])
+  span boundary  2 P (3 H) H + 2 P H E' + 2 P E' V   (SpanBERT's two-layer head over the
+                                                      boundary pair and the relative position,
+                                                      then the tied decoder)
+  causal LM      the encoder (every layer at all S) + 2 S H V (the tied decoder everywhere)
+
+The S, P and batch arguments may be Python numbers or TensorFlow scalars (a step counts the
+batch it runs, whose length dynamic padding may cut); tests/test_flops.py checks every count
+against the matrix products of the traced forward graph.
+"""
+
+from __future__ import annotations
+
+# A masked-LM encoder's last layer runs at [CLS] (for the pooler) and the predictions only
+# (bert.last_layer_queries): Q = 1 + P, or 1 + 3P with the span boundaries.
+
+
+def encoder_flops(s, h: int, layers: int, intermediate: int, e: int | None = None, q=None):
+    """Forward FLOPs of a Transformer encoder over one sequence of s tokens (module docstring),
+    with the E -> H embedding projection when e differs from h, and the last layer computed at
+    q positions only when q is given."""
+    per_layer = 8 * s * h * h + 4 * s * s * h + 4 * s * h * intermediate
+    project = 2 * s * e * h if e is not None and e != h else 0
+    if q is None or not layers:
+        return layers * per_layer + project
+    last = 4 * s * h * h + 4 * q * h * h + 4 * q * s * h + 4 * q * h * intermediate
+    return (layers - 1) * per_layer + last + project
+
+
+def mlm_head_flops(p, h: int, out_width: int, vocab: int):
+    """Forward FLOPs of the MLM head at p positions: dense h -> out_width, tied decoder to vocab."""
+    return 2 * p * h * out_width + 2 * p * out_width * vocab
+
+
+def sentence_head_flops(h: int):
+    """Forward FLOPs of the NSP / SOP head on one [CLS] vector: pooler, 2-way classifier."""
+    return 2 * h * h + 4 * h
+
+
+def span_boundary_head_flops(p, h: int, out_width: int, vocab: int):
+    """Forward FLOPs of SpanBERT's span boundary head at p targets: (3H -> H), (H -> E'), and
+    the tied decoder to the vocabulary."""
+    return 2 * p * 3 * h * h + mlm_head_flops(p, h, out_width, vocab)
+
+
+def mlm_pretraining_flops(
+    config, s, p, sentence_head: bool = True, span_boundary: bool = False, cut: bool = True
+):
+    """Forward FLOPs per sequence of a masked-LM pretrainer (BertPretrainer, AlbertPretrainer)
+    as it runs: the encoder, the MLM head, optionally the sentence head and the span boundary
+    head. With `cut` the encoder's last layer runs at [CLS] and the predictions (and the span
+    boundaries) only, as bert.pretraining_outputs asks; without it at every position (a
+    DistilBERT student or teacher, whose task reads every hidden state). `config`: a BertConfig
+    or AlbertConfig (ALBERT's embedding_size E is the heads' width; ALBERT's shared layers save
+    parameters, not compute: all L layers run)."""
+    h, e = config.hidden_size, getattr(config, "embedding_size", None)
+    out = e or h
+    q = 1 + (3 * p if span_boundary else p) if cut else None
+    total = encoder_flops(s, h, config.num_hidden_layers, config.intermediate_size, e, q=q)
+    total += mlm_head_flops(p, h, out, config.vocab_size)
+    if sentence_head:
+        total += sentence_head_flops(h)
+    if span_boundary:
+        total += span_boundary_head_flops(p, h, out, config.vocab_size)
+    return total
+
+
+def electra_pretraining_flops(config, s, p):
+    """Forward FLOPs per sequence of an ElectraPretrainer: the generator (width H_g, L_g
+    layers, FFN 4 H_g, its last layer at [CLS] and the predictions) and its MLM head, then the
+    discriminator's encoder at every position and its head (H -> H -> 1 at every token).
+    `config`: an ElectraConfig."""
+    h, e, v = config.hidden_size, config.embedding_size, config.vocab_size
+    h_g, l_g = config.generator_sizes()
+    generator = encoder_flops(s, h_g, l_g, 4 * h_g, e, q=1 + p) + mlm_head_flops(p, h_g, e, v)
+    discriminator = encoder_flops(s, h, config.num_hidden_layers, config.intermediate_size, e)
+    return generator + discriminator + 2 * s * h * h + 2 * s * h
+
+
+def causal_lm_flops(config, s):
+    """Forward FLOPs per sequence of s tokens of a GPT language model (GptConfig): every layer
+    at every position, and the tied decoder at every position."""
+    h = config.n_embd
+    return encoder_flops(s, h, config.n_layer, config.inner_size) + 2 * s * h * config.n_vocab

@@ -1,0 +1,165 @@
+"""modeling/flops.py: every count equals the matrix products of the model's traced forward graph
+(helpers.graph_matmul_flops reads them from the ops' shapes), and the pretraining tasks' FLOPs
+(what the train log turns into FLOP/s) are 3 such passes per sequence, for any batch shape."""
+
+from __future__ import annotations
+
+import pytest
+import tensorflow as tf
+
+from bench import pretrain_throughput
+from modeling import albert, bert, electra, flops, gpt
+from tests import helpers
+from training import tasks
+
+B, S, P = 3, 7, 2
+# E = 5 differs from H = 12 and from the generator's H_g = 3 (a quarter): every projection runs.
+ELECTRA = helpers.TINY | {
+    "embedding_size": 5,
+    "generator_hidden_size": 0.25,
+    "generator_layers": 1.0,
+}
+
+
+def spec(**extra):
+    names = ["input_ids", "input_mask", "segment_ids"]
+    out = {k: tf.TensorSpec([B, S], tf.int32) for k in names}
+    out["masked_lm_positions"] = tf.TensorSpec([B, P], tf.int32)
+    return out | {k: tf.TensorSpec([B, P], dtype) for k, dtype in extra.items()}
+
+
+def batch_of(spec_, seed=0):
+    """Random int tensors (zeros for floats) of `spec_`'s shapes; positions inside the length."""
+    rng = tf.random.Generator.from_seed(seed)
+    return {
+        k: (
+            rng.uniform(v.shape, 0, S - 1, tf.int32) + 1
+            if v.dtype == tf.int32
+            else tf.ones(v.shape, v.dtype)
+        )
+        for k, v in spec_.items()
+    }
+
+
+@pytest.mark.parametrize(
+    "family, objective, span_boundary",
+    [("bert", "nsp", False), ("bert", "none", False), ("bert", "nsp", True), ("albert", "sop", 0)],
+)
+def test_masked_lm_pretrainers_count_what_their_graph_multiplies(family, objective, span_boundary):
+    if family == "albert":  # E != H: the embedding projection and narrower heads are counted
+        config = albert.AlbertConfig.from_dict(
+            helpers.TINY | {"embedding_size": 5, "num_hidden_groups": 1, "inner_group_num": 1}
+        )
+        model = albert.AlbertPretrainer(config, objective)
+    else:
+        config = helpers.tiny_config()
+        model = bert.BertPretrainer(config, objective, span_boundary=span_boundary)
+    model.build()
+    inputs = spec(masked_lm_span_left=tf.int32, masked_lm_span_right=tf.int32)
+    if not span_boundary:
+        inputs = spec()
+    forward = helpers.graph_matmul_flops(lambda x: model(x, training=False), inputs)
+    if objective == "none":
+        # The 2-way head exists in every BertPretrainer; RoBERTa trains none and its loss reads
+        # none, so it is not counted (in a training step TensorFlow prunes it).
+        forward -= B * flops.sentence_head_flops(config.hidden_size)
+    counted = flops.mlm_pretraining_flops(config, S, P, objective != "none", bool(span_boundary))
+    assert B * counted == forward
+
+
+def test_distillation_counts_every_position_of_student_and_teacher():
+    config = helpers.tiny_config()
+    model = bert.BertPretrainer(config)
+    model.build()
+    forward = helpers.graph_matmul_flops(
+        lambda x: tasks._encode_and_predict(model, x, training=False), spec()
+    )
+    # The encoder's pooler (H x H on [CLS]) is traced too; no loss of the task reads it, so a
+    # step's graph prunes it and the task does not count it.
+    forward -= B * 2 * config.hidden_size**2
+    assert B * flops.mlm_pretraining_flops(config, S, P, sentence_head=False, cut=False) == forward
+    cut = flops.mlm_pretraining_flops(config, S, P, sentence_head=False)
+    assert cut < forward / B  # the last layer at 1 + P of S positions costs less
+
+
+def test_electra_counts_generator_and_discriminator():
+    config = electra.ElectraConfig.from_dict(ELECTRA)
+    assert config.generator_sizes() == (3, 2)  # E differs from both H and H_g
+    model = electra.ElectraPretrainer(config)
+    model.build()
+    inputs = spec(masked_lm_ids=tf.int32, masked_lm_weights=tf.float32)
+    forward = helpers.graph_matmul_flops(
+        lambda x: model(x, training=False, seed=tf.constant([7, 8])), inputs
+    )
+    assert B * flops.electra_pretraining_flops(config, S, P) == forward
+
+
+def test_gpt_counts_every_layer_and_the_vocabulary_at_every_position():
+    config = gpt.GptConfig(n_vocab=53, n_ctx=16, n_embd=12, n_head=3, n_layer=2, n_inner=17)
+    model = gpt.GptLM(config)
+    model.build()
+    inputs = {"input_ids": tf.TensorSpec([B, S], tf.int32)}
+    forward = helpers.graph_matmul_flops(lambda x: model(x, training=False)["lm_logits"], inputs)
+    assert B * flops.causal_lm_flops(config, S) == forward
+
+
+def test_the_tasks_count_three_passes_of_the_batch_they_get():
+    """Task.flops_fn evaluates the same polynomials on the batch's own shapes (a cut batch
+    counts less), within float32 rounding."""
+    config = helpers.tiny_config()
+    model = bert.BertPretrainer(config)
+    model.build()
+    task = tasks.bert_pretraining_task(model)
+    full = batch_of(spec())
+    want = 3 * B * flops.mlm_pretraining_flops(config, S, P)
+    assert float(task.flops_fn(full)) == pytest.approx(want, rel=1e-6)
+    cut = {k: v[:2, :5] if k != "masked_lm_positions" else v[:2] for k, v in full.items()}
+    assert float(task.flops_fn(cut)) == pytest.approx(
+        3 * 2 * flops.mlm_pretraining_flops(config, 5, P), rel=1e-6
+    )
+    # keras-hub's pretrainer in the bench has these outputs but runs its own last layer whole:
+    # not counted, so its runs log no FLOP/s rather than a wrong one.
+    hub = tasks.bert_pretraining_task(pretrain_throughput.KerasHubPretrainer(config))
+    assert hub.flops_fn is None
+    roberta = tasks.bert_pretraining_task(bert.BertPretrainer(config, "none"))
+    no_head = 3 * B * flops.mlm_pretraining_flops(config, S, P, sentence_head=False)
+    assert float(roberta.flops_fn(full)) == pytest.approx(no_head, rel=1e-6)
+
+    gpt_config = gpt.GptConfig(n_vocab=53, n_ctx=16, n_embd=12, n_head=3, n_layer=2)
+    lm = tasks.causal_lm_task(gpt.GptLM(gpt_config))
+    ids = {"input_ids": tf.zeros([B, S], tf.int32)}
+    assert float(lm.flops_fn(ids)) == pytest.approx(
+        3 * B * flops.causal_lm_flops(gpt_config, S), rel=1e-6
+    )
+
+    teacher = bert.BertPretrainer(helpers.tiny_config(num_hidden_layers=3))
+    distil = tasks.distillation_task(model, teacher)
+    student_pass, teacher_pass = (
+        flops.mlm_pretraining_flops(m.config, S, P, sentence_head=False, cut=False)
+        for m in (model, teacher)
+    )
+    assert teacher_pass > student_pass  # three layers against two
+    assert float(distil.flops_fn(full)) == pytest.approx(
+        B * (3 * student_pass + teacher_pass), rel=1e-6
+    )
+
+    e_config = electra.ElectraConfig.from_dict(ELECTRA)
+    e_task = tasks.electra_pretraining_task(electra.ElectraPretrainer(e_config), 1, 0)
+    assert float(e_task.flops_fn(full)) == pytest.approx(
+        3 * B * flops.electra_pretraining_flops(e_config, S, P), rel=1e-6
+    )
+
+
+def test_counts_grow_as_the_formulas_say():
+    """Hand-checked small cases, so a formula cannot drift with its graph test."""
+    # One layer, S = 2, H = 1, I = 1: 8*2 + 4*4 + 4*2 = 40; the last layer at Q = 1: 4*2 + 4 +
+    # 4*2 + 4 = 24; with E = 3 the projection adds 2*2*3 = 12.
+    assert flops.encoder_flops(2, 1, 1, 1) == 40
+    assert flops.encoder_flops(2, 1, 1, 1, q=1) == 24
+    assert flops.encoder_flops(2, 1, 1, 1, e=3) == 52
+    assert flops.encoder_flops(2, 1, 1, 1, e=1) == 40  # E = H: no projection
+    assert flops.mlm_head_flops(2, 3, 5, 7) == 2 * 2 * 3 * 5 + 2 * 2 * 5 * 7
+    assert flops.sentence_head_flops(3) == 18 + 12
+    # Tensors in, the same numbers out (what the tasks pass in a step).
+    s = tf.constant(2.0)
+    assert float(flops.encoder_flops(s, 1, 1, 1, q=s / 2)) == 24
