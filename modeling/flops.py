@@ -24,6 +24,10 @@ embedding width E and vocabulary V (forward):
                                                       boundary pair and the relative position,
                                                       then the tied decoder)
   causal LM      the encoder (every layer at all S) + 2 S H V (the tied decoder everywhere)
+  encoder-decoder over S inputs and T targets (T5, BART): the encoder, then per decoder layer
+                 self-attention over T, cross-attention from T to S (K and V of the S encoder
+                 outputs), the FFN at T; the decoder to the vocabulary at T. T5's attention
+                 width is heads x d_kv, its gated FFN (v1.1) has two input matrices.
 
 The S, P and batch arguments may be Python numbers or TensorFlow scalars (a step counts the
 batch it runs, whose length dynamic padding may cut); tests/test_flops.py checks every count
@@ -36,15 +40,22 @@ from __future__ import annotations
 # (bert.last_layer_queries): Q = 1 + P, or 1 + 3P with the span boundaries.
 
 
+def attention_flops(q, k, h: int, inner: int):
+    """Forward FLOPs of one attention block of width h with heads x depth = inner: queries at q
+    positions over keys at k positions. The Q and output projections run at q (4 q h inner),
+    K and V at k (4 k h inner), the scores and the weighted values at q x k (4 q k inner)."""
+    return 4 * q * h * inner + 4 * k * h * inner + 4 * q * k * inner
+
+
 def encoder_flops(s, h: int, layers: int, intermediate: int, e: int | None = None, q=None):
     """Forward FLOPs of a Transformer encoder over one sequence of s tokens (module docstring),
     with the E -> H embedding projection when e differs from h, and the last layer computed at
     q positions only when q is given."""
-    per_layer = 8 * s * h * h + 4 * s * s * h + 4 * s * h * intermediate
+    per_layer = attention_flops(s, s, h, h) + 4 * s * h * intermediate
     project = 2 * s * e * h if e is not None and e != h else 0
     if q is None or not layers:
         return layers * per_layer + project
-    last = 4 * s * h * h + 4 * q * h * h + 4 * q * s * h + 4 * q * h * intermediate
+    last = attention_flops(q, s, h, h) + 4 * q * h * intermediate
     return (layers - 1) * per_layer + last + project
 
 
@@ -103,3 +114,48 @@ def causal_lm_flops(config, s):
     at every position, and the tied decoder at every position."""
     h = config.n_embd
     return encoder_flops(s, h, config.n_layer, config.inner_size) + 2 * s * h * config.n_vocab
+
+
+def encoder_decoder_flops(
+    s, t, h: int, inner: int, layers: tuple, ffn: tuple, vocab: int, ffn_matrices: int = 2
+):
+    """Forward FLOPs of an encoder-decoder Transformer over s input and t target positions:
+    layers = (encoder, decoder) layers, ffn = their FFN widths, ffn_matrices 2 (W_in, W_out)
+    or 3 (gated: two input matrices). Each decoder layer attends to itself and to the encoder's
+    s outputs (their K and V projected in every decoder layer); the tied or separate decoder
+    to the vocabulary runs at every target position."""
+    encoder = layers[0] * (attention_flops(s, s, h, inner) + 2 * ffn_matrices * s * h * ffn[0])
+    self_and_cross = attention_flops(t, t, h, inner) + attention_flops(t, s, h, inner)
+    decoder = layers[1] * (self_and_cross + 2 * ffn_matrices * t * h * ffn[1])
+    return encoder + decoder + 2 * t * h * vocab
+
+
+def t5_flops(config, s, t):
+    """Forward FLOPs of a T5Model over s input and t target positions: attention width
+    num_heads x d_kv, gated FFNs (T5 v1.1's "gated-gelu") with two input matrices."""
+    dec_layers = config.num_decoder_layers or config.num_layers
+    gated = config.feed_forward_proj.startswith("gated")
+    return encoder_decoder_flops(
+        s,
+        t,
+        config.d_model,
+        config.num_heads * config.d_kv,
+        (config.num_layers, dec_layers),
+        (config.d_ff, config.d_ff),
+        config.vocab_size,
+        3 if gated else 2,
+    )
+
+
+def bart_flops(config, s, t):
+    """Forward FLOPs of a BartModel over s input and t target positions (attention width
+    d_model)."""
+    return encoder_decoder_flops(
+        s,
+        t,
+        config.d_model,
+        config.d_model,
+        (config.encoder_layers, config.decoder_layers),
+        (config.encoder_ffn_dim, config.decoder_ffn_dim),
+        config.vocab_size,
+    )

@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 
 from bench import pretrain_throughput
-from modeling import albert, bert, electra, flops, gpt
+from modeling import albert, bart, bert, electra, flops, gpt, t5
 from tests import helpers
-from training import tasks
+from training import seq2seq_tasks, tasks
 
 B, S, P = 3, 7, 2
 # E = 5 differs from H = 12 and from the generator's H_g = 3 (a quarter): every projection runs.
@@ -103,6 +103,48 @@ def test_gpt_counts_every_layer_and_the_vocabulary_at_every_position():
     assert B * flops.causal_lm_flops(config, S) == forward
 
 
+T = 5  # target positions of the encoder-decoders
+T5_VALUES = dict(
+    vocab_size=23, d_model=12, d_kv=5, d_ff=17, num_layers=2, num_decoder_layers=3, num_heads=3
+)
+BART_VALUES = dict(
+    vocab_size=23,
+    d_model=12,
+    encoder_layers=2,
+    decoder_layers=3,
+    encoder_attention_heads=3,
+    decoder_attention_heads=3,
+    encoder_ffn_dim=17,
+    decoder_ffn_dim=19,
+    max_position_embeddings=11,
+    pad_token_id=0,
+    bos_token_id=None,
+    eos_token_id=1,
+    decoder_start_token_id=1,
+)
+
+
+@pytest.mark.parametrize("family", ["t5", "t5 gated", "bart"])
+def test_encoder_decoders_count_what_their_graph_multiplies(family):
+    """Heads x d_kv (15) differs from d_model (12), the decoder is deeper than the encoder and
+    (BART) its FFN wider, so a swapped width or layer count cannot pass."""
+    if family == "bart":
+        config, count = bart.BartConfig(**BART_VALUES), flops.bart_flops
+        model = helpers.tiny_encoder_decoder(bart.BartModel, bart.BartConfig, BART_VALUES)
+    else:
+        proj = "gated-gelu" if family == "t5 gated" else "relu"
+        values = T5_VALUES | {"feed_forward_proj": proj}
+        config, count = t5.T5Config(**values), flops.t5_flops
+        model = helpers.tiny_encoder_decoder(t5.T5Model, t5.T5Config, values)
+    inputs = {
+        "input_ids": tf.TensorSpec([B, S], tf.int32),
+        "input_mask": tf.TensorSpec([B, S], tf.int32),
+        "decoder_input_ids": tf.TensorSpec([B, T], tf.int32),
+    }
+    forward = helpers.graph_matmul_flops(lambda x: model(x, training=False)["lm_logits"], inputs)
+    assert B * count(config, S, T) == forward
+
+
 def test_the_tasks_count_three_passes_of_the_batch_they_get():
     """Task.flops_fn evaluates the same polynomials on the batch's own shapes (a cut batch
     counts less), within float32 rounding."""
@@ -141,6 +183,15 @@ def test_the_tasks_count_three_passes_of_the_batch_they_get():
     assert teacher_pass > student_pass  # three layers against two
     assert float(distil.flops_fn(full)) == pytest.approx(
         B * (3 * student_pass + teacher_pass), rel=1e-6
+    )
+
+    t5_config = t5.T5Config(**T5_VALUES)
+    seq2seq = seq2seq_tasks.seq2seq_task(
+        helpers.tiny_encoder_decoder(t5.T5Model, t5.T5Config, T5_VALUES)
+    )
+    pairs = {"input_ids": full["input_ids"], "target_ids": tf.zeros([B, T], tf.int32)}
+    assert float(seq2seq.flops_fn(pairs)) == pytest.approx(
+        3 * B * flops.t5_flops(t5_config, S, T), rel=1e-6
     )
 
     e_config = electra.ElectraConfig.from_dict(ELECTRA)
