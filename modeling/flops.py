@@ -36,9 +36,6 @@ against the matrix products of the traced forward graph.
 
 from __future__ import annotations
 
-# A masked-LM encoder's last layer runs at [CLS] (for the pooler) and the predictions only
-# (bert.last_layer_queries): Q = 1 + P, or 1 + 3P with the span boundaries.
-
 
 def attention_flops(q, k, h: int, inner: int):
     """Forward FLOPs of one attention block of width h with heads x depth = inner: queries at q
@@ -87,6 +84,8 @@ def mlm_pretraining_flops(
     parameters, not compute: all L layers run)."""
     h, e = config.hidden_size, getattr(config, "embedding_size", None)
     out = e or h
+    # bert.last_layer_queries: [CLS] (for the pooler), then the P predictions and, with the
+    # span boundary objective, their 2P boundaries.
     q = 1 + (3 * p if span_boundary else p) if cut else None
     total = encoder_flops(s, h, config.num_hidden_layers, config.intermediate_size, e, q=q)
     total += mlm_head_flops(p, h, out, config.vocab_size)

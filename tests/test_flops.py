@@ -29,7 +29,7 @@ def spec(**extra):
 
 
 def batch_of(spec_, seed=0):
-    """Random int tensors (zeros for floats) of `spec_`'s shapes; positions inside the length."""
+    """Random int tensors in [1, S) (ones for floats) of `spec_`'s shapes (ids, positions)."""
     rng = tf.random.Generator.from_seed(seed)
     return {
         k: (
@@ -192,6 +192,10 @@ def test_the_tasks_count_three_passes_of_the_batch_they_get():
     pairs = {"input_ids": full["input_ids"], "target_ids": tf.zeros([B, T], tf.int32)}
     assert float(seq2seq.flops_fn(pairs)) == pytest.approx(
         3 * B * flops.t5_flops(t5_config, S, T), rel=1e-6
+    )
+    bart_model = helpers.tiny_encoder_decoder(bart.BartModel, bart.BartConfig, BART_VALUES)
+    assert float(seq2seq_tasks.seq2seq_task(bart_model).flops_fn(pairs)) == pytest.approx(
+        3 * B * flops.bart_flops(bart.BartConfig(**BART_VALUES), S, T), rel=1e-6
     )
 
     e_config = electra.ElectraConfig.from_dict(ELECTRA)

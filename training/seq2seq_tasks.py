@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from modeling import flops, losses, t5
+from modeling import bart, flops, losses, t5
 from training.trainer import Task
 
 
@@ -39,17 +39,18 @@ def seq2seq_task(model) -> Task:
         )
         return losses.masked_lm_sums(out["lm_logits"], batch["target_ids"], batch["target_mask"])
 
-    count = flops.t5_flops if isinstance(model.config, t5.T5Config) else flops.bart_flops
+    config = getattr(model, "config", None)
+    count = {t5.T5Config: flops.t5_flops, bart.BartConfig: flops.bart_flops}.get(type(config))
 
     def flops_fn(batch):
         shape = tf.cast(tf.shape(batch["input_ids"]), tf.float32)  # (B, S)
         t = tf.cast(tf.shape(batch["target_ids"])[1], tf.float32)
-        return 3.0 * shape[0] * count(model.config, shape[1], t)
+        return 3.0 * shape[0] * count(config, shape[1], t)
 
     return Task(
         model=model,
         sums_fn=sums_fn,
         loss_terms=[("loss_sum", "weight")],
         metrics={"target_loss": ("loss_sum", "weight"), "target_accuracy": ("correct", "weight")},
-        flops_fn=flops_fn,
+        flops_fn=flops_fn if count else None,  # another model logs no FLOP/s
     )
