@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from bench import pretrain_throughput
 from modeling import albert, bart, bert, electra, flops, gpt, t5
-from tests import helpers
+from tests import helpers, test_bart, test_t5
 from training import seq2seq_tasks, tasks
 
 B, S, P = 3, 7, 2
@@ -43,7 +43,12 @@ def batch_of(spec_, seed=0):
 
 @pytest.mark.parametrize(
     "family, objective, span_boundary",
-    [("bert", "nsp", False), ("bert", "none", False), ("bert", "nsp", True), ("albert", "sop", 0)],
+    [
+        ("bert", "nsp", False),
+        ("bert", "none", False),
+        ("bert", "nsp", True),
+        ("albert", "sop", False),
+    ],
 )
 def test_masked_lm_pretrainers_count_what_their_graph_multiplies(family, objective, span_boundary):
     if family == "albert":  # E != H: the embedding projection and narrower heads are counted
@@ -55,15 +60,14 @@ def test_masked_lm_pretrainers_count_what_their_graph_multiplies(family, objecti
         config = helpers.tiny_config()
         model = bert.BertPretrainer(config, objective, span_boundary=span_boundary)
     model.build()
-    inputs = spec(masked_lm_span_left=tf.int32, masked_lm_span_right=tf.int32)
-    if not span_boundary:
-        inputs = spec()
+    boundaries = {"masked_lm_span_left": tf.int32, "masked_lm_span_right": tf.int32}
+    inputs = spec(**boundaries) if span_boundary else spec()
     forward = helpers.graph_matmul_flops(lambda x: model(x, training=False), inputs)
     if objective == "none":
         # The 2-way head exists in every BertPretrainer; RoBERTa trains none and its loss reads
         # none, so it is not counted (in a training step TensorFlow prunes it).
         forward -= B * flops.sentence_head_flops(config.hidden_size)
-    counted = flops.mlm_pretraining_flops(config, S, P, objective != "none", bool(span_boundary))
+    counted = flops.mlm_pretraining_flops(config, S, P, objective != "none", span_boundary)
     assert B * counted == forward
 
 
@@ -104,24 +108,10 @@ def test_gpt_counts_every_layer_and_the_vocabulary_at_every_position():
 
 
 T = 5  # target positions of the encoder-decoders
-T5_VALUES = dict(
-    vocab_size=23, d_model=12, d_kv=5, d_ff=17, num_layers=2, num_decoder_layers=3, num_heads=3
-)
-BART_VALUES = dict(
-    vocab_size=23,
-    d_model=12,
-    encoder_layers=2,
-    decoder_layers=3,
-    encoder_attention_heads=3,
-    decoder_attention_heads=3,
-    encoder_ffn_dim=17,
-    decoder_ffn_dim=19,
-    max_position_embeddings=11,
-    pad_token_id=0,
-    bos_token_id=None,
-    eos_token_id=1,
-    decoder_start_token_id=1,
-)
+# The T5 and BART tests' tiny configs with a deeper decoder (and, T5, heads x d_kv = 15 apart
+# from d_model = 12; BART, a wider decoder FFN).
+T5_VALUES = test_t5.TINY | {"d_kv": 5, "num_decoder_layers": 3}
+BART_VALUES = test_bart.TINY | {"decoder_layers": 3, "decoder_ffn_dim": 19}
 
 
 @pytest.mark.parametrize("family", ["t5", "t5 gated", "bart"])
