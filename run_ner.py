@@ -81,6 +81,15 @@ flags.DEFINE_float("num_train_epochs", 3.0, "Passes over the training windows.")
 flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with linear warmup.")
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint (and dev eval) every N steps.")
 flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop between host logs.")
+flags.DEFINE_float(
+    "peak_tflops",
+    0.0,
+    "The hardware's peak TFLOP/s at the run's precision, all replicas together (e.g. 989 for "
+    "one H100 SXM in bf16, dense): the log then gives the step's matrix-multiply FLOP/s as a "
+    "share of it (a fine-tuned encoder without --lstm_units is counted; frozen features log "
+    "no FLOP/s). 0: unknown (FLOP/s alone).",
+    lower_bound=0.0,
+)
 flags.DEFINE_string("output_dir", None, "Where checkpoints, results and predictions go.")
 flags.DEFINE_enum(
     "distribution_strategy",
@@ -550,6 +559,7 @@ def main(argv):
                 num_train_steps=num_train_steps,
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
+                peak_flops=FLAGS.peak_tflops * 1e12,
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
                 run_settings_json=json.dumps(
                     {

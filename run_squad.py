@@ -64,6 +64,14 @@ flags.DEFINE_float("num_train_epochs", 3.0, "Passes over the training examples."
 flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with linear warmup.")
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save a checkpoint.")
 flags.DEFINE_integer("iterations_per_loop", 1000, "Steps per compiled loop between host logs.")
+flags.DEFINE_float(
+    "peak_tflops",
+    0.0,
+    "The hardware's peak TFLOP/s at the run's precision, all replicas together (e.g. 989 for "
+    "one H100 SXM in bf16, dense): the log then gives the step's matrix-multiply FLOP/s as a "
+    "share of it. 0: unknown (FLOP/s alone).",
+    lower_bound=0.0,
+)
 flags.DEFINE_integer("n_best_size", 20, "Candidates kept per question in nbest_predictions.json.")
 flags.DEFINE_integer("max_answer_length", 30, "Longest answer in WordPieces.")
 flags.DEFINE_bool("version_2_with_negative", False, "SQuAD v2.0: questions may have no answer.")
@@ -273,6 +281,7 @@ def main(argv):
                 num_train_steps=num_train_steps,
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
+                peak_flops=FLAGS.peak_tflops * 1e12,
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
                 run_settings_json=json.dumps(
                     {

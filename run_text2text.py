@@ -50,6 +50,14 @@ flags.DEFINE_integer("num_beams", 1, "1: greedy decoding; more: beam search of t
 flags.DEFINE_float("length_penalty", 0.6, "Beam search: GNMT length penalty alpha.")
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save a checkpoint.")
 flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop between host logs.")
+flags.DEFINE_float(
+    "peak_tflops",
+    0.0,
+    "The hardware's peak TFLOP/s at the run's precision, all replicas together (e.g. 989 for "
+    "one H100 SXM in bf16, dense): the log then gives the step's matrix-multiply FLOP/s as a "
+    "share of it. 0: unknown (FLOP/s alone).",
+    lower_bound=0.0,
+)
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 FLAGS = flags.FLAGS
 
@@ -219,6 +227,7 @@ def main(argv):
                 num_train_steps=steps,
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
+                peak_flops=FLAGS.peak_tflops * 1e12,
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
             ),
             global_batch_size=FLAGS.train_batch_size,

@@ -23,7 +23,14 @@ embedding width E and vocabulary V (forward):
   span boundary  2 P (3 H) H + 2 P H E' + 2 P E' V   (SpanBERT's two-layer head over the
                                                       boundary pair and the relative position,
                                                       then the tied decoder)
-  causal LM      the encoder (every layer at all S) + 2 S H V (the tied decoder everywhere)
+  causal LM      the encoder (every layer at all S) + 2 S H V (the tied decoder everywhere);
+                 GPT-1's classifier adds 2 H C at the extract token
+  fine-tuning    the encoder, then: a sentence classifier's linear layer 2 H C on the pooled
+                 vector (with [CLS] pooling the last layer runs at [CLS] only, plus the pooler's
+                 2 H^2 where the encoder has one; mean pooling reads every position); a span
+                 or tag head's linear layer 2 S H C at every position (C = 2 for SQuAD's start
+                 and end, the tags for NER)
+  XLNet          two-stream relative attention (xlnet_flops), its tied decoder at the targets
   encoder-decoder over S inputs and T targets (T5, BART): the encoder, then per decoder layer
                  self-attention over T, cross-attention from T to S (K and V of the S encoder
                  outputs), the FFN at T; the decoder to the vocabulary at T. T5's attention
@@ -96,6 +103,39 @@ def mlm_pretraining_flops(
     return total
 
 
+def backbone_flops(config, s, q=None):
+    """Forward FLOPs of a fine-tuning model's encoder (finetuning.encoder_for: a BertConfig,
+    AlbertConfig or ElectraConfig, whose E -> H projection runs where E != H) over s tokens,
+    its last layer at q positions when q is given."""
+    return encoder_flops(
+        s,
+        config.hidden_size,
+        config.num_hidden_layers,
+        config.intermediate_size,
+        getattr(config, "embedding_size", None),
+        q=q,
+    )
+
+
+def sequence_classifier_flops(config, s, outputs: int, cls_pooling: bool, pooler: bool):
+    """Forward FLOPs per sequence of a BertClassifier (or one choice of a BertMultipleChoice,
+    outputs 1): with [CLS] pooling the encoder's last layer at [CLS] only and the pooler (2 H^2,
+    where the encoder has one: ELECTRA's has none), with mean pooling every position; then the
+    linear layer to `outputs`."""
+    h = config.hidden_size
+    if cls_pooling:
+        encoder = backbone_flops(config, s, q=1) + (2 * h * h if pooler else 0)
+    else:
+        encoder = backbone_flops(config, s)
+    return encoder + 2 * h * outputs
+
+
+def token_classifier_flops(config, s, outputs: int):
+    """Forward FLOPs per sequence of an encoder at every position and a linear layer to
+    `outputs` at each (BertSpanQA: 2, start and end; a fine-tuned BertTagger: its tags)."""
+    return backbone_flops(config, s) + 2 * s * config.hidden_size * outputs
+
+
 def electra_pretraining_flops(config, s, p):
     """Forward FLOPs per sequence of an ElectraPretrainer: the generator (width H_g, L_g
     layers, FFN 4 H_g, its last layer at [CLS] and the predictions) and its MLM head, then the
@@ -113,6 +153,54 @@ def causal_lm_flops(config, s):
     at every position, and the tied decoder at every position."""
     h = config.n_embd
     return encoder_flops(s, h, config.n_layer, config.inner_size) + 2 * s * h * config.n_vocab
+
+
+def gpt_classifier_flops(config, s, outputs: int):
+    """Forward FLOPs per sequence of a GptClassifier (GPT-1 fine-tuning): the language model
+    (its LM logits feed the auxiliary loss) and the linear layer to `outputs` at the extract
+    token."""
+    return causal_lm_flops(config, s) + 2 * config.n_embd * outputs
+
+
+def xlnet_flops(config, s, rows, p=None, segments: bool = False):
+    """Forward FLOPs of an XLNetModel over `rows` sequences of s tokens (all of them, not per
+    sequence: the relative position terms are computed once a batch). `config`: an
+    XLNetConfig, H = d_model, A = n_head x d_head, F = d_inner, R = 2 s - 1 distances.
+      per layer, a batch   2 R H A                  the relative positions' key projection
+      per layer, per sequence, the content stream:
+                           8 s H A                  Q, K, V and output projections
+                           4 s^2 A + 2 s R A        content scores, probabilities x V, and the
+                                                    scores by distance (of all R, then gathered)
+                           4 s A                    scores by segment (with `segments`)
+                           4 s H F                  the FFN
+      the query stream at p targets (p given, pretraining): its Q and output projections and FFN
+                           at p, 4 p s A to map the p queries to their positions and back, and
+                           the same attention at all s positions as the content stream's
+    and once a batch R H for the sinusoid encoding (an outer product of distances and
+    frequencies)."""
+    h, a, f = config.d_model, config.n_head * config.d_head, config.d_inner
+    r = 2 * s - 1
+    attend = 4 * s * s * a + 2 * s * r * a + (4 * s * a if segments else 0)
+    content = 8 * s * h * a + attend + 4 * s * h * f
+    # `is None`, not a truth test: p may be a tensor (a traced step would make a tf.cond).
+    query = 0 if p is None else 4 * p * h * a + 4 * p * s * a + attend + 4 * p * h * f
+    per_layer = rows * (content + query) + 2 * r * h * a
+    return config.n_layer * per_layer + r * h
+
+
+def xlnet_pretraining_flops(config, s, p, rows):
+    """Forward FLOPs of an XLNetPretrainer over `rows` sequences of s tokens with p targets:
+    both streams (no segments: pretraining reads none), and the tied decoder to the vocabulary
+    at the p targets."""
+    return xlnet_flops(config, s, rows, p) + rows * 2 * p * config.d_model * config.n_token
+
+
+def xlnet_classifier_flops(config, s, rows, outputs: int, segments: bool = True):
+    """Forward FLOPs of an XLNetClassifier over `rows` sequences of s tokens: the content
+    stream, then at the last token the tanh summary (2 H^2) and the linear layer to
+    `outputs`."""
+    h = config.d_model
+    return xlnet_flops(config, s, rows, segments=segments) + rows * (2 * h * h + 2 * h * outputs)
 
 
 def encoder_decoder_flops(

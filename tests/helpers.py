@@ -372,6 +372,39 @@ def roberta_bpe_folder(folder):
     return folder
 
 
+def logged_speeds(log: str) -> list[tuple[float, float, int | None]]:
+    """(examples/s, FLOP/s, % of the peak or None) of every train progress line in `log` that
+    gives its FLOP/s (trainer._fmt_throughput). Both rates are smoothed alike, so FLOP/s over
+    examples/s is the step's count per example (of the call's batches, cut or not)."""
+    import re
+
+    units = {"P": 1e15, "T": 1e12, "G": 1e9, "M": 1e6, "k": 1e3, "": 1}
+    pattern = (
+        r"([\d,.]+) examples/s \|[^\n]*?\| ([\d.]+) ([PTGMk]?)FLOP/s"
+        r"(?: \((\d+)% of the peak\))? \| ETA"
+    )
+    return [
+        (float(examples.replace(",", "")), float(rate) * units[unit], int(share) if share else None)
+        for examples, rate, unit, share in re.findall(pattern, log)
+    ]
+
+
+def check_logged_flops(log: str, lowest: float, highest: float, peak_tflops: float = 0.0):
+    """Asserts that `log` has FLOP/s lines, each with a count per example in [lowest, highest]
+    (the log rounds to 3 digits and examples/s to 0.1) and, with `peak_tflops`, its share of
+    that peak (none without it)."""
+    import pytest
+
+    speeds = logged_speeds(log)
+    assert speeds, log[-3000:]
+    for examples, rate, share in speeds:
+        assert lowest * (examples - 0.05) * 0.99 <= rate <= highest * (examples + 0.05) * 1.01
+        if peak_tflops:
+            assert share == pytest.approx(100 * rate / (peak_tflops * 1e12), abs=1)
+        else:
+            assert share is None
+
+
 def graph_matmul_flops(fn, spec) -> int:
     """2 x multiply-adds of every matrix product in the traced graph of `fn` at the input
     `spec`, read from the ops' static shapes (independent of modeling/flops.py's formulas):

@@ -8,9 +8,22 @@ import pytest
 import tensorflow as tf
 
 from bench import pretrain_throughput
-from modeling import albert, bart, bert, electra, flops, gpt, t5
-from tests import helpers, test_bart, test_t5
-from training import seq2seq_tasks, tasks
+from modeling import (
+    albert,
+    bart,
+    bert,
+    electra,
+    elmo,
+    finetuning,
+    flops,
+    gpt,
+    span_qa,
+    t5,
+    tagging,
+    xlnet,
+)
+from tests import helpers, test_bart, test_elmo, test_t5, test_xlnet
+from training import finetune_tasks, gpt_finetuning, plm_tasks, seq2seq_tasks, squad_eval, tasks
 
 B, S, P = 3, 7, 2
 # E = 5 differs from H = 12 and from the generator's H_g = 3 (a quarter): every projection runs.
@@ -19,6 +32,12 @@ ELECTRA = helpers.TINY | {
     "generator_hidden_size": 0.25,
     "generator_layers": 1.0,
 }
+
+
+def traced(flops_fn):
+    """`flops_fn` as the train step runs it: in a tf.function (autograph turns a Python
+    conditional on a tensor into a tf.cond, whose branches must agree)."""
+    return tf.function(flops_fn)
 
 
 def spec(**extra):
@@ -193,6 +212,137 @@ def test_the_tasks_count_three_passes_of_the_batch_they_get():
     assert float(e_task.flops_fn(full)) == pytest.approx(
         3 * B * flops.electra_pretraining_flops(e_config, S, P), rel=1e-6
     )
+
+
+C = 4  # classes, choices or tags
+
+
+def encoder_config(family):
+    """The tiny encoder of `family`; ALBERT's and ELECTRA's E = 5 differs from H = 12."""
+    if family == "albert":
+        extra = {"embedding_size": 5, "num_hidden_groups": 1, "inner_group_num": 1}
+        return albert.AlbertConfig.from_dict(helpers.TINY | extra)
+    if family == "electra":
+        return electra.ElectraConfig.from_dict(ELECTRA)
+    return helpers.tiny_config()
+
+
+def finetuning_model(kind, config, pooling="cls"):
+    if kind == "classifier":
+        model = finetuning.BertClassifier(config, C, pooling=pooling)
+    elif kind == "choice":
+        model = finetuning.BertMultipleChoice(config, pooling=pooling)
+    elif kind == "span":
+        model = span_qa.BertSpanQA(config)
+    else:
+        model = tagging.BertTagger(config, C)
+    model.build()
+    return model
+
+
+@pytest.mark.parametrize(
+    "kind, family, pooling",
+    [
+        ("classifier", "bert", "cls"),
+        ("classifier", "bert", "mean"),
+        ("classifier", "electra", "cls"),
+        ("classifier", "albert", "cls"),
+        ("choice", "bert", "cls"),
+        ("choice", "electra", "mean"),
+        ("span", "albert", None),
+        ("span", "electra", None),
+        ("tagger", "bert", None),
+    ],
+)
+def test_finetuning_models_count_what_their_graph_multiplies(kind, family, pooling):
+    """finetune_tasks.flops_fn (what run_classifier, run_squad and run_ner log) is 3 forward
+    passes of the traced graph's matrix products per sequence, at two lengths (dynamic padding
+    cuts batches)."""
+    config = encoder_config(family)
+    model = finetuning_model(kind, config, pooling)
+    rows = (B, C) if kind == "choice" else (B,)
+    sequences = B * C if kind == "choice" else B
+    count = finetune_tasks.flops_fn(model)
+    for s in (S, 4):
+        inputs = {
+            k: tf.TensorSpec([*rows, s], tf.int32)
+            for k in ("input_ids", "input_mask", "segment_ids")
+        }
+        forward = helpers.graph_matmul_flops(lambda x: model(x, training=False), inputs)
+        has_pooler = family != "electra"
+        if has_pooler and pooling != "cls":
+            # The encoder's pooler is in the graph but nothing reads it (mean pooling, a span
+            # or tag head): a training step prunes it, and it is not counted.
+            forward -= sequences * 2 * config.hidden_size**2
+        batch = {k: tf.ones(v.shape, tf.int32) for k, v in inputs.items()}
+        assert float(traced(count)(batch)) == pytest.approx(3 * forward, rel=1e-6)
+
+
+def test_gpt_classifier_counts_its_language_model_and_head():
+    config = gpt.GptConfig(n_vocab=53, n_ctx=16, n_embd=12, n_head=3, n_layer=2)
+    model = gpt.GptClassifier(config, C)
+    model.build()
+    inputs = {k: tf.TensorSpec([B, S], tf.int32) for k in ("input_ids", "input_mask")}
+    forward = helpers.graph_matmul_flops(lambda x: model(x, training=False), inputs)
+    assert B * flops.gpt_classifier_flops(config, S, C) == forward
+    task = gpt_finetuning.gpt_classification_task(model)
+    batch = {k: tf.ones(v.shape, tf.int32) for k, v in inputs.items()}
+    assert float(traced(task.flops_fn)(batch)) == pytest.approx(3 * forward, rel=1e-6)
+
+
+def test_xlnet_counts_both_streams_and_its_heads():
+    """XLNet's pretrainer (content and query streams, the relative positions once a batch, the
+    tied decoder at the targets) and classifier (segments, summary, head): the task counts are
+    3 forward passes of the traced graph's matrix products, at two batch sizes (the per-batch
+    terms do not scale with the rows)."""
+    config = test_xlnet.tiny_config()
+    pretrainer = xlnet.XLNetPretrainer(config)
+    pretrainer.build()
+    plm = plm_tasks.permutation_lm_task(pretrainer)
+    classifier = xlnet.XLNetClassifier(config, C)
+    classifier.build()
+    fine_tune = finetune_tasks.classification_task(classifier)
+    for rows in (B, 1):
+        inputs = {
+            "input_ids": tf.TensorSpec([rows, S], tf.int32),
+            "perm_mask": tf.TensorSpec([rows, S, S], tf.float32),
+            "target_mapping": tf.TensorSpec([rows, P, S], tf.float32),
+        }
+        forward = helpers.graph_matmul_flops(lambda x: pretrainer(x, training=False), inputs)
+        assert flops.xlnet_pretraining_flops(config, S, P, rows) == forward
+        batch = {k: tf.ones(v.shape, v.dtype) for k, v in inputs.items()}
+        assert float(traced(plm.flops_fn)(batch)) == pytest.approx(3 * forward, rel=1e-6)
+
+        inputs = {
+            k: tf.TensorSpec([rows, S], tf.int32)
+            for k in ("input_ids", "input_mask", "segment_ids")
+        }
+        forward = helpers.graph_matmul_flops(lambda x: classifier(x, training=False), inputs)
+        assert flops.xlnet_classifier_flops(config, S, rows, C) == forward
+        batch = {k: tf.ones(v.shape, tf.int32) for k, v in inputs.items()}
+        assert float(traced(fine_tune.flops_fn)(batch)) == pytest.approx(3 * forward, rel=1e-6)
+
+
+def test_finetuning_models_not_counted_log_no_flops():
+    """A frozen encoder (its backward pass skips it: not 3 passes), a BiLSTM tagger, ELMo's
+    classifier and the fine-tuning tasks on them get no flops_fn, so their runs log no FLOP/s
+    rather than a wrong one; the counted models' tasks get one."""
+    config = helpers.tiny_config()
+    frozen = tagging.BertTagger(config, C, feature_mode="last")
+    lstm = tagging.BertTagger(config, C, lstm_units=3, lstm_layers=1)
+    elmo_model = elmo.ElmoClassifier(test_elmo.config(), C)
+    for model in (frozen, lstm, elmo_model):
+        assert finetune_tasks.flops_fn(model) is None
+    assert finetune_tasks.token_tagging_task(frozen).flops_fn is None
+    assert finetune_tasks.classification_task(elmo_model).flops_fn is None
+    classifier = finetuning_model("classifier", config)
+    for task in (
+        finetune_tasks.classification_task(classifier),
+        finetune_tasks.regression_task(finetuning.BertClassifier(config, 1)),
+        finetune_tasks.token_tagging_task(tagging.BertTagger(config, C)),
+        squad_eval.span_qa_task(finetuning_model("span", config)),
+    ):
+        assert task.flops_fn is not None
 
 
 def test_counts_grow_as_the_formulas_say():

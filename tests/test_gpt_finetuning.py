@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from data_prep import bpe, glue
-from modeling import gpt
+from modeling import flops, gpt
+from tests import helpers
 from tests.helpers import run_classifier_on_two_sentences
 from training import gpt_finetuning
 
@@ -68,9 +69,19 @@ def test_run_classifier_fine_tunes_a_gpt_config(tmp_path):
         json.dumps(dict(n_vocab=len(tok.encoder), n_ctx=16, n_embd=12, n_head=3, n_layer=1))
     )
     r, out = run_classifier_on_two_sentences(
-        tmp_path, config, "--max_seq_length=16", "--num_train_epochs=10", "--iterations_per_loop=10"
+        tmp_path,
+        config,
+        "--max_seq_length=16",
+        "--num_train_epochs=10",
+        "--iterations_per_loop=10",
+        "--peak_tflops=1e-4",
     )
     assert r.returncode == 0, r.stderr[-3000:]
+    # The log's FLOP/s: 3 passes of modeling/flops.py's count (16 positions, 2 classes) per
+    # example, and its share of --peak_tflops.
+    gpt_config = gpt.GptConfig.from_json_file(config)
+    per_example = 3 * flops.gpt_classifier_flops(gpt_config, 16, 2)
+    helpers.check_logged_flops(r.stderr, per_example, per_example, peak_tflops=1e-4)
     results = dict(
         line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
     )

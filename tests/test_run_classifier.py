@@ -13,11 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from data_prep import glue, rt_polarity
+from modeling import flops
 from tests import helpers
 from tests.test_glue import VOCAB, WORDS, write_task
 from training import distribute
 
 S = 13  # tiny config: max_position_embeddings 16
+PEAK = 1e-4  # TFLOP/s, a made-up peak for the log's FLOPs utilisation
 
 
 def run(args, check=True):
@@ -80,7 +82,7 @@ def smoke(tmp_path_factory, model_files):
     data = root / "glue" / "MNLI"
     expected = write_task(data, glue.get_task("mnli"), sizes=(11, 5, 5))
     args = [*common(model_files, data, root / "mnli", "MNLI"), "--do_train", "--do_eval"]
-    jobs["mnli"] = (root / "mnli", expected, [[*args, "--do_predict"]])
+    jobs["mnli"] = (root / "mnli", expected, [[*args, "--do_predict", f"--peak_tflops={PEAK}"]])
     data = root / "STS-B"
     expected = write_task(data, glue.get_task("sts-b"), sizes=(9, 5, 5))
     args = [*common(model_files, data, root / "stsb", "sts-b"), "--pooling=mean"]
@@ -130,6 +132,12 @@ def finished(job):
 def test_pair_classification_mnli_with_ax(smoke):
     out, expected, (result,) = finished(smoke["mnli"])
     assert "examples/s" in result.stderr and "were truncated" in result.stderr
+    # The log's FLOP/s: 3 passes of modeling/flops.py's count per example (3 classes, the last
+    # layer at [CLS]), the batches cut to 8 or 13 positions, and its share of --peak_tflops.
+    per_example = [
+        3 * flops.sequence_classifier_flops(helpers.tiny_config(), s, 3, True, True) for s in (8, S)
+    ]
+    helpers.check_logged_flops(result.stderr, *per_example, peak_tflops=PEAK)
     r = results(out)
     assert set(r) == {
         "accuracy", "score", "loss", "mismatched_accuracy", "mismatched_score",

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from data_prep import conll, fetch, tokenization, wnut
 from data_prep.tokenization import RESERVED_TOKENS
-from modeling import albert, bert, electra, elmo, tagging
+from modeling import albert, bert, electra, elmo, flops, tagging
 from tests import helpers
 from training import ner_eval, trainer
 
@@ -159,6 +159,12 @@ def test_finetune_eval_and_labelled_test(smoke, files):
     log = trained.stderr
     assert "tag scheme iob1 (detected)" in log and "IOB1 tags converted to BIO" in log
     assert "split into overlapping windows" in log and "examples/s" in log
+    # The log's FLOP/s: 3 passes of modeling/flops.py's count per example (the encoder and the
+    # tag layer at every position), the batches cut to 8 or 11 positions; no --peak_tflops.
+    tags = len(json.loads((out / "model_config.json").read_text())["labels"])
+    config = helpers.tiny_config(num_hidden_layers=3)
+    per_example = [3 * flops.token_classifier_flops(config, s, tags) for s in (8, S)]
+    helpers.check_logged_flops(log, *per_example)
     r = results(out / "eval_results.txt")
     assert {"f1", "precision", "recall", "token_accuracy", "loss", "f1_PER", "f1_geo-loc",
             "global_step", "best_f1", "best_step"} <= set(r)  # fmt: skip

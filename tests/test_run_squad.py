@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from data_prep import fetch
+from modeling import bert, flops
 from tests import helpers
 
 S = 48  # tiny config below: max_position_embeddings 64
+PEAK = 1e-3  # TFLOP/s, a made-up peak for the log's FLOPs utilisation
 
 
 def run(args):
@@ -90,6 +92,7 @@ def smoke(files, tmp_path_factory):
         "--warmup_proportion=0.05",
         "--save_checkpoints_steps=150",
         "--iterations_per_loop=50",
+        f"--peak_tflops={PEAK}",
         "--do_train",
         "--do_predict",
         "--do_eval",
@@ -133,6 +136,12 @@ def read(out, name):
 def test_v1_train_predict_eval_learns_the_sample(smoke, files):
     out, (result,) = finished(smoke["v1"])
     assert "train features" in result.stderr and "predicting" in result.stderr
+    # The log's FLOP/s: 3 passes of modeling/flops.py's count per example (the encoder and the
+    # start / end layer at every position), windows of 8 to 64 positions, and its share of
+    # --peak_tflops.
+    config = bert.BertConfig.from_json_file(files["dir"] / "memorize_config.json")
+    per_example = [3 * flops.token_classifier_flops(config, s, 2) for s in (8, 64)]
+    helpers.check_logged_flops(result.stderr, *per_example, peak_tflops=PEAK)
     ids = [qa["id"] for a in files["data"]["data"] for p in a["paragraphs"] for qa in p["qas"]]
     predictions = read(out, "predictions.json")
     assert sorted(predictions) == sorted(ids)

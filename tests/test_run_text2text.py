@@ -8,6 +8,7 @@ import pytest
 
 from data_prep import glue, seq2seq_data, text2text
 from data_prep.errors import InputError
+from modeling import flops, t5
 from tests import helpers
 from tests.test_seq2seq_data import tiny_bpe
 
@@ -131,9 +132,13 @@ def test_run_text2text_classification_and_tsv_seq2seq(tmp_path):
     ]  # fmt: skip
     out = tmp_path / "out_sst"
     r = run([*common, "--task_name=sst-2", f"--data_dir={sst}", f"--output_dir={out}",
-             "--num_train_epochs=30", "--do_train", "--do_eval", "--do_predict"],
-            command_line=True)  # fmt: skip
+             "--num_train_epochs=30", "--do_train", "--do_eval", "--do_predict",
+             "--peak_tflops=1e-4"], command_line=True)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
+    # The log's FLOP/s: 3 passes of modeling/flops.py's T5 count (29 inputs, 10 targets) per
+    # example, and its share of --peak_tflops.
+    per_example = 3 * flops.t5_flops(t5.T5Config(**json.loads(config.read_text())), 29, 10)
+    helpers.check_logged_flops(r.stderr, per_example, per_example, peak_tflops=1e-4)
     results = dict(
         line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
     )

@@ -10,7 +10,7 @@ import pytest
 
 from data_prep import permutation
 from data_prep.errors import InputError
-from modeling import xlnet
+from modeling import flops, xlnet
 
 # Odd sizes (shared/STYLE.md): vocab 29, length 7, d_model 12, 3 heads of depth 5 (N * D = 15,
 # not d_model, so a swapped axis fails), inner 17, 2 layers.
@@ -308,6 +308,10 @@ def test_pretraining_through_run_pretraining_then_classification_from_its_checkp
 
     r = helpers.run_main("run_pretraining.py", [*args, "--do_train", "--do_eval"])
     assert r.returncode == 0, r.stderr[-3000:]
+    # The log's FLOP/s: 3 passes of modeling/flops.py's XLNet count (batches of 4 blocks of 9
+    # with 3 targets) per example.
+    per_example = 3 * flops.xlnet_pretraining_flops(xlnet.XLNetConfig(**TINY), 9, 3, 4) / 4
+    helpers.check_logged_flops(r.stderr, per_example, per_example)
     results = dict(
         line.split(" = ") for line in (out_dir / "eval_results.txt").read_text().split("\n") if line
     )

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from modeling import electra, finetuning, flops, span_qa, tagging, xlnet
 from modeling.losses import classification_sums, masked_lm_sums, regression_sums
 from training import metrics, optimization, trainer
 from training.trainer import Task
@@ -42,6 +43,50 @@ def model_inputs(batch) -> dict:
     return {k: batch[k] for k in MODEL_INPUTS} | extra
 
 
+def flops_fn(model):
+    """The Task.flops_fn of a fine-tuning model whose compute modeling/flops counts, else None
+    (its run then logs no FLOP/s): BertClassifier, BertMultipleChoice, BertSpanQA and a
+    fine-tuned BertTagger without a BiLSTM, on a BERT, ALBERT or ELECTRA encoder, and an
+    XLNetClassifier. A frozen encoder, a BiLSTM and ELMo are not counted.
+
+    The count is 3 forward passes (modeling/flops.py's docstring) of the batch as it runs: int
+    (B, S) inputs, or (B, C, S) for multiple choice (B x C sequences), S cut by dynamic
+    padding."""
+    config = getattr(model, "config", None)
+    pooler = not isinstance(config, electra.ElectraConfig)  # ELECTRA's encoder has no pooler
+    # forward(rows, s, batch): the forward FLOPs of `rows` sequences of s tokens.
+    if isinstance(model, finetuning.BertClassifier | finetuning.BertMultipleChoice):
+        outputs, cls = getattr(model, "num_classes", 1), model.pooling == "cls"
+
+        def forward(rows, s, batch):
+            return rows * flops.sequence_classifier_flops(config, s, outputs, cls, pooler)
+
+    elif isinstance(model, span_qa.BertSpanQA):
+
+        def forward(rows, s, batch):
+            return rows * flops.token_classifier_flops(config, s, 2)
+
+    elif isinstance(model, tagging.BertTagger) and not model.frozen and not model.lstm_units:
+
+        def forward(rows, s, batch):
+            return rows * flops.token_classifier_flops(config, s, model.num_labels)
+
+    elif isinstance(model, xlnet.XLNetClassifier):
+        # Its relative positions are computed once a batch, so the count takes the rows.
+        def forward(rows, s, batch):
+            segments = "segment_ids" in batch
+            return flops.xlnet_classifier_flops(config, s, rows, model.num_classes, segments)
+
+    else:
+        return None
+
+    def count(batch):
+        shape = tf.cast(tf.shape(batch["input_ids"]), tf.float32)
+        return 3.0 * forward(tf.reduce_prod(shape[:-1]), shape[-1], batch)
+
+    return count
+
+
 def classification_task(model) -> Task:
     """Softmax cross-entropy over classes (or over choices, for multiple choice): the mean over
     real examples, as the original run_classifier's loss."""
@@ -56,6 +101,7 @@ def classification_task(model) -> Task:
         sums_fn=sums_fn,
         loss_terms=[("loss_sum", "count")],
         metrics={"classifier_loss": ("loss_sum", "count"), "accuracy": ("correct", "count")},
+        flops_fn=flops_fn(model),
     )
 
 
@@ -72,6 +118,7 @@ def regression_task(model) -> Task:
         sums_fn=sums_fn,
         loss_terms=[("loss_sum", "count")],
         metrics={"regression_loss": ("loss_sum", "count")},
+        flops_fn=flops_fn(model),
     )
 
 
@@ -89,6 +136,7 @@ def token_tagging_task(model) -> Task:
         sums_fn=sums_fn,
         loss_terms=[("loss_sum", "weight")],
         metrics={"tagging_loss": ("loss_sum", "weight"), "token_accuracy": ("correct", "weight")},
+        flops_fn=flops_fn(model),
     )
 
 

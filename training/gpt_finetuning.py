@@ -18,11 +18,12 @@ import os
 from pathlib import Path
 
 import numpy as np
+import tensorflow as tf
 from absl import logging
 
 from data_prep import bpe, glue
 from data_prep.errors import input_error
-from modeling import losses
+from modeling import flops, losses
 from training.trainer import Task
 
 DELIMITERS = ("<|start|>", "<|delim|>", "<|extract|>")
@@ -53,6 +54,7 @@ class GptFinetuneSettings:
     random_seed: int = 12345
     lm_coef: float = LM_COEF
     skip_bad_rows: bool = False
+    peak_tflops: float = 0.0  # the log's FLOPs utilisation (run_classifier's --peak_tflops)
 
 
 def load_bpe(vocab_file: str) -> bpe.ByteLevelBPE:
@@ -124,6 +126,12 @@ def gpt_classification_task(model, lm_coef: float = LM_COEF) -> Task:
         lm = losses.causal_lm_sums(out["lm_logits"], batch["input_ids"], batch["input_mask"])
         return {f"cls_{k}": v for k, v in cls.items()} | {f"lm_{k}": v for k, v in lm.items()}
 
+    def flops_fn(batch):
+        """3 forward passes (modeling/flops.py) of the batch's (B, T) sequences."""
+        shape = tf.cast(tf.shape(batch["input_ids"]), tf.float32)
+        forward = flops.gpt_classifier_flops(model.config, shape[1], model.num_classes)
+        return 3.0 * shape[0] * forward
+
     terms = [("cls_loss_sum", "cls_count")]
     if lm_coef:
         terms.append(("lm_loss_sum", "lm_weight", lm_coef))
@@ -136,6 +144,7 @@ def gpt_classification_task(model, lm_coef: float = LM_COEF) -> Task:
             "accuracy": ("cls_correct", "cls_count"),
             "lm_loss": ("lm_loss_sum", "lm_weight"),
         },
+        flops_fn=flops_fn,
     )
 
 
@@ -212,6 +221,7 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
                 num_train_steps=steps,
                 save_checkpoints_steps=s.save_checkpoints_steps,
                 iterations_per_loop=s.iterations_per_loop,
+                peak_flops=s.peak_tflops * 1e12,
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
             ),
             global_batch_size=s.train_batch_size,

@@ -5,7 +5,9 @@ See training/trainer.py for the contract (sums_fn, loss_terms, metrics).
 
 from __future__ import annotations
 
-from modeling import losses
+import tensorflow as tf
+
+from modeling import flops, losses
 from training.trainer import Task
 
 PLM_INPUTS = ("input_ids", "perm_mask", "target_mapping")
@@ -23,9 +25,15 @@ def permutation_lm_task(model) -> Task:
             out["plm_logits"], batch["target_ids"], batch["target_weights"]
         )
 
+    def flops_fn(batch):
+        """3 forward passes (modeling/flops.py) of the batch: target_mapping (B, P, S)."""
+        b, p, s = tf.unstack(tf.cast(tf.shape(batch["target_mapping"]), tf.float32))
+        return 3.0 * flops.xlnet_pretraining_flops(model.config, s, p, b)
+
     return Task(
         model=model,
         sums_fn=sums_fn,
         loss_terms=[("loss_sum", "weight")],
         metrics={"plm_loss": ("loss_sum", "weight"), "plm_accuracy": ("correct", "weight")},
+        flops_fn=flops_fn,
     )

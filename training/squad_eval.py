@@ -39,6 +39,7 @@ import numpy as np
 from keras import ops
 
 from data_prep import squad, tokenization
+from training import finetune_tasks
 from training.trainer import Task
 
 # ---------------------------------------------------------------------------------------------
@@ -103,6 +104,7 @@ def span_qa_task(model, mask_padding: bool = False) -> Task:
             "start_accuracy": ("start_correct", "count"),
             "end_accuracy": ("end_correct", "count"),
         },
+        flops_fn=finetune_tasks.flops_fn(model),
     )
 
 
