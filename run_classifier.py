@@ -74,7 +74,7 @@ flags.DEFINE_float(
     0.0,
     "The hardware's peak TFLOP/s at the run's precision, all replicas together (e.g. 989 for "
     "one H100 SXM in bf16, dense): the log then gives the step's matrix-multiply FLOP/s as a "
-    "share of it (BERT, ALBERT, ELECTRA and GPT models are counted; XLNet and ELMo log no "
+    "share of it (BERT, ALBERT, ELECTRA, XLNet and GPT models are counted; ELMo logs no "
     "FLOP/s). 0: unknown (FLOP/s alone).",
     lower_bound=0.0,
 )

@@ -31,6 +31,8 @@ embedding width E and vocabulary V (forward):
                  or tag head's linear layer 2 S H C at every position (C = 2 for SQuAD's start
                  and end, the tags for NER)
   XLNet          two-stream relative attention (xlnet_flops), its tied decoder at the targets
+  ELMo           the character CNN, the LSTMP cells of both directions at every step, both
+                 softmaxes at every position (elmo_lm_flops)
   encoder-decoder over S inputs and T targets (T5, BART): the encoder, then per decoder layer
                  self-attention over T, cross-attention from T to S (K and V of the S encoder
                  outputs), the FFN at T; the decoder to the vocabulary at T. T5's attention
@@ -201,6 +203,30 @@ def xlnet_classifier_flops(config, s, rows, outputs: int, segments: bool = True)
     `outputs`."""
     h = config.d_model
     return xlnet_flops(config, s, rows, segments=segments) + rows * (2 * h * h + 2 * h * outputs)
+
+
+def char_cnn_flops(char_cnn, projection_dim: int):
+    """Forward FLOPs per token of ELMo's character CNN (elmo.CharCnnOptions): each filter of
+    width w and count n over the C - w + 1 windows of C characters embedded in E dimensions
+    (2 (C - w + 1) w E n), two F x F products (transform and gate) per highway layer over the F
+    filters, and the projection to P."""
+    c, e = char_cnn.max_characters_per_token, char_cnn.embedding.dim
+    convolutions = sum(2 * (c - w + 1) * w * e * n for w, n in char_cnn.filters)
+    f = char_cnn.num_filters
+    return convolutions + char_cnn.n_highway * 4 * f * f + 2 * f * projection_dim
+
+
+def elmo_lm_flops(config, s):
+    """Forward FLOPs per sequence of s tokens of an ElmoLM (an ElmoConfig): the token layer
+    (the character CNN at every token, or an embedding lookup: none), per direction and layer
+    at every step an LSTMP cell of D units over its P-wide input and state (2 x 2 P 4D for the
+    four gates, 2 D P for the projection), and both directions' softmax over V at every
+    position."""
+    c = config
+    p, d = c.lstm.projection_dim, c.lstm.dim
+    token = s * char_cnn_flops(c.char_cnn, p) if c.char_cnn is not None else 0
+    lstm = 2 * c.lstm.n_layers * s * (16 * p * d + 2 * d * p)
+    return token + lstm + 2 * 2 * s * p * c.n_tokens_vocab
 
 
 def encoder_decoder_flops(

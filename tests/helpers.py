@@ -405,15 +405,29 @@ def check_logged_flops(log: str, lowest: float, highest: float, peak_tflops: flo
             assert share is None
 
 
-def graph_matmul_flops(fn, spec) -> int:
-    """2 x multiply-adds of every matrix product in the traced graph of `fn` at the input
-    `spec`, read from the ops' static shapes (independent of modeling/flops.py's formulas):
-    MatMul, BatchMatMul and two-operand Einsum (2 x the product of every index's size)."""
+def graph_matmul_flops(fn, spec, loop_trips: int | None = None) -> int:
+    """2 x multiply-adds of the matrix products the outputs of `fn`'s traced graph at the input
+    `spec` depend on, read from the ops' static shapes (independent of modeling/flops.py's
+    formulas): MatMul, BatchMatMul, two-operand Einsum (2 x the product of every index's size)
+    and Conv2D (Keras' Conv1D runs as one). Only what the outputs need counts, as TensorFlow
+    prunes the rest when a step runs: a pooler that no output reads, the step Keras' RNN traces
+    outside its loop only for the output's shape. A while loop's body counts `loop_trips` times
+    (Keras' RNN: once a time step); a loop without `loop_trips` is an error."""
     import tensorflow as tf
 
-    graph = tf.function(fn).get_concrete_function(spec).graph
+    return _graph_flops(tf.function(fn).get_concrete_function(spec).graph, loop_trips)
+
+
+def _graph_flops(graph, loop_trips) -> int:
+    """graph_matmul_flops of a traced graph (or a loop body's), from its outputs back."""
+    needed, stack = set(), [t.op for t in graph.outputs]
+    while stack:
+        op = stack.pop()
+        if op not in needed:
+            needed.add(op)
+            stack += [t.op for t in op.inputs] + list(op.control_inputs)
     total = 0
-    for op in graph.get_operations():
+    for op in needed:
         shapes = [t.shape.as_list() for t in op.inputs]
         if op.type == "MatMul":
             a, b = shapes
@@ -434,6 +448,14 @@ def graph_matmul_flops(fn, spec) -> int:
             for letters, shape in zip(operands, shapes):
                 sizes |= dict(zip(letters, shape))
             total += 2 * int(np.prod(list(sizes.values())))
+        elif op.type == "Conv2D" and op.get_attr("data_format") == b"NHWC":
+            kh, kw, c_in, _ = shapes[1]  # the filter; every output element is a dot product
+            total += 2 * int(np.prod(op.outputs[0].shape.as_list())) * kh * kw * c_in
         elif op.type.startswith("Conv"):
             raise AssertionError(f"{op.type}: count it too")
+        elif op.type in ("While", "StatelessWhile"):
+            if loop_trips is None:
+                raise AssertionError(f"{op.name}: a loop; give loop_trips")
+            body = graph._get_function(op.get_attr("body").name).graph
+            total += loop_trips * _graph_flops(body, loop_trips)
     return total

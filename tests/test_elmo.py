@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from data_prep.errors import InputError
-from modeling import elmo
+from modeling import elmo, flops
 from tests import helpers
 from tests.conftest import ROOT
 from training import bilm_tasks
@@ -355,9 +355,9 @@ def pretrained(tmp_path_factory):
         "--learning_rate=2e-2",
     ]
     r = run("run_pretraining.py", *common, "--num_train_steps=20", "--do_train", "--do_eval",
-            f"--vocab_file={d / 'vocab.txt'}")  # fmt: skip
+            f"--vocab_file={d / 'vocab.txt'}", "--peak_tflops=1e-4")  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
-    return {"dir": d, "vocab": vocab, "common": common, "config": options}
+    return {"dir": d, "vocab": vocab, "common": common, "config": options, "log": r.stderr}
 
 
 def test_blocks_hold_the_wordpieces_with_sep_between_documents(pretrained):
@@ -383,6 +383,10 @@ def test_pretraining_lowers_both_directions_loss(pretrained):
     )
     first = json.loads((d / "out" / "eval_log.jsonl").read_text().splitlines()[0])
     assert int(results["global_step"]) == 20
+    # The log's FLOP/s: 3 passes of modeling/flops.py's ELMo count (blocks of 9) per example,
+    # and its share of --peak_tflops.
+    per_example = 3 * flops.elmo_lm_flops(pretrained["config"], 9)
+    helpers.check_logged_flops(pretrained["log"], per_example, per_example, peak_tflops=1e-4)
     for direction in ("forward", "backward"):
         loss = float(results[f"{direction}_lm_loss"])
         assert loss < first[f"{direction}_lm_loss"] - 0.3, (direction, loss, first)

@@ -5,9 +5,10 @@ See training/trainer.py for the contract (sums_fn, loss_terms, metrics).
 
 from __future__ import annotations
 
+import tensorflow as tf
 from keras import ops
 
-from modeling import losses
+from modeling import flops, losses
 from training.trainer import Task
 
 
@@ -43,4 +44,16 @@ def bilm_task(model) -> Task:
     for d in ("forward", "backward"):
         metrics[f"{d}_lm_loss"] = (f"{d}_loss_sum", f"{d}_weight")
         metrics[f"{d}_lm_accuracy"] = (f"{d}_correct", f"{d}_weight")
-    return Task(model=model, sums_fn=sums_fn, loss_terms=[("loss_sum", "weight")], metrics=metrics)
+
+    def flops_fn(batch):
+        """3 forward passes (modeling/flops.py) of the batch's (B, S) sequences."""
+        shape = tf.cast(tf.shape(batch["input_ids"]), tf.float32)
+        return 3.0 * shape[0] * flops.elmo_lm_flops(model.config, shape[1])
+
+    return Task(
+        model=model,
+        sums_fn=sums_fn,
+        loss_terms=[("loss_sum", "weight")],
+        metrics=metrics,
+        flops_fn=flops_fn,
+    )
