@@ -10,7 +10,8 @@ import pytest
 
 from data_prep import bpe, generative_arms, glue, rt_polarity
 from data_prep.errors import InputError
-from modeling import xlnet
+from modeling import flops, xlnet
+from tests import helpers
 from tests.conftest import ROOT
 from tests.helpers import run_classifier_on_two_sentences
 from tests.test_gpt_finetuning import tiny_bpe
@@ -75,6 +76,11 @@ def test_run_classifier_fine_tunes_an_xlnet_config(tmp_path):
         "--save_checkpoints_steps=30",
     )
     assert r.returncode == 0, r.stderr[-3000:]
+    # The log's FLOP/s: 3 passes of modeling/flops.py's XLNet classifier count (batches of 4
+    # sequences of 13, with segments, 2 classes) per example.
+    xlnet_config = xlnet.XLNetConfig(**json.loads(config.read_text()))
+    per_example = 3 * flops.xlnet_classifier_flops(xlnet_config, 13, 4, 2) / 4
+    helpers.check_logged_flops(r.stderr, per_example, per_example)
     results = generative_arms.read_eval_results(out)
     assert int(results["global_step"]) == 60
     assert results["accuracy"] == 1.0  # two sentences, learnt in 60 steps
