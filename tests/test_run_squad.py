@@ -436,7 +436,11 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
         real = cut[:, positions + 1]
         assert (cut[:, positions] % 16 == 0).all() and (real <= cut[:, positions]).all()
         assert (cut[:, positions] < 2 * 64).any(), cut[:, positions]
-        cut[:, positions] = whole[:, positions]
+        # ... and the FLOPs, 3 passes of 2 windows at the length the step ran.
+        for got, length in ((cut, cut[:, positions] / 2), (whole, [64, 64])):
+            want = [3 * 2 * flops.token_classifier_flops(config, n, 2) for n in length]
+            np.testing.assert_allclose(got[:, positions + 2], want, rtol=1e-6)
+        cut[:, positions : positions + 3 : 2] = whole[:, positions : positions + 3 : 2]
         np.testing.assert_allclose(cut, whole, rtol=1e-5, atol=1e-6)
 
     out = tmp_path / "run"
