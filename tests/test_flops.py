@@ -1,8 +1,11 @@
 """modeling/flops.py: every count equals the matrix products of the model's traced forward graph
-(helpers.graph_matmul_flops reads them from the ops' shapes), and the pretraining tasks' FLOPs
-(what the train log turns into FLOP/s) are 3 such passes per sequence, for any batch shape."""
+(helpers.graph_matmul_flops reads them from the ops' shapes), and the pretraining and
+fine-tuning tasks' FLOPs (what the train log turns into FLOP/s) are 3 such passes, for any batch
+shape."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import tensorflow as tf
@@ -373,6 +376,29 @@ def test_counts_grow_as_the_formulas_say():
     assert flops.encoder_flops(2, 1, 1, 1, e=1) == 40  # E = H: no projection
     assert flops.mlm_head_flops(2, 3, 5, 7) == 2 * 2 * 3 * 5 + 2 * 2 * 5 * 7
     assert flops.sentence_head_flops(3) == 18 + 12
+    # XLNet, one layer, S = 2 (R = 3 distances), H = 2, one head of depth 1, F = 1: the content
+    # stream 8*2*2 + (4*4 + 2*2*3) + 4*2*2 = 76, the distances' keys 2*3*2 = 12 a batch, the
+    # sinusoids 3*2 = 6; the query stream at P = 1 adds 4*2 + 4*2 + 28 + 4*2 = 52 a sequence.
+    x = SimpleNamespace(d_model=2, n_head=1, d_head=1, d_inner=1, n_layer=1)
+    assert flops.xlnet_flops(x, 2, 1) == 76 + 12 + 6
+    assert flops.xlnet_flops(x, 2, 2) == 2 * 76 + 12 + 6  # the per-batch terms once
+    assert flops.xlnet_flops(x, 2, 1, p=1) == 76 + 52 + 12 + 6
+    assert flops.xlnet_flops(x, 2, 1, segments=True) == 76 + 8 + 12 + 6  # 4*2*1 by segment
+    # ELMo, S = 1, P = 1, D = 1, one layer, V = 1: the cells 2 directions x (16 + 2), the two
+    # softmaxes 2*2 = 40; a character CNN over C = 3 characters of E = 1 with filters of widths
+    # 1 and 2 (one each): 2*3*1 + 2*2*2 = 14, one highway layer over F = 2: 4*2*2 = 16, the
+    # projection 2*2*1 = 4.
+    cnn = SimpleNamespace(
+        max_characters_per_token=3,
+        embedding=SimpleNamespace(dim=1),
+        filters=[(1, 1), (2, 1)],
+        num_filters=2,
+        n_highway=1,
+    )
+    lstm = SimpleNamespace(projection_dim=1, dim=1, n_layers=1)
+    assert flops.char_cnn_flops(cnn, 1) == 14 + 16 + 4
+    assert flops.elmo_lm_flops(SimpleNamespace(lstm=lstm, char_cnn=None, n_tokens_vocab=1), 1) == 40
     # Tensors in, the same numbers out (what the tasks pass in a step).
     s = tf.constant(2.0)
     assert float(flops.encoder_flops(s, 1, 1, 1, q=s / 2)) == 24
+    assert float(flops.xlnet_flops(x, s, tf.constant(1.0), p=s / 2)) == 76 + 52 + 12 + 6
