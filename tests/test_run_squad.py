@@ -417,7 +417,8 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
 
     # Through the Trainer, on one device and Mirrored over two CPUs: the same per-step rows
     # (loss, hits, gradient norm, the tokens not padding) for two steps, the second after an
-    # update; only the count of token positions computed is lower where a batch was cut.
+    # update; only the count of token positions computed and the FLOPs are lower where a batch
+    # was cut.
     def rows(strategy, cut):
         keras.utils.set_random_seed(11)
         with strategy.scope():
