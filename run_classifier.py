@@ -23,6 +23,8 @@ import os
 
 from absl import app, flags, logging
 
+from modeling import flops
+
 flags.DEFINE_string("task_name", None, "The task: cola, sst-2, mrpc, sts-b, qqp, mnli, ... tsv.")
 flags.DEFINE_string("data_dir", None, "Folder with the task's files (train.tsv, dev.tsv, ...).")
 flags.DEFINE_string(
@@ -72,10 +74,8 @@ flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop betwee
 flags.DEFINE_float(
     "peak_tflops",
     0.0,
-    "The hardware's peak TFLOP/s at the run's precision, all replicas together (e.g. 989 for "
-    "one H100 SXM in bf16, dense): the log then gives the step's matrix-multiply FLOP/s as a "
-    "share of it (BERT, ALBERT, ELECTRA, XLNet and GPT models are counted; ELMo logs no "
-    "FLOP/s). 0: unknown (FLOP/s alone).",
+    flops.PEAK_TFLOPS_HELP
+    + " (BERT, ALBERT, ELECTRA, XLNet and GPT models are counted; ELMo logs no FLOP/s.)",
     lower_bound=0.0,
 )
 flags.DEFINE_string("output_dir", None, "Where checkpoints, results and predictions go.")

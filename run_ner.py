@@ -43,6 +43,8 @@ import os
 
 from absl import app, flags, logging
 
+from modeling import flops
+
 flags.DEFINE_string("data_dir", None, "Folder with train.txt, dev.txt, test.txt (or eng.*).")
 flags.DEFINE_string(
     "vocab_file",
@@ -84,10 +86,7 @@ flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop betwee
 flags.DEFINE_float(
     "peak_tflops",
     0.0,
-    "The hardware's peak TFLOP/s at the run's precision, all replicas together (e.g. 989 for "
-    "one H100 SXM in bf16, dense): the log then gives the step's matrix-multiply FLOP/s as a "
-    "share of it (a fine-tuned encoder without --lstm_units is counted; frozen features log "
-    "no FLOP/s). 0: unknown (FLOP/s alone).",
+    flops.PEAK_TFLOPS_HELP + " (Frozen features and --lstm_units log no FLOP/s.)",
     lower_bound=0.0,
 )
 flags.DEFINE_string("output_dir", None, "Where checkpoints, results and predictions go.")

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from absl import app, flags, logging
 
+from modeling import flops
+
 flags.DEFINE_string(
     "bert_config_file",
     None,
@@ -65,14 +67,7 @@ flags.DEFINE_integer(
 flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop between host logs.")
 flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval batches.")
 flags.DEFINE_bool("use_xla", False, "Compile the train step with XLA (one_device only).")
-flags.DEFINE_float(
-    "peak_tflops",
-    0.0,
-    "The hardware's peak TFLOP/s at --precision, all replicas together (e.g. 989 for one H100 "
-    "SXM in bf16, dense): the log then gives the step's matrix-multiply FLOP/s as a share of "
-    "it. 0: unknown (FLOP/s alone).",
-    lower_bound=0.0,
-)
+flags.DEFINE_float("peak_tflops", 0.0, flops.PEAK_TFLOPS_HELP, lower_bound=0.0)
 flags.DEFINE_enum(
     "precision",
     "fp32",

@@ -27,6 +27,8 @@ import os
 
 from absl import app, flags, logging
 
+from modeling import flops
+
 flags.DEFINE_string(
     "vocab_file",
     None,
@@ -64,14 +66,7 @@ flags.DEFINE_float("num_train_epochs", 3.0, "Passes over the training examples."
 flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps with linear warmup.")
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save a checkpoint.")
 flags.DEFINE_integer("iterations_per_loop", 1000, "Steps per compiled loop between host logs.")
-flags.DEFINE_float(
-    "peak_tflops",
-    0.0,
-    "The hardware's peak TFLOP/s at the run's precision, all replicas together (e.g. 989 for "
-    "one H100 SXM in bf16, dense): the log then gives the step's matrix-multiply FLOP/s as a "
-    "share of it. 0: unknown (FLOP/s alone).",
-    lower_bound=0.0,
-)
+flags.DEFINE_float("peak_tflops", 0.0, flops.PEAK_TFLOPS_HELP, lower_bound=0.0)
 flags.DEFINE_integer("n_best_size", 20, "Candidates kept per question in nbest_predictions.json.")
 flags.DEFINE_integer("max_answer_length", 30, "Longest answer in WordPieces.")
 flags.DEFINE_bool("version_2_with_negative", False, "SQuAD v2.0: questions may have no answer.")

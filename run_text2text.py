@@ -25,6 +25,8 @@ import os
 
 from absl import app, flags, logging
 
+from modeling import flops
+
 flags.DEFINE_string("task_name", None, "sst-2, cola, mrpc, qqp, mnli, ... or tsv_seq2seq.")
 flags.DEFINE_string("data_dir", None, "Folder with the task's train / dev / test files.")
 flags.DEFINE_string(
@@ -50,14 +52,7 @@ flags.DEFINE_integer("num_beams", 1, "1: greedy decoding; more: beam search of t
 flags.DEFINE_float("length_penalty", 0.6, "Beam search: GNMT length penalty alpha.")
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save a checkpoint.")
 flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop between host logs.")
-flags.DEFINE_float(
-    "peak_tflops",
-    0.0,
-    "The hardware's peak TFLOP/s at the run's precision, all replicas together (e.g. 989 for "
-    "one H100 SXM in bf16, dense): the log then gives the step's matrix-multiply FLOP/s as a "
-    "share of it. 0: unknown (FLOP/s alone).",
-    lower_bound=0.0,
-)
+flags.DEFINE_float("peak_tflops", 0.0, flops.PEAK_TFLOPS_HELP, lower_bound=0.0)
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 FLAGS = flags.FLAGS
 

@@ -45,6 +45,14 @@ against the matrix products of the traced forward graph.
 
 from __future__ import annotations
 
+# The help of every training script's --peak_tflops (TrainSettings.peak_flops, in TFLOP/s). Here,
+# in a module that imports nothing, so the scripts' flag definitions cost no TensorFlow import.
+PEAK_TFLOPS_HELP = (
+    "The hardware's peak TFLOP/s at the run's precision, all replicas together (e.g. 989 for one "
+    "H100 SXM in bf16, dense): the log then gives the step's matrix-multiply FLOP/s as a share "
+    "of it. 0: unknown (FLOP/s alone)."
+)
+
 
 def attention_flops(q, k, h: int, inner: int):
     """Forward FLOPs of one attention block of width h with heads x depth = inner: queries at q

@@ -3,7 +3,6 @@ run_pretraining.py dispatching a T5 config to the encoder-decoder path."""
 
 import json
 import math
-import re
 
 import keras
 import numpy as np
@@ -118,12 +117,9 @@ def test_run_pretraining_trains_a_t5_config_on_denoising_records(tmp_path):
     r = helpers.run_main("run_pretraining.py", args)
     assert r.returncode == 0, r.stderr[-3000:]
     # The log's FLOP/s: 3 passes of modeling/flops.py's T5 count (9 inputs, 6 targets) an example.
-    speeds = re.findall(r"([\d.]+) examples/s \|.*\| ([\d.]+) ([PTGMk]?)FLOP/s \| ETA", r.stderr)
-    assert len(speeds) == 2, r.stderr[-3000:]  # two compiled calls of 3 steps
+    assert len(helpers.logged_speeds(r.stderr)) == 2, r.stderr[-3000:]  # two calls of 3 steps
     per_example = 3 * flops.t5_flops(t5.T5Config(**TINY), 9, 6)
-    for examples, rate, unit in speeds:
-        rate = float(rate) * {"P": 1e15, "T": 1e12, "G": 1e9, "M": 1e6, "k": 1e3, "": 1}[unit]
-        assert rate == pytest.approx(float(examples) * per_example, rel=0.01, abs=per_example)
+    helpers.check_logged_flops(r.stderr, per_example, per_example)
     results = dict(
         line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
     )

@@ -9,7 +9,7 @@ import tensorflow as tf
 from keras import ops
 
 from modeling import flops, losses
-from training.trainer import Task
+from training.trainer import Task, float_shape
 
 
 def bilm_sums(forward_logits, backward_logits, input_ids) -> dict:
@@ -47,8 +47,8 @@ def bilm_task(model) -> Task:
 
     def flops_fn(batch):
         """3 forward passes (modeling/flops.py) of the batch's (B, S) sequences."""
-        shape = tf.cast(tf.shape(batch["input_ids"]), tf.float32)
-        return 3.0 * shape[0] * flops.elmo_lm_flops(model.config, shape[1])
+        b, s = tf.unstack(float_shape(batch))
+        return 3.0 * b * flops.elmo_lm_flops(model.config, s)
 
     return Task(
         model=model,

@@ -81,7 +81,7 @@ def flops_fn(model):
         return None
 
     def count(batch):
-        shape = tf.cast(tf.shape(batch["input_ids"]), tf.float32)
+        shape = trainer.float_shape(batch)
         return 3.0 * forward(tf.reduce_prod(shape[:-1]), shape[-1], batch)
 
     return count

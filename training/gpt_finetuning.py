@@ -24,7 +24,7 @@ from absl import logging
 from data_prep import bpe, glue
 from data_prep.errors import input_error
 from modeling import flops, losses
-from training.trainer import Task
+from training.trainer import Task, float_shape
 
 DELIMITERS = ("<|start|>", "<|delim|>", "<|extract|>")
 # Radford et al. 2018, sec. 3.2: L3 = L2 + lambda * L1 with lambda 0.5.
@@ -128,9 +128,8 @@ def gpt_classification_task(model, lm_coef: float = LM_COEF) -> Task:
 
     def flops_fn(batch):
         """3 forward passes (modeling/flops.py) of the batch's (B, T) sequences."""
-        shape = tf.cast(tf.shape(batch["input_ids"]), tf.float32)
-        forward = flops.gpt_classifier_flops(model.config, shape[1], model.num_classes)
-        return 3.0 * shape[0] * forward
+        b, t = tf.unstack(float_shape(batch))
+        return 3.0 * b * flops.gpt_classifier_flops(model.config, t, model.num_classes)
 
     terms = [("cls_loss_sum", "cls_count")]
     if lm_coef:
@@ -152,7 +151,6 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
     """Fine-tunes, evaluates and predicts as run_classifier.py does for BERT; returns the dev
     results (empty without do_eval). Writes eval_results.txt and the task's submission files."""
     import keras
-    import tensorflow as tf
 
     from modeling import gpt
     from training import distribute, finetune_tasks, optimization, trainer

@@ -8,7 +8,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from modeling import flops, losses
-from training.trainer import Task
+from training.trainer import Task, float_shape
 
 PLM_INPUTS = ("input_ids", "perm_mask", "target_mapping")
 
@@ -27,7 +27,7 @@ def permutation_lm_task(model) -> Task:
 
     def flops_fn(batch):
         """3 forward passes (modeling/flops.py) of the batch: target_mapping (B, P, S)."""
-        b, p, s = tf.unstack(tf.cast(tf.shape(batch["target_mapping"]), tf.float32))
+        b, p, s = tf.unstack(float_shape(batch, "target_mapping"))
         return 3.0 * flops.xlnet_pretraining_flops(model.config, s, p, b)
 
     return Task(

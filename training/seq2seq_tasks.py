@@ -11,7 +11,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from modeling import bart, flops, losses, t5
-from training.trainer import Task
+from training.trainer import Task, float_shape
 
 
 def decoder_input_ids(target_ids, start_id: int):
@@ -43,9 +43,8 @@ def seq2seq_task(model) -> Task:
     count = {t5.T5Config: flops.t5_flops, bart.BartConfig: flops.bart_flops}.get(type(config))
 
     def flops_fn(batch):
-        shape = tf.cast(tf.shape(batch["input_ids"]), tf.float32)  # (B, S)
-        t = tf.cast(tf.shape(batch["target_ids"])[1], tf.float32)
-        return 3.0 * shape[0] * count(config, shape[1], t)
+        b, s = tf.unstack(float_shape(batch))
+        return 3.0 * b * count(config, s, float_shape(batch, "target_ids")[1])
 
     return Task(
         model=model,

@@ -8,21 +8,15 @@ from __future__ import annotations
 import tensorflow as tf
 
 from modeling import albert, bert, flops, losses
-from training.trainer import Task
+from training.trainer import Task, float_shape
 
 # Metric names of the sentence-level objectives; "next_sentence" keeps the original BERT names.
 SENTENCE_METRIC_PREFIX = {"nsp": "next_sentence", "sop": "sentence_order"}
 
 
-def _rows_and_length(batch, key="input_ids"):
-    """float32 scalars: the batch's rows and its sequence length (batch[key]'s (B, S) shape)."""
-    shape = tf.cast(tf.shape(batch[key]), tf.float32)
-    return shape[0], shape[1]
-
-
 def _predictions(batch):
     """float32 scalar: the masked positions per sequence, P of masked_lm_positions (B, P)."""
-    return tf.cast(tf.shape(batch["masked_lm_positions"])[1], tf.float32)
+    return float_shape(batch, "masked_lm_positions")[1]
 
 
 def bert_pretraining_task(model) -> Task:
@@ -79,7 +73,7 @@ def bert_pretraining_task(model) -> Task:
         return {"mlm_weight": masked, "nsp_count": rows, "sbo_weight": masked}
 
     def flops_fn(batch):
-        b, s = _rows_and_length(batch)
+        b, s = tf.unstack(float_shape(batch))
         forward = flops.mlm_pretraining_flops(
             model.config, s, _predictions(batch), objective != "none", span_boundary
         )
@@ -104,7 +98,7 @@ def causal_lm_task(model) -> Task:
         return {"weight": tf.cast(shape[0] * (shape[1] - 1), tf.float32)}
 
     def flops_fn(batch):
-        b, s = _rows_and_length(batch)
+        b, s = tf.unstack(float_shape(batch))
         return 3.0 * b * flops.causal_lm_flops(model.config, s)
 
     return Task(
@@ -164,7 +158,7 @@ def electra_pretraining_task(
         }
 
     def flops_fn(batch):
-        b, s = _rows_and_length(batch)
+        b, s = tf.unstack(float_shape(batch))
         return 3.0 * b * flops.electra_pretraining_flops(model.config, s, _predictions(batch))
 
     return Task(
@@ -273,7 +267,7 @@ def distillation_task(
     def flops_fn(batch):
         # Both encoders run every layer at every position (the cosine loss reads all hidden
         # states); the student trains (3 passes), the frozen teacher runs forward only.
-        b, s = _rows_and_length(batch)
+        b, s = tf.unstack(float_shape(batch))
         p = _predictions(batch)
         student_pass, teacher_pass = (
             flops.mlm_pretraining_flops(m.config, s, p, sentence_head=False, cut=False)

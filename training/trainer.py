@@ -200,6 +200,12 @@ def token_counts(batch: dict):
     return tf.stack([positions, real])
 
 
+def float_shape(batch: dict, key: str = "input_ids"):
+    """float32 (rank,): the shape of batch[key] as the step runs it (a batch cut by dynamic
+    padding: its cut length), what every Task.flops_fn counts from."""
+    return tf.cast(tf.shape(batch[key]), tf.float32)
+
+
 def split_batch(batch: dict, parts: int) -> list[dict]:
     """`batch` (a dict of tensors sharing their first dimension) as `parts` consecutive equal
     slices. Raises ValueError when a static batch size does not split evenly; a dynamic one is
