@@ -74,8 +74,7 @@ flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop betwee
 flags.DEFINE_float(
     "peak_tflops",
     0.0,
-    flops.PEAK_TFLOPS_HELP
-    + " (BERT, ALBERT, ELECTRA, XLNet and GPT models are counted; ELMo logs no FLOP/s.)",
+    flops.PEAK_TFLOPS_HELP + " (ELMo's frozen biLM counts one forward pass.)",
     lower_bound=0.0,
 )
 flags.DEFINE_string("output_dir", None, "Where checkpoints, results and predictions go.")

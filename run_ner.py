@@ -86,7 +86,7 @@ flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop betwee
 flags.DEFINE_float(
     "peak_tflops",
     0.0,
-    flops.PEAK_TFLOPS_HELP + " (Frozen features and --lstm_units log no FLOP/s.)",
+    flops.PEAK_TFLOPS_HELP + " (A frozen encoder counts one forward pass, none when cached.)",
     lower_bound=0.0,
 )
 flags.DEFINE_string("output_dir", None, "Where checkpoints, results and predictions go.")

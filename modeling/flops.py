@@ -4,7 +4,10 @@
 activations and the optimizer update are left out (not matrix products; a few percent at these
 sizes). A training step costs 3 forward passes (the backward pass computes gradients with
 respect to activations and to weights, each as costly as the forward; Kaplan et al. 2020 sec.
-2.1, ELECTRA's appendix D counts the same way).
+2.1, ELECTRA's appendix D counts the same way). A frozen encoder under a trained head (run_ner's
+feature modes, ELMo's downstream models) costs 1: no trained weight lies below it, so its
+backward pass is skipped (training/finetune_tasks.flops_fn; tests/test_flops.py checks both
+against TensorFlow's gradient graph).
 
 Per sequence of S tokens, P predictions, an encoder of width H, L layers, FFN width I,
 embedding width E and vocabulary V (forward):
@@ -31,8 +34,11 @@ embedding width E and vocabulary V (forward):
                  or tag head's linear layer 2 S H C at every position (C = 2 for SQuAD's start
                  and end, the tags for NER)
   XLNet          two-stream relative attention (xlnet_flops), its tied decoder at the targets
+  tagger heads   on frozen or fine-tuned features of width W (H, K H concatenated, 2 P for
+                 ELMo): an optional BiLSTM, 2 x 8 U (W + U) per layer and step (its later
+                 layers read W = 2 U), then the linear layer 2 S W C (tagger_head_flops)
   ELMo           the character CNN, the LSTMP cells of both directions at every step, both
-                 softmaxes at every position (elmo_lm_flops)
+                 softmaxes at every position (elmo_lm_flops; the biLM alone: elmo_bilm_flops)
   encoder-decoder over S inputs and T targets (T5, BART): the encoder, then per decoder layer
                  self-attention over T, cross-attention from T to S (K and V of the S encoder
                  outputs), the FFN at T; the decoder to the vocabulary at T. T5's attention
@@ -98,13 +104,13 @@ def mlm_pretraining_flops(
     boundaries) only, as bert.pretraining_outputs asks; without it at every position (a
     DistilBERT student or teacher, whose task reads every hidden state). `config`: a BertConfig
     or AlbertConfig (ALBERT's embedding_size E is the heads' width; ALBERT's shared layers save
-    parameters, not compute: all L layers run)."""
+    parameters, not compute: every block runs, transformer_blocks)."""
     h, e = config.hidden_size, getattr(config, "embedding_size", None)
     out = e or h
     # bert.last_layer_queries: [CLS] (for the pooler), then the P predictions and, with the
     # span boundary objective, their 2P boundaries.
     q = 1 + (3 * p if span_boundary else p) if cut else None
-    total = encoder_flops(s, h, config.num_hidden_layers, config.intermediate_size, e, q=q)
+    total = backbone_flops(config, s, q=q)
     total += mlm_head_flops(p, h, out, config.vocab_size)
     if sentence_head:
         total += sentence_head_flops(h)
@@ -113,14 +119,22 @@ def mlm_pretraining_flops(
     return total
 
 
-def backbone_flops(config, s, q=None):
+def transformer_blocks(config) -> int:
+    """The Transformer blocks an encoder config runs: L, or L x inner_group_num for an
+    AlbertConfig (each of its L layers applies its group's inner blocks in turn)."""
+    return config.num_hidden_layers * getattr(config, "inner_group_num", 1)
+
+
+def backbone_flops(config, s, q=None, blocks=None):
     """Forward FLOPs of a fine-tuning model's encoder (finetuning.encoder_for: a BertConfig,
     AlbertConfig or ElectraConfig, whose E -> H projection runs where E != H) over s tokens,
-    its last layer at q positions when q is given."""
+    its last block at q positions when q is given. `blocks`: only the first that many
+    Transformer blocks (a frozen encoder read below its top: later blocks feed no output, so a
+    step prunes them); None: all (transformer_blocks)."""
     return encoder_flops(
         s,
         config.hidden_size,
-        config.num_hidden_layers,
+        transformer_blocks(config) if blocks is None else blocks,
         config.intermediate_size,
         getattr(config, "embedding_size", None),
         q=q,
@@ -144,6 +158,29 @@ def token_classifier_flops(config, s, outputs: int):
     """Forward FLOPs per sequence of an encoder at every position and a linear layer to
     `outputs` at each (BertSpanQA: 2, start and end; a fine-tuned BertTagger: its tags)."""
     return backbone_flops(config, s) + 2 * s * config.hidden_size * outputs
+
+
+def bilstm_flops(s, width: int, units: int, layers: int):
+    """Forward FLOPs over s steps of `layers` bidirectional LSTM layers (keras.layers.LSTM,
+    `units` per direction), the first reading width-wide inputs and each later one the 2 units
+    of the layer below: per direction and step the four gates' input and recurrent products,
+    2 x 4 U (W + U)."""
+    total = 0
+    for _ in range(layers):
+        total += 2 * s * 8 * units * (width + units)
+        width = 2 * units
+    return total
+
+
+def tagger_head_flops(s, width: int, outputs: int, lstm_units: int = 0, lstm_layers: int = 0):
+    """Forward FLOPs per sequence of s tokens of a tagger's head (modeling/tagging.py) over
+    width-wide features: the optional BiLSTM, then the linear layer to `outputs` at every
+    position (the scalar mix is elementwise: no products)."""
+    total = 0
+    if lstm_units:
+        total = bilstm_flops(s, width, lstm_units, lstm_layers)
+        width = 2 * lstm_units
+    return total + 2 * s * width * outputs
 
 
 def electra_pretraining_flops(config, s, p):
@@ -224,17 +261,23 @@ def char_cnn_flops(char_cnn, projection_dim: int):
     return convolutions + char_cnn.n_highway * 4 * f * f + 2 * f * projection_dim
 
 
-def elmo_lm_flops(config, s):
-    """Forward FLOPs per sequence of s tokens of an ElmoLM (an ElmoConfig): the token layer
-    (the character CNN at every token, or an embedding lookup: none), per direction and layer
-    at every step an LSTMP cell of D units over its P-wide input and state (2 x 2 P 4D for the
-    four gates, 2 D P for the projection), and both directions' softmax over V at every
-    position."""
+def elmo_bilm_flops(config, s):
+    """Forward FLOPs per sequence of s tokens of an ElmoBiLM (an ElmoConfig): the token layer
+    (the character CNN at every token, or an embedding lookup: none), then per direction and
+    layer at every step an LSTMP cell of D units over its P-wide input and state (2 x 2 P 4D
+    for the four gates, 2 D P for the projection)."""
     c = config
     p, d = c.lstm.projection_dim, c.lstm.dim
     token = s * char_cnn_flops(c.char_cnn, p) if c.char_cnn is not None else 0
-    lstm = 2 * c.lstm.n_layers * s * (16 * p * d + 2 * d * p)
-    return token + lstm + 2 * 2 * s * p * c.n_tokens_vocab
+    return token + 2 * c.lstm.n_layers * s * (16 * p * d + 2 * d * p)
+
+
+def elmo_lm_flops(config, s):
+    """Forward FLOPs per sequence of s tokens of an ElmoLM: the biLM (elmo_bilm_flops) and both
+    directions' softmax over V at every position."""
+    return elmo_bilm_flops(config, s) + 2 * 2 * s * config.lstm.projection_dim * (
+        config.n_tokens_vocab
+    )
 
 
 def encoder_decoder_flops(

@@ -412,8 +412,10 @@ def graph_matmul_flops(fn, spec, loop_trips: int | None = None) -> int:
     formulas): MatMul, BatchMatMul, two-operand Einsum (2 x the product of every index's size)
     and Conv2D (Keras' Conv1D runs as one). Only what the outputs need counts, as TensorFlow
     prunes the rest when a step runs: a pooler that no output reads, the step Keras' RNN traces
-    outside its loop only for the output's shape. A while loop's body counts `loop_trips` times
-    (Keras' RNN: once a time step); a loop without `loop_trips` is an error."""
+    outside its loop only for the output's shape. What the function's control outputs need
+    counts too, as a tf.function runs its stateful ops whether or not an output reads them
+    (Keras' RNN loops: an ELMo layer no output reads). A while loop's body counts `loop_trips`
+    times (Keras' RNN: once a time step); a loop without `loop_trips` is an error."""
     import tensorflow as tf
 
     return _graph_flops(tf.function(fn).get_concrete_function(spec).graph, loop_trips)

@@ -499,6 +499,11 @@ def test_run_classifier_trains_elmo_features_from_a_pretrained_bilm(pretrained, 
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert "initialised the encoder from" in r.stderr
+    # The log's FLOP/s: the frozen biLM once, the classifier on the pooled mix (2 P wide, 2
+    # classes) three times, at all 9 positions (ELMo's batches are not cut).
+    config = elmo.ElmoConfig.from_dict(json.loads((d / "options.json").read_text()))
+    per_example = flops.elmo_bilm_flops(config, 9) + 3 * 2 * config.output_dim * 2
+    helpers.check_logged_flops(r.stderr, per_example, per_example)
     results = dict(line.split(" = ") for line in (out / "eval_results.txt").read_text().split("\n")
                    if line)  # fmt: skip
     assert float(results["accuracy"]) == 1.0, results

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import keras
 import pytest
 import tensorflow as tf
 
@@ -32,7 +33,6 @@ from training import (
     gpt_finetuning,
     plm_tasks,
     seq2seq_tasks,
-    squad_eval,
     tasks,
 )
 
@@ -78,12 +78,15 @@ def batch_of(spec_, seed=0):
         ("bert", "none", False),
         ("bert", "nsp", True),
         ("albert", "sop", False),
+        ("albert_inner", "sop", False),
     ],
 )
 def test_masked_lm_pretrainers_count_what_their_graph_multiplies(family, objective, span_boundary):
-    if family == "albert":  # E != H: the embedding projection and narrower heads are counted
+    if family.startswith("albert"):  # E != H: the embedding projection and narrower heads
+        # albert_inner: 2 blocks a layer (inner_group_num), so 2 L blocks run, the last cut.
+        inner = 2 if family == "albert_inner" else 1
         config = albert.AlbertConfig.from_dict(
-            helpers.TINY | {"embedding_size": 5, "num_hidden_groups": 1, "inner_group_num": 1}
+            helpers.TINY | {"embedding_size": 5, "num_hidden_groups": 1, "inner_group_num": inner}
         )
         model = albert.AlbertPretrainer(config, objective)
     else:
@@ -344,26 +347,136 @@ def test_elmo_counts_its_convolutions_every_lstm_step_and_both_softmaxes(char_cn
     assert float(traced(task.flops_fn)(batch)) == pytest.approx(3 * forward, rel=1e-6)
 
 
-def test_finetuning_models_not_counted_log_no_flops():
-    """A frozen encoder (its backward pass skips it: not 3 passes), a BiLSTM tagger, ELMo's
-    classifier and the fine-tuning tasks on them get no flops_fn, so their runs log no FLOP/s
-    rather than a wrong one; the counted models' tasks get one."""
-    config = helpers.tiny_config()
-    frozen = tagging.BertTagger(config, C, feature_mode="last")
-    lstm = tagging.BertTagger(config, C, lstm_units=3, lstm_layers=1)
-    elmo_model = elmo.ElmoClassifier(test_elmo.config(), C)
-    for model in (frozen, lstm, elmo_model):
-        assert finetune_tasks.flops_fn(model) is None
-    assert finetune_tasks.token_tagging_task(frozen).flops_fn is None
-    assert finetune_tasks.classification_task(elmo_model).flops_fn is None
-    classifier = finetuning_model("classifier", config)
-    for task in (
-        finetune_tasks.classification_task(classifier),
-        finetune_tasks.regression_task(finetuning.BertClassifier(config, 1)),
-        finetune_tasks.token_tagging_task(tagging.BertTagger(config, C)),
-        squad_eval.span_qa_task(finetuning_model("span", config)),
+def tagger(config, mode="finetune", lstm_units=0, cached=False):
+    """A built tagger of modeling/tagging.py: BertTagger or ElmoTagger by the config, or a
+    FeatureTagger (`cached`), with a two-layer BiLSTM of `lstm_units` when given (the second
+    layer reads the first's 2 units)."""
+    model = tagging.tagger_class(config, cached)(
+        config, C, feature_mode=mode, lstm_units=lstm_units, lstm_layers=2
+    )
+    model.build()
+    return model
+
+
+def tagger_inputs(model, s):
+    config = model.config
+    names = ("input_ids", "input_mask") if tagging.is_elmo(config) else MODEL_INPUTS
+    out = {k: tf.TensorSpec([B, s], tf.int32) for k in names}
+    if isinstance(model, tagging.FeatureTagger) and not isinstance(model, tagging.ElmoTagger):
+        n = tagging.encoder_layers(config) + 1
+        out["layer_features"] = tf.TensorSpec([B, s, n, tagging.feature_width(config)])
+    return out
+
+
+MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
+
+
+def frozen_forward(model, inputs, s):
+    """The matrix products of the frozen encoder's forward pass alone (what model.features or
+    the biLM computes for the outputs the model reads); 0 where the features come cached."""
+    if isinstance(model, elmo.ElmoClassifier):
+        return helpers.graph_matmul_flops(
+            lambda x: elmo.elmo_layer_outputs(model.encoder, x["input_ids"], x["input_mask"]),
+            inputs,
+            s,
+        )
+    if not model.frozen or not hasattr(model, "features"):
+        return 0
+    return helpers.graph_matmul_flops(lambda x: model.features(x), inputs, s)
+
+
+@pytest.mark.parametrize(
+    "family, mode, lstm_units, cached",
+    [
+        ("bert", "finetune", 3, False),  # a fine-tuned encoder under a BiLSTM
+        ("bert", "second_to_last", 0, False),  # frozen, the top block pruned
+        ("albert", "concat_last_four", 2, False),  # ALBERT's inner blocks, 4 H wide features
+        ("bert", "embeddings", 0, False),  # no block runs
+        ("bert", "sum_all", 3, True),  # run_ner --feature_cache: the head alone
+        ("elmo", "sum_all", 0, False),  # ELMo's frozen biLM, every layer
+        # Its token layer alone, a BiLSTM over it: every biLM layer still runs (stateful loops)
+        ("elmo", "embeddings", 3, False),
+        ("elmo", "sum_all", 2, True),
+    ],
+)
+def test_frozen_encoders_count_once_and_their_heads_three_times(family, mode, lstm_units, cached):
+    """A frozen encoder runs forward only (no trained weight below it: its backward pass is
+    skipped): a Transformer up to the deepest layer the tagger reads, ELMo's biLM whole; the
+    head (the BiLSTM's every step, the linear layer) trains, 3 passes. Both parts equal the
+    traced graph's products, at two lengths. ALBERT's case runs 2 inner blocks a layer."""
+    if family == "elmo":
+        config = test_elmo.config(n_tokens_vocab=helpers.TINY["vocab_size"])
+    elif family == "albert":
+        config = encoder_config("albert")
+        config = albert.AlbertConfig.from_dict(config.to_dict() | {"inner_group_num": 2})
+    else:
+        config = encoder_config(family)
+    model = tagger(config, mode, lstm_units, cached)
+    count = finetune_tasks.token_tagging_task(model).flops_fn
+    for s in (S, 4):
+        inputs = tagger_inputs(model, s)
+        forward = helpers.graph_matmul_flops(lambda x: model(x, training=False), inputs, s)
+        encoder = frozen_forward(model, inputs, s)
+        assert forward > encoder
+        if mode == "second_to_last":  # the encoder's top block feeds nothing: pruned
+            whole = helpers.graph_matmul_flops(lambda x: model.encoder(x), inputs)
+            assert encoder < whole
+        batch = {k: tf.ones(v.shape, v.dtype) for k, v in inputs.items()}
+        want = 3 * (forward - encoder) + encoder
+        assert float(traced(count)(batch)) == pytest.approx(want, rel=1e-6)
+
+
+def test_elmo_classifier_counts_its_bilm_once_and_its_head_three_times():
+    config = test_elmo.config(n_tokens_vocab=helpers.TINY["vocab_size"])
+    inputs = {k: tf.TensorSpec([B, S], tf.int32) for k in ("input_ids", "input_mask")}
+    batch = {k: tf.ones(v.shape, v.dtype) for k, v in inputs.items()}
+    for outputs, task_of in (
+        (C, finetune_tasks.classification_task),
+        (1, finetune_tasks.regression_task),
     ):
-        assert task.flops_fn is not None
+        model = elmo.ElmoClassifier(config, outputs)
+        model.build()
+        forward = helpers.graph_matmul_flops(lambda x, m=model: m(x, training=False), inputs, S)
+        encoder = frozen_forward(model, inputs, S)
+        assert B * flops.elmo_bilm_flops(config, S) == encoder
+        assert forward - encoder == B * 2 * config.output_dim * outputs  # the head, pooled
+        want = 3 * (forward - encoder) + encoder
+        assert float(traced(task_of(model).flops_fn)(batch)) == pytest.approx(want, rel=1e-6)
+
+
+def gradients_of(model):
+    """x -> the gradients of a loss of model(x) with respect to its trained weights."""
+
+    def gradients(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x, training=False) ** 2)
+        return tape.gradient(loss, model.trainable_variables)
+
+    return gradients
+
+
+def test_a_frozen_encoders_backward_pass_is_skipped_as_counted():
+    """The convention's claim, checked on TensorFlow's own gradient graph: the products the
+    gradients of a frozen-feature tagger's loss (a scalar mix, so its head's input needs a
+    gradient too) need are the encoder's forward pass once and the head's three; a fine-tuned
+    tagger's are exactly three forward passes. (The counts stop at the gradients: the
+    optimizer's update has no matrix products.)"""
+    config = helpers.tiny_config(num_hidden_layers=3)  # 4 outputs: the last four's mix
+    for mode in ("sum_last_four", "finetune"):
+        model = tagger(config, mode)
+        inputs = tagger_inputs(model, S)
+        step = helpers.graph_matmul_flops(gradients_of(model), inputs)
+        batch = {k: tf.ones(v.shape, v.dtype) for k, v in inputs.items()}
+        count = float(traced(finetune_tasks.token_tagging_task(model).flops_fn)(batch))
+        assert step == pytest.approx(count, rel=1e-6), mode
+
+
+def test_models_not_counted_log_no_flops():
+    """A model modeling/flops has no count for (keras-hub's classifier in the bench) gets no
+    flops_fn, so its run logs no FLOP/s rather than a wrong one."""
+    hub = keras.Model()
+    assert finetune_tasks.flops_fn(hub) is None
+    assert finetune_tasks.classification_task(hub).flops_fn is None
 
 
 def test_counts_grow_as_the_formulas_say():
@@ -397,6 +510,15 @@ def test_counts_grow_as_the_formulas_say():
     )
     lstm = SimpleNamespace(projection_dim=1, dim=1, n_layers=1)
     assert flops.char_cnn_flops(cnn, 1) == 14 + 16 + 4
+    # A BiLSTM, S = 1, W = 1, U = 1: per direction the four gates' input and recurrent products
+    # 2*4 + 2*4 = 16, both directions 32; a second layer reads W = 2: 2 x (2*4*2 + 2*4) = 48.
+    # A tagger head over it adds the linear layer 2*2*2 = 8 (2 U wide in, C = 2).
+    assert flops.bilstm_flops(1, 1, 1, 1) == 32
+    assert flops.bilstm_flops(1, 1, 1, 2) == 32 + 48
+    assert flops.tagger_head_flops(1, 1, 2, 1, 2) == 80 + 8
+    assert flops.tagger_head_flops(1, 3, 2) == 2 * 3 * 2  # no BiLSTM: the linear layer
+    # ALBERT runs L x inner_group_num blocks.
+    assert flops.transformer_blocks(SimpleNamespace(num_hidden_layers=3, inner_group_num=2)) == 6
     assert flops.elmo_lm_flops(SimpleNamespace(lstm=lstm, char_cnn=None, n_tokens_vocab=1), 1) == 40
     # Tensors in, the same numbers out (what the tasks pass in a step).
     s = tf.constant(2.0)

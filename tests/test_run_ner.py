@@ -329,6 +329,10 @@ def test_an_elmo_bilm_tags_through_its_scalar_mix_and_is_never_fine_tuned(famili
     assert "train: encoder outputs (" in bilm.stderr  # L + 1 = 3 representations, 2 P = 10 wide
     cached = np.load(families["root"] / "elmo_cache" / "train.npz")["layer_features"]
     assert cached.shape[2:] == (3, 10)
+    # The log's FLOP/s: on cached features no encoder runs, only the head trains (3 passes of
+    # its linear layer over the 10-wide mix at all S positions: cached windows are not cut).
+    per_example = 3 * flops.tagger_head_flops(S, 10, len(saved["labels"]))
+    helpers.check_logged_flops(bilm.stderr, per_example, per_example)
     assert 0 <= results(out / "eval_results.txt")["f1"] <= 1
     tagged = conll.read_conll(out / "test_predictions.txt").sentences
     assert [len(x.words) for x in tagged] == [len(w) for w, _ in files["rows"]["test"]]
@@ -388,6 +392,16 @@ def test_dynamic_padding_tags_the_same_and_is_refused_where_it_cannot_apply(file
         "--save_checkpoints_steps=2", "--iterations_per_loop=2",
     ]  # fmt: skip
     trained = run([*args, "--do_train"])
+    # The log's FLOP/s: 3 passes of the encoder, the 2-layer BiLSTM of 3 units and the tag
+    # layer per window, the batches cut to at most 9 positions ([CLS], 7 pieces, [SEP]).
+    tags = len(json.loads((out / "model_config.json").read_text())["labels"])
+    config = helpers.tiny_config(num_hidden_layers=3)
+    h = config.hidden_size
+    per_example = [
+        3 * (flops.backbone_flops(config, s) + flops.tagger_head_flops(s, h, tags, 3, 2))
+        for s in (3, 9)
+    ]
+    helpers.check_logged_flops(trained.stderr, *per_example)
     real = re.search(r"train: ([\d.]+)% of the 16 positions are real tokens; each batch is cut "
                      r"to its longest window", trained.stderr)  # fmt: skip
     assert real and float(real.group(1)) < 7 / 16 * 100, trained.stderr[-3000:]

@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from modeling import electra, finetuning, flops, span_qa, tagging, xlnet
+from modeling import electra, elmo, finetuning, flops, span_qa, tagging, xlnet
 from modeling.losses import classification_sums, masked_lm_sums, regression_sums
 from training import metrics, optimization, trainer
 from training.trainer import Task
@@ -44,36 +44,48 @@ def model_inputs(batch) -> dict:
 
 
 def flops_fn(model):
-    """The Task.flops_fn of a fine-tuning model whose compute modeling/flops counts, else None
-    (its run then logs no FLOP/s): BertClassifier, BertMultipleChoice, BertSpanQA and a
-    fine-tuned BertTagger without a BiLSTM, on a BERT, ALBERT or ELECTRA encoder, and an
-    XLNetClassifier. A frozen encoder, a BiLSTM and ELMo are not counted.
+    """The Task.flops_fn of a fine-tuning model, or None for one modeling/flops does not count
+    (its run then logs no FLOP/s rather than a wrong one): BertClassifier, BertMultipleChoice,
+    BertSpanQA and BertTagger (fine-tuned or on frozen features, with or without a BiLSTM) on a
+    BERT, ALBERT or ELECTRA encoder; FeatureTagger (run_ner's cached features); ElmoTagger and
+    ElmoClassifier on a frozen biLM; XLNetClassifier.
 
-    The count is 3 forward passes (modeling/flops.py's docstring) of the batch as it runs: int
+    A trained part counts 3 forward passes (modeling/flops.py's docstring), a frozen encoder 1:
+    its backward pass is skipped, as no trained weight lies below it (a Transformer up to the
+    deepest layer read: later blocks feed nothing and a step prunes them; ELMo's whole biLM).
+    tests/test_flops.py checks both against TensorFlow's gradient graph. The batch as it runs: int
     (B, S) inputs, or (B, C, S) for multiple choice (B x C sequences), S cut by dynamic
     padding."""
     config = getattr(model, "config", None)
     pooler = not isinstance(config, electra.ElectraConfig)  # ELECTRA's encoder has no pooler
-    # forward(rows, s, batch): the forward FLOPs of `rows` sequences of s tokens.
+    # trained(rows, s, batch), frozen(rows, s): the forward FLOPs of `rows` sequences of s
+    # tokens through the trained part and through the frozen encoder.
+    frozen = None
     if isinstance(model, finetuning.BertClassifier | finetuning.BertMultipleChoice):
         outputs, cls = getattr(model, "num_classes", 1), model.pooling == "cls"
 
-        def forward(rows, s, batch):
+        def trained(rows, s, batch):
             return rows * flops.sequence_classifier_flops(config, s, outputs, cls, pooler)
 
     elif isinstance(model, span_qa.BertSpanQA):
 
-        def forward(rows, s, batch):
+        def trained(rows, s, batch):
             return rows * flops.token_classifier_flops(config, s, 2)
 
-    elif isinstance(model, tagging.BertTagger) and not model.frozen and not model.lstm_units:
+    elif isinstance(model, tagging.BertTagger | tagging.FeatureTagger):
+        trained, frozen = _tagger_counts(model)
+    elif isinstance(model, elmo.ElmoClassifier):
+        width = config.output_dim  # the pooled scalar mix, [forward; backward]
 
-        def forward(rows, s, batch):
-            return rows * flops.token_classifier_flops(config, s, model.num_labels)
+        def trained(rows, s, batch):
+            return rows * 2 * width * model.num_labels
+
+        def frozen(rows, s):
+            return rows * flops.elmo_bilm_flops(config, s)  # the mix reads every layer
 
     elif isinstance(model, xlnet.XLNetClassifier):
         # Its relative positions are computed once a batch, so the count takes the rows.
-        def forward(rows, s, batch):
+        def trained(rows, s, batch):
             segments = "segment_ids" in batch
             return flops.xlnet_classifier_flops(config, s, rows, model.num_classes, segments)
 
@@ -82,9 +94,40 @@ def flops_fn(model):
 
     def count(batch):
         shape = trainer.float_shape(batch)
-        return 3.0 * forward(tf.reduce_prod(shape[:-1]), shape[-1], batch)
+        rows, s = tf.reduce_prod(shape[:-1]), shape[-1]
+        total = 3.0 * trained(rows, s, batch)
+        return total if frozen is None else total + frozen(rows, s)
 
     return count
+
+
+def _tagger_counts(model):
+    """flops_fn's (trained, frozen) forward counts of a BertTagger, FeatureTagger (its features
+    come precomputed: no encoder runs) or ElmoTagger."""
+    config = model.config
+    width = tagging.feature_width(config) * (len(model.indices) if model.combine == "concat" else 1)
+    lstm = (model.lstm_units, model.lstm_layers)
+    deepest = max(model.indices)  # index into the L + 1 outputs: that many blocks run
+
+    def head(rows, s):
+        return rows * flops.tagger_head_flops(s, width, model.num_labels, *lstm)
+
+    if isinstance(model, tagging.ElmoTagger):
+        # Every LSTM layer, even below a mode that reads fewer: Keras' RNN loops are stateful
+        # While ops, which a tf.function runs whether or not an output reads them.
+        def encoder(rows, s):
+            return rows * flops.elmo_bilm_flops(config, s)
+
+    elif isinstance(model, tagging.FeatureTagger):
+        encoder = None
+    else:
+
+        def encoder(rows, s):
+            return rows * flops.backbone_flops(config, s, blocks=deepest)
+
+    if model.frozen:
+        return (lambda rows, s, batch: head(rows, s)), encoder
+    return (lambda rows, s, batch: head(rows, s) + encoder(rows, s)), None
 
 
 def classification_task(model) -> Task:
