@@ -147,8 +147,10 @@ def pretraining_step_flops(arm: str, config: dict, s: int, p: int, batch: int) -
         fwd["mlm_head"] = mlm_head_flops(p, h, h, v)
     elif arm == "albert":
         e = config["embedding_size"]
-        # Shared layers save parameters, not compute: every one of the L layers still runs.
-        fwd["encoder"] = encoder_flops(s, h, n_layers, inter, e, q=q)
+        # Shared layers save parameters, not compute: every one of the L layers still runs,
+        # each its group's inner_group_num blocks.
+        blocks = n_layers * config.get("inner_group_num", 1)
+        fwd["encoder"] = encoder_flops(s, h, blocks, inter, e, q=q)
         fwd["mlm_head"] = mlm_head_flops(p, h, e, v)
     elif arm == "electra":
         e = config["embedding_size"]

@@ -32,11 +32,15 @@ def spec(with_labels=False):
     return out
 
 
-@pytest.mark.parametrize("arm", ["bert", "roberta", "albert", "electra"])
-def test_step_flops_equal_three_times_the_forward_graphs_matrix_products(arm):
+@pytest.mark.parametrize(
+    "arm, inner", [("bert", 1), ("roberta", 1), ("albert", 1), ("albert", 2), ("electra", 1)]
+)
+def test_step_flops_equal_three_times_the_forward_graphs_matrix_products(arm, inner):
     configs = objectives.arm_configs(BERT_VALUES)
     if arm == "electra":  # E != H and E != H_g: both embedding projections run
         configs["electra"] = configs["electra"] | {"embedding_size": 5}
+    if inner > 1:  # ALBERT's layers of 2 blocks each: 2 L blocks run
+        configs["albert"] = configs["albert"] | {"inner_group_num": inner}
     values = configs[arm]
     if arm == "electra":
         model = electra.ElectraPretrainer(electra.ElectraConfig.from_dict(values))
