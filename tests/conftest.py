@@ -36,14 +36,8 @@ import keras  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-# Grappler, TensorFlow's graph optimizer, off in the test processes, for the reason XLA's LLVM
-# passes are off above: it rewrites each traced function the first time it runs (constant
-# folding, op fusion, inlining), which costs seconds per train step traced, and the tests run a
-# few steps of each. The computation is the same up to float rounding, and the tests compare
-# paths at their tolerances either way. Measured (32nd session, tests/SUITE_TIMES.md): ten
-# test_trainer tests 138 s -> 116 s. The entrypoints that tests start as subprocesses keep it,
-# as users run them.
-tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+# Grappler is off in every test process once tensorflow is imported (the site file: why there).
+assert tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer")
 
 # Two logical CPUs let tests run MirroredStrategy on a machine without GPUs (shared/NOTES.md).
 # This must happen before TensorFlow initialises its devices, hence at conftest import time.

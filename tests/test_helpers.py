@@ -121,3 +121,27 @@ def test_test_processes_tune_the_collector_and_turn_away_optional_imports():
 
     assert "jax" not in sys.modules
     assert stats.pearsonr(np.array([1.0, 2.0, 4.0]), np.array([1.0, 3.0, 2.0]))[0] > 0
+
+
+def test_test_processes_run_without_grappler():
+    """The site file turns Grappler off in every test process as tensorflow is imported: here
+    and in a subprocess alike (so a run resumed in one compares bit for bit with the other);
+    without the site folder TensorFlow's default (on: False) stands."""
+    import os
+    import subprocess
+
+    import tensorflow as tf
+
+    assert tf.config.optimizer.get_experimental_options()["disable_meta_optimizer"] is True
+    code = (
+        "import tensorflow as tf\n"
+        "print(tf.config.optimizer.get_experimental_options().get('disable_meta_optimizer'))\n"
+    )
+    seen = []
+    for env in (dict(os.environ), dict(os.environ, PYTHONPATH="")):
+        result = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        seen.append(result.stdout.split())
+    assert seen == [["True"], ["False"]]

@@ -11,10 +11,19 @@ anything else. Test processes only; what a user runs is unchanged.
 - Python's cyclic garbage collector runs after 20,000 net new objects instead of 700 (the test
   processes too, which also freeze the imported libraries: tests/conftest.py): full
   collections of a heap holding TensorFlow took 0.3 s each, several times a run.
+- Grappler, TensorFlow's graph optimizer, is off once `tensorflow` is imported, for the reason
+  tests/conftest.py turns XLA's LLVM passes off: it rewrites each traced function the first
+  time it runs (constant folding, op fusion, inlining), which costs seconds per train step
+  traced, and the tests run a few steps of each. The computation is the same up to float
+  rounding, and the tests compare paths at their tolerances. Every test process alike: a
+  test that resumes a subprocess's run and compares it bit for bit with an in-process one
+  (test_run_pretraining's SIGTERM test) needs the same graphs on both sides. Measured (32nd
+  session, tests/SUITE_TIMES.md): ten test_trainer tests 138 s -> 116 s.
 """
 
 import gc
 import importlib.abc
+import importlib.util
 import os
 import sys
 
@@ -35,3 +44,29 @@ class _TurnAway(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, _TurnAway())
 gc.set_threshold(20_000, 20, 20)
+
+
+class _AfterTensorFlow(importlib.abc.MetaPathFinder):
+    """Finds `tensorflow` with the other finders and turns Grappler off as soon as its module
+    has run (before any function is traced; the context's devices are not initialised by it, so
+    conftest still sets its two logical CPUs). Once: it leaves sys.meta_path on first use."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run_module = spec.loader.exec_module
+
+        def exec_module(module):
+            run_module(module)
+            module.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if "tensorflow" not in sys.modules:
+    sys.meta_path.insert(0, _AfterTensorFlow())
