@@ -72,36 +72,37 @@ def _same_global_seeds():
 
 
 # Seconds of each slow test file: the sum of all its tests' setup and call times in the last
-# measured whole-suite run (`--durations=0`, 28th session, tests/SUITE_TIMES.md), files of 15 s
+# measured whole-suite run (`--durations=0`, 32nd session, tests/SUITE_TIMES.md), files of 15 s
 # and more. xdist's loadfile hands files out in order of their test count, so a file of a few
 # long smoke runs would start last and leave one worker running alone at the end; these start
 # first, longest first (the longest-processing-time rule) and the many short files fill the
 # gaps. A file not listed counts as short. Only the order changes: every test runs.
 FILE_SECONDS = {
-    "test_trainer.py": 464,
-    "test_reliability.py": 339,
-    "test_bench.py": 289,
-    "test_run_pretraining.py": 225,
-    "test_run_classifier.py": 170,
-    "test_convert_checkpoint.py": 139,
-    "test_run_squad.py": 121,
-    "test_run_ner.py": 97,
-    "test_elmo.py": 89,
-    "test_step_speed.py": 89,
+    "test_trainer.py": 471,
+    "test_reliability.py": 359,
+    "test_bench.py": 290,
+    "test_run_pretraining.py": 222,
+    "test_convert_checkpoint.py": 169,
+    "test_run_classifier.py": 155,
+    "test_run_squad.py": 116,
+    "test_elmo.py": 95,
+    "test_run_ner.py": 94,
     "test_t5.py": 85,
-    "test_bart.py": 75,
-    "test_gpt.py": 43,
-    "test_finetuning.py": 38,
-    "test_create_pretraining_data.py": 37,
-    "test_rt_polarity.py": 36,
-    "test_run_text2text.py": 30,
-    "test_xlnet.py": 27,
-    "test_tagging.py": 25,
+    "test_step_speed.py": 74,
+    "test_bart.py": 71,
+    "test_flops.py": 66,
+    "test_finetuning.py": 40,
+    "test_helpers.py": 37,
+    "test_gpt.py": 35,
+    "test_tagging.py": 33,
+    "test_rt_polarity.py": 31,
+    "test_run_text2text.py": 27,
+    "test_create_pretraining_data.py": 26,
+    "test_xlnet.py": 26,
     "test_electra.py": 23,
-    "test_seq2seq_pretraining.py": 23,
-    "test_extract_features.py": 20,
-    "test_build_vocab.py": 18,
-    "test_albert.py": 16,
+    "test_seq2seq_pretraining.py": 21,
+    "test_albert.py": 17,
+    "test_checkpoints.py": 16,
 }
 
 
