@@ -34,7 +34,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from modeling import albert, finetuning, heads, layers
+from modeling import albert, finetuning, flops, heads, layers
 from modeling.bert import BertConfig
 
 # mode -> (indices into the encoder's L + 1 outputs, how they combine); None: all of them.
@@ -103,7 +103,7 @@ def encoder_layers(config) -> int:
     encoder_outputs (the original's all_encoder_layers); for ELMo its biLSTM layers."""
     if is_elmo(config):
         return config.lstm.n_layers
-    return config.num_hidden_layers * getattr(config, "inner_group_num", 1)
+    return flops.transformer_blocks(config)
 
 
 def feature_width(config) -> int:

@@ -106,11 +106,11 @@ def _tagger_counts(model):
     come precomputed: no encoder runs) or ElmoTagger."""
     config = model.config
     width = tagging.feature_width(config) * (len(model.indices) if model.combine == "concat" else 1)
-    lstm = (model.lstm_units, model.lstm_layers)
-    deepest = max(model.indices)  # index into the L + 1 outputs: that many blocks run
 
-    def head(rows, s):
-        return rows * flops.tagger_head_flops(s, width, model.num_labels, *lstm)
+    def head(rows, s, batch=None):
+        return rows * flops.tagger_head_flops(
+            s, width, model.num_labels, model.lstm_units, model.lstm_layers
+        )
 
     if isinstance(model, tagging.ElmoTagger):
         # Every LSTM layer, even below a mode that reads fewer: Keras' RNN loops are stateful
@@ -121,12 +121,13 @@ def _tagger_counts(model):
     elif isinstance(model, tagging.FeatureTagger):
         encoder = None
     else:
+        blocks = max(model.indices)  # an index into the L + 1 outputs: that many blocks run
 
         def encoder(rows, s):
-            return rows * flops.backbone_flops(config, s, blocks=deepest)
+            return rows * flops.backbone_flops(config, s, blocks=blocks)
 
     if model.frozen:
-        return (lambda rows, s, batch: head(rows, s)), encoder
+        return head, encoder
     return (lambda rows, s, batch: head(rows, s) + encoder(rows, s)), None
 
 
