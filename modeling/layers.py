@@ -9,6 +9,7 @@ puzzle. Shapes use B batch, S length, H hidden, N heads, D head depth, I interme
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import keras
@@ -515,6 +516,41 @@ def in_xla_context() -> bool:
     except ImportError:  # pragma: no cover - a TensorFlow without the private module
         return True
     return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
+@contextlib.contextmanager
+def custom_gradients_released():
+    """Around a call of a tf.function that takes its own gradients, or none (its tracing runs
+    inside the call): on exit, drops the gradient functions that `tf.custom_gradient`
+    registered meanwhile (TensorFlow). A call that does not trace registers nothing.
+
+    Why: traced in a graph, each `tf.custom_gradient` call registers its gradient closure in
+    TensorFlow's global gradient registry under a new name ("CustomGradient-N") and never
+    removes it (tensorflow issue 97697; also 27492). The closure holds the forward tensors, and
+    through them the whole traced graph: every trace of a train, eval or predict step that runs
+    Cloze's fused kernels (fused_activation, fused_residual_norm, gather_with_whole, the tied
+    head, the losses) stayed in memory for the life of the process. Measured (33rd session,
+    tests/SUITE_TIMES.md): tests/test_trainer.py alone grew 1.1 -> 6.8 GB resident in one
+    process, the whole suite's busiest worker to 12.4 GB. Once the body has returned, its
+    gradients are built: the registered names are looked up only by a tape's gradient call
+    while tracing. So this is for functions whose outputs no outer tape differentiates (the
+    trainer's train and eval functions, the predictor's step); a function differentiated from
+    outside must keep its registrations. Removes only names registered during the block; costs
+    a set of the registry's ~1,500 names per call.
+    """
+    try:
+        from tensorflow.python.framework import ops as tf_ops
+
+        names = tf_ops.gradient_registry._registry  # private: TensorFlow offers no removal
+    except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow layout
+        yield
+        return
+    before = set(names)
+    try:
+        yield
+    finally:
+        for name in [n for n in names if n not in before and n.startswith("CustomGradient-")]:
+            names.pop(name, None)
 
 
 def gather_positions(sequence, positions):

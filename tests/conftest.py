@@ -71,6 +71,18 @@ def _same_global_seeds():
     keras.utils.set_random_seed(1234)
 
 
+@pytest.fixture(autouse=True)
+def _custom_gradients_released():
+    """What the library does around its own train, eval and predict calls (modeling/layers'
+    custom_gradients_released: why), around each test, for the tf.functions tests trace
+    themselves: a test's traced graphs do not stay in the worker for the rest of the run. Only
+    registrations made during the test go; module-scoped fixtures set up before it keep theirs."""
+    from modeling import layers
+
+    with layers.custom_gradients_released():
+        yield
+
+
 # Seconds of each slow test file: the sum of all its tests' setup and call times in the last
 # measured whole-suite run (`--durations=0`, 32nd session, tests/SUITE_TIMES.md), files of 15 s
 # and more. xdist's loadfile hands files out in order of their test count, so a file of a few

@@ -1,7 +1,9 @@
 """The train loop: Mirrored over two CPUs equals one device; resume equals an uninterrupted run."""
 
 import collections
+import contextlib
 import dataclasses
+import gc
 import json
 import shutil
 
@@ -723,3 +725,61 @@ def test_clipping_inside_the_update_equals_clipping_the_gradients(data_file, whe
     np.testing.assert_allclose(rows, want, rtol=1e-5, atol=1e-6)
     for a, b in zip(weights(folded.task.model), weights(clipped.task.model)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def custom_gradient_names() -> set:
+    """The "CustomGradient-N" names in TensorFlow's global gradient registry: one per
+    graph-mode call of a tf.custom_gradient function, each holding its traced graph."""
+    from tensorflow.python.framework import ops as tf_ops
+
+    return {n for n in tf_ops.gradient_registry.list() if n.startswith("CustomGradient-")}
+
+
+def traced_graphs(name: str) -> int:
+    """How many FuncGraphs called `name` (a tf.function's Python name) are alive."""
+    from tensorflow.python.framework import func_graph
+
+    gc.collect()
+    return sum(isinstance(o, func_graph.FuncGraph) and o.name == name for o in gc.get_objects())
+
+
+def train_eval_predict(data_file):
+    """A trainer's train and eval functions, then a Predictor, each traced and run twice."""
+    from modeling import finetuning
+    from training import finetune_tasks
+
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    fit = build(one, helpers.tiny_config())
+    fit.train_steps(iter(dataset(data_file)), 2)
+    fit.evaluate(dataset(data_file), 2)
+    with one.scope():
+        classifier = finetuning.BertClassifier(helpers.tiny_config(), 2)
+        classifier.build()
+    batches = dataset(data_file).take(2)
+    assert finetune_tasks.Predictor(one, classifier)(batches).shape == (2 * B, 2)
+
+
+@pytest.mark.parametrize("released", [True, False])
+def test_traced_steps_do_not_keep_their_graphs(data_file, released, monkeypatch):
+    """The train, eval and predict functions' traces free their graphs once the trainer and the
+    model are gone: their custom gradients' registrations (modeling/layers'
+    custom_gradients_released) are dropped. The negative control (released=False: the release
+    turned off) shows that the traces do register custom gradients, and that those keep every
+    traced graph alive. A first round fills the module-level caches of compiled kernels (a
+    cached function's first trace holds the graph it was traced in, once per process)."""
+    from modeling import layers
+
+    train_eval_predict(data_file)
+    if not released:
+        monkeypatch.setattr(layers, "custom_gradients_released", contextlib.nullcontext)
+    graphs = {name: traced_graphs(name) for name in ("train_fn", "eval_fn", "step")}
+    names = custom_gradient_names()
+    train_eval_predict(data_file)
+    if released:
+        assert custom_gradient_names() == names
+        assert {name: traced_graphs(name) for name in graphs} == graphs
+    else:  # the step, the eval and the predictor each register some (the fused kernels, the
+        # losses, the last layer's gathered positions), and each graph stays
+        assert len(custom_gradient_names() - names) >= 3
+        for name, count in graphs.items():
+            assert traced_graphs(name) == count + 1, name

@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from modeling import electra, elmo, finetuning, flops, span_qa, tagging, xlnet
+from modeling import electra, elmo, finetuning, flops, layers, span_qa, tagging, xlnet
 from modeling.losses import classification_sums, masked_lm_sums, regression_sums
 from training import metrics, optimization, trainer
 from training.trainer import Task
@@ -219,7 +219,10 @@ class Predictor:
     def __call__(self, dataset) -> np.ndarray:
         """dataset: batches of dicts with the MODEL_INPUTS (other keys are ignored).
         Returns the concatenated float32 outputs, e.g. (N, C)."""
-        outputs = [self._step(model_inputs(batch)).numpy() for batch in dataset]
+        outputs = []
+        for batch in dataset:
+            with layers.custom_gradients_released():  # a trace's graph is not kept for good
+                outputs.append(self._step(model_inputs(batch)).numpy())
         if not outputs:
             raise ValueError("prediction saw no batch")
         return np.concatenate(outputs, axis=0)

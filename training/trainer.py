@@ -46,6 +46,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from modeling import layers
 from training import distribute, optimization
 
 
@@ -538,7 +539,9 @@ class Trainer:
                 return out.stack()
 
             self._train_fn = train_fn
-        return self._train_fn(iterator, tf.constant(num_steps)).numpy().astype(np.float64)
+        with layers.custom_gradients_released():  # a trace's graph is not kept for good
+            rows = self._train_fn(iterator, tf.constant(num_steps))
+        return rows.numpy().astype(np.float64)
 
     def evaluate(self, dataset, max_steps: int) -> dict:
         """Runs up to `max_steps` eval batches (all, if the dataset ends first) and returns the
@@ -555,7 +558,8 @@ class Trainer:
         total = np.zeros(len(self.sum_keys))
         steps = 0
         for batch in dataset.take(max_steps):
-            total += self._eval_fn(batch).numpy()
+            with layers.custom_gradients_released():  # the losses' custom gradients
+                total += self._eval_fn(batch).numpy()
             steps += 1
         if steps == 0:
             raise ValueError(
