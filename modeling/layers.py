@@ -531,12 +531,12 @@ def custom_gradients_released():
     Cloze's fused kernels (fused_activation, fused_residual_norm, gather_with_whole, the tied
     head, the losses) stayed in memory for the life of the process. Measured (33rd session,
     tests/SUITE_TIMES.md): tests/test_trainer.py alone grew 1.1 -> 6.8 GB resident in one
-    process, the whole suite's busiest worker to 12.4 GB. Once the body has returned, its
+    process, the whole suite's busiest worker to 12.4 GB. Once the call has returned, its
     gradients are built: the registered names are looked up only by a tape's gradient call
     while tracing. So this is for functions whose outputs no outer tape differentiates (the
     trainer's train and eval functions, the predictor's step); a function differentiated from
     outside must keep its registrations. Removes only names registered during the block; costs
-    a set of the registry's ~1,500 names per call.
+    a set of the registry's ~600 names per call (about 16 microseconds here).
     """
     try:
         from tensorflow.python.framework import ops as tf_ops
