@@ -744,7 +744,8 @@ def traced_graphs(name: str) -> int:
 
 
 def train_eval_predict(data_file):
-    """A trainer's train and eval functions, then a Predictor, each traced and run twice."""
+    """A new trainer's train and eval functions and a Predictor's step, each traced once and
+    run over two batches."""
     from modeling import finetuning
     from training import finetune_tasks
 
