@@ -73,7 +73,8 @@ def test_test_processes_tune_the_collector_and_turn_away_optional_imports():
     """tests/conftest.py and tests/subprocess_site: here, the imported libraries are frozen and
     collections wait for 20,000 new objects; a Python process a test starts runs the site file
     first (IPython and, outside Keras' JAX backend, jax turned away; the same thresholds), and a
-    JAX-backend process can still import jax."""
+    JAX-backend process can still import jax; scikit-learn and rouge-score turned away only
+    from Keras' and keras-hub's optional imports, and importable by a test afterwards."""
     import gc
     import os
     import subprocess
@@ -115,6 +116,30 @@ def test_test_processes_tune_the_collector_and_turn_away_optional_imports():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert result.stdout.splitlines()[:2] == [f"IPython {ipython}", "jax imported"], result.stderr
+    # scikit-learn and rouge-score: not loaded by `import keras_hub` (which imports keras, whose
+    # wrappers ask for scikit-learn, and its ROUGE metrics, which ask for rouge-score and so
+    # nltk), and the two libraries went on without them; a later import of either works.
+    code = (
+        "import sys\n"
+        "import keras_hub\n"
+        "from keras.src.wrappers import fixes\n"
+        "from keras_hub.src.metrics import rouge_base\n"
+        "names = ('sklearn', 'rouge_score', 'nltk', 'scipy.stats')\n"
+        "print([n in sys.modules for n in names], fixes.sklearn, rouge_base.rouge_scorer)\n"
+        "import rouge_score.rouge_scorer, sklearn.metrics\n"
+        "print(sklearn.metrics.f1_score([0, 1, 1], [0, 1, 0]))\n"
+        "print(rouge_score.rouge_scorer.RougeScorer(['rougeL']).score('a b', 'a c')['rougeL'][2])\n"
+    )
+    lines = {}
+    for label, env in (("site", dict(os.environ)), ("plain", dict(os.environ, PYTHONPATH=""))):
+        result = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        lines[label] = result.stdout.splitlines()
+    assert lines["site"] == ["[False, False, False, False] None None", "0.6666666666666666", "0.5"]
+    assert lines["plain"][0].startswith("[True, True, True, True] <module 'sklearn'")
+    assert lines["plain"][1:] == lines["site"][1:]
     # And here, in the test process, scipy's array checks (which look for jax in sys.modules)
     # work with jax turned away: the failure a None entry in sys.modules caused.
     import numpy as np

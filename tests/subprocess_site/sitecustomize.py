@@ -8,6 +8,14 @@ anything else. Test processes only; what a user runs is unchanged.
   runs Keras' JAX backend, `jax` (tensorflow.lite.python.util, for its JAX converter; 1.3 s).
   Both are installed here (IPython with the machine, jax[cpu] by tests/requirements.txt for
   bench/gpu_mfu.py), and both libraries catch the ImportError and go on without them.
+- Two more, only where a library's own optional import asks for them: scikit-learn, for
+  Keras' scikit-learn wrappers (`keras.src.wrappers`, imported with `keras` and thus by
+  `import tensorflow`; it brings scipy.stats, 1-2 s on this host), and rouge-score, for
+  keras-hub's ROUGE metrics (`keras_hub.src.metrics`, imported with `keras_hub`; it brings
+  nltk, which brings scipy.stats and scikit-learn, 3.5 s). The suite starts about 80
+  processes. Both libraries catch the ImportError and go on without them (no test uses those
+  wrappers or metrics: Cloze's ROUGE is training/rouge.py); a test that imports either
+  package itself still gets it (test_metrics' and test_rouge's parity checks).
 - Python's cyclic garbage collector runs after 20,000 net new objects instead of 700 (the test
   processes too, which also freeze the imported libraries: tests/conftest.py): full
   collections of a heap holding TensorFlow took 0.3 s each, several times a run.
@@ -30,16 +38,30 @@ import os
 import sys
 
 _TURNED_AWAY = {"IPython"} | (set() if os.environ.get("KERAS_BACKEND") == "jax" else {"jax"})
+# Turned away only where the import statement runs in a module under this prefix.
+_TURNED_AWAY_FROM = {"sklearn": "keras.src.wrappers", "rouge_score": "keras_hub.src.metrics"}
+
+
+def _importing_module() -> str:
+    """The name of the module whose code runs the import being looked up: the first frame above
+    this one outside the import system's own (frozen) frames."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+        frame = frame.f_back
+    return "" if frame is None else frame.f_globals.get("__name__", "")
 
 
 class _TurnAway(importlib.abc.MetaPathFinder):
     """Imports of the turned-away packages fail as if they were not installed (the main
-    requirements do not install either), and they never enter sys.modules. (A None entry in
-    sys.modules, the import system's other way to refuse, broke scipy, which looks modules up
-    there: test_metrics failed with it in the 28th session.)"""
+    requirements do not install IPython or jax), and they never enter sys.modules. (A None
+    entry in sys.modules, the import system's other way to refuse, broke scipy, which looks
+    modules up there: test_metrics failed with it in the 28th session.)"""
 
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in _TURNED_AWAY:
+        top = name.partition(".")[0]
+        if top in _TURNED_AWAY or (
+            top in _TURNED_AWAY_FROM and _importing_module().startswith(_TURNED_AWAY_FROM[top])
+        ):
             raise ModuleNotFoundError(f"No module named {name!r} (turned away)", name=name)
         return None
 
