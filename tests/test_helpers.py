@@ -69,15 +69,17 @@ def test_xdist_hands_out_the_slowest_files_first(tmp_path):
         assert list(dict.fromkeys(order.read_text().split())) == want
 
 
-def test_test_processes_tune_the_collector_and_turn_away_optional_imports():
+def test_test_processes_tune_the_collector_and_turn_away_optional_imports(tmp_path):
     """tests/conftest.py and tests/subprocess_site: here, the imported libraries are frozen and
     collections wait for 20,000 new objects; a Python process a test starts runs the site file
     first (IPython and, outside Keras' JAX backend, jax turned away; the same thresholds), and a
-    JAX-backend process can still import jax; scikit-learn and rouge-score turned away only
-    from Keras' and keras-hub's optional imports, and importable by a test afterwards."""
+    JAX-backend process can still import jax; scikit-learn, matplotlib and rouge-score turned
+    away only from Keras' and keras-hub's optional imports, and importable afterwards."""
     import gc
     import os
     import subprocess
+
+    from tests.conftest import ROOT
 
     assert gc.get_threshold() == (20_000, 20, 20) and gc.get_freeze_count() > 100_000
     code = (
@@ -116,29 +118,44 @@ def test_test_processes_tune_the_collector_and_turn_away_optional_imports():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert result.stdout.splitlines()[:2] == [f"IPython {ipython}", "jax imported"], result.stderr
-    # scikit-learn and rouge-score: not loaded by `import keras_hub` (which imports keras, whose
-    # wrappers ask for scikit-learn, and its ROUGE metrics, which ask for rouge-score and so
-    # nltk), and the two libraries went on without them; a later import of either works.
+    # scikit-learn, matplotlib and rouge-score: not loaded by `import keras_hub` (which imports
+    # keras, whose wrappers ask for scikit-learn and whose image plots for matplotlib, and its
+    # ROUGE metrics, which ask for rouge-score and so nltk), and the libraries went on without
+    # them; a later import of each works, as does the trainer's plot.
     code = (
         "import sys\n"
         "import keras_hub\n"
+        "from keras.src.visualization import plot_image_gallery as gallery\n"
         "from keras.src.wrappers import fixes\n"
         "from keras_hub.src.metrics import rouge_base\n"
-        "names = ('sklearn', 'rouge_score', 'nltk', 'scipy.stats')\n"
-        "print([n in sys.modules for n in names], fixes.sklearn, rouge_base.rouge_scorer)\n"
+        "names = ('sklearn', 'matplotlib', 'rouge_score', 'nltk', 'scipy.stats')\n"
+        "print([n in sys.modules for n in names], fixes.sklearn is None, gallery.plt is None,\n"
+        "      rouge_base.rouge_scorer is None)\n"
         "import rouge_score.rouge_scorer, sklearn.metrics\n"
+        "from training import trainer\n"
         "print(sklearn.metrics.f1_score([0, 1, 1], [0, 1, 0]))\n"
         "print(rouge_score.rouge_scorer.RougeScorer(['rougeL']).score('a b', 'a c')['rougeL'][2])\n"
+        "log = open(sys.argv[1] + '/train_log.jsonl', 'w')\n"
+        'log.write(\'{"step": 1, "loss": 2.0}\\n{"step": 2, "loss": 1.0}\\n\')\n'
+        "log.close()\n"
+        "print(open(trainer.plot_training_curves(sys.argv[1], 'loss'), 'rb').read(8))\n"
     )
     lines = {}
     for label, env in (("site", dict(os.environ)), ("plain", dict(os.environ, PYTHONPATH=""))):
+        (tmp_path / label).mkdir()
         result = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
-        )
+            [sys.executable, "-c", code, str(tmp_path / label)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
         assert result.returncode == 0, result.stderr[-2000:]
         lines[label] = result.stdout.splitlines()
-    assert lines["site"] == ["[False, False, False, False] None None", "0.6666666666666666", "0.5"]
-    assert lines["plain"][0].startswith("[True, True, True, True] <module 'sklearn'")
+    assert lines["site"] == [
+        "[False, False, False, False, False] True True True",
+        "0.6666666666666666",
+        "0.5",
+        repr(b"\x89PNG\r\n\x1a\n"),
+    ]
+    assert lines["plain"][0] == "[True, True, True, True, True] False False False"
     assert lines["plain"][1:] == lines["site"][1:]
     # And here, in the test process, scipy's array checks (which look for jax in sys.modules)
     # work with jax turned away: the failure a None entry in sys.modules caused.

@@ -8,14 +8,18 @@ anything else. Test processes only; what a user runs is unchanged.
   runs Keras' JAX backend, `jax` (tensorflow.lite.python.util, for its JAX converter; 1.3 s).
   Both are installed here (IPython with the machine, jax[cpu] by tests/requirements.txt for
   bench/gpu_mfu.py), and both libraries catch the ImportError and go on without them.
-- Two more, only where a library's own optional import asks for them: scikit-learn, for
-  Keras' scikit-learn wrappers (`keras.src.wrappers`, imported with `keras` and thus by
-  `import tensorflow`; it brings scipy.stats, 1-2 s on this host), and rouge-score, for
-  keras-hub's ROUGE metrics (`keras_hub.src.metrics`, imported with `keras_hub`; it brings
-  nltk, which brings scipy.stats and scikit-learn, 3.5 s). The suite starts about 80
-  processes. Both libraries catch the ImportError and go on without them (no test uses those
-  wrappers or metrics: Cloze's ROUGE is training/rouge.py); a test that imports either
-  package itself still gets it (test_metrics' and test_rouge's parity checks).
+- Three more, only where a library's own optional import asks for them (33rd and 34th
+  sessions, tests/SUITE_TIMES.md): scikit-learn, for Keras' scikit-learn wrappers
+  (`keras.src.wrappers`, imported with `keras` and thus by `import tensorflow`; it brings
+  scipy.stats), matplotlib, for Keras' image-gallery plots (`keras.src.visualization`, the
+  same), and rouge-score, for keras-hub's ROUGE metrics (`keras_hub.src.metrics`, imported
+  with `keras_hub`; it brings nltk, which brings scipy.stats and scikit-learn). Measured
+  here: `import tensorflow` 0.8 s faster without scikit-learn and 0.6 s more without
+  matplotlib, `import keras_hub` 1.3 s more without rouge-score; the suite starts about 80
+  processes. The libraries catch the ImportError and go on without them (no test uses those
+  wrappers, plots or metrics: Cloze's ROUGE is training/rouge.py); a test or library that
+  imports the package itself still gets it (test_metrics' and test_rouge's parity checks,
+  the trainer's training-curve plots, which import matplotlib when they draw).
 - Python's cyclic garbage collector runs after 20,000 net new objects instead of 700 (the test
   processes too, which also freeze the imported libraries: tests/conftest.py): full
   collections of a heap holding TensorFlow took 0.3 s each, several times a run.
@@ -39,7 +43,11 @@ import sys
 
 _TURNED_AWAY = {"IPython"} | (set() if os.environ.get("KERAS_BACKEND") == "jax" else {"jax"})
 # Turned away only where the import statement runs in a module under this prefix.
-_TURNED_AWAY_FROM = {"sklearn": "keras.src.wrappers", "rouge_score": "keras_hub.src.metrics"}
+_TURNED_AWAY_FROM = {
+    "sklearn": "keras.src.wrappers",
+    "rouge_score": "keras_hub.src.metrics",
+    "matplotlib": "keras.src.visualization",
+}
 
 
 def _importing_module() -> str:
