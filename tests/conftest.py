@@ -84,37 +84,37 @@ def _custom_gradients_released():
 
 
 # Seconds of each slow test file: the sum of all its tests' setup and call times in the last
-# measured whole-suite run (`--durations=0`, 32nd session, tests/SUITE_TIMES.md), files of 15 s
+# measured whole-suite run (`--durations=0`, 34th session, tests/SUITE_TIMES.md), files of 15 s
 # and more. xdist's loadfile hands files out in order of their test count, so a file of a few
 # long smoke runs would start last and leave one worker running alone at the end; these start
 # first, longest first (the longest-processing-time rule) and the many short files fill the
 # gaps. A file not listed counts as short. Only the order changes: every test runs.
 FILE_SECONDS = {
-    "test_trainer.py": 471,
-    "test_reliability.py": 359,
-    "test_bench.py": 290,
-    "test_run_pretraining.py": 222,
-    "test_convert_checkpoint.py": 169,
-    "test_run_classifier.py": 155,
-    "test_run_squad.py": 116,
-    "test_elmo.py": 95,
-    "test_run_ner.py": 94,
-    "test_t5.py": 85,
-    "test_step_speed.py": 74,
-    "test_bart.py": 71,
-    "test_flops.py": 66,
-    "test_finetuning.py": 40,
-    "test_helpers.py": 37,
-    "test_gpt.py": 35,
-    "test_tagging.py": 33,
-    "test_rt_polarity.py": 31,
-    "test_run_text2text.py": 27,
-    "test_create_pretraining_data.py": 26,
-    "test_xlnet.py": 26,
-    "test_electra.py": 23,
-    "test_seq2seq_pretraining.py": 21,
+    "test_trainer.py": 595,
+    "test_reliability.py": 314,
+    "test_bench.py": 269,
+    "test_run_pretraining.py": 231,
+    "test_run_classifier.py": 173,
+    "test_convert_checkpoint.py": 158,
+    "test_run_squad.py": 133,
+    "test_run_ner.py": 125,
+    "test_elmo.py": 103,
+    "test_t5.py": 101,
+    "test_step_speed.py": 95,
+    "test_bart.py": 77,
+    "test_flops.py": 67,
+    "test_helpers.py": 44,
+    "test_finetuning.py": 44,
+    "test_gpt.py": 32,
+    "test_tagging.py": 29,
+    "test_xlnet.py": 28,
+    "test_rt_polarity.py": 25,
+    "test_run_text2text.py": 22,
+    "test_electra.py": 22,
+    "test_seq2seq_pretraining.py": 20,
+    "test_create_pretraining_data.py": 20,
+    "test_checkpoints.py": 18,
     "test_albert.py": 17,
-    "test_checkpoints.py": 16,
 }
 
 

@@ -162,7 +162,7 @@ def encoder_decoder_batch(b=3, s=7, t=5, seed=0, padded=((0, 5),), vocab_size=23
 
 
 # ---------------------------------------------------------------------------------------------
-# Entrypoints in this process: what `python <script> <args>` does, without the ~10 s that a new
+# Entrypoints in this process: what `python <script> <args>` does, without the 6-8 s that a new
 # interpreter spends importing TensorFlow. Each entrypoint keeps one real subprocess smoke run in
 # its test file (the CLI itself: app.run, exit codes, signals); the other runs go through here.
 
