@@ -8,8 +8,8 @@ anything else. Test processes only; what a user runs is unchanged.
   runs Keras' JAX backend, `jax` (tensorflow.lite.python.util, for its JAX converter; 1.3 s).
   Both are installed here (IPython with the machine, jax[cpu] by tests/requirements.txt for
   bench/gpu_mfu.py), and both libraries catch the ImportError and go on without them.
-- Three more, only where a library's own optional import asks for them (33rd and 34th
-  sessions, tests/SUITE_TIMES.md): scikit-learn, for Keras' scikit-learn wrappers
+- Three more, only where a library's own optional import asks for them (34th session,
+  tests/SUITE_TIMES.md): scikit-learn, for Keras' scikit-learn wrappers
   (`keras.src.wrappers`, imported with `keras` and thus by `import tensorflow`; it brings
   scipy.stats), matplotlib, for Keras' image-gallery plots (`keras.src.visualization`, the
   same), and rouge-score, for keras-hub's ROUGE metrics (`keras_hub.src.metrics`, imported
