@@ -219,10 +219,9 @@ class Predictor:
     def __call__(self, dataset) -> np.ndarray:
         """dataset: batches of dicts with the MODEL_INPUTS (other keys are ignored).
         Returns the concatenated float32 outputs, e.g. (N, C)."""
-        outputs = []
-        for batch in dataset:
-            with layers.custom_gradients_released():  # a trace's graph is not kept for good
-                outputs.append(self._step(model_inputs(batch)).numpy())
+        # Once around the loop, not per batch: only a call that traces registers anything.
+        with layers.custom_gradients_released():  # a trace's graph is not kept for good
+            outputs = [self._step(model_inputs(batch)).numpy() for batch in dataset]
         if not outputs:
             raise ValueError("prediction saw no batch")
         return np.concatenate(outputs, axis=0)

@@ -557,10 +557,11 @@ class Trainer:
             self._eval_fn = eval_fn
         total = np.zeros(len(self.sum_keys))
         steps = 0
-        for batch in dataset.take(max_steps):
-            with layers.custom_gradients_released():  # the losses' custom gradients
+        # Once around the loop, not per batch: only a call that traces registers anything.
+        with layers.custom_gradients_released():  # the losses' custom gradients
+            for batch in dataset.take(max_steps):
                 total += self._eval_fn(batch).numpy()
-            steps += 1
+                steps += 1
         if steps == 0:
             raise ValueError(
                 "evaluation saw no batch: the eval input holds fewer examples than one batch"
