@@ -760,6 +760,56 @@ def train_eval_predict(data_file):
     assert finetune_tasks.Predictor(one, classifier)(batches).shape == (2 * B, 2)
 
 
+def test_autograph_rewrites_the_train_loop_and_nothing_under_it(data_file, monkeypatch):
+    """AutoGraph converts train_fn (its `for` over tf.range) and none of the step, task, losses
+    or FLOP counts under it (trainer._unconverted: seconds at a process' first trace); the eval
+    function and a Predictor's step convert nothing. The negative control converts the step as
+    before: the record then holds the step's functions, and the rows are the same to the bit."""
+    # What AutoGraph converts is seen only through its transpiler (TensorFlow-internal); each
+    # conversion passes there, cached or not.
+    from tensorflow.python.autograph.pyct import transpiler
+
+    from modeling import finetuning
+    from training import finetune_tasks
+
+    converted = []
+    transform = transpiler.PyToPy.transform_function
+
+    def record(self, fn, user_context):
+        converted.append(getattr(fn, "__qualname__", repr(fn)))
+        return transform(self, fn, user_context)
+
+    monkeypatch.setattr(transpiler.PyToPy, "transform_function", record)
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    config = helpers.tiny_config(hidden_dropout_prob=0.1)
+
+    def train_converting(step):
+        monkeypatch.setattr(trainer.Trainer, "_train_step", step)
+        fit = build(one, config)
+        batches = iter(dataset(data_file))  # its map functions are converted here
+        converted.clear()
+        return fit, fit.train_steps(batches, 2), set(converted)
+
+    as_written = trainer.Trainer._train_step
+    fit, rows, during_train = train_converting(as_written)
+    assert during_train == {"Trainer.train_steps.<locals>.train_fn"}
+    eval_batches = dataset(data_file)
+    converted.clear()
+    fit.evaluate(eval_batches, 2)
+    assert converted == []
+    with one.scope():
+        classifier = finetuning.BertClassifier(helpers.tiny_config(), 2)
+        classifier.build()
+    batches = dataset(data_file).take(2)
+    converted.clear()
+    assert finetune_tasks.Predictor(one, classifier)(batches).shape == (2 * B, 2)
+    assert converted == []
+
+    _, rows_converted, during = train_converting(as_written.__wrapped__)
+    assert {"Trainer._replica_train_step", "Trainer._loss_and_grads", "Trainer._decide"} <= during
+    np.testing.assert_array_equal(rows, rows_converted)
+
+
 @pytest.mark.parametrize("released", [True, False])
 def test_traced_steps_do_not_keep_their_graphs(data_file, released, monkeypatch):
     """The train, eval and predict functions' traces free their graphs once the trainer and the

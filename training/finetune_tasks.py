@@ -207,8 +207,10 @@ class Predictor:
             return tf.pad(out, pad)
 
         # reduce_retracing: batches cut to their longest example come in several lengths;
-        # after the second, one trace takes any length.
-        @tf.function(reduce_retracing=True)
+        # after the second, one trace takes any length. autograph=False: nothing here needs
+        # AutoGraph's rewriting, which costs seconds at a process' first trace
+        # (trainer._unconverted).
+        @tf.function(reduce_retracing=True, autograph=False)
         def step(batch):
             dist = trainer.slice_for_replica(strategy, batch)
             out = strategy.run(lambda b: padded(model(b, training=False)), args=(dist,))

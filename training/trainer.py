@@ -160,6 +160,25 @@ def seed_states(model) -> list:
     return [v for v in model.non_trainable_variables if "seed_generator_state" in v.path]
 
 
+def _unconverted(fn):
+    """`fn` as written, left alone by AutoGraph, and so is everything it calls.
+
+    A tf.function rewrites the Python it traces with AutoGraph: every function reached from it
+    (here the step, the task's sums_fn, the losses, the FLOP counts) is parsed, transformed and
+    recompiled at its first call in a process, and each call in the rewritten code goes through
+    AutoGraph's converted_call. The one thing the train loop asks of AutoGraph is train_fn's
+    `for i in tf.range(n)`; the step under it uses tf.cond and tf.while_loop explicitly, and the
+    models are keras.ops code that also runs under JAX, where nothing rewrites Python. So the
+    conversion stops at the step. Measured in fresh processes (the tiny pretraining model, one
+    device, 2 slow AVX2 cores, 35th session): the first train_steps call took 6.9, 6.4, 7.3 and
+    5.7 s with the whole step converted and 3.9, 4.1, 3.1 and 4.6 s with this, alternating, the
+    same rows to the bit; a second model's first call in the same process ~3 s either way (the
+    conversions are cached per process). Code under it that needs AutoGraph would fail when
+    traced (a tensor used as a Python bool), not silently.
+    """
+    return tf.autograph.experimental.do_not_convert(fn)
+
+
 def slice_for_replica(strategy, batch):
     """Splits a worker's batch dict into equal per-replica slices (a distributed value)."""
     local = len(strategy.extended.worker_devices)
@@ -318,7 +337,7 @@ class Trainer:
                 f"this strategy has {strategy.num_replicas_in_sync}"
             )
         # The whole step in one XLA function, update inside (see train_steps).
-        self._fused_step = tf.function(self._replica_fused_step, jit_compile=True)
+        self._fused_step = tf.function(self._replica_fused_step, jit_compile=True, autograph=False)
 
     # -- one step, in replica context ----------------------------------------------------------
     def _scale(self):
@@ -493,6 +512,30 @@ class Trainer:
     def _replica_eval_step(self, batch):
         return _stack_sums(self.task.sums_fn(batch, training=False), self.sum_keys)
 
+    @_unconverted
+    def _train_step(self, iterator):
+        """One step of train_fn's loop on the next global batch: its row (train_steps)."""
+        dist = slice_for_replica(self.strategy, next(iterator))
+        # A non-finite step is skipped whole: no variable or Adam moment changes and the
+        # optimizer's iteration (hence the learning-rate schedule) stays; the input and the
+        # dropout seeds have moved on. Zeroing the gradient would not do: Adam's moments and
+        # weight decay would still move.
+        if self.use_xla:
+            sums, extra = self.strategy.run(self._fused_step, args=(dist,))
+            extra = self.strategy.reduce("sum", extra, axis=None)
+        else:
+            sums, extra, grads = self.strategy.run(self._replica_train_step, args=(dist,))
+            extra = self.strategy.reduce("sum", extra, axis=None)
+            # One clipping factor from the global norm, for every replica.
+            clip_scale = self._clip_scale(extra)
+            # The cond sits outside the replica function since MirroredStrategy refuses the
+            # optimizer's merge_call inside control flow there.
+            extra = self._decide(
+                extra,
+                lambda: self.strategy.run(self._replica_apply_step, args=(grads, clip_scale)),
+            )
+        return tf.concat([self.strategy.reduce("sum", sums, axis=None), extra], 0)
+
     # -- compiled loops ------------------------------------------------------------------------
     def train_steps(self, iterator, num_steps: int) -> np.ndarray:
         """Runs `num_steps` steps in one tf.function call (no Python between steps).
@@ -510,32 +553,8 @@ class Trainer:
             @tf.function
             def train_fn(iterator, n):
                 out = tf.TensorArray(tf.float32, size=n)
-                for i in tf.range(n):
-                    dist = slice_for_replica(self.strategy, next(iterator))
-                    # A non-finite step is skipped whole: no variable or Adam moment changes and
-                    # the optimizer's iteration (hence the learning-rate schedule) stays; the
-                    # input and the dropout seeds have moved on. Zeroing the gradient would not
-                    # do: Adam's moments and weight decay would still move.
-                    if self.use_xla:
-                        sums, extra = self.strategy.run(self._fused_step, args=(dist,))
-                        extra = self.strategy.reduce("sum", extra, axis=None)
-                    else:
-                        sums, extra, grads = self.strategy.run(
-                            self._replica_train_step, args=(dist,)
-                        )
-                        extra = self.strategy.reduce("sum", extra, axis=None)
-                        # One clipping factor from the global norm, for every replica.
-                        clip_scale = self._clip_scale(extra)
-                        # The cond sits outside the replica function since MirroredStrategy
-                        # refuses the optimizer's merge_call inside control flow there.
-                        extra = self._decide(
-                            extra,
-                            lambda grads=grads, clip_scale=clip_scale: self.strategy.run(
-                                self._replica_apply_step, args=(grads, clip_scale)
-                            ),
-                        )
-                    row = tf.concat([self.strategy.reduce("sum", sums, axis=None), extra], 0)
-                    out = out.write(i, row)
+                for i in tf.range(n):  # AutoGraph's one job in the step: a tf.while_loop
+                    out = out.write(i, self._train_step(iterator))
                 return out.stack()
 
             self._train_fn = train_fn
@@ -548,7 +567,7 @@ class Trainer:
         task's metrics computed over the whole evaluated set."""
         if self._eval_fn is None:
 
-            @tf.function
+            @tf.function(autograph=False)  # nothing to convert: see _unconverted
             def eval_fn(batch):
                 dist = slice_for_replica(self.strategy, batch)
                 sums = self.strategy.run(self._replica_eval_step, args=(dist,))
