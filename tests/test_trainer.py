@@ -762,7 +762,7 @@ def train_eval_predict(data_file):
 
 def test_autograph_rewrites_the_train_loop_and_nothing_under_it(data_file, monkeypatch):
     """AutoGraph converts train_fn (its `for` over tf.range) and none of the step, task, losses
-    or FLOP counts under it (trainer._unconverted: seconds at a process' first trace); the eval
+    or FLOP counts under it (Trainer._train_step: seconds at a process' first trace); the eval
     function and a Predictor's step convert nothing. The negative control converts the step as
     before: the record then holds the step's functions, and the rows are the same to the bit."""
     # What AutoGraph converts is seen only through its transpiler (TensorFlow-internal); each

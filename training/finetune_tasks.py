@@ -209,7 +209,7 @@ class Predictor:
         # reduce_retracing: batches cut to their longest example come in several lengths;
         # after the second, one trace takes any length. autograph=False: nothing here needs
         # AutoGraph's rewriting, which costs seconds at a process' first trace
-        # (trainer._unconverted).
+        # (Trainer._train_step).
         @tf.function(reduce_retracing=True, autograph=False)
         def step(batch):
             dist = trainer.slice_for_replica(strategy, batch)

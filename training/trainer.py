@@ -160,25 +160,6 @@ def seed_states(model) -> list:
     return [v for v in model.non_trainable_variables if "seed_generator_state" in v.path]
 
 
-def _unconverted(fn):
-    """`fn` as written, left alone by AutoGraph, and so is everything it calls.
-
-    A tf.function rewrites the Python it traces with AutoGraph: every function reached from it
-    (here the step, the task's sums_fn, the losses, the FLOP counts) is parsed, transformed and
-    recompiled at its first call in a process, and each call in the rewritten code goes through
-    AutoGraph's converted_call. The one thing the train loop asks of AutoGraph is train_fn's
-    `for i in tf.range(n)`; the step under it uses tf.cond and tf.while_loop explicitly, and the
-    models are keras.ops code that also runs under JAX, where nothing rewrites Python. So the
-    conversion stops at the step. Measured in fresh processes (the tiny pretraining model, one
-    device, 2 slow AVX2 cores, 35th session): the first train_steps call took 6.9, 6.4, 7.3 and
-    5.7 s with the whole step converted and 3.9, 4.1, 3.1 and 4.6 s with this, alternating, the
-    same rows to the bit; a second model's first call in the same process ~3 s either way (the
-    conversions are cached per process). Code under it that needs AutoGraph would fail when
-    traced (a tensor used as a Python bool), not silently.
-    """
-    return tf.autograph.experimental.do_not_convert(fn)
-
-
 def slice_for_replica(strategy, batch):
     """Splits a worker's batch dict into equal per-replica slices (a distributed value)."""
     local = len(strategy.extended.worker_devices)
@@ -512,9 +493,24 @@ class Trainer:
     def _replica_eval_step(self, batch):
         return _stack_sums(self.task.sums_fn(batch, training=False), self.sum_keys)
 
-    @_unconverted
+    @tf.autograph.experimental.do_not_convert
     def _train_step(self, iterator):
-        """One step of train_fn's loop on the next global batch: its row (train_steps)."""
+        """One step of train_fn's loop on the next global batch: its row (train_steps).
+
+        Left alone by AutoGraph, and so is everything it calls. A tf.function rewrites the Python
+        it traces with AutoGraph: every function reached from it (here the step, the task's
+        sums_fn, the losses, the FLOP counts) is parsed, transformed and recompiled at its first
+        call in a process, and each call in the rewritten code goes through AutoGraph's
+        converted_call. The one thing the train loop asks of AutoGraph is train_fn's
+        `for i in tf.range(n)`; the step uses tf.cond and tf.while_loop explicitly, and the
+        models are keras.ops code that also runs under JAX, where nothing rewrites Python.
+        Measured in fresh processes (the tiny pretraining model, one device, 2 slow AVX2 cores,
+        35th session): the first train_steps call took 6.9, 6.4, 7.3 and 5.7 s with the step
+        converted and 3.9, 4.1, 3.1 and 4.6 s without, alternating, the same rows to the bit; a
+        second model's first call in the same process ~3 s either way (conversions are cached
+        per process). Code under it that needed AutoGraph would fail when traced (a tensor used
+        as a Python bool), not silently.
+        """
         dist = slice_for_replica(self.strategy, next(iterator))
         # A non-finite step is skipped whole: no variable or Adam moment changes and the
         # optimizer's iteration (hence the learning-rate schedule) stays; the input and the
@@ -567,7 +563,7 @@ class Trainer:
         task's metrics computed over the whole evaluated set."""
         if self._eval_fn is None:
 
-            @tf.function(autograph=False)  # nothing to convert: see _unconverted
+            @tf.function(autograph=False)  # nothing to convert: see _train_step
             def eval_fn(batch):
                 dist = slice_for_replica(self.strategy, batch)
                 sums = self.strategy.run(self._replica_eval_step, args=(dist,))
