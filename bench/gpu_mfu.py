@@ -25,7 +25,18 @@ With `--profile_dir=DIR` each side then runs `--profile_steps` more steps under 
 (Perfetto trace in DIR/<size>_b<batch>_<side>/) and writes its compiled step's HLO there as
 compiled_step.hlo.txt; each row gets a "profile" per side: busy ms per step and the top events
 of every traced line (bench/step_profile.summarize_perfetto_trace). This is for the large-batch
-gap to keras-hub on the H100 (README): which kernels take Cloze's extra time.
+gap to keras-hub on the H100 (README): which kernels take Cloze's extra time. The profile also
+holds the compiled step's kernel inventory (bench/hlo_inventory.py: kernels, matmul FLOPs, bytes
+and a roofline estimate against the run's matmul peak and a measured copy bandwidth).
+
+With `--aot_target_config=FILE` nothing runs: each side's step is compiled for the GPU that FILE
+describes (an XLA GpuTargetConfig in text form, e.g. bench/gpu_specs/h100_sxm.txtpb) on a machine
+without that GPU, XLA's deviceless compilation (`pip install -r bench/requirements-gpu-aot.txt`),
+and each row gets both inventories, the compiled step's temporary memory, the analytic FLOPs of
+bench/flops.py and, from `--compare_with` (an earlier run's results on that GPU), the measured
+step time over the roofline estimate. Without the device XLA cannot autotune, so its kernel
+choices (tile sizes, cuBLAS or Triton, split-K) are its heuristics', not the ones a real run
+makes; the work (FLOPs, bytes, fusions) is the same program's.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.flops import bert_pretraining_flops  # noqa: E402
+from bench.hlo_inventory import kernel_inventory  # noqa: E402
 from bench.step_profile import summarize_perfetto_trace  # noqa: E402
 from modeling import bert, losses  # noqa: E402
 
@@ -56,7 +68,8 @@ SIZES = [
     ("L12-H768", 12, 768, 12, 3072, 64, 128, 20),
     ("L24-H1024", 24, 1024, 16, 4096, 32, 128, 20),
 ]
-TINY_SIZES = [("L2-H24", 2, 24, 3, 37, 3, 16, 5)]
+# Two rows, so a test sees what carries over from one size to the next (set_precision).
+TINY_SIZES = [("L2-H24", 2, 24, 3, 37, 3, 16, 5), ("L2-H24", 2, 24, 3, 37, 4, 16, 5)]
 VOCAB = 30522
 
 
@@ -183,6 +196,59 @@ def matmul_peak(dtype, n=8192, repeats=10):
     return 2 * n**3 / best
 
 
+POLICIES = {"bf16": "mixed_bfloat16", "fp32": "float32"}
+
+
+def set_precision(precision):
+    """The global dtype policy for `precision`, set before each size's models are built.
+
+    Why each size: keras.backend.clear_session(), called between sizes to free the last
+    models, also resets the global policy to float32. Set once before the loop (as until the
+    thirty-sixth session), every size after the first ran in float32 whatever --precision said:
+    rows 2-5 of the 2026-11-22 H100 table (README) were float32 steps.
+    """
+    keras.mixed_precision.set_global_policy(POLICIES[precision])
+    return POLICIES[precision]
+
+
+def memory_bandwidth(n_bytes=1 << 30, repeats=10):
+    """Best bytes/s of `x + 1` over a float32 array of n_bytes on the default device (it reads
+    and writes n_bytes each): the copy bandwidth the roofline estimates divide bytes by."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones((n_bytes // 4,), "float32")
+    add = jax.jit(lambda v: v + 1)
+    add(x).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        add(x).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return 2 * (n_bytes // 4) * 4 / best
+
+
+def executed_flops(side, config, batch, seq, predictions):
+    """bench/flops.py's count of what each side's step executes: Cloze's last layer computes
+    only [CLS] and the P masked positions (bert.BertEncoder's output_positions), keras-hub's all
+    S. Equal to the FLOPs of the dots in the compiled step (tested)."""
+    queries = 1 + predictions if side == "cloze" else None
+    return bert_pretraining_flops(config, batch, seq, predictions, last_layer_queries=queries)
+
+
+def inventory_row(hlo_text, side, config, batch, seq, predictions, peak, bandwidth, seconds=None):
+    """kernel_inventory of a compiled step (its ten largest dot shapes) with the analytic FLOPs
+    beside it and, where the step was timed (`seconds`), the time over the roofline estimate."""
+    row = {
+        "analytic_flops": executed_flops(side, config, batch, seq, predictions),
+        **kernel_inventory(hlo_text, peak, bandwidth, top_dots=10),
+    }
+    if seconds:
+        row["step_seconds"] = seconds
+        row["step_over_roofline"] = seconds / row["roofline_s"]
+    return row
+
+
 def time_model(model, batch, steps, repeats, profile_dir, profile_steps):
     """Builds the state, compiles, then returns the best seconds per step over `repeats` windows
     of `steps` steps, the last loss (a finite loss shows the step really trained), and with
@@ -227,9 +293,6 @@ def run(
 ):
     import jax
 
-    keras.mixed_precision.set_global_policy(
-        {"bf16": "mixed_bfloat16", "fp32": "float32"}[precision]
-    )
     peak = matmul_peak("bfloat16" if precision == "bf16" else "float32", n=peak_n)
     result = {
         "device": str(jax.devices()[0]),
@@ -240,12 +303,16 @@ def run(
         "rows": [],
     }
     print(f"matmul peak {peak / 1e12:.1f} TFLOP/s", flush=True)
+    if profile_dir:
+        result["memory_bytes_per_s"] = memory_bandwidth(1 << (20 if peak_n < 1024 else 30))
+        print(f"copy bandwidth {result['memory_bytes_per_s'] / 1e9:.0f} GB/s", flush=True)
     for name, layers, hidden, heads, inter, batch, seq, preds in sizes:
+        policy = set_precision(precision)
         models = build_models(layers, hidden, heads, inter, seq)
         data = make_batch(batch, seq, preds)
         config = size_config(layers, hidden, heads, inter, seq)
         flops = bert_pretraining_flops(config, batch, seq, preds)
-        row = {"size": name, "batch": batch, "seq": seq, "predictions": preds}
+        row = {"size": name, "batch": batch, "seq": seq, "predictions": preds, "policy": policy}
         for side, model in models.items():
             t0 = time.perf_counter()
             where = Path(profile_dir) / f"{name}_b{batch}_{side}" if profile_dir else None
@@ -256,6 +323,7 @@ def run(
                 flush=True,
             )
             row[side] = {
+                "dtype_policy": model.dtype_policy.name,
                 "step_seconds": seconds,
                 "tokens_per_second": batch * seq / seconds,
                 "mfu": flops / seconds / peak,
@@ -263,12 +331,116 @@ def run(
             }
             if profile is not None:
                 row[side]["profile"] = profile
+                hlo = (where / "compiled_step.hlo.txt").read_text()
+                row[side]["hlo"] = inventory_row(
+                    hlo, side, config, batch, seq, preds, peak,
+                    result["memory_bytes_per_s"], seconds,
+                )  # fmt: skip
         row["ratio_cloze_over_keras_hub"] = (
             row["cloze"]["tokens_per_second"] / row["keras_hub"]["tokens_per_second"]
         )
         print(json.dumps(row), flush=True)
         result["rows"].append(row)
         if output_file:  # after every size, so a run cut short keeps what it measured
+            Path(output_file).write_text(json.dumps(result, indent=1) + "\n")
+        keras.backend.clear_session()
+    return result
+
+
+def measured_rows(path) -> dict:
+    """The rows of a results file of timed runs, by (size, batch, policy): a row's own "policy",
+    else the file's --precision. So a compiled step is compared only with a timed step of the
+    same precision (rows 2-5 of the 2026-11-22 file ran in float32, set_precision)."""
+    earlier = json.loads(Path(path).read_text())
+    default = POLICIES.get(earlier.get("precision"))
+    return {(r["size"], r["batch"], r.get("policy", default)): r for r in earlier["rows"]}
+
+
+def aot_line(label, r, compile_seconds) -> str:
+    """The line aot_run prints for one side's compiled step (an inventory_row with temp_bytes)."""
+    line = (
+        f"{label}: {r['kernels']} kernels, {r['flops'] / 1e12:.2f} TFLOP (analytic "
+        f"{r['analytic_flops'] / 1e12:.2f}), {r['bytes'] / 1e9:.1f} GB, roofline "
+        f"{r['roofline_s'] * 1e3:.1f} ms, temp {r['temp_bytes'] / 1e9:.2f} GB"
+    )
+    if "step_seconds" in r:
+        line += f", measured {r['step_seconds'] * 1e3:.1f} ms = {r['step_over_roofline']:.2f}x"
+    return line + f" ({compile_seconds:.0f} s to compile)"
+
+
+def compile_for(model, batch, sharding):
+    """Cloze's or keras-hub's train step compiled for the device of `sharding` from shapes
+    alone: the arguments are jax.ShapeDtypeStructs placed there, so the device need not exist
+    (XLA's deviceless compilation). The weights are built on the default device from two rows."""
+    import jax
+
+    model({k: v[:2] for k, v in batch.items()})
+    optimizer = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01)
+    optimizer.build(model.trainable_variables)
+    state = (
+        [v.value for v in model.trainable_variables],
+        [v.value for v in model.non_trainable_variables],
+        [v.value for v in optimizer.variables],
+    )
+
+    def placed(x):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+
+    step = jax_train_step(model, optimizer)
+    return step.lower(jax.tree.map(placed, state), jax.tree.map(placed, batch)).compile()
+
+
+def aot_run(sizes, precision, target_config, peak, output_file=None, hlo_dir=None, compare=None):
+    """Both sides compiled for the GPU `target_config` describes, without it (module docstring):
+    per size and side the kernel inventory, the analytic FLOPs, the temporary memory and, for
+    sizes and batches in the results file `compare`, the measured step time over the roofline."""
+    import re
+
+    from jax.experimental import topologies
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    text = Path(target_config).read_text()
+    found = re.search(r"memory_bandwidth:\s*([0-9.eE+]+)", text)
+    if not found:
+        raise ValueError(f"{target_config}: expected a memory_bandwidth field, found none")
+    bandwidth = float(found.group(1))
+    description = re.search(r'device_description_str:\s*"([^"]*)"', text)
+    topology = topologies.get_topology_desc(platform="cuda", target_config=text, topology="1x1x1")
+    sharding = NamedSharding(topologies.make_mesh(topology, (1,), ("device",)), PartitionSpec())
+    measured = measured_rows(compare) if compare else {}
+    result = {
+        "target_config": str(target_config),
+        "device": description.group(1) if description else None,
+        "compiled": "deviceless (no autotuning)",
+        "backend": keras.backend.backend(),
+        "precision": precision,
+        "peak_flops": peak,
+        "memory_bytes_per_s": bandwidth,
+        "compare_with": str(compare) if compare else None,
+        "date": time.strftime("%Y-%m-%d"),
+        "rows": [],
+    }
+    for name, layers, hidden, heads, inter, batch, seq, preds in sizes:
+        policy = set_precision(precision)
+        models = build_models(layers, hidden, heads, inter, seq)
+        data = make_batch(batch, seq, preds)
+        config = size_config(layers, hidden, heads, inter, seq)
+        row = {"size": name, "batch": batch, "seq": seq, "predictions": preds, "policy": policy}
+        for side, model in models.items():
+            t0 = time.perf_counter()
+            compiled = compile_for(model, data, sharding)
+            hlo = compiled.as_text()
+            if hlo_dir:
+                Path(hlo_dir).mkdir(parents=True, exist_ok=True)
+                (Path(hlo_dir) / f"{name}_b{batch}_{side}.hlo.txt").write_text(hlo)
+            seconds = measured.get((name, batch, policy), {}).get(side, {}).get("step_seconds")
+            r = inventory_row(hlo, side, config, batch, seq, preds, peak, bandwidth, seconds)
+            r["temp_bytes"] = compiled.memory_analysis().temp_size_in_bytes
+            r["dtype_policy"] = model.dtype_policy.name
+            row[side] = r
+            print(aot_line(f"{name} b{batch} {side}", r, time.perf_counter() - t0), flush=True)
+        result["rows"].append(row)
+        if output_file:
             Path(output_file).write_text(json.dumps(result, indent=1) + "\n")
         keras.backend.clear_session()
     return result
@@ -288,6 +460,20 @@ def main():
     parser.add_argument("--tiny", action="store_true", help="tiny sizes: a smoke test")
     parser.add_argument("--profile_dir", default=None, help="trace each side here (docstring)")
     parser.add_argument("--profile_steps", type=int, default=3)
+    parser.add_argument(
+        "--aot_target_config", default=None,
+        help="compile for this GPU without it and report the kernels (docstring); times nothing",
+    )  # fmt: skip
+    parser.add_argument(
+        "--aot_peak_tflops", type=float, default=660.0,
+        help="the roofline's matmul peak with --aot_target_config (default: the H100's bf16 "
+        "peak measured on 2026-11-22, bench/results/gpu_mfu_h100_2026-11-22.json)",
+    )  # fmt: skip
+    parser.add_argument("--hlo_dir", default=None, help="with --aot_target_config: keep the HLO")
+    parser.add_argument(
+        "--compare_with", default=None,
+        help="with --aot_target_config: a results file measured on that GPU (step times)",
+    )  # fmt: skip
     args = parser.parse_args()
     sizes = TINY_SIZES if args.tiny else SIZES
     sizes = [s for s in sizes if not args.sizes or s[0] in args.sizes.split(",")]
@@ -296,6 +482,16 @@ def main():
     peak_n = 256 if args.tiny else 8192
     if args.profile_steps < 1:
         parser.error(f"--profile_steps: expected an int >= 1, found {args.profile_steps}")
+    if args.aot_target_config:
+        # Without CUDA's runtime libraries the plugin refuses to start unless told to skip its
+        # version check; deviceless compilation uses none of them.
+        os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+        result = aot_run(
+            sizes, args.precision, args.aot_target_config, args.aot_peak_tflops * 1e12,
+            args.output_file, args.hlo_dir, args.compare_with,
+        )  # fmt: skip
+        print(json.dumps(result, indent=1))
+        return
     result = run(
         sizes, args.precision, args.steps, args.repeats, peak_n, args.output_file,
         args.profile_dir, args.profile_steps,

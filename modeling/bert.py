@@ -216,6 +216,19 @@ class BertEmbeddings(keras.layers.Layer):
 
     call(input_ids, segment_ids, training): int (B, S), int (B, S) -> float (B, S, H).
     Position j uses row `position_offset + j` of the position table (RoBERTa: 2, see BertConfig).
+
+    The tables are read as stored (float32) and only the rows looked up are cast to the compute
+    dtype, as keras.layers.Embedding does (autocast off), so under a mixed policy a lookup's
+    gradient is a scatter-add of float32 rows into a float32 table. Autocast (until the
+    thirty-sixth session) the table was cast to bfloat16 first, and under Keras' JAX backend the
+    gradient was a bfloat16 scatter-add. Compiled for the H100 (bench/gpu_mfu.py
+    --aot_target_config), that is one bfloat16 atomic add per element where a float32 table
+    gets one four-wide float32 atomic per four, and each add rounds the running sum to
+    bfloat16: at batch 256 x 128 each of the token-type table's 2 x H sums takes 16,384 of them.
+    TensorFlow summed the rows in float32 either way (its Cast gradient casts the IndexedSlices'
+    values) and the forward values are the same bits (gather-then-cast = cast-then-gather): a
+    TensorFlow pretraining step's loss and gradients were bit-identical before and after, in
+    fp32 and in mixed bf16.
     """
 
     def __init__(
@@ -241,6 +254,7 @@ class BertEmbeddings(keras.layers.Layer):
         self.layer_norm_eps = layer_norm_eps
         self.layer_norm = layers.layer_norm("layer_norm", layer_norm_eps)
         self.dropout = layers.Dropout(hidden_dropout_prob)
+        self.autocast = False  # the tables are read as float32 (docstring)
 
     def build(self, input_shape):
         init = layers.truncated_normal(self.initializer_range)
@@ -263,10 +277,12 @@ class BertEmbeddings(keras.layers.Layer):
         # word_table: a view of word_embeddings to look the ids up in (heads.tied_table_views).
         seq_len = ops.shape(input_ids)[1]
         table = self.word_embeddings if word_table is None else word_table
-        x = ops.take(table, input_ids, axis=0)  # (B, S, H)
-        x = x + ops.take(self.token_type_embeddings, segment_ids, axis=0)
+        dtype = self.compute_dtype
+        x = ops.cast(ops.take(table, input_ids, axis=0), dtype)  # (B, S, H)
+        x = x + ops.cast(ops.take(self.token_type_embeddings, segment_ids, axis=0), dtype)
         start = self.position_offset
-        x = x + self.position_embeddings[None, start : start + seq_len, :]  # (1, S, H) over B
+        # (1, S, H) over B
+        x = x + ops.cast(self.position_embeddings[None, start : start + seq_len, :], dtype)
         x = layers.residual_layer_norm(self.layer_norm, x, training=training)
         return self.dropout(x, training=training)
 

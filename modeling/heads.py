@@ -16,7 +16,7 @@ gather_positions = layers.gather_positions  # float (B, S, H), int (B, P) -> (B,
 
 def tied_table_views(table, lookups: int = 1):
     """Views of a tied word table for its input lookups and its output projection:
-    (list of `lookups` tensors for the embedding lookups, one tensor for the head(s)).
+    (list of `lookups` tensors or Nones for the embedding lookups, one tensor for the head(s)).
 
     Forward they are the table itself. On TensorFlow their gradient is put together here: the
     head's dense (V, E) gradient plus the lookups' rows, added into it with one scatter
@@ -34,15 +34,19 @@ def tied_table_views(table, lookups: int = 1):
     Only where the table reads as float32: under a mixed precision policy Keras autocasts the
     read to bfloat16 (its `dtype` then says bfloat16 too), and the sum would be formed there in
     bfloat16 where TensorFlow's is formed in float32. There, for other dtypes and on other
-    backends the views are `table` itself and every user reads it as before.
+    backends the head's view is `table` itself and the lookups' are None: an embeddings layer
+    given None looks the ids up in its own variable, read as float32 (bert.BertEmbeddings).
+    Passing the variable instead, the encoder it goes through would cast it to its compute
+    dtype on the way in (Keras converts a layer's array arguments), and under Keras' JAX
+    backend the lookup's gradient would be summed into the table in bfloat16.
     """
     if keras.backend.backend() != "tensorflow":
-        return [table] * lookups, table
+        return [None] * lookups, table
     import tensorflow as tf
 
     value = tf.convert_to_tensor(table)
     if value.dtype != tf.float32:
-        return [table] * lookups, table
+        return [None] * lookups, table
 
     @tf.custom_gradient
     def views(t):

@@ -529,8 +529,10 @@ def test_perfetto_summary_is_per_line_per_step_without_bookkeeping(tmp_path):
 
 def test_gpu_mfu_profiles_both_sides_under_keras_jax_backend(tmp_path):
     # bench/gpu_mfu.py as it runs on a lent GPU (Keras' JAX backend, no TensorFlow needed), here
-    # on this CPU at its tiny size: both sides train, and each gets a traced profile with real
-    # events and its compiled step's HLO.
+    # on this CPU at its two tiny sizes: both sides train under the precision asked for at every
+    # size (keras.backend.clear_session between sizes resets the global policy: the second row
+    # ran in float32 before set_precision), and each gets a traced profile with real events,
+    # its compiled step's HLO and that step's kernel inventory.
     out = tmp_path / "gpu_mfu.json"
     env = {**os.environ, "KERAS_BACKEND": "jax"}
     command = [sys.executable, "-m", "bench.gpu_mfu", "--tiny", "--steps=2", "--repeats=1"]
@@ -538,17 +540,100 @@ def test_gpu_mfu_profiles_both_sides_under_keras_jax_backend(tmp_path):
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert result["backend"] == "jax"
-    (row,) = result["rows"]
-    for side in ("cloze", "keras_hub"):
-        assert np.isfinite(row[side]["final_loss"]) and row[side]["step_seconds"] > 0
-        lines = row[side]["profile"]
-        assert lines and max(line["busy_ms_per_step"] for line in lines.values()) > 0
-        assert all(name and ms >= 0 for line in lines.values() for name, ms in line["top"])
-        where = tmp_path / "prof" / f"{row['size']}_b{row['batch']}_{side}"
-        assert "HloModule" in (where / "compiled_step.hlo.txt").read_text()
-    ratio = row["cloze"]["tokens_per_second"] / row["keras_hub"]["tokens_per_second"]
-    assert row["ratio_cloze_over_keras_hub"] == pytest.approx(ratio)
+    assert result["backend"] == "jax" and result["precision"] == "bf16"
+    assert result["memory_bytes_per_s"] > 0
+    assert [row["batch"] for row in result["rows"]] == [3, 4]
+    for row in result["rows"]:
+        assert row["policy"] == "mixed_bfloat16"
+        for side in ("cloze", "keras_hub"):
+            assert row[side]["dtype_policy"] == "mixed_bfloat16"
+            assert np.isfinite(row[side]["final_loss"]) and row[side]["step_seconds"] > 0
+            lines = row[side]["profile"]
+            assert lines and max(line["busy_ms_per_step"] for line in lines.values()) > 0
+            assert all(name and ms >= 0 for line in lines.values() for name, ms in line["top"])
+            where = tmp_path / "prof" / f"{row['size']}_b{row['batch']}_{side}"
+            assert "HloModule" in (where / "compiled_step.hlo.txt").read_text()
+            # The compiled step's dots do exactly the matmul FLOPs bench/flops.py counts for
+            # that side (Cloze's last layer at [CLS] and the masked positions only): an
+            # independent check of the MFU numerator against what XLA compiled.
+            hlo = row[side]["hlo"]
+            assert hlo["flops"] == hlo["analytic_flops"] > 0
+            assert hlo["kernels"] > 100 and hlo["bytes"] > 0 and hlo["dots"]
+            assert sum(c["flops"] for c in hlo["categories"].values()) == hlo["flops"]
+            assert hlo["step_over_roofline"] == pytest.approx(
+                row[side]["step_seconds"] / hlo["roofline_s"]
+            )
+        assert row["cloze"]["hlo"]["flops"] < row["keras_hub"]["hlo"]["flops"]
+        ratio = row["cloze"]["tokens_per_second"] / row["keras_hub"]["tokens_per_second"]
+        assert row["ratio_cloze_over_keras_hub"] == pytest.approx(ratio)
+
+
+def test_gpu_mfu_compares_compiled_steps_only_with_timed_steps_of_their_precision(tmp_path):
+    # --aot_target_config's bookkeeping (its compiling needs XLA's CUDA plugin, a bench
+    # requirement): the 2026-11-22 H100 rows are keyed by the policy they ran in (rows 2-5
+    # float32), a file without per-row policies by its --precision; and the printed line gives
+    # the measured time over the roofline only where there is one.
+    from bench import gpu_mfu
+
+    rows = gpu_mfu.measured_rows(REPO / "bench" / "results" / "gpu_mfu_h100_2026-11-22.json")
+    assert sorted(k for k in rows if k[2] == "float32") == [
+        ("L12-H768", 8, "float32"), ("L12-H768", 64, "float32"), ("L24-H1024", 32, "float32"),
+        ("L4-H256", 256, "float32"),
+    ]  # fmt: skip
+    assert ("L12-H768", 256, "mixed_bfloat16") in rows and len(rows) == 7
+    legacy = tmp_path / "legacy.json"
+    legacy.write_text(json.dumps({"precision": "fp32", "rows": [{"size": "S", "batch": 2}]}))
+    assert list(gpu_mfu.measured_rows(legacy)) == [("S", 2, "float32")]
+    inventory = {"kernels": 7, "flops": 2e12, "analytic_flops": 2e12, "bytes": 3e9}
+    inventory |= {"roofline_s": 0.004, "temp_bytes": 5e8}
+    line = gpu_mfu.aot_line("L4-H256 b8 cloze", inventory, 12.3)
+    assert line == (
+        "L4-H256 b8 cloze: 7 kernels, 2.00 TFLOP (analytic 2.00), 3.0 GB, roofline 4.0 ms, "
+        "temp 0.50 GB (12 s to compile)"
+    )
+    timed = gpu_mfu.aot_line("x", inventory | {"step_seconds": 0.01, "step_over_roofline": 2.5}, 1)
+    assert timed.endswith("temp 0.50 GB, measured 10.0 ms = 2.50x (1 s to compile)")
+
+
+# A compiled module in XLA's HLO text form (tests/fixtures/synthetic_step.hlo.txt, written by
+# hand in the form `Compiled.as_text()` prints) with one kernel of each kind kernel_inventory
+# tells apart: a Triton GEMM fusion, an element-wise fusion, a batched top-level dot, a cuBLAS
+# call (whose result is (product, workspace)), a while loop with a dot in its body, and
+# instructions that launch nothing (parameters, get-tuple-element, bitcast, tuple).
+_SYNTHETIC_HLO = (Path(__file__).parent / "fixtures" / "synthetic_step.hlo.txt").read_text()
+
+
+def test_kernel_inventory_counts_each_kernels_flops_bytes_and_roofline():
+    from bench.hlo_inventory import kernel_inventory, parse_computations
+
+    inv = kernel_inventory(_SYNTHETIC_HLO, peak_flops=1e4, bytes_per_s=1e4)
+    # FLOPs: 2 x output elements x contracted size; bytes: output + distinct operands (the
+    # cuBLAS workspace not counted); roofline: max(FLOPs / peak, bytes / bandwidth) per kernel.
+    expected = {  # category: (kernels, flops, bytes)
+        "gemm (fusion)": (1, 2 * 64 * 16 * 32, 2 * (64 * 16 + 64 * 32 + 32 * 16)),
+        "elementwise (kLoop)": (1, 0, 2 * (64 * 16 * 2)),
+        "gemm": (1, 2 * 4 * 8 * 16 * 32, 4 * 4 * 8 * 16 + 2 * (4 * 8 * 32 + 4 * 32 * 16)),
+        "gemm (cuBLAS)": (1, 2 * 64 * 16 * 32, 2 * (64 * 16 + 64 * 32 + 32 * 16)),
+        "while": (1, 2 * 8 * 8 * 8, 2 * (4 + 4 * 8 * 8)),
+    }
+    got = {k: (v["kernels"], v["flops"], v["bytes"]) for k, v in inv["categories"].items()}
+    assert got == expected
+    for name, (_, f, b) in expected.items():
+        assert inv["categories"][name]["roofline_s"] == pytest.approx(max(f, b) / 1e4)
+    assert inv["kernels"] == 5 and inv["while_loops"] == 1
+    assert inv["flops"] == sum(f for _, f, _ in expected.values())
+    assert inv["roofline_s"] == pytest.approx(sum(max(f, b) for _, f, b in expected.values()) / 1e4)
+    assert inv["dots"][0] == {
+        "shape": "bf16[64,32] x bf16[32,16] -> bf16[64,16]", "count": 2, "flops": 131072,
+    }  # fmt: skip
+    assert inv["dots"][1]["shape"] == "bf16[4,8,32] x bf16[4,32,16] -> f32[4,8,16] batch dims {0}"
+    assert len(kernel_inventory(_SYNTHETIC_HLO, top_dots=1)["dots"]) == 1
+    assert kernel_inventory(_SYNTHETIC_HLO)["roofline_s"] == 0  # no peak given: no estimate
+    computations, entry = parse_computations(_SYNTHETIC_HLO)
+    assert entry == "main.9"
+    assert set(computations) == {"fused_dot", "fused_tanh", "body", "cond", "main.9"}
+    with pytest.raises(ValueError, match="expected an ENTRY computation, found none"):
+        parse_computations(_SYNTHETIC_HLO.replace("ENTRY ", ""))
 
 
 def test_squad_padding_times_whole_and_cut_windows_of_the_real_sample(tmp_path):

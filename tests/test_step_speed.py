@@ -495,11 +495,14 @@ def test_gather_with_whole_adds_the_gathered_rows_into_the_whole_gradient(jit_co
         assert "UnsortedSegmentSum" in _op_types(theirs)
 
 
-_SPLIT_UNDER_JAX = """
+_UNDER_JAX = """
+import re
 import jax, keras, numpy as np
 from keras import ops
-from modeling import layers
+from bench import gpu_mfu
+from modeling import bert, heads, layers
 
+# layers.split_leading against ops.unstack
 x = np.random.default_rng(0).normal(size=(3, 2, 5, 4)).astype("float32")
 w = np.arange(3, dtype="float32") + 1.0
 
@@ -516,18 +519,44 @@ for name, cut in [("ours", ours), ("theirs", theirs)]:
     grads[name] = np.asarray(fn(x))
     print(name, "pads", fn.lower(x).as_text().count("stablehlo.pad"))
 np.testing.assert_allclose(grads["ours"], grads["theirs"], rtol=1e-6)
+
+# The scatter-adds of the pretraining step under mixed_bfloat16 (bench/gpu_mfu.py's step), by
+# result type: as Cloze builds it, then with the tables autocast and passed to the encoder as
+# before the thirty-sixth session (negative control).
+keras.mixed_precision.set_global_policy("mixed_bfloat16")
+
+def scatters():
+    model = bert.BertPretrainer(gpu_mfu.size_config(2, 24, 3, 37, 16))
+    batch = gpu_mfu.make_batch(3, 16, 5)
+    if before:
+        model.encoder.embeddings.autocast = True
+    model(batch)
+    opt = keras.optimizers.AdamW(learning_rate=1e-4)
+    opt.build(model.trainable_variables)
+    state = tuple(
+        [v.value for v in vs]
+        for vs in (model.trainable_variables, model.non_trainable_variables, opt.variables)
+    )
+    text = gpu_mfu.jax_train_step(model, opt).lower(state, batch).as_text()
+    return sorted(re.findall(r"stablehlo.scatter.*?-> tensor<([0-9x]+x(?:bf16|f32))>", text, re.S))
+
+before = False
+print("scatters now", scatters())
+before = True
+heads.tied_table_views = lambda table, lookups=1: ([table] * lookups, table)
+print("scatters before", scatters())
 """
 
 
-def test_split_leading_gradient_has_no_pads_under_keras_jax_backend():
-    # layers.split_leading is ops.unstack's parts, and under Keras' JAX backend (the GPU bench's)
-    # its gradient is one concatenate where unstack's is a pad per part (negative control).
+@pytest.fixture(scope="module")
+def under_jax():
+    """The stdout of _UNDER_JAX, run once under Keras' JAX backend (the GPU bench's)."""
     import subprocess
     import sys
 
     env = {**os.environ, "KERAS_BACKEND": "jax"}
     done = subprocess.run(
-        [sys.executable, "-c", _SPLIT_UNDER_JAX],
+        [sys.executable, "-c", _UNDER_JAX],
         env=env,
         capture_output=True,
         text=True,
@@ -535,12 +564,28 @@ def test_split_leading_gradient_has_no_pads_under_keras_jax_backend():
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "ours pads 0" in done.stdout and "theirs pads 3" in done.stdout, done.stdout
+    return done.stdout
 
 
-def test_tied_table_views_are_the_variable_itself_under_mixed_precision():
-    # Keras autocasts the read to bfloat16 there: the sum would be formed in bfloat16, so every
-    # user reads the variable as before.
+def test_split_leading_gradient_has_no_pads_under_keras_jax_backend(under_jax):
+    # layers.split_leading is ops.unstack's parts, and under Keras' JAX backend (the GPU bench's)
+    # its gradient is one concatenate where unstack's is a pad per part (negative control).
+    assert "ours pads 0" in under_jax and "theirs pads 3" in under_jax, under_jax
+
+
+def test_embedding_gradients_are_summed_in_float32_under_keras_jax_backend(under_jax):
+    # Under mixed_bfloat16 the lookups' gradients are scatter-adds into the float32 word (V, H)
+    # and token-type (2, H) tables; with the tables autocast to bfloat16 they were bfloat16
+    # scatter-adds (negative control). The (B, S, H) one is the last layer's gathered rows
+    # (layers.gather_with_whole), in the compute dtype either way.
+    assert "scatters now ['2x24xf32', '30522x24xf32', '3x16x24xbf16']" in under_jax, under_jax
+    assert "scatters before ['2x24xbf16', '30522x24xbf16', '3x16x24xbf16']" in under_jax, under_jax
+
+
+def test_tied_table_views_leave_the_lookups_to_the_variable_under_mixed_precision():
+    # Keras autocasts the read to bfloat16 there: the sum would be formed in bfloat16, so the
+    # head reads the variable as before and the lookups get None (the embeddings layer then
+    # reads its own variable as float32).
     from modeling import heads
 
     seen = {}
@@ -552,12 +597,13 @@ def test_tied_table_views_are_the_variable_itself_under_mixed_precision():
         def call(self, x):
             seen["views"] = heads.tied_table_views(self.table)
             (lookup_view,), head_view = seen["views"]
-            tables = [keras.ops.convert_to_tensor(t) for t in (lookup_view, head_view)]
-            return x + sum(keras.ops.sum(t) for t in tables)
+            views = [t for t in (lookup_view, head_view) if t is not None]
+            return x + sum(keras.ops.sum(keras.ops.convert_to_tensor(t)) for t in views)
 
-    Probe(dtype="mixed_bfloat16")(tf.ones((2,)))
+    probe = Probe(dtype="mixed_bfloat16")
+    probe(tf.ones((2,)))
     (lookup_view,), head_view = seen["views"]
-    assert isinstance(lookup_view, keras.Variable) and head_view is lookup_view
+    assert lookup_view is None and head_view is probe.table
     Probe()(tf.ones((2,)))  # float32: tensors, not the variable
     (lookup_view,), head_view = seen["views"]
     assert tf.is_tensor(lookup_view) and not isinstance(lookup_view, keras.Variable)
