@@ -25,9 +25,10 @@ With `--profile_dir=DIR` each side then runs `--profile_steps` more steps under 
 (Perfetto trace in DIR/<size>_b<batch>_<side>/) and writes its compiled step's HLO there as
 compiled_step.hlo.txt; each row gets a "profile" per side: busy ms per step and the top events
 of every traced line (bench/step_profile.summarize_perfetto_trace). This is for the large-batch
-gap to keras-hub on the H100 (README): which kernels take Cloze's extra time. The profile also
-holds the compiled step's kernel inventory (bench/hlo_inventory.py: kernels, matmul FLOPs, bytes
-and a roofline estimate against the run's matmul peak and a measured copy bandwidth).
+gap to keras-hub on the H100 (README): which kernels take Cloze's extra time. Each side also
+gets its compiled step's kernel inventory, "hlo" (bench/hlo_inventory.py: kernels, matmul FLOPs,
+bytes and a roofline estimate against the run's matmul peak and a measured copy bandwidth, with
+the timed step over that estimate).
 
 With `--aot_target_config=FILE` nothing runs: each side's step is compiled for the GPU that FILE
 describes (an XLA GpuTargetConfig in text form, e.g. bench/gpu_specs/h100_sxm.txtpb) on a machine
@@ -48,7 +49,10 @@ import time
 from pathlib import Path
 
 # The model code must not pull in TensorFlow on this path; choose the backend before keras loads.
-os.environ.setdefault("KERAS_BACKEND", "jax")
+# Only when run: imported (a test's process, keras loaded already) it must leave the environment
+# alone, or every subprocess started after would get Keras' JAX backend.
+if __name__ == "__main__":
+    os.environ.setdefault("KERAS_BACKEND", "jax")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

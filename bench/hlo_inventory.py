@@ -93,8 +93,9 @@ def parse_computations(hlo_text: str):
     return computations, entry
 
 
-def _contracted(line: str, lhs_dims, key: str) -> int:
-    m = re.search(key + r"=\{([0-9,]*)\}", line)
+def _contracted(line: str, lhs_dims) -> int:
+    """The product of the lhs dimensions a dot (or a cuBLAS call) contracts."""
+    m = re.search(r"lhs_contracting_dims=\{([0-9,]*)\}", line)
     if not m:  # cuBLAS backend_config: "lhs_contracting_dimensions":["1"]
         m = re.search(r'"lhs_contracting_dimensions":\[([0-9",]*)\]', line)
     dims = [int(d) for d in (m.group(1).replace('"', "").split(",") if m else []) if d]
@@ -108,11 +109,11 @@ def _dot(instruction, types) -> dict:
     out_shapes = _shapes(instruction["type"])
     if not lhs_shapes or not out_shapes:
         return {"flops": 0, "dot": None}
-    k = _contracted(instruction["line"], lhs_shapes[0][1], "lhs_contracting_dims")
+    k = _contracted(instruction["line"], lhs_shapes[0][1])
     batch = re.search(r"lhs_batch_dims=\{([0-9,]*)\}", instruction["line"])
     out_type, out_dims = out_shapes[0]  # a cuBLAS call's result is (product, workspace)
-    brief = lambda t: t.split("{")[0].strip("(")  # noqa: E731 - shape without layout
-    described = f"{brief(lhs)} x {brief(rhs)} -> {out_type}[{','.join(map(str, out_dims))}]"
+    lhs_brief, rhs_brief = (t.split("{")[0].strip("(") for t in (lhs, rhs))  # without layouts
+    described = f"{lhs_brief} x {rhs_brief} -> {out_type}[{','.join(map(str, out_dims))}]"
     if batch and batch.group(1):
         described += f" batch dims {{{batch.group(1)}}}"
     return {"flops": 2 * _elements(out_dims) * k, "dot": described}
@@ -177,7 +178,7 @@ def kernel_inventory(
             dots = _dots_in(computations, called.group(1)) if called else []
             totals["while_loops"] += op == "while"
         flops = sum(d["flops"] for d in dots)
-        # A cuBLAS call's result is (product, workspace): only the product is written out.
+        # A library call's result (cuBLAS, cuDNN) is (output, workspace): only the output counts.
         size = _bytes(instruction["type"], first_only=op == "custom-call") + sum(
             _bytes(types[o]) for o in dict.fromkeys(instruction["operands"]) if o in types
         )

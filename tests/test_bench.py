@@ -572,8 +572,12 @@ def test_gpu_mfu_compares_compiled_steps_only_with_timed_steps_of_their_precisio
     # --aot_target_config's bookkeeping (its compiling needs XLA's CUDA plugin, a bench
     # requirement): the 2026-11-22 H100 rows are keyed by the policy they ran in (rows 2-5
     # float32), a file without per-row policies by its --precision; and the printed line gives
-    # the measured time over the roofline only where there is one.
+    # the measured time over the roofline only where there is one. Imported here, the module
+    # leaves KERAS_BACKEND alone (this process' later subprocesses inherit the environment).
+    backend = os.environ.get("KERAS_BACKEND")
     from bench import gpu_mfu
+
+    assert os.environ.get("KERAS_BACKEND") == backend
 
     rows = gpu_mfu.measured_rows(REPO / "bench" / "results" / "gpu_mfu_h100_2026-11-22.json")
     assert sorted(k for k in rows if k[2] == "float32") == [
