@@ -267,12 +267,9 @@ def build_weights(model, batch):
         model(batch)
 
 
-def time_model(model, batch, steps, repeats, profile_dir, profile_steps):
-    """Builds the state, compiles, then returns the best seconds per step over `repeats` windows
-    of `steps` steps, the last loss (a finite loss shows the step really trained), and with
-    `profile_dir` the summary of `profile_steps` more steps traced there (else None)."""
-    import jax
-
+def train_state(model, batch):
+    """(AdamW, its step's state: trainable, non-trainable and optimizer values) for a model whose
+    weights build_weights creates from `batch`."""
     build_weights(model, batch)
     optimizer = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01)
     optimizer.build(model.trainable_variables)
@@ -281,6 +278,16 @@ def time_model(model, batch, steps, repeats, profile_dir, profile_steps):
         [v.value for v in model.non_trainable_variables],
         [v.value for v in optimizer.variables],
     )
+    return optimizer, state
+
+
+def time_model(model, batch, steps, repeats, profile_dir, profile_steps):
+    """Builds the state, compiles, then returns the best seconds per step over `repeats` windows
+    of `steps` steps, the last loss (a finite loss shows the step really trained), and with
+    `profile_dir` the summary of `profile_steps` more steps traced there (else None)."""
+    import jax
+
+    optimizer, state = train_state(model, batch)
     batch = {k: jax.device_put(v) for k, v in batch.items()}
     step = jax_train_step(model, optimizer)
     for _ in range(3):  # compile + warm up
@@ -393,14 +400,7 @@ def compile_for(model, batch, sharding):
     keras-hub's from two rows)."""
     import jax
 
-    build_weights(model, {k: v[:2] for k, v in batch.items()})
-    optimizer = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01)
-    optimizer.build(model.trainable_variables)
-    state = (
-        [v.value for v in model.trainable_variables],
-        [v.value for v in model.non_trainable_variables],
-        [v.value for v in optimizer.variables],
-    )
+    optimizer, state = train_state(model, {k: v[:2] for k, v in batch.items()})
 
     def placed(x):
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
