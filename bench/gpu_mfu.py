@@ -317,10 +317,18 @@ def run(
     sizes, precision, steps, repeats, peak_n, output_file=None, profile_dir=None, profile_steps=3
 ):
     import jax
+    import keras_hub
 
     peak = matmul_peak("bfloat16" if precision == "bf16" else "float32", n=peak_n)
+    device = jax.devices()[0]
     result = {
-        "device": str(jax.devices()[0]),
+        # The kind names the card ("NVIDIA H200"); str(device) alone said "cuda:0".
+        "device": f"{device.device_kind} ({device})",
+        "versions": {
+            "jax": jax.__version__,
+            "keras": keras.__version__,
+            "keras_hub": keras_hub.__version__,
+        },
         "backend": keras.backend.backend(),
         "precision": precision,
         "matmul_peak_flops": peak,

@@ -6,6 +6,7 @@ work (equal parameter counts, equal outputs, equal records, identical token ids)
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import random
@@ -541,6 +542,11 @@ def test_gpu_mfu_profiles_both_sides_under_keras_jax_backend(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["backend"] == "jax" and result["precision"] == "bf16"
+    assert result["device"].startswith("cpu (")  # the device's kind, then which one
+    installed = {
+        name: importlib.metadata.version(name.replace("_", "-")) for name in result["versions"]
+    }
+    assert installed.keys() == {"jax", "keras", "keras_hub"} and result["versions"] == installed
     assert result["memory_bytes_per_s"] > 0
     assert [row["batch"] for row in result["rows"]] == [3, 4]
     for row in result["rows"]:
