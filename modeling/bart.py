@@ -378,16 +378,19 @@ class BartModel(keras.Model):
     def build(self, input_shape=None):
         c = self.config
         init = keras.initializers.RandomNormal(stddev=c.init_std)
+        # The looked-up tables read as float32 under a mixed policy (layers.lookup_rows).
         self.shared = self.add_weight(
-            name="shared", shape=(c.vocab_size, c.d_model), initializer=init
+            name="shared", shape=(c.vocab_size, c.d_model), initializer=init, autocast=False
         )
         rows = c.max_position_embeddings + POSITION_OFFSET
         self.encoder_embed_positions = self.add_weight(
-            name="encoder_embed_positions", shape=(rows, c.d_model), initializer=init
-        )
+            name="encoder_embed_positions", shape=(rows, c.d_model), initializer=init,
+            autocast=False,
+        )  # fmt: skip
         self.decoder_embed_positions = self.add_weight(
-            name="decoder_embed_positions", shape=(rows, c.d_model), initializer=init
-        )
+            name="decoder_embed_positions", shape=(rows, c.d_model), initializer=init,
+            autocast=False,
+        )  # fmt: skip
         # A buffer of zeros in the released models (Hugging Face registers it, never trains it);
         # kept so converted checkpoints carry it.
         self.final_logits_bias = self.add_weight(
@@ -411,14 +414,18 @@ class BartModel(keras.Model):
                     f"{self.config.max_position_embeddings} ids per sequence, found "
                     f"{first + length}"
                 )
-        tokens = ops.take(self.shared, ids, axis=0) * self.embed_scale  # (B, L, H)
+        dtype = self.compute_dtype
+        tokens = layers.lookup_rows(self.shared, ids, dtype) * self.embed_scale  # (B, L, H)
         if isinstance(first, int):
             start, size = (POSITION_OFFSET + first, 0), (length, self.config.d_model)
-            positions = ops.slice(table, start, size)  # (L, H)
+            # convert_to_tensor: under JAX, slicing the variable itself fails when traced now
+            # that it is not autocast (autocast, the read was already an array).
+            positions = ops.cast(ops.slice(ops.convert_to_tensor(table), start, size), dtype)
         else:
             # At a cache index (a tensor) a gather, not a slice: XLA compiles a slice's start as
             # a constant, so the decoding step recompiled at every position (0.6 s each).
-            positions = ops.take(table, ops.arange(length) + (POSITION_OFFSET + first), axis=0)
+            rows = ops.arange(length) + (POSITION_OFFSET + first)
+            positions = layers.lookup_rows(table, rows, dtype)
         return self.dropout(norm(tokens + positions[None]), training=training)
 
     def encode(self, input_ids, input_mask, training=False):
@@ -491,8 +498,8 @@ class BartModel(keras.Model):
                 )  # fmt: skip
                 new_self.append(layer_cache)
         # Tied output embedding plus the vocabulary bias (BartForConditionalGeneration.lm_head).
-        logits = ops.cast(ops.einsum("bth,vh->btv", x, self.shared) + self.final_logits_bias,
-                          "float32")  # fmt: skip
+        table = ops.cast(self.shared, x.dtype)
+        logits = ops.cast(ops.einsum("bth,vh->btv", x, table) + self.final_logits_bias, "float32")
         if cache is not None:
             return x, logits, {"self": new_self, "cross": cache["cross"]}
         return x, logits

@@ -278,8 +278,8 @@ class BertEmbeddings(keras.layers.Layer):
         seq_len = ops.shape(input_ids)[1]
         table = self.word_embeddings if word_table is None else word_table
         dtype = self.compute_dtype
-        x = ops.cast(ops.take(table, input_ids, axis=0), dtype)  # (B, S, H)
-        x = x + ops.cast(ops.take(self.token_type_embeddings, segment_ids, axis=0), dtype)
+        x = layers.lookup_rows(table, input_ids, dtype)  # (B, S, H)
+        x = x + layers.lookup_rows(self.token_type_embeddings, segment_ids, dtype)
         start = self.position_offset
         # (1, S, H) over B
         x = x + ops.cast(self.position_embeddings[None, start : start + seq_len, :], dtype)

@@ -243,8 +243,13 @@ class GptModel(keras.Model):
     def build(self, input_shape=None):
         c = self.config
         init = keras.initializers.RandomNormal(stddev=c.initializer_range)
-        self.wte = self.add_weight(name="wte", shape=(c.n_vocab, c.n_embd), initializer=init)
-        self.wpe = self.add_weight(name="wpe", shape=(c.n_ctx, c.n_embd), initializer=init)
+        # Read as float32 under a mixed policy (layers.lookup_rows): autocast=False.
+        self.wte = self.add_weight(
+            name="wte", shape=(c.n_vocab, c.n_embd), initializer=init, autocast=False
+        )
+        self.wpe = self.add_weight(
+            name="wpe", shape=(c.n_ctx, c.n_embd), initializer=init, autocast=False
+        )
         for block in self.blocks:
             block.build((None, None, c.n_embd))
         if self.ln_f is not None:
@@ -261,7 +266,9 @@ class GptModel(keras.Model):
         ids = inputs["input_ids"]
         mask = inputs.get("input_mask")
         positions = ops.arange(ops.shape(ids)[1]) + cache_index  # (T,)
-        x = ops.take(self.wte, ids, axis=0) + ops.take(self.wpe, positions, axis=0)[None]
+        dtype = self.compute_dtype
+        x = layers.lookup_rows(self.wte, ids, dtype)  # (B, T, H)
+        x = x + layers.lookup_rows(self.wpe, positions, dtype)[None]
         x = self.drop(x, training=training)  # (B, T, H)
         outputs, new_cache = [x], []
         for i, block in enumerate(self.blocks):
@@ -309,7 +316,8 @@ class GptLM(keras.Model):
 
     def call(self, inputs, cache=None, cache_index=0, training=False):
         out = self.encoder(inputs, cache=cache, cache_index=cache_index, training=training)
-        logits = ops.einsum("bth,vh->btv", out["sequence_output"], self.encoder.wte)
+        h = out["sequence_output"]
+        logits = ops.einsum("bth,vh->btv", h, ops.cast(self.encoder.wte, h.dtype))
         result = {"lm_logits": ops.cast(logits, "float32")}  # (B, T, V)
         if cache is not None:
             result["cache"] = out["cache"]
@@ -353,7 +361,7 @@ class GptClassifier(keras.Model):
         last = ops.sum(ops.cast(inputs["input_mask"], "int32"), axis=1) - 1  # (B,)
         extract = ops.take_along_axis(h, last[:, None, None], axis=1)[:, 0]  # (B, H)
         logits = self.classifier(self.dropout(extract, training=training))
-        lm_logits = ops.einsum("bth,vh->btv", h, self.encoder.wte)
+        lm_logits = ops.einsum("bth,vh->btv", h, ops.cast(self.encoder.wte, h.dtype))
         return {"logits": ops.cast(logits, "float32"), "lm_logits": ops.cast(lm_logits, "float32")}
 
     def get_config(self):

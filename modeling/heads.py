@@ -270,6 +270,7 @@ class SpanBoundaryHead(keras.layers.Layer):
             name="position_embeddings",
             shape=(self.max_span_length, self.hidden_size),
             initializer=layers.truncated_normal(self.initializer_range),
+            autocast=False,  # float32 under a mixed policy (layers.lookup_rows)
         )
         self.dense_1.build((*lead, input_shape[-1] * 2 + self.hidden_size))
         self.layer_norm_1.build((*lead, self.hidden_size))
@@ -287,7 +288,7 @@ class SpanBoundaryHead(keras.layers.Layer):
         h0 = ops.concatenate(
             [
                 *boundaries,  # (B, P, H) each: the vectors at left and at right
-                ops.take(self.position_embeddings, offset, axis=0),  # (B, P, H)
+                layers.lookup_rows(self.position_embeddings, offset, self.compute_dtype),
             ],
             axis=-1,
         )  # (B, P, 3H)

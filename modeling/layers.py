@@ -553,6 +553,22 @@ def custom_gradients_released():
             names.pop(name, None)
 
 
+def lookup_rows(table, ids, dtype):
+    """Rows `ids` (int, any shape) of an embedding table (V, E) read as stored, then cast to
+    `dtype` (the layer's compute dtype): float (*ids.shape, E).
+
+    For a table added with `autocast=False` (or a layer with `autocast = False`): under a mixed
+    policy the table is then read as float32 and only the looked-up rows are cast, as
+    keras.layers.Embedding does, so the lookup's gradient is a scatter-add of float32 rows into
+    the float32 table. Autocast, the table would be cast to bfloat16 first, and under Keras' JAX
+    backend the gradient was a bfloat16 scatter-add: one contended atomic add per element,
+    rounding every running sum to bfloat16. On an H200 that was 47 of the 103 ms of a BERT-base
+    step at batch 256 (bench/HISTORY.md, thirty-seventh session). The forward values are the
+    same bits either way (gather-then-cast = cast-then-gather), and TensorFlow summed the rows
+    in float32 already (its Cast gradient casts the IndexedSlices' values)."""
+    return ops.cast(ops.take(table, ids, axis=0), dtype)
+
+
 def gather_positions(sequence, positions):
     """Gathers vectors at given positions of each sequence.
 

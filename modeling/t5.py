@@ -141,7 +141,11 @@ class T5LayerNorm(keras.layers.Layer):
         self.weight = self.add_weight(name="weight", shape=(input_shape[-1],), initializer="ones")
 
     def call(self, x):
-        variance = ops.mean(ops.square(ops.cast(x, "float32")), axis=-1, keepdims=True)
+        x = ops.cast(x, "float32")
+        variance = ops.mean(ops.square(x), axis=-1, keepdims=True)
+        # In float32, then the compute dtype (Hugging Face's T5LayerNorm): under a mixed policy
+        # x arrives in bfloat16, and TensorFlow refused bfloat16 * float32 (until the
+        # thirty-seventh session a T5 step under mixed_bfloat16 failed there; JAX promoted).
         x = ops.cast(x * ops.rsqrt(variance + self.epsilon), self.compute_dtype)
         return self.weight * x
 
@@ -188,6 +192,7 @@ class T5Attention(keras.layers.Layer):
                 initializer=keras.initializers.RandomNormal(
                     stddev=c.initializer_factor * c.d_model**-0.5
                 ),
+                autocast=False,  # Q x K lookups of a few rows: summed in float32 (lookup_rows)
             )
 
     def compute_bias(self, q_len, k_len, query_offset=0):
@@ -201,7 +206,7 @@ class T5Attention(keras.layers.Layer):
             c.relative_attention_num_buckets,
             c.relative_attention_max_distance,
         )
-        bias = ops.take(self.relative_attention_bias, buckets, axis=0)  # (Q, K, N)
+        bias = layers.lookup_rows(self.relative_attention_bias, buckets, self.compute_dtype)
         return ops.transpose(bias, (2, 0, 1))[None]  # (1, N, Q, K)
 
     def _heads(self, t):
@@ -370,6 +375,7 @@ class T5Model(keras.Model):
             name="shared",
             shape=(c.vocab_size, c.d_model),
             initializer=keras.initializers.RandomNormal(stddev=c.initializer_factor),
+            autocast=False,  # read as float32 under a mixed policy (layers.lookup_rows)
         )
         if not c.tie_word_embeddings:
             self.lm_head = self.add_weight(
@@ -386,7 +392,8 @@ class T5Model(keras.Model):
 
     def encode(self, input_ids, input_mask, training=False):
         """float (B, S, H) encoder states."""
-        x = self.dropout(ops.take(self.shared, input_ids, axis=0), training=training)
+        x = layers.lookup_rows(self.shared, input_ids, self.compute_dtype)
+        x = self.dropout(x, training=training)
         mask = ops.cast(input_mask, "bool")[:, None, None, :]  # (B, 1, 1, S)
         bias = None
         for block in self.blocks(False):
@@ -424,7 +431,8 @@ class T5Model(keras.Model):
         prefix, with the same logits (tested). The cache holds the encoder output's keys and
         values, so encoder_output may then be None."""
         t = ops.shape(decoder_input_ids)[1]
-        x = self.dropout(ops.take(self.shared, decoder_input_ids, axis=0), training=training)
+        x = layers.lookup_rows(self.shared, decoder_input_ids, self.compute_dtype)
+        x = self.dropout(x, training=training)
         queries = ops.arange(t) + (0 if cache is None else cache_index)  # (T,)
         keys = ops.arange(t if cache is None else ops.shape(cache["self"][0])[2])
         mask = (keys[None, :] <= queries[:, None])[None, None]  # (1, 1, T, K) at or before
@@ -448,7 +456,8 @@ class T5Model(keras.Model):
         x = self.dropout(self.decoder_norm(x), training=training)
         if self.config.tie_word_embeddings:
             # Tied output embedding: T5 rescales by d_model^-0.5 first (mesh_tensorflow).
-            logits = ops.einsum("bth,vh->btv", x * self.config.d_model**-0.5, self.shared)
+            table = ops.cast(self.shared, x.dtype)
+            logits = ops.einsum("bth,vh->btv", x * self.config.d_model**-0.5, table)
         else:
             logits = ops.einsum("bth,vh->btv", x, self.lm_head)
         if cache is not None:

@@ -365,8 +365,8 @@ class XLNetModel(keras.Model):
     def build(self, input_shape=None):
         c = self.config
         init = _normal(c.init_std)
-        self.word_embedding = self.add_weight(
-            name="word_embedding", shape=(c.n_token, c.d_model), initializer=init
+        self.word_embedding = self.add_weight(  # float32 under a mixed policy (lookup_rows)
+            name="word_embedding", shape=(c.n_token, c.d_model), initializer=init, autocast=False
         )
         self.mask_emb = self.add_weight(name="mask_emb", shape=(1, 1, c.d_model), initializer=init)
         # The original's variable names and shapes: [L, N, D] with untie_r, else [N, D].
@@ -397,7 +397,8 @@ class XLNetModel(keras.Model):
         if inputs.get("segment_ids") is not None:
             seg = inputs["segment_ids"]
             seg_mat = ops.not_equal(seg[:, :, None], seg[:, None, :])  # (B, S, S)
-        h = self.drop(ops.take(self.word_embedding, ids, axis=0), training=training)  # (B, S, H)
+        h = layers.lookup_rows(self.word_embedding, ids, self.compute_dtype)  # (B, S, H)
+        h = self.drop(h, training=training)
         pos = relative_positional_encoding(s, c.d_model, c.clamp_len, h.dtype)
         pos = self.drop(pos, training=training)  # (R, H)
         g = target_mapping = None
@@ -463,7 +464,8 @@ class XLNetPretrainer(keras.Model):
         if inputs.get("perm_mask") is None or inputs.get("target_mapping") is None:
             raise ValueError("XLNetPretrainer needs perm_mask and target_mapping inputs")
         out = self.encoder(inputs, training=training)
-        logits = ops.einsum("bph,vh->bpv", out["query_output"], self.encoder.word_embedding)
+        g = out["query_output"]
+        logits = ops.einsum("bph,vh->bpv", g, ops.cast(self.encoder.word_embedding, g.dtype))
         return {**out, "plm_logits": ops.cast(logits + self.softmax_bias, "float32")}
 
     def get_config(self):

@@ -583,6 +583,71 @@ def test_embedding_gradients_are_summed_in_float32_under_keras_jax_backend(under
     assert "scatters before ['2x24xbf16', '30522x24xbf16', '3x16x24xbf16']" in under_jax, under_jax
 
 
+def _table_gradients(backend):
+    """tests/table_gradients.py's result under Keras' `backend` backend."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.table_gradients"],
+        env={**os.environ, "KERAS_BACKEND": backend},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    return json.loads(line.removeprefix("RESULT "))
+
+
+# Each family's looked-up tables (added with autocast=False), as tests/table_gradients.py
+# lists them, and the shapes of their gradients' scatter-adds (BART slices its position tables).
+LOOKED_UP_TABLES = {
+    "gpt": (["encoder/wpe", "encoder/wte"], ["13x12", "29x12"]),
+    "xlnet": (["encoder/word_embedding"], ["29x12"]),
+    "t5": (
+        [
+            "decoder_0/self_attention/relative_attention_bias",
+            "encoder_0/self_attention/relative_attention_bias",
+            "shared",
+        ],
+        ["23x12", "23x12", "32x3", "32x3"],
+    ),
+    "bart": (["decoder_embed_positions", "encoder_embed_positions", "shared"], ["23x12", "23x12"]),
+    "sbo": (["span_boundary_head/position_embeddings"], ["5x12"]),
+}
+
+
+def test_looked_up_tables_sum_their_gradients_in_float32_under_keras_jax_backend():
+    # GPT, XLNet, T5, BART and the span boundary head, under mixed_bfloat16 and Keras' JAX
+    # backend: the lookups' gradients are scatter-adds into float32 tables; with the same
+    # tables autocast (as until the thirty-seventh session: the negative control) they were
+    # bfloat16 scatter-adds, one contended atomic add per element on a GPU (45% of BERT-base's
+    # step on an H200 before BERT's own embeddings were changed). Other scatters (XLNet's
+    # relative-shift gradient, over activations) are left out.
+    result = _table_gradients("jax")
+    for name, (tables, shapes) in LOOKED_UP_TABLES.items():
+        for label, dtype in (("now", "f32"), ("autocast", "bf16")):
+            row = result[f"{name} {label}"]
+            assert row["tables"] == [f"{t} float32" for t in tables], (name, row)
+            on_tables = [s for s in row["scatters"] if s.rsplit("x", 1)[0] in shapes]
+            assert on_tables == [f"{s}x{dtype}" for s in shapes], (name, label, row)
+
+
+def test_looked_up_tables_read_as_float32_leave_tensorflow_gradients_bit_identical():
+    # Under TensorFlow the same change alters no bit of the loss or of any gradient (its Cast
+    # gradient already summed the rows in float32), for every family; and T5 runs under
+    # mixed_bfloat16 at all (its RMS norm multiplied bfloat16 by float32, which TensorFlow
+    # refused until the thirty-seventh session).
+    result = _table_gradients("tensorflow")
+    assert sorted(result) == sorted(LOOKED_UP_TABLES)
+    for name, row in result.items():
+        assert row["bit_identical"] and np.isfinite(row["loss"]), (name, row)
+        assert row["tables"] == [f"{t} float32" for t in LOOKED_UP_TABLES[name][0]], (name, row)
+
+
 def test_tied_table_views_leave_the_lookups_to_the_variable_under_mixed_precision():
     # Keras autocasts the read to bfloat16 there: the sum would be formed in bfloat16, so the
     # head reads the variable as before and the lookups get None (the embeddings layer then
