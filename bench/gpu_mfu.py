@@ -24,8 +24,9 @@ not of a datasheet number. `--tiny` runs tiny sizes for a smoke test on any back
 With `--profile_dir=DIR` each side then runs `--profile_steps` more steps under jax.profiler
 (Perfetto trace in DIR/<size>_b<batch>_<side>/) and writes its compiled step's HLO there as
 compiled_step.hlo.txt; each row gets a "profile" per side: busy ms per step and the top events
-of every traced line (bench/step_profile.summarize_perfetto_trace). This is for the large-batch
-gap to keras-hub on the H100 (README): which kernels take Cloze's extra time. Each side also
+of every traced line (bench/step_profile.summarize_perfetto_trace): which kernels take each
+side's time (on an H200 it showed both steps near their rooflines once the bf16 embedding
+gradients were gone; README, "On a GPU"). Each side also
 gets its compiled step's kernel inventory, "hlo" (bench/hlo_inventory.py: kernels, matmul FLOPs,
 bytes and a roofline estimate against the run's matmul peak and a measured copy bandwidth, with
 the timed step over that estimate).
