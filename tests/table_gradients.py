@@ -9,7 +9,8 @@ position tables, and the span boundary head's position table. Each family's tiny
 twice: as it is, and with those tables autocast again (their state until the thirty-seventh
 session: the negative control). Under JAX the script reports the scatter-adds of the loss's
 gradient by result type (float32 now, bfloat16 autocast); under TensorFlow, whether the loss and
-every gradient are the same bits both ways.
+every gradient are the same bits both ways, and how many of the traced step's gathers read
+float32 each way (so the two programs are known to differ).
 """
 
 from __future__ import annotations
@@ -161,20 +162,39 @@ def under_tensorflow() -> dict:
 
     result = {}
     for name in FAMILIES:
-        values = {}
+        values, gathers = {}, {}
         for autocast_tables in (False, True):
             model, inputs, key, tables = built(name, autocast_tables)
-            with tf.GradientTape() as tape:
-                loss = loss_of(model(inputs), key)
-            grads = tape.gradient(loss, model.trainable_variables)
+
+            @tf.function
+            def step(model=model, inputs=inputs, key=key):
+                with tf.GradientTape() as tape:
+                    loss = loss_of(model(inputs), key)
+                return loss, tape.gradient(loss, model.trainable_variables)
+
+            loss, grads = step()
             values[autocast_tables] = [np.asarray(loss)] + [
                 None if g is None else np.asarray(tf.convert_to_tensor(g)) for g in grads
             ]
+            # The lookups as traced: the dtype each gather reads (the tables' float32 now,
+            # bfloat16 autocast), so the comparison is known to compare different programs.
+            graph = step.get_concrete_function().graph
+            found = [
+                op.outputs[0].dtype.name
+                for op in graph.get_operations()
+                if op.type in ("GatherV2", "ResourceGather")
+            ]
+            gathers[autocast_tables] = found.count("float32")
         now, before = values[False], values[True]
         same = len(now) == len(before) and all(
             (a is None and b is None) or np.array_equal(a, b) for a, b in zip(now, before)
         )
-        result[name] = {"tables": tables, "bit_identical": same, "loss": float(now[0])}
+        result[name] = {
+            "tables": tables,
+            "bit_identical": same,
+            "loss": float(now[0]),
+            "float32_gathers": {"now": gathers[False], "autocast": gathers[True]},
+        }
     return result
 
 

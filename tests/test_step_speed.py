@@ -641,11 +641,15 @@ def test_looked_up_tables_read_as_float32_leave_tensorflow_gradients_bit_identic
     # gradient already summed the rows in float32), for every family; and T5 runs under
     # mixed_bfloat16 at all (its RMS norm multiplied bfloat16 by float32, which TensorFlow
     # refused until the thirty-seventh session).
+    # The two traced steps differ: each lookup gathers from the float32 table now and from a
+    # bfloat16 copy autocast (one gather per scatter-add that JAX shows).
     result = _table_gradients("tensorflow")
     assert sorted(result) == sorted(LOOKED_UP_TABLES)
     for name, row in result.items():
+        tables, shapes = LOOKED_UP_TABLES[name]
         assert row["bit_identical"] and np.isfinite(row["loss"]), (name, row)
-        assert row["tables"] == [f"{t} float32" for t in LOOKED_UP_TABLES[name][0]], (name, row)
+        assert row["tables"] == [f"{t} float32" for t in tables], (name, row)
+        assert row["float32_gathers"] == {"now": len(shapes), "autocast": 0}, (name, row)
 
 
 def test_tied_table_views_leave_the_lookups_to_the_variable_under_mixed_precision():
