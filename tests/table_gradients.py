@@ -134,6 +134,13 @@ def loss_of(outputs, key):
     return ops.mean(ops.square(logits) * weights)
 
 
+def scatter_types(text: str) -> list[str]:
+    """The result types of a lowered program's scatters (a gradient's scatter-adds), sorted:
+    e.g. ["29x12xf32", "3x7x12xbf16"]."""
+    found = re.findall(r"stablehlo.scatter.*?-> tensor<([0-9x]+x(?:bf16|f32))>", text, re.S)
+    return sorted(found)
+
+
 def under_jax() -> dict:
     import jax
 
@@ -149,11 +156,8 @@ def under_jax() -> dict:
                 return loss_of(outputs, key)
 
             text = jax.jit(jax.grad(loss)).lower(trainable).as_text()
-            scatters = re.findall(
-                r"stablehlo.scatter.*?-> tensor<([0-9x]+x(?:bf16|f32))>", text, re.S
-            )
             label = f"{name} {'autocast' if autocast_tables else 'now'}"
-            result[label] = {"tables": tables, "scatters": sorted(scatters)}
+            result[label] = {"tables": tables, "scatters": scatter_types(text)}
     return result
 
 

@@ -496,11 +496,11 @@ def test_gather_with_whole_adds_the_gathered_rows_into_the_whole_gradient(jit_co
 
 
 _UNDER_JAX = """
-import re
 import jax, keras, numpy as np
 from keras import ops
 from bench import gpu_mfu
 from modeling import bert, heads, layers
+from tests.table_gradients import scatter_types
 
 # layers.split_leading against ops.unstack
 x = np.random.default_rng(0).normal(size=(3, 2, 5, 4)).astype("float32")
@@ -539,7 +539,7 @@ def scatters():
         return gpu_mfu.loss_of(outputs, batch)
 
     text = jax.jit(jax.grad(loss)).lower(trainable).as_text()
-    return sorted(re.findall(r"stablehlo.scatter.*?-> tensor<([0-9x]+x(?:bf16|f32))>", text, re.S))
+    return scatter_types(text)
 
 before = False
 print("scatters now", scatters())
@@ -549,16 +549,14 @@ print("scatters before", scatters())
 """
 
 
-@pytest.fixture(scope="module")
-def under_jax():
-    """The stdout of _UNDER_JAX, run once under Keras' JAX backend (the GPU bench's)."""
+def _python_under(backend, *args) -> str:
+    """The stdout of `python *args` from the repository root under Keras' `backend` backend."""
     import subprocess
     import sys
 
-    env = {**os.environ, "KERAS_BACKEND": "jax"}
     done = subprocess.run(
-        [sys.executable, "-c", _UNDER_JAX],
-        env=env,
+        [sys.executable, *args],
+        env={**os.environ, "KERAS_BACKEND": backend},
         capture_output=True,
         text=True,
         timeout=300,
@@ -566,6 +564,12 @@ def under_jax():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+@pytest.fixture(scope="module")
+def under_jax():
+    """The stdout of _UNDER_JAX, run once under Keras' JAX backend (the GPU bench's)."""
+    return _python_under("jax", "-c", _UNDER_JAX)
 
 
 def test_split_leading_gradient_has_no_pads_under_keras_jax_backend(under_jax):
@@ -586,19 +590,9 @@ def test_embedding_gradients_are_summed_in_float32_under_keras_jax_backend(under
 def _table_gradients(backend):
     """tests/table_gradients.py's result under Keras' `backend` backend."""
     import json
-    import subprocess
-    import sys
 
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.table_gradients"],
-        env={**os.environ, "KERAS_BACKEND": backend},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    (line,) = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    stdout = _python_under(backend, "-m", "tests.table_gradients")
+    (line,) = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
     return json.loads(line.removeprefix("RESULT "))
 
 
