@@ -254,7 +254,12 @@ class BertEmbeddings(keras.layers.Layer):
         self.layer_norm_eps = layer_norm_eps
         self.layer_norm = layers.layer_norm("layer_norm", layer_norm_eps)
         self.dropout = layers.Dropout(hidden_dropout_prob)
-        self.autocast = False  # the tables are read as float32 (docstring)
+        # The tables are read as float32 (docstring). The whole layer, not each table with
+        # add_weight(autocast=False) as the other families do (layers.lookup_rows): under
+        # TensorFlow heads.tied_table_views takes a float32 read of the word table to mean "no
+        # mixed policy"; a table never autocast would switch its views on under bf16, and the
+        # encoder would cast the view of the whole table to bfloat16 for the lookup.
+        self.autocast = False
 
     def build(self, input_shape):
         init = layers.truncated_normal(self.initializer_range)
