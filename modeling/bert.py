@@ -254,27 +254,27 @@ class BertEmbeddings(keras.layers.Layer):
         self.layer_norm_eps = layer_norm_eps
         self.layer_norm = layers.layer_norm("layer_norm", layer_norm_eps)
         self.dropout = layers.Dropout(hidden_dropout_prob)
-        # The tables are read as float32 (docstring). The whole layer, not each table with
-        # add_weight(autocast=False) as the other families do (layers.lookup_rows): under
-        # TensorFlow heads.tied_table_views takes a float32 read of the word table to mean "no
-        # mixed policy"; a table never autocast would switch its views on under bf16, and the
-        # encoder would cast the view of the whole table to bfloat16 for the lookup.
-        self.autocast = False
 
     def build(self, input_shape):
         init = layers.truncated_normal(self.initializer_range)
+        # Read as float32 under a mixed policy (docstring; layers.lookup_rows): autocast=False.
         self.word_embeddings = self.add_weight(
-            name="word_embeddings", shape=(self.vocab_size, self.hidden_size), initializer=init
+            name="word_embeddings",
+            shape=(self.vocab_size, self.hidden_size),
+            initializer=init,
+            autocast=False,
         )
         self.token_type_embeddings = self.add_weight(
             name="token_type_embeddings",
             shape=(self.type_vocab_size, self.hidden_size),
             initializer=init,
+            autocast=False,
         )
         self.position_embeddings = self.add_weight(
             name="position_embeddings",
             shape=(self.max_position_embeddings, self.hidden_size),
             initializer=init,
+            autocast=False,
         )
         self.layer_norm.build((*input_shape, self.hidden_size))
 
@@ -561,7 +561,9 @@ def pretraining_outputs(model, inputs, training: bool) -> dict:
         wanted = ops.concatenate([positions, left, right], axis=1)  # (B, 3P)
     # One view of the tied table for the lookup, one for the heads: their gradients are summed
     # in one pass (heads.tied_table_views).
-    (lookup_table,), table = heads.tied_table_views(model.encoder.embeddings.word_embeddings)
+    (lookup_table,), table = heads.tied_table_views(
+        model.encoder.embeddings.word_embeddings, model.compute_dtype
+    )
     out = model.encoder(inputs, training=training, output_positions=wanted, word_table=lookup_table)
     vectors = out["sequence_output"]  # (B, P, H), or (B, 3P, H): at positions, left, right
     p = ops.shape(positions)[1]

@@ -379,7 +379,7 @@ class ElectraPretrainer(keras.Model):
         # The shared word table: a view for each encoder's lookup and one for the generator's
         # head, whose three gradients are summed in one pass (heads.tied_table_views).
         (generator_table, discriminator_table), table = heads.tied_table_views(
-            self.encoder.embeddings.word_embeddings, lookups=2
+            self.encoder.embeddings.word_embeddings, self.compute_dtype, lookups=2
         )  # (V, E)
         generated = self.generator(
             inputs, training=training, output_positions=positions, word_table=generator_table

@@ -14,9 +14,10 @@ from modeling import layers, losses
 gather_positions = layers.gather_positions  # float (B, S, H), int (B, P) -> (B, P, H)
 
 
-def tied_table_views(table, lookups: int = 1):
+def tied_table_views(table, compute_dtype, lookups: int = 1):
     """Views of a tied word table for its input lookups and its output projection:
     (list of `lookups` tensors or Nones for the embedding lookups, one tensor for the head(s)).
+    `compute_dtype`: the dtype the model that calls this computes in (its `compute_dtype`).
 
     Forward they are the table itself. On TensorFlow their gradient is put together here: the
     head's dense (V, E) gradient plus the lookups' rows, added into it with one scatter
@@ -31,16 +32,18 @@ def tied_table_views(table, lookups: int = 1):
     The rows are added in another order than TensorFlow's, so the gradient equals its own up
     to float rounding.
 
-    Only where the table reads as float32: under a mixed precision policy Keras autocasts the
-    read to bfloat16 (its `dtype` then says bfloat16 too), and the sum would be formed there in
-    bfloat16 where TensorFlow's is formed in float32. There, for other dtypes and on other
-    backends the head's view is `table` itself and the lookups' are None: an embeddings layer
-    given None looks the ids up in its own variable, read as float32 (bert.BertEmbeddings).
-    Passing the variable instead, the encoder it goes through would cast it to its compute
-    dtype on the way in (Keras converts a layer's array arguments), and under Keras' JAX
-    backend the lookup's gradient would be summed into the table in bfloat16.
+    Only for a float32 table in a float32 model. Under a mixed precision policy the encoder a
+    lookup view goes through would cast the whole view to its compute dtype on the way in
+    (Keras converts a layer's array arguments) and look the ids up in that bfloat16 copy. So
+    there, for other dtypes and on other backends, the head's view is `table` itself and the
+    lookups' are None: an embeddings layer given None looks the ids up in its own variable,
+    read as float32 (layers.lookup_rows; tables added with autocast off), and TensorFlow sums
+    the gradients as it would without this function (passing the variable itself, the encoder
+    would cast it likewise, and under Keras' JAX backend the lookup's gradient would be a
+    bfloat16 scatter-add). The policy is asked, not read off the table: a table added with
+    autocast off reads as float32 under a mixed policy too.
     """
-    if keras.backend.backend() != "tensorflow":
+    if keras.backend.backend() != "tensorflow" or compute_dtype != "float32":
         return [None] * lookups, table
     import tensorflow as tf
 

@@ -2,12 +2,13 @@
 test_step_speed.py: `KERAS_BACKEND=<jax|tensorflow> python -m tests.table_gradients` prints one
 line, "RESULT <json>".
 
-Every family but BERT's (which turns autocast off for its whole embeddings layer) adds its
-looked-up tables with `autocast=False` and reads them through layers.lookup_rows: GPT's wte and
-wpe, XLNet's word_embedding, T5's shared table and relative attention biases, BART's shared and
-position tables, and the span boundary head's position table. Each family's tiny model is built
-twice: as it is, and with those tables autocast again (their state until the thirty-seventh
-session: the negative control). Under JAX the script reports the scatter-adds of the loss's
+Every family adds its looked-up tables with `autocast=False` and reads them through
+layers.lookup_rows: BERT's word, token-type and position tables (the encoder of RoBERTa, ALBERT,
+ELECTRA and SpanBERT too), GPT's wte and wpe, XLNet's word_embedding, T5's shared table and
+relative attention biases, BART's shared and position tables, and the span boundary head's
+position table. Each family's tiny model is built twice: as it is, and with those tables
+autocast again (their state until the thirty-sixth session for BERT, the thirty-seventh for the
+others: the negative control). Under JAX the script reports the scatter-adds of the loss's
 gradient by result type (float32 now, bfloat16 autocast); under TensorFlow, whether the loss and
 every gradient are the same bits both ways, and how many of the traced step's gathers read
 float32 each way (so the two programs are known to differ).
@@ -23,9 +24,11 @@ import numpy as np
 from keras import ops
 
 from data_prep import permutation
-from modeling import bart, gpt, heads, t5, xlnet
+from modeling import bart, bert, gpt, heads, t5, xlnet
 
 TABLES = {
+    "word_embeddings",
+    "token_type_embeddings",
     "wte",
     "wpe",
     "word_embedding",
@@ -35,7 +38,7 @@ TABLES = {
     "decoder_embed_positions",
     "position_embeddings",
 }
-FAMILIES = ("gpt", "xlnet", "t5", "bart", "sbo")
+FAMILIES = ("bert", "gpt", "xlnet", "t5", "bart", "sbo")
 
 
 class SpanBoundary(keras.Model):
@@ -73,6 +76,18 @@ def family(name):
     """(model, inputs, the output to take the loss of): a tiny model of each family."""
     keras.utils.set_random_seed(3)
     rng = np.random.default_rng(0)
+    if name == "bert":
+        config = bert.BertConfig(
+            vocab_size=29, hidden_size=12, num_hidden_layers=2, num_attention_heads=3,
+            intermediate_size=17, max_position_embeddings=11, type_vocab_size=2,
+        )  # fmt: skip
+        inputs = {
+            "input_ids": rng.integers(0, 29, (3, 7)).astype("int32"),
+            "input_mask": np.ones((3, 7), "int32"),
+            "segment_ids": (np.arange(7) >= 4).astype("int32")[None].repeat(3, 0),
+            "masked_lm_positions": np.array([[1, 2], [3, 5], [2, 6]], "int32"),
+        }
+        return bert.BertPretrainer(config), inputs, "mlm_logits"
     if name == "gpt":
         config = gpt.GptConfig(n_vocab=29, n_ctx=13, n_embd=12, n_head=3, n_layer=2, n_inner=17)
         return gpt.GptLM(config), {"input_ids": rng.integers(0, 29, (3, 7))}, "lm_logits"

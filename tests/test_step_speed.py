@@ -378,7 +378,7 @@ def test_tied_logits_equal_a_plain_matmul_and_its_gradients():
     np.testing.assert_allclose(dt.numpy(), np.einsum("bpv,bpe->ve", u64, x64), rtol=1e-5, atol=1e-5)
 
 
-def _plain_views(table, lookups=1):
+def _plain_views(table, compute_dtype="float32", lookups=1):
     """heads.tied_table_views without its gradient: TensorFlow's own aggregation."""
     return [table] * lookups, table
 
@@ -409,7 +409,7 @@ def test_tied_table_views_add_every_lookup_row_into_the_head_gradient(jit_compil
     def gradient(views_fn, head=True, dense_lookup=False):
         def step():
             with tf.GradientTape() as tape:
-                lookup_views, head_view = views_fn(table, lookups=2)
+                lookup_views, head_view = views_fn(table, "float32", lookups=2)
                 loss = sum(
                     tf.reduce_sum(tf.gather(tf.convert_to_tensor(t), i) * w)
                     for t, i, w in zip(lookup_views, ids, weights)
@@ -528,9 +528,10 @@ keras.mixed_precision.set_global_policy("mixed_bfloat16")
 def scatters():
     model = bert.BertPretrainer(gpu_mfu.size_config(2, 24, 3, 37, 16))
     batch = gpu_mfu.make_batch(3, 16, 5)
-    if before:
-        model.encoder.embeddings.autocast = True
     model.build()  # not an eager call: under JAX that compiles every op on its own
+    if before:
+        for table in model.encoder.embeddings.weights[:3]:  # word, token-type, position
+            table._autocast = True  # no public setter: Keras reads it at each access
     trainable = [v.value for v in model.trainable_variables]
     others = [v.value for v in model.non_trainable_variables]
 
@@ -544,7 +545,7 @@ def scatters():
 before = False
 print("scatters now", scatters())
 before = True
-heads.tied_table_views = lambda table, lookups=1: ([table] * lookups, table)
+heads.tied_table_views = lambda table, compute_dtype, lookups=1: ([table] * lookups, table)
 print("scatters before", scatters())
 """
 
@@ -599,6 +600,14 @@ def _table_gradients(backend):
 # Each family's looked-up tables (added with autocast=False), as tests/table_gradients.py
 # lists them, and the shapes of their gradients' scatter-adds (BART slices its position tables).
 LOOKED_UP_TABLES = {
+    "bert": (  # the position table is sliced, not gathered: its gradient is a pad
+        [
+            "encoder/embeddings/position_embeddings",
+            "encoder/embeddings/token_type_embeddings",
+            "encoder/embeddings/word_embeddings",
+        ],
+        ["29x12", "2x12"],
+    ),
     "gpt": (["encoder/wpe", "encoder/wte"], ["13x12", "29x12"]),
     "xlnet": (["encoder/word_embedding"], ["29x12"]),
     "t5": (
@@ -615,12 +624,13 @@ LOOKED_UP_TABLES = {
 
 
 def test_looked_up_tables_sum_their_gradients_in_float32_under_keras_jax_backend():
-    # GPT, XLNet, T5, BART and the span boundary head, under mixed_bfloat16 and Keras' JAX
-    # backend: the lookups' gradients are scatter-adds into float32 tables; with the same
-    # tables autocast (as until the thirty-seventh session: the negative control) they were
-    # bfloat16 scatter-adds, one contended atomic add per element on a GPU (45% of BERT-base's
-    # step on an H200 before BERT's own embeddings were changed). Other scatters (XLNet's
-    # relative-shift gradient, over activations) are left out.
+    # BERT's embeddings, GPT, XLNet, T5, BART and the span boundary head, under mixed_bfloat16
+    # and Keras' JAX backend: the lookups' gradients are scatter-adds into float32 tables; with
+    # the same tables autocast (as until the thirty-sixth session for BERT, the thirty-seventh
+    # for the others: the negative control) they were bfloat16 scatter-adds, one contended
+    # atomic add per element on a GPU (45% of BERT-base's step on an H200). Other scatters
+    # (XLNet's relative-shift gradient, the last layer's gathered rows: activations) are left
+    # out.
     result = _table_gradients("jax")
     for name, (tables, shapes) in LOOKED_UP_TABLES.items():
         for label, dtype in (("now", "f32"), ("autocast", "bf16")):
@@ -647,30 +657,41 @@ def test_looked_up_tables_read_as_float32_leave_tensorflow_gradients_bit_identic
 
 
 def test_tied_table_views_leave_the_lookups_to_the_variable_under_mixed_precision():
-    # Keras autocasts the read to bfloat16 there: the sum would be formed in bfloat16, so the
-    # head reads the variable as before and the lookups get None (the embeddings layer then
-    # reads its own variable as float32).
+    # Under a mixed policy the encoder would cast a lookup view of the whole table to bfloat16
+    # on the way in, so the head reads the variable as before and the lookups get None (the
+    # embeddings layer then reads its own variable as float32). The policy decides, not how
+    # the table reads: a table added with autocast off reads as float32 under a mixed policy.
     from modeling import heads
 
     seen = {}
 
     class Probe(keras.layers.Layer):
+        def __init__(self, autocast_table, **kwargs):
+            super().__init__(**kwargs)
+            self.autocast_table = autocast_table
+
         def build(self, input_shape):
-            self.table = self.add_weight(shape=(7, 3), initializer="ones")
+            self.table = self.add_weight(
+                shape=(7, 3), initializer="ones", autocast=self.autocast_table
+            )
 
         def call(self, x):
-            seen["views"] = heads.tied_table_views(self.table)
+            seen["read"] = keras.ops.convert_to_tensor(self.table).dtype
+            seen["views"] = heads.tied_table_views(self.table, self.compute_dtype)
             (lookup_view,), head_view = seen["views"]
             views = [t for t in (lookup_view, head_view) if t is not None]
-            return x + sum(keras.ops.sum(keras.ops.convert_to_tensor(t)) for t in views)
+            return x + sum(keras.ops.sum(keras.ops.cast(t, x.dtype)) for t in views)
 
-    probe = Probe(dtype="mixed_bfloat16")
-    probe(tf.ones((2,)))
-    (lookup_view,), head_view = seen["views"]
-    assert lookup_view is None and head_view is probe.table
-    Probe()(tf.ones((2,)))  # float32: tensors, not the variable
-    (lookup_view,), head_view = seen["views"]
-    assert tf.is_tensor(lookup_view) and not isinstance(lookup_view, keras.Variable)
+    for autocast_table, read in ((True, tf.bfloat16), (False, tf.float32)):
+        probe = Probe(autocast_table, dtype="mixed_bfloat16")
+        probe(tf.ones((2,)))
+        (lookup_view,), head_view = seen["views"]
+        assert seen["read"] == read
+        assert lookup_view is None and head_view is probe.table, autocast_table
+    for autocast_table in (True, False):
+        Probe(autocast_table)(tf.ones((2,)))  # float32: tensors, not the variable
+        (lookup_view,), head_view = seen["views"]
+        assert tf.is_tensor(lookup_view) and not isinstance(lookup_view, keras.Variable)
 
 
 def _pretrainer_and_task(family):
