@@ -25,6 +25,12 @@ FLOPs each side executes as numerator: Cloze's last layer skips the positions no
 (bench/flops.bert_pretraining_flops' last_layer_queries), so its `mfu` credits it with work it
 did not do and its `hfu` does not.
 
+Under --precision=bf16 the fp32 peak stays the issue's yardstick (an MFU above 100% then means
+the bf16 products ran faster than fp32 ones can), and the peak of the products in the compute
+dtype is measured once as well (`precision_peak`: the same square products in bfloat16); each
+side's `mfu_precision` and `hfu_precision` divide by that one, which says how close each side
+runs to what the hardware does in the precision it computes in.
+
 oneDNN: TensorFlow turns its oneDNN kernels on by default only on CPUs with AVX-512 VNNI /
 BF16 or AMX; on others (the 2-core AVX2 hosts of sessions 1-10 here) they are off unless the
 environment says TF_ENABLE_ONEDNN_OPTS=1 before TensorFlow loads (TF_ENABLE_ONEDNN_OPTS=0 turns
@@ -49,6 +55,8 @@ import numpy as np
 # --precision -> Keras dtype policy. fp16 would also need loss scaling in the train step, which
 # training/trainer.py does not have yet, so it is refused rather than measured wrongly.
 PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
+# The dtype each precision's matmuls run in (the policy's compute dtype).
+COMPUTE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 # The matmul peak measured before every round: one 2048-square product, best of 3 (17 GFLOP each:
 # about 0.1 s on an idle core pair), short enough to sit beside every round.
@@ -321,11 +329,14 @@ def run(
     round_peak: dict | None = None,
     parallel_micro_batches: int = 1,
     encoder_branches: int = 1,
+    precision_peak: dict | None = None,
 ) -> dict:
     """The benchmark: per size, tokens/s, step time and MFU of both, and their ratio.
 
     `steps`: timed steps per round for each size (one int for all sizes). `peak`: a result of
-    bench/flops.matmul_peak_flops, measured here when None. `round_peak`: keyword arguments of
+    bench/flops.matmul_peak_flops, measured here when None. `precision_peak`: the same in the
+    precision's compute dtype when that is not float32 (bf16), measured here when None (module
+    docstring); unused in fp32. `round_peak`: keyword arguments of
     the matmul_peak_flops measured before every round (ROUND_PEAK when None; see the module
     docstring). `parallel_micro_batches`: the Trainer option, on both sides alike.
     `encoder_branches`: Cloze's encoder option (build_trainers), on Cloze's side only.
@@ -336,6 +347,16 @@ def run(
     if len(steps) != len(sizes):
         raise ValueError(f"{len(steps)} step counts for {len(sizes)} sizes")
     peak = peak or flops.matmul_peak_flops()
+    compute_dtype = COMPUTE_DTYPES[precision]
+    if compute_dtype == "float32":
+        precision_peak = None
+    elif precision_peak is None:
+        precision_peak = flops.matmul_peak_flops(dtype=compute_dtype)
+    elif precision_peak.get("dtype") != compute_dtype:
+        raise ValueError(
+            f"precision_peak was measured in {precision_peak.get('dtype')}, the {precision} "
+            f"step computes in {compute_dtype}"
+        )
     round_peak = ROUND_PEAK if round_peak is None else round_peak
     results = []
     for spec, n in zip(sizes, steps):
@@ -378,6 +399,10 @@ def run(
                 "hfu": executed[name] / best / best_peak,
                 "params": int(trainers[name].task.model.count_params()),
             }
+            if precision_peak is not None:
+                top = precision_peak["flops_per_s"]
+                row[name]["mfu_precision"] = bert_flops / best / top
+                row[name]["hfu_precision"] = executed[name] / best / top
         row["best_peak_flops_per_s"] = best_peak
         row["ratio"] = row["cloze"]["tokens_per_s"] / row["keras_hub"]["tokens_per_s"]
         # Per round pair (the two sides' r-th rounds ran back to back): a load-robust ratio.
@@ -402,6 +427,7 @@ def run(
         "encoder_branches": encoder_branches,
         "rounds": rounds,
         "peak": peak,
+        "precision_peak": precision_peak,
         "round_peak": round_peak,
         "onednn": onednn_enabled(),
         "sizes": results,

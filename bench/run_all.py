@@ -250,8 +250,11 @@ def run_benchmarks(
     if "pretrain" in which:
         begin("pretrain")
         peak = flops.matmul_peak_flops(**s["peak"])
+        dtype = pretrain_throughput.COMPUTE_DTYPES[precision]  # bf16: its peak too
+        other = None if dtype == "float32" else flops.matmul_peak_flops(**s["peak"], dtype=dtype)
         results["pretrain"] = pretrain_throughput.run(
             peak=peak,
+            precision_peak=other,
             precision=precision,
             use_xla=use_xla,
             parallel_micro_batches=parallel_micro_batches,
@@ -344,6 +347,17 @@ def table(results: dict) -> str:
                     if "hfu" in x and x["executed_flops_per_step"] != r["flops_per_step"]
                     else ""
                 )
+                # Under bf16 the same over the bf16 peak (the fp32 one can be passed).
+                + (
+                    f"; of the {p['precision_peak']['dtype']} peak {x['mfu_precision']:.0%}"
+                    + (
+                        f", HFU {x['hfu_precision']:.0%}"
+                        if x["executed_flops_per_step"] != r["flops_per_step"]
+                        else ""
+                    )
+                    if "mfu_precision" in x
+                    else ""
+                )
                 for side, x in (("c", c), ("k", k))
             }
             rows.append(
@@ -371,6 +385,11 @@ def table(results: dict) -> str:
                 )
         peak = p["peak"]["flops_per_s"] / 1e9
         rows.append(f"| fp32 matmul peak, GFLOP/s | {peak:,.0f} | | |")
+        if p.get("precision_peak"):
+            top = p["precision_peak"]
+            rows.append(
+                f"| {top['dtype']} matmul peak, GFLOP/s | {top['flops_per_s'] / 1e9:,.0f} | | |"
+            )
     if "padding" in results:
         rows.append(
             f"| padding fraction of {Path(results['padding']['file']).name} | "

@@ -398,6 +398,48 @@ def test_pretrain_run_measures_the_peak_before_every_round(monkeypatch):
     assert len(logged) == 3 and "ETA" in logged[-1]
 
 
+def test_bf16_run_also_divides_by_the_peak_of_bfloat16_products(monkeypatch):
+    # Under bf16 the fp32 peak stays the issue's yardstick and the bfloat16 products' peak is
+    # measured once as well; each side's mfu_precision / hfu_precision divide by it, and the
+    # table prints both. fp32 runs measure no second peak.
+    from bench import run_all
+
+    calls = []
+
+    def fake_peak(sizes=(2048,), repeats=3, dtype="float32"):
+        calls.append(dtype)
+        return {"flops_per_s": 7e9 if dtype == "bfloat16" else 1e9, "by_size": {}, "dtype": dtype}
+
+    monkeypatch.setattr(flops, "matmul_peak_flops", fake_peak)
+    monkeypatch.setattr(pretrain_throughput, "print", lambda *_: None, raising=False)
+    tiny = dict(sizes=("L1/H12/A3/I17",), batch=3, seq=7, predictions=2, steps=1, rounds=1)
+    tiny["peak"] = {"flops_per_s": 1e9}
+    result = pretrain_throughput.run(**tiny, precision="bf16", vocab_size=53, round_peak={})
+    assert calls == ["bfloat16", "float32", "float32"]  # once, then before each side's round
+    assert result["precision_peak"]["dtype"] == "bfloat16"
+    row = result["sizes"][0]
+    for side in ("cloze", "keras_hub"):
+        r = row[side]
+        assert r["mfu_precision"] == pytest.approx(row["flops_per_step"] / r["step_s"] / 7e9)
+        assert r["hfu_precision"] == pytest.approx(r["executed_flops_per_step"] / r["step_s"] / 7e9)
+        assert r["mfu"] == pytest.approx(row["flops_per_step"] / r["step_s"] / 1e9)
+    lines = run_all.table({"pretrain": result}).splitlines()
+    (cloze_line,) = [line for line in lines if line.startswith("| pretrain L1/H12/A3/I17")]
+    c = row["cloze"]
+    assert f"of the bfloat16 peak {c['mfu_precision']:.0%}, HFU {c['hfu_precision']:.0%}" in (
+        cloze_line
+    )
+    assert "| bfloat16 matmul peak, GFLOP/s | 7 | | |" in lines
+    with pytest.raises(ValueError, match="measured in float32, the bf16 step computes in bfloat16"):
+        pretrain_throughput.run(**tiny, precision="bf16", precision_peak=fake_peak())
+
+    calls.clear()
+    result = pretrain_throughput.run(**tiny, vocab_size=53, round_peak={})
+    assert calls == ["float32"] * 2 and result["precision_peak"] is None  # the rounds only
+    assert "mfu_precision" not in result["sizes"][0]["cloze"]
+    assert "bfloat16" not in run_all.table({"pretrain": result})
+
+
 def test_parallel_micro_batches_apply_to_both_sides_and_are_recorded(monkeypatch):
     # The Trainer option is a setting of the comparison: both sides get it and the results
     # record it (run_all's table line names it: test_run_all_quick_writes_every_figure).
