@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import gc
 import json
+import os
 import shutil
 
 import keras
@@ -108,15 +109,17 @@ def reference(data_file):
     """`reference(where)`: the plain trainer (tiny config, dropout off, seed 7) over
     REFERENCE_STEPS steps, for `where` in one_device, mirrored, xla and accumulation (3
     micro-batches of 2). The tests below compare their trainers with it; each case is trained
-    once per module (a trace and a run each) instead of once per comparison."""
+    once per module (a trace and a run each) instead of once per comparison. `get.graphs`
+    holds the graphs each case's functions ran (_ran_graphs)."""
     done = {}
 
     def get(where):
         if where not in done:
             fit = build(strategy_for(where), helpers.tiny_config(), **where_args(where))
-            done[where] = train(fit, data_file)
+            done[where], get.graphs[where] = _ran_graphs(lambda: train(fit, data_file))
         return done[where]
 
+    get.graphs = {}
     return get
 
 
@@ -350,6 +353,88 @@ def test_xla_step_matches_plain_step(reference):
     xla = build(tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.tiny_config(), use_xla=True)
     with pytest.raises(ValueError, match="single replica"):
         trainer.Trainer(helpers.mirrored_strategy(), xla.task, xla.optimizer, use_xla=True)
+
+
+def _ran_graphs(fn, grappler=None):
+    """fn() and the graphs of the functions instantiated meanwhile, as they ran (after the graph
+    passes): (result, a Counter of op types per graph). `grappler=True` turns TensorFlow's graph
+    optimizer on for them, as in a real run; None leaves it as the test process has it (off: the
+    site file, tests/subprocess_site, unless CLOZE_TEST_GRAPPLER=1)."""
+    from tensorflow.python.eager import context
+
+    options = tf.config.optimizer.get_experimental_options()
+    if grappler is not None:
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": not grappler})
+    context.context().enable_run_metadata()
+    try:
+        result = fn()
+        ran = context.context().export_run_metadata()  # since enable_run_metadata
+    finally:
+        context.context().disable_run_metadata()
+        off = options.get("disable_meta_optimizer", False)
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": off})
+    graphs = [g.post_optimization_graph.node for g in ran.function_graphs]
+    return result, [collections.Counter(n.op for n in nodes) for nodes in graphs]
+
+
+def _optimized_steps(graphs) -> int:
+    """How many of `graphs` (_ran_graphs') are training steps (they hold a backward pass:
+    BiasAddGrad) that Grappler optimized: it folds the index arithmetic of the losses and the
+    attention into constants, so no FloorDiv is left, where the traced step has several. In a
+    worker that ran other tests first, TensorFlow also instantiates unoptimized graphs of
+    earlier tests' steps meanwhile (seen in the thirty-eighth session), so each graph is asked
+    on its own."""
+    return sum(1 for g in graphs if g["BiasAddGrad"] and not g["FloorDiv"])
+
+
+_GRAPPLER_EVERYWHERE = pytest.mark.skipif(
+    bool(os.environ.get("CLOZE_TEST_GRAPPLER")), reason="CLOZE_TEST_GRAPPLER=1: on in every test"
+)
+
+
+@_GRAPPLER_EVERYWHERE
+@pytest.mark.parametrize("where", ["one_device", "mirrored", "accumulation"])
+def test_the_step_under_grappler_trains_as_without_it(data_file, reference, where):
+    # Real runs and the benchmarks run TensorFlow's graph optimizer; the test processes turn it
+    # off (faster traces), so without this a Grappler-only numerical bug would pass the suite:
+    # its fusions and rewrites (the tied table's in-place gradient sum, AdamW's fused kernels,
+    # the accumulation loop, Mirrored's all-reduce) must give the same rows and weights as the
+    # graphs every other test runs. Grappler did rewrite the step (_optimized_steps), and in
+    # float32 fused MatMul + BiasAdd into one op, which the reference's graphs do not have.
+    def run():
+        return train(
+            build(strategy_for(where), helpers.tiny_config(), **where_args(where)), data_file
+        )
+
+    optimized, graphs = _ran_graphs(run, grappler=True)
+    plain = reference(where)
+    assert_train_alike(optimized, plain, rows_rtol=1e-5, weights_rtol=1e-5, atol=1e-6)
+    assert _optimized_steps(graphs) >= 1 and _optimized_steps(reference.graphs[where]) == 0
+    assert any(g["_FusedMatMul"] for g in graphs)
+    assert not any(g["_FusedMatMul"] for g in reference.graphs[where])
+
+
+@_GRAPPLER_EVERYWHERE
+def test_the_bf16_step_in_branches_under_grappler_trains_as_without_it(data_file):
+    # The same under mixed_bfloat16 with the encoder in 2 branches (the bench's setting): the
+    # ops Grappler may reorder or fuse run in bfloat16 there, so the rows agree to bfloat16's
+    # rounding (0.4%) and not to float32's; the weights are left out (AdamW turns a gradient's
+    # rounding-level sign flip into a whole step).
+    def run():
+        args = {"precision": "bf16", "branches": 2}
+        return train(
+            build(tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.tiny_config(), **args),
+            data_file,
+        )
+
+    optimized, graphs = _ran_graphs(run, grappler=True)
+    plain, plain_graphs = _ran_graphs(run)
+    # Grappler rewrote this step too; in bfloat16 it fuses MatMul + BiasAdd only where oneDNN
+    # is on, so that is not asked here.
+    assert _optimized_steps(graphs) >= 1 and _optimized_steps(plain_graphs) == 0
+    # With oneDNN's fused bfloat16 products the rows differ in their last bits; without, the
+    # same bits.
+    np.testing.assert_allclose(optimized.rows, plain.rows, rtol=4e-3, atol=1e-6)
 
 
 def test_train_and_warmup_steps_as_the_original():
