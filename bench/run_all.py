@@ -250,11 +250,11 @@ def run_benchmarks(
     if "pretrain" in which:
         begin("pretrain")
         peak = flops.matmul_peak_flops(**s["peak"])
-        dtype = pretrain_throughput.COMPUTE_DTYPES[precision]  # bf16: its peak too
-        other = None if dtype == "float32" else flops.matmul_peak_flops(**s["peak"], dtype=dtype)
+        dtype = pretrain_throughput.COMPUTE_DTYPES[precision]  # bf16: its own peak as well
+        low = None if dtype == "float32" else flops.matmul_peak_flops(**s["peak"], dtype=dtype)
         results["pretrain"] = pretrain_throughput.run(
             peak=peak,
-            precision_peak=other,
+            precision_peak=low,
             precision=precision,
             use_xla=use_xla,
             parallel_micro_batches=parallel_micro_batches,
@@ -347,7 +347,7 @@ def table(results: dict) -> str:
                     if "hfu" in x and x["executed_flops_per_step"] != r["flops_per_step"]
                     else ""
                 )
-                # Under bf16 the same over the bf16 peak (the fp32 one can be passed).
+                # Under bf16 also over the bf16 peak (a bf16 step can beat the fp32 one).
                 + (
                     f"; of the {p['precision_peak']['dtype']} peak {x['mfu_precision']:.0%}"
                     + (
