@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import shutil
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -109,17 +110,15 @@ def reference(data_file):
     """`reference(where)`: the plain trainer (tiny config, dropout off, seed 7) over
     REFERENCE_STEPS steps, for `where` in one_device, mirrored, xla and accumulation (3
     micro-batches of 2). The tests below compare their trainers with it; each case is trained
-    once per module (a trace and a run each) instead of once per comparison. `get.graphs`
-    holds the graphs each case's functions ran (_ran_graphs)."""
+    once per module (a trace and a run each) instead of once per comparison."""
     done = {}
 
     def get(where):
         if where not in done:
             fit = build(strategy_for(where), helpers.tiny_config(), **where_args(where))
-            done[where], get.graphs[where] = _ran_graphs(lambda: train(fit, data_file))
+            done[where] = train(fit, data_file)
         return done[where]
 
-    get.graphs = {}
     return get
 
 
@@ -134,6 +133,141 @@ def assert_train_alike(a: Trained, b: Trained, rows_rtol, weights_rtol=1e-4, ato
         np.testing.assert_allclose(x, y, rtol=weights_rtol, atol=atol)
         moved |= not np.allclose(x, init)
     assert moved, "training did not change the weights"
+
+
+def _ran_graphs(fn):
+    """fn() and the graphs of the functions instantiated meanwhile, as they ran (after the graph
+    passes): (result, a Counter of op types per graph)."""
+    from tensorflow.python.eager import context
+
+    context.context().enable_run_metadata()
+    try:
+        result = fn()
+        ran = context.context().export_run_metadata()  # since enable_run_metadata
+    finally:
+        context.context().disable_run_metadata()
+    graphs = [g.post_optimization_graph.node for g in ran.function_graphs]
+    return result, [collections.Counter(n.op for n in nodes) for nodes in graphs]
+
+
+def _optimized_steps(graphs) -> int:
+    """How many of `graphs` (_ran_graphs') are training steps (they hold a backward pass:
+    BiasAddGrad) that Grappler optimized: it folds the index arithmetic of the losses and the
+    attention into constants, so no FloorDiv is left, where the traced step has several. Each
+    graph is asked on its own: a process that traced other steps before may instantiate their
+    graphs again meanwhile (seen in the thirty-eighth session)."""
+    return sum(1 for g in graphs if g["BiasAddGrad"] and not g["FloorDiv"])
+
+
+# The trainings test_the_*_under_grappler_* compare: reference's three cases and bf16 with the
+# encoder in 2 branches (the bench's setting).
+GRAPPLER_CASES = ("one_device", "mirrored", "accumulation", "bf16")
+
+
+def train_case(case, data_file):
+    """One of GRAPPLER_CASES trained as `reference` trains its cases: _ran_graphs' pair."""
+    if case == "bf16":
+        strategy, args = strategy_for("one_device"), {"precision": "bf16", "branches": 2}
+    else:
+        strategy, args = strategy_for(case), where_args(case)
+    return _ran_graphs(lambda: train(build(strategy, helpers.tiny_config(), **args), data_file))
+
+
+_UNDER_GRAPPLER = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tests.conftest  # the test processes' set-up: two logical CPUs, Grappler off
+from tests import test_trainer as t
+
+data_file, out = sys.argv[1:]
+arrays, marks = {}, {}
+for setting, cases in (("off", ("one_device", "bf16")), ("on", t.GRAPPLER_CASES)):
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": setting == "off"})
+    for case in cases:
+        done, graphs = t.train_case(case, data_file)
+        key = f"{case}/{setting}"
+        arrays[f"{key}/rows"] = done.rows
+        for i, (before, after) in enumerate(zip(done.before, done.after)):
+            arrays[f"{key}/before/{i}"], arrays[f"{key}/after/{i}"] = before, after
+        fused = any(g["_FusedMatMul"] for g in graphs)
+        marks[key] = {"optimized_steps": t._optimized_steps(graphs), "fused": fused}
+np.savez(out + ".npz", **arrays)
+with open(out + ".json", "w") as f:
+    json.dump(marks, f)
+"""
+
+
+@pytest.fixture(scope="module")
+def under_grappler(data_file, tmp_path_factory):
+    """GRAPPLER_CASES trained in a fresh process with TensorFlow's graph optimizer on, as real
+    runs and the benchmarks have it, and one_device and bf16 before that with it off, as the
+    test processes have it (tests/subprocess_site: faster traces): {(case, "off" | "on"):
+    (Trained, {"optimized_steps": n, "fused": bool})}, the marks read off the graphs as they
+    ran (_ran_graphs). In a process of its own:
+    collecting those graphs (TensorFlow's run metadata) in a worker raised its peak memory over
+    the rest of this file by 1.4 GB (3.2 -> 4.7 GB; thirty-eighth session)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    out = tmp_path_factory.mktemp("grappler") / "cases"
+    env = {k: v for k, v in os.environ.items() if k != "CLOZE_TEST_GRAPPLER"}
+    done = subprocess.run(
+        [sys.executable, "-c", _UNDER_GRAPPLER, data_file, str(out)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    arrays = np.load(f"{out}.npz")
+    marks = json.loads(Path(f"{out}.json").read_text())
+
+    def trained(key):
+        n = len([k for k in arrays.files if k.startswith(f"{key}/after/")])
+        return Trained(
+            arrays[f"{key}/rows"],
+            [arrays[f"{key}/before/{i}"] for i in range(n)],
+            [arrays[f"{key}/after/{i}"] for i in range(n)],
+        )
+
+    return {tuple(key.split("/")): (trained(key), mark) for key, mark in marks.items()}
+
+
+_GRAPPLER_EVERYWHERE = pytest.mark.skipif(
+    bool(os.environ.get("CLOZE_TEST_GRAPPLER")), reason="CLOZE_TEST_GRAPPLER=1: on in every test"
+)
+
+
+@_GRAPPLER_EVERYWHERE
+@pytest.mark.parametrize("where", ["one_device", "mirrored", "accumulation"])
+def test_the_step_under_grappler_trains_as_without_it(under_grappler, reference, where):
+    # Without this a Grappler-only numerical bug would pass the suite: its fusions and rewrites
+    # (the tied table's in-place gradient sum, AdamW's fused kernels, the accumulation loop,
+    # Mirrored's all-reduce) must give the same rows and weights as the graphs every other test
+    # runs (reference's). Grappler did rewrite the step (_optimized_steps), and in float32
+    # fused MatMul + BiasAdd into one op; without it, neither.
+    optimized, on = under_grappler[where, "on"]
+    assert_train_alike(optimized, reference(where), rows_rtol=1e-5, weights_rtol=1e-5, atol=1e-6)
+    off = under_grappler["one_device", "off"][1]  # the same step's graphs, Grappler off
+    assert on["optimized_steps"] >= 1 and on["fused"], on
+    assert off["optimized_steps"] == 0 and not off["fused"], off
+
+
+@_GRAPPLER_EVERYWHERE
+def test_the_bf16_step_in_branches_under_grappler_trains_as_without_it(under_grappler):
+    # The same under mixed_bfloat16 with the encoder in 2 branches: the ops Grappler may
+    # reorder or fuse run in bfloat16 there, so the rows agree to bfloat16's rounding (0.4%)
+    # and not to float32's; the weights are left out (AdamW turns a gradient's rounding-level
+    # sign flip into a whole step). In bfloat16 Grappler fuses MatMul + BiasAdd only where
+    # oneDNN is on, so that is not asked here. With oneDNN's fused products the rows differ in
+    # their last bits; without, they are the same bits.
+    (optimized, on), (plain, off) = under_grappler["bf16", "on"], under_grappler["bf16", "off"]
+    assert on["optimized_steps"] >= 1 and off["optimized_steps"] == 0, (on, off)
+    np.testing.assert_allclose(optimized.rows, plain.rows, rtol=4e-3, atol=1e-6)
 
 
 def test_mirrored_two_cpus_matches_one_device(reference):
@@ -353,88 +487,6 @@ def test_xla_step_matches_plain_step(reference):
     xla = build(tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.tiny_config(), use_xla=True)
     with pytest.raises(ValueError, match="single replica"):
         trainer.Trainer(helpers.mirrored_strategy(), xla.task, xla.optimizer, use_xla=True)
-
-
-def _ran_graphs(fn, grappler=None):
-    """fn() and the graphs of the functions instantiated meanwhile, as they ran (after the graph
-    passes): (result, a Counter of op types per graph). `grappler=True` turns TensorFlow's graph
-    optimizer on for them, as in a real run; None leaves it as the test process has it (off: the
-    site file, tests/subprocess_site, unless CLOZE_TEST_GRAPPLER=1)."""
-    from tensorflow.python.eager import context
-
-    options = tf.config.optimizer.get_experimental_options()
-    if grappler is not None:
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": not grappler})
-    context.context().enable_run_metadata()
-    try:
-        result = fn()
-        ran = context.context().export_run_metadata()  # since enable_run_metadata
-    finally:
-        context.context().disable_run_metadata()
-        off = options.get("disable_meta_optimizer", False)
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": off})
-    graphs = [g.post_optimization_graph.node for g in ran.function_graphs]
-    return result, [collections.Counter(n.op for n in nodes) for nodes in graphs]
-
-
-def _optimized_steps(graphs) -> int:
-    """How many of `graphs` (_ran_graphs') are training steps (they hold a backward pass:
-    BiasAddGrad) that Grappler optimized: it folds the index arithmetic of the losses and the
-    attention into constants, so no FloorDiv is left, where the traced step has several. In a
-    worker that ran other tests first, TensorFlow also instantiates unoptimized graphs of
-    earlier tests' steps meanwhile (seen in the thirty-eighth session), so each graph is asked
-    on its own."""
-    return sum(1 for g in graphs if g["BiasAddGrad"] and not g["FloorDiv"])
-
-
-_GRAPPLER_EVERYWHERE = pytest.mark.skipif(
-    bool(os.environ.get("CLOZE_TEST_GRAPPLER")), reason="CLOZE_TEST_GRAPPLER=1: on in every test"
-)
-
-
-@_GRAPPLER_EVERYWHERE
-@pytest.mark.parametrize("where", ["one_device", "mirrored", "accumulation"])
-def test_the_step_under_grappler_trains_as_without_it(data_file, reference, where):
-    # Real runs and the benchmarks run TensorFlow's graph optimizer; the test processes turn it
-    # off (faster traces), so without this a Grappler-only numerical bug would pass the suite:
-    # its fusions and rewrites (the tied table's in-place gradient sum, AdamW's fused kernels,
-    # the accumulation loop, Mirrored's all-reduce) must give the same rows and weights as the
-    # graphs every other test runs. Grappler did rewrite the step (_optimized_steps), and in
-    # float32 fused MatMul + BiasAdd into one op, which the reference's graphs do not have.
-    def run():
-        return train(
-            build(strategy_for(where), helpers.tiny_config(), **where_args(where)), data_file
-        )
-
-    optimized, graphs = _ran_graphs(run, grappler=True)
-    plain = reference(where)
-    assert_train_alike(optimized, plain, rows_rtol=1e-5, weights_rtol=1e-5, atol=1e-6)
-    assert _optimized_steps(graphs) >= 1 and _optimized_steps(reference.graphs[where]) == 0
-    assert any(g["_FusedMatMul"] for g in graphs)
-    assert not any(g["_FusedMatMul"] for g in reference.graphs[where])
-
-
-@_GRAPPLER_EVERYWHERE
-def test_the_bf16_step_in_branches_under_grappler_trains_as_without_it(data_file):
-    # The same under mixed_bfloat16 with the encoder in 2 branches (the bench's setting): the
-    # ops Grappler may reorder or fuse run in bfloat16 there, so the rows agree to bfloat16's
-    # rounding (0.4%) and not to float32's; the weights are left out (AdamW turns a gradient's
-    # rounding-level sign flip into a whole step).
-    def run():
-        args = {"precision": "bf16", "branches": 2}
-        return train(
-            build(tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.tiny_config(), **args),
-            data_file,
-        )
-
-    optimized, graphs = _ran_graphs(run, grappler=True)
-    plain, plain_graphs = _ran_graphs(run)
-    # Grappler rewrote this step too; in bfloat16 it fuses MatMul + BiasAdd only where oneDNN
-    # is on, so that is not asked here.
-    assert _optimized_steps(graphs) >= 1 and _optimized_steps(plain_graphs) == 0
-    # With oneDNN's fused bfloat16 products the rows differ in their last bits; without, the
-    # same bits.
-    np.testing.assert_allclose(optimized.rows, plain.rows, rtol=4e-3, atol=1e-6)
 
 
 def test_train_and_warmup_steps_as_the_original():
