@@ -530,7 +530,8 @@ def scatters():
     batch = gpu_mfu.make_batch(3, 16, 5)
     model.build()  # not an eager call: under JAX that compiles every op on its own
     if before:
-        for table in model.encoder.embeddings.weights[:3]:  # word, token-type, position
+        e = model.encoder.embeddings
+        for table in (e.word_embeddings, e.token_type_embeddings, e.position_embeddings):
             table._autocast = True  # no public setter: Keras reads it at each access
     trainable = [v.value for v in model.trainable_variables]
     others = [v.value for v in model.non_trainable_variables]
