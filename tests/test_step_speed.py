@@ -378,7 +378,7 @@ def test_tied_logits_equal_a_plain_matmul_and_its_gradients():
     np.testing.assert_allclose(dt.numpy(), np.einsum("bpv,bpe->ve", u64, x64), rtol=1e-5, atol=1e-5)
 
 
-def _plain_views(table, compute_dtype="float32", lookups=1):
+def _plain_views(table, compute_dtype, lookups=1):
     """heads.tied_table_views without its gradient: TensorFlow's own aggregation."""
     return [table] * lookups, table
 
