@@ -83,6 +83,29 @@ def _custom_gradients_released():
         yield
 
 
+@pytest.fixture(autouse=True)
+def _no_entrypoint_flags_left():
+    """A test that imports an entrypoint (a script defining absl flags: run_pretraining.py,
+    bench/run_all.py, ...) must remove its flags again (helpers.run_main and
+    helpers.entrypoint_module do): left defined, they make the next entrypoint a later test runs
+    in this worker fail with DuplicateFlagError, and whether that happens depends on which files
+    xdist gave the worker after it (the 39th session found a bench test that passed CI so)."""
+    yield
+    from absl import flags
+
+    left = sorted(
+        module
+        for module, defined in flags.FLAGS.flags_by_module_dict().items()
+        if defined and (module.split(".")[0] in ENTRYPOINT_PACKAGES or module in ENTRYPOINT_SCRIPTS)
+    )
+    assert not left, f"absl flags of {left} are still defined after this test"
+
+
+# The repository's entrypoints: its root scripts and the bench/ scripts (by module name).
+ENTRYPOINT_SCRIPTS = frozenset(p.stem for p in ROOT.glob("*.py"))
+ENTRYPOINT_PACKAGES = frozenset({"bench"})
+
+
 # Seconds of each slow test file: the sum of all its tests' setup and call times in the last
 # measured whole-suite run (`--durations=0`, 34th session, tests/SUITE_TIMES.md), files of 15 s
 # and more. xdist's loadfile hands files out in order of their test count, so a file of a few

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 
@@ -253,6 +254,31 @@ def run_main(script: str, args=()) -> Completed:
         # (tests/conftest.py) free the run's cycles as the tests go on.
         keras.backend.clear_session(free_memory=False)
     return Completed(code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def entrypoint_module(script: str):
+    """Imports entrypoint `script` (e.g. "bench/run_all.py") for its functions, and afterwards
+    removes the absl flags it defined and the module itself, as run_main does: left in the
+    process, its flags (--output_dir ...) would clash with the next entrypoint a test runs."""
+    import importlib
+    import sys
+
+    from absl import flags
+
+    name = script.removesuffix(".py").replace("/", ".")
+    if name in sys.modules:
+        raise RuntimeError(f"{name} was imported elsewhere in this process; its flags would clash")
+    before = set(flags.FLAGS)
+    try:
+        yield importlib.import_module(name)
+    finally:
+        for flag in set(flags.FLAGS) - before:
+            delattr(flags.FLAGS, flag)
+        sys.modules.pop(name, None)
+        package, _, attribute = name.rpartition(".")
+        if package and hasattr(sys.modules.get(package), attribute):
+            delattr(sys.modules[package], attribute)  # `from bench import run_all` imports anew
 
 
 def run_script(script: str, args=(), command_line: bool = False) -> Completed:

@@ -402,8 +402,6 @@ def test_bf16_run_also_divides_by_the_peak_of_bfloat16_products(monkeypatch):
     # Under bf16 the fp32 peak stays the issue's yardstick and the bfloat16 products' peak is
     # measured once as well; each side's mfu_precision / hfu_precision divide by it, and the
     # table prints both. fp32 runs measure no second peak.
-    from bench import run_all
-
     calls = []
 
     def fake_peak(sizes=(2048,), repeats=3, dtype="float32"):
@@ -423,7 +421,8 @@ def test_bf16_run_also_divides_by_the_peak_of_bfloat16_products(monkeypatch):
         assert r["mfu_precision"] == pytest.approx(row["flops_per_step"] / r["step_s"] / 7e9)
         assert r["hfu_precision"] == pytest.approx(r["executed_flops_per_step"] / r["step_s"] / 7e9)
         assert r["mfu"] == pytest.approx(row["flops_per_step"] / r["step_s"] / 1e9)
-    lines = run_all.table({"pretrain": result}).splitlines()
+    with helpers.entrypoint_module("bench/run_all.py") as run_all:
+        lines = run_all.table({"pretrain": result}).splitlines()
     (cloze_line,) = [line for line in lines if line.startswith("| pretrain L1/H12/A3/I17")]
     c = row["cloze"]
     assert f"of the bfloat16 peak {c['mfu_precision']:.0%}, HFU {c['hfu_precision']:.0%}" in (
@@ -437,7 +436,8 @@ def test_bf16_run_also_divides_by_the_peak_of_bfloat16_products(monkeypatch):
     result = pretrain_throughput.run(**tiny, vocab_size=53, round_peak={})
     assert calls == ["float32"] * 2 and result["precision_peak"] is None  # the rounds only
     assert "mfu_precision" not in result["sizes"][0]["cloze"]
-    assert "bfloat16" not in run_all.table({"pretrain": result})
+    with helpers.entrypoint_module("bench/run_all.py") as run_all:
+        assert "bfloat16" not in run_all.table({"pretrain": result})
 
 
 def test_parallel_micro_batches_apply_to_both_sides_and_are_recorded(monkeypatch):
