@@ -8,10 +8,19 @@ AdamW from training/optimization.py, all steps in one tf.function), so only the 
   keras_hub  keras_hub.models.BertBackbone + the MaskedLMHead of a keras_hub BertMaskedLM built on
              it (it, too, projects only the masked positions, through the tied table) + a Dense(2)
              NSP head on the backbone's pooled output, which BertMaskedLM lacks.
+Optional peers (extra_peers), not through the Trainer but each trained as its users train it, in
+a bench/peer_worker.py process of its own, from the same config and batch:
+  hf_torch      Hugging Face transformers' BertForPreTraining under PyTorch, eager
+                (bench/torch_peer.py); it projects every position to the vocabulary, so its
+                `hfu` counts that head at all S positions. bench/requirements-torch.txt.
+  model_garden  TF Model Garden's BertPretrainerV2 under tf_keras (bench/model_garden_peer.py;
+                it holds one unused pooler more than the others).
+                bench/requirements-model-garden.txt.
 
 Same sizes, dropout 0.1, batch, sequence length, predictions, precision and input batch (a fixed
 synthetic batch: throughput does not depend on the token values). Timed rounds alternate
-between the two in one process; the best round of each is reported (the machine is shared).
+between the sides (Cloze's and keras-hub's in one process, the optional peers' in their
+workers); the best round of each is reported (the machine is shared).
 
 MFU = bench/flops.bert_pretraining_flops per step / step time / the dense fp32 matmul peak
 (bench/flops.matmul_peak_flops). On a shared machine the peak swings with the load as much as the
@@ -195,6 +204,124 @@ class KerasHubPretrainer(ModelHolder):
         return self.model({k: batch[k] for k in self.input_names}, training=training)
 
 
+# The optional peers, each run by bench/peer_worker.py in a process of its own: the environment
+# its worker needs, and how the table names it.
+WORKER_PEERS = {
+    "hf_torch": {"env": {}, "name": "Hugging Face PyTorch BertForPreTraining (eager; MLM head "
+                 "at every position)", "short": "PyTorch"},
+    "model_garden": {"env": {"TF_USE_LEGACY_KERAS": "1"}, "name": "TF Model Garden "
+                     "BertPretrainerV2 (tf_keras)", "short": "Model Garden"},
+}  # fmt: skip
+
+
+class WorkerPeer:
+    """One of WORKER_PEERS in a bench/peer_worker.py process (its docstring says why a process
+    of its own), with the two things time_trainers and run() use of a Trainer: train_steps and
+    count_params. The worker holds the batch, so train_steps ignores its iterator. `python`: the
+    interpreter that has the peer's libraries (bench/requirements-torch.txt,
+    bench/requirements-model-garden.txt), this one by default. close() ends the worker."""
+
+    def __init__(
+        self, kind: str, config, batch: dict, precision: str, seed: int = 12345, python=None
+    ):
+        import os
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        from modeling import checkpoints
+
+        if kind not in WORKER_PEERS:
+            raise ValueError(f"peer {kind!r}: expected one of {sorted(WORKER_PEERS)}")
+        self.kind = kind
+        self.python = python or sys.executable
+        self._proc = subprocess.Popen(
+            [self.python, "-m", "bench.peer_worker", kind],
+            cwd=Path(__file__).resolve().parents[1],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **WORKER_PEERS[kind]["env"]},
+        )
+        reply = self._ask(
+            {
+                "op": "build",
+                # The same model as Cloze's: its config as the config.json its converter writes.
+                "config": checkpoints.bert_config_to_hf_config(config, heads=True),
+                "batch": {k: np.asarray(v).tolist() for k, v in batch.items()},
+                "precision": precision,
+                "seed": seed,
+                "threads": len(os.sched_getaffinity(0)),  # TensorFlow's pools use every core
+            }
+        )
+        self.params, self.versions, self.threads = (
+            reply["params"],
+            reply["versions"],
+            reply["threads"],
+        )
+
+    def _ask(self, request: dict) -> dict:
+        import json
+
+        try:
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if not line:
+            code = self._proc.wait()
+            raise RuntimeError(
+                f"the {self.kind} peer's worker ({self.python} -m bench.peer_worker {self.kind}) "
+                f"exited with code {code} before answering {request['op']!r}; its stderr is above"
+            )
+        reply = json.loads(line)
+        if "error" in reply:
+            self._proc.wait()
+            hint = (
+                f" (see bench/{REQUIREMENTS[self.kind]}, or name an interpreter that has them "
+                "with --peer_python)"
+                if "ModuleNotFoundError" in reply["error"]
+                else ""
+            )
+            raise RuntimeError(f"the {self.kind} peer ({self.python}): {reply['error']}{hint}")
+        return reply
+
+    def train_steps(self, iterator, steps: int):
+        """`steps` train steps in the worker; rows of (loss, 1.0 if finite else 0.0), the finite
+        flag last as in the Trainer's rows."""
+        losses = np.asarray(self._ask({"op": "train", "steps": int(steps)})["losses"], float)
+        return np.stack([losses, np.isfinite(losses).astype(float)], axis=1)
+
+    def count_params(self) -> int:
+        return int(self.params)
+
+    def close(self):
+        import subprocess
+
+        if self._proc.poll() is None:
+            try:
+                self._proc.stdin.write('{"op": "exit"}\n')
+                self._proc.stdin.close()
+                self._proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):  # a broken pipe, or no exit in time
+                self._proc.kill()
+                self._proc.wait()
+
+
+# Where each worker peer's libraries are pinned.
+REQUIREMENTS = {
+    "hf_torch": "requirements-torch.txt",
+    "model_garden": "requirements-model-garden.txt",
+}
+
+
+def params_of(side) -> int:
+    """A side's parameter count: a Trainer's model's, or a WorkerPeer's."""
+    model = getattr(getattr(side, "task", None), "model", side)
+    return int(model.count_params())
+
+
 def _trainer(strategy, model, use_xla: bool, parallel_micro_batches: int = 1):
     from training import optimization, tasks, trainer
 
@@ -330,6 +457,8 @@ def run(
     parallel_micro_batches: int = 1,
     encoder_branches: int = 1,
     precision_peak: dict | None = None,
+    extra_peers=(),
+    peer_python: str | None = None,
 ) -> dict:
     """The benchmark: per size, tokens/s, step time and MFU of both, and their ratio.
 
@@ -340,6 +469,8 @@ def run(
     the matmul_peak_flops measured before every round (ROUND_PEAK when None; see the module
     docstring). `parallel_micro_batches`: the Trainer option, on both sides alike.
     `encoder_branches`: Cloze's encoder option (build_trainers), on Cloze's side only.
+    `extra_peers`: names of WORKER_PEERS (hf_torch, model_garden) also timed in the same
+    alternating rounds (WorkerPeer; under `peer_python` when given).
     """
     from bench import flops
 
@@ -358,7 +489,10 @@ def run(
             f"step computes in {compute_dtype}"
         )
     round_peak = ROUND_PEAK if round_peak is None else round_peak
-    results = []
+    unknown = sorted(set(extra_peers) - set(WORKER_PEERS))
+    if unknown:
+        raise ValueError(f"extra peers {unknown}: expected some of {sorted(WORKER_PEERS)}")
+    results, peer_info = [], {}
     for spec, n in zip(sizes, steps):
         config = parse_size(spec, vocab_size, seq)
         trainers = build_trainers(
@@ -369,13 +503,27 @@ def run(
             encoder_branches=encoder_branches,
         )
         data = synthetic_batch(batch, seq, predictions, vocab_size)
-        times, peaks = time_trainers(
-            trainers,
-            data,
-            n,
-            rounds,
-            peak_fn=lambda: flops.matmul_peak_flops(**round_peak)["flops_per_s"],
-        )
+        try:
+            for kind in extra_peers:
+                peer = trainers[kind] = WorkerPeer(
+                    kind, config, data, precision, python=peer_python
+                )
+                peer_info[kind] = {
+                    "python": peer.python,
+                    "versions": peer.versions,
+                    "threads": peer.threads,
+                }
+            times, peaks = time_trainers(
+                trainers,
+                data,
+                n,
+                rounds,
+                peak_fn=lambda: flops.matmul_peak_flops(**round_peak)["flops_per_s"],
+            )
+        finally:
+            for side in trainers.values():
+                if isinstance(side, WorkerPeer):
+                    side.close()
         best_peak = max(peak["flops_per_s"], *(p for ps in peaks.values() for p in ps))
         bert_flops = flops.bert_pretraining_flops(config, batch, seq, predictions)
         # What each side's matmuls really do: Cloze's last layer runs only at [CLS] and the
@@ -383,7 +531,14 @@ def run(
         sparse_last = flops.bert_pretraining_flops(
             config, batch, seq, predictions, last_layer_queries=1 + predictions
         )
-        executed = {"cloze": sparse_last, "cloze_plain": sparse_last, "keras_hub": bert_flops}
+        executed = {
+            "cloze": sparse_last,
+            "cloze_plain": sparse_last,
+            "keras_hub": bert_flops,
+            # BertForPreTraining's MLM head runs at every position, not at the P predictions.
+            "hf_torch": flops.bert_pretraining_flops(config, batch, seq, seq),
+            "model_garden": bert_flops,
+        }
         row = {"size": spec, "flops_per_step": bert_flops, "steps_per_round": n}
         for name, t in times.items():
             best = min(t)
@@ -397,7 +552,7 @@ def run(
                 "mfu_rounds": [bert_flops / s / p for s, p in zip(t, peaks[name])],
                 "executed_flops_per_step": executed[name],
                 "hfu": executed[name] / best / best_peak,
-                "params": int(trainers[name].task.model.count_params()),
+                "params": params_of(trainers[name]),
             }
             if precision_peak is not None:
                 top = precision_peak["flops_per_s"]
@@ -409,6 +564,11 @@ def run(
         row["ratio_rounds"] = [
             k / c for c, k in zip(row["cloze"]["step_s_rounds"], row["keras_hub"]["step_s_rounds"])
         ]
+        for kind in extra_peers:  # against each worker peer: the same, per round pair too
+            row[f"ratio_{kind}"] = row["cloze"]["tokens_per_s"] / row[kind]["tokens_per_s"]
+            row[f"ratio_{kind}_rounds"] = [
+                h / c for c, h in zip(row["cloze"]["step_s_rounds"], row[kind]["step_s_rounds"])
+            ]
         if "cloze_plain" in row:  # the encoder branches' own gain, round by round
             row["branches_gain_rounds"] = [
                 p / c
@@ -431,6 +591,7 @@ def run(
         "round_peak": round_peak,
         "onednn": onednn_enabled(),
         "sizes": results,
+        "extra_peers": peer_info,
     }
 
 

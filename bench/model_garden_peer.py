@@ -1,0 +1,140 @@
+"""The TF Model Garden peer of the pretraining benchmark, run by bench/peer_worker.py.
+
+TF Model Garden's (tf-models-official's) BertPretrainerV2 over its BertEncoderV2, with a
+ClassificationHead for NSP, as its BERT pretraining experiment builds them, from the same config
+as Cloze's side (the Hugging Face config.json dict bench/torch_peer.py gets too): its GELU in
+the layers and the MLM transform (BERT's tanh form for "gelu_new", which is Cloze's "gelu";
+exact for "gelu"), dropout 0.1 (the NSP head's too), the same initializer range. Trained as
+Model Garden's MaskedLMTask trains it: the masked LM loss averaged over masked_lm_weights plus
+the NSP loss, global-norm clipping at 1.0 inside its BERT optimizer (AdamWeightDecay: lr 1e-4
+with a linear decay, eps 1e-6, weight decay 0.01 except LayerNorm and bias), and the steps of a
+call in one tf.function's while loop, as its orbit trainer runs them (use_tf_while_loop). Under
+--precision=bf16 the tf_keras policy is mixed_bfloat16 (the losses in float32).
+
+Its encoder also builds a pooler it does not use for NSP (the classification head has its own
+dense layer on [CLS]), so it holds hidden^2 + hidden parameters more than Cloze's model, and
+computes that one (batch x hidden x hidden) product more: negligible work, but a parameter
+count that is not Cloze's.
+
+Model Garden is Keras 2 only (tf_keras): the worker runs with TF_USE_LEGACY_KERAS=1, which is
+why it is a process of its own (the benchmark's own process runs Keras 3). Installed by
+bench/requirements-model-garden.txt.
+"""
+
+from __future__ import annotations
+
+
+class Peer:
+    """BertPretrainerV2, its optimizer, one fixed batch and a compiled loop of train steps."""
+
+    def __init__(self, config: dict, batch: dict, precision: str, seed: int, threads: int):
+        import numpy as np
+        import tensorflow as tf
+        import tf_keras
+        from official.modeling.optimization import legacy_adamw
+        from official.nlp.modeling import layers, models, networks
+
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision {precision!r}: expected fp32 or bf16")
+        approximate = {"gelu_new": True, "gelu": False}.get(config["hidden_act"])
+        if approximate is None:
+            raise ValueError(f"hidden_act {config['hidden_act']!r}: expected gelu_new or gelu")
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf_keras.mixed_precision.set_global_policy(
+            "mixed_bfloat16" if precision == "bf16" else "float32"
+        )
+        tf_keras.utils.set_random_seed(seed)
+
+        def gelu(x):
+            return tf_keras.activations.gelu(x, approximate=approximate)
+
+        init = tf_keras.initializers.TruncatedNormal(stddev=config["initializer_range"])
+        encoder = networks.BertEncoderV2(
+            vocab_size=config["vocab_size"],
+            hidden_size=config["hidden_size"],
+            num_layers=config["num_hidden_layers"],
+            num_attention_heads=config["num_attention_heads"],
+            max_sequence_length=config["max_position_embeddings"],
+            type_vocab_size=config["type_vocab_size"],
+            inner_dim=config["intermediate_size"],
+            inner_activation=gelu,
+            output_dropout=config["hidden_dropout_prob"],
+            attention_dropout=config["attention_probs_dropout_prob"],
+            initializer=init,
+        )
+        nsp = layers.ClassificationHead(
+            inner_dim=config["hidden_size"],
+            num_classes=2,
+            dropout_rate=config["hidden_dropout_prob"],
+            initializer=init,
+            name="next_sentence",
+        )
+        self.model = models.BertPretrainerV2(
+            encoder, mlm_activation=gelu, mlm_initializer=init, classification_heads=[nsp]
+        )
+        self.inputs = {
+            "input_word_ids": tf.constant(np.asarray(batch["input_ids"], np.int32)),
+            "input_mask": tf.constant(np.asarray(batch["input_mask"], np.int32)),
+            "input_type_ids": tf.constant(np.asarray(batch["segment_ids"], np.int32)),
+            "masked_lm_positions": tf.constant(np.asarray(batch["masked_lm_positions"], np.int32)),
+        }
+        ids = tf.constant(np.asarray(batch["masked_lm_ids"], np.int32))
+        weights = tf.constant(np.asarray(batch["masked_lm_weights"], np.float32))
+        sentence = tf.constant(np.asarray(batch["next_sentence_labels"], np.int32).reshape(-1))
+        self.model(self.inputs)  # builds the weights
+        self.optimizer = legacy_adamw.AdamWeightDecay(
+            learning_rate=tf_keras.optimizers.schedules.PolynomialDecay(1e-4, 10_000, 0.0),
+            epsilon=1e-6,
+            weight_decay_rate=0.01,
+            exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"],
+            gradient_clip_norm=1.0,
+        )
+        model, optimizer, inputs = self.model, self.optimizer, self.inputs
+        loss_fn = tf_keras.losses.sparse_categorical_crossentropy
+
+        def step():
+            with tf.GradientTape() as tape:
+                out = model(inputs, training=True)
+                mlm = loss_fn(ids, tf.cast(out["mlm_logits"], tf.float32), from_logits=True)
+                mlm = tf.reduce_sum(mlm * weights) / (tf.reduce_sum(weights) + 1e-5)
+                logits = tf.cast(out["next_sentence"], tf.float32)
+                loss = mlm + tf.reduce_mean(loss_fn(sentence, logits, from_logits=True))
+            variables = model.trainable_variables
+            optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            return loss
+
+        @tf.function
+        def train(steps):
+            losses = tf.TensorArray(tf.float32, size=steps)
+            for i in tf.range(steps):
+                losses = losses.write(i, step())
+            return losses.stack()
+
+        self._train = train
+        self.versions = {
+            "tensorflow": tf.__version__,
+            "tf_keras": tf_keras.__version__,
+            "tf_models_official": _version("tf-models-official"),
+        }
+
+    def count_params(self) -> int:
+        return int(self.model.count_params())
+
+    def train(self, steps: int) -> list:
+        import tensorflow as tf
+
+        return [float(x) for x in self._train(tf.constant(steps, tf.int32)).numpy()]
+
+    def get_num_threads(self) -> int:
+        import tensorflow as tf
+
+        return tf.config.threading.get_intra_op_parallelism_threads()
+
+
+def _version(package: str) -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,100 @@
+"""The Hugging Face PyTorch peer of the pretraining benchmark, run by bench/peer_worker.py.
+
+transformers' BertForPreTraining (MLM + NSP heads, the MLM decoder tied to the word table), built
+from the same BertConfig as Cloze's side (modeling/checkpoints.bert_config_to_hf_config: the
+same computation, BERT's tanh GELU as "gelu_new", dropout 0.1), trained the way a PyTorch user
+trains it: eager forward with `labels` (-100 where no loss is read) and `next_sentence_label`,
+backward, global-norm clipping at 1.0, torch.optim.AdamW with BERT's settings (lr 1e-4, eps
+1e-6, weight decay 0.01 except LayerNorm and bias) and a linear decay. Under --precision=bf16
+the forward runs in torch.autocast("cpu", bfloat16), PyTorch's counterpart of Keras'
+mixed_bfloat16 policy (float32 weights and optimizer). BertForPreTraining projects every
+position to the vocabulary, not only the masked ones: that is the model users run, so it is
+what is timed, and pretrain_throughput counts those FLOPs in its `hfu`. torch.compile
+(inductor) gave no gain at L4/H256 batch 8 on the thirty-ninth session's host (0.80-0.83 s a
+step against 0.74-0.87 eager, after 49 s of compiling), so the eager model is timed.
+Installed by bench/requirements-torch.txt.
+"""
+
+from __future__ import annotations
+
+
+def torch_batch(batch: dict, torch):
+    """The benchmark's pretraining batch (TFRecord feature names, numpy or nested lists) as
+    BertForPreTraining's keyword arguments: `labels` is -100 but at the masked positions, which
+    hold the masked ids (masked_lm_weights 0 leaves a position out, as in the original's loss)."""
+    import numpy as np
+
+    ids = np.asarray(batch["input_ids"], np.int64)
+    positions = np.asarray(batch["masked_lm_positions"], np.int64)
+    targets = np.asarray(batch["masked_lm_ids"], np.int64)
+    weights = np.asarray(batch["masked_lm_weights"], np.float32)
+    labels = np.full_like(ids, -100)
+    rows = np.repeat(np.arange(ids.shape[0])[:, None], positions.shape[1], axis=1)
+    keep = weights > 0
+    labels[rows[keep], positions[keep]] = targets[keep]
+    return {
+        "input_ids": torch.tensor(ids),
+        "attention_mask": torch.tensor(np.asarray(batch["input_mask"], np.int64)),
+        "token_type_ids": torch.tensor(np.asarray(batch["segment_ids"], np.int64)),
+        "labels": torch.tensor(labels),
+        "next_sentence_label": torch.tensor(
+            np.asarray(batch["next_sentence_labels"], np.int64).reshape(-1)
+        ),
+    }
+
+
+class Peer:
+    """BertForPreTraining, its optimizer and one fixed batch (module docstring)."""
+
+    def __init__(self, config: dict, batch: dict, precision: str, seed: int, threads: int):
+        import torch
+        import transformers
+
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision {precision!r}: expected fp32 or bf16")
+        torch.set_num_threads(threads)
+        torch.manual_seed(seed)
+        self.torch = torch
+        hf_config = transformers.BertConfig(**config)
+        self.model = transformers.BertForPreTraining(hf_config)
+        self.model.train()
+        no_decay = [p for n, p in self.model.named_parameters() if _no_decay(n)]
+        decay = [p for n, p in self.model.named_parameters() if not _no_decay(n)]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=1e-4,
+            betas=(0.9, 0.999),
+            eps=1e-6,
+        )
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: max(0.0, 1.0 - step / 10_000)
+        )
+        self.precision = precision
+        self.batch = torch_batch(batch, torch)
+        self.versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+
+    def get_num_threads(self) -> int:
+        return self.torch.get_num_threads()
+
+    def count_params(self) -> int:
+        # Tied weights (the MLM decoder is the word table) are one parameter, counted once.
+        return sum(p.numel() for p in self.model.parameters())
+
+    def step(self) -> float:
+        torch = self.torch
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+            loss = self.model(**self.batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.schedule.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    def train(self, steps: int) -> list:
+        return [self.step() for _ in range(steps)]
+
+
+def _no_decay(name: str) -> bool:
+    """BERT's AdamW leaves LayerNorm and bias out of the weight decay (training/optimization)."""
+    return "LayerNorm" in name or name.endswith("bias")

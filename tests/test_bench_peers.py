@@ -1,0 +1,240 @@
+"""The pretraining benchmark's optional peers, each in a worker process (bench/peer_worker.py,
+bench/torch_peer.py, bench/model_garden_peer.py, pretrain_throughput.WorkerPeer).
+
+CI installs neither PyTorch nor Model Garden (bench/requirements-torch.txt and
+bench/requirements-model-garden.txt are the bench's own), so the protocol, the batch's
+translation and the run's bookkeeping are tested against a stand-in worker that answers as the
+real one does; the real peers are tested where the interpreter in CLOZE_PEER_PYTHON (or this
+one) has their libraries.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import flops, peer_worker, pretrain_throughput, torch_peer
+from modeling import checkpoints
+from tests import helpers
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = "L1/H12/A3/I17"
+
+# A stand-in for the worker: bench/peer_worker.py's own main() and protocol, with the peer's
+# module (the part that needs torch or Model Garden) replaced by one whose Peer records what it
+# was sent and the environment it ran in, prints to stdout as a chatty library would, and
+# sleeps instead of training.
+_FAKE_WORKER = """
+import json, os, sys, time, types
+sys.path.insert(0, {repo!r})
+from bench import peer_worker
+
+class FakePeer:
+    def __init__(self, config, batch, precision, seed, threads):
+        if os.environ.get("FAKE_PEER_MISSING"):
+            raise ModuleNotFoundError("No module named 'torch'")
+        print("a library's chatter on stdout")
+        with open({log!r}, "w") as f:
+            json.dump(dict(config=config, batch=batch, precision=precision, threads=threads,
+                           argv=sys.argv[1:], legacy=os.environ.get("TF_USE_LEGACY_KERAS")), f)
+        self.versions = {{"fake": "1"}}
+        self.threads = threads
+        self.losses = iter(json.loads(os.environ.get("FAKE_PEER_LOSSES", "[]")))
+
+    def count_params(self):
+        return 1234
+
+    def get_num_threads(self):
+        return self.threads
+
+    def train(self, steps):
+        time.sleep(0.002 * steps)
+        return [next(self.losses, 1.0) for _ in range(steps)]
+
+if os.environ.get("FAKE_PEER_EXIT"):
+    sys.exit(int(os.environ["FAKE_PEER_EXIT"]))
+for module in peer_worker.PEERS.values():
+    sys.modules[module] = types.SimpleNamespace(Peer=FakePeer)
+sys.exit(peer_worker.main(["peer_worker", sys.argv[-1]]))
+"""
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    """An "interpreter" for WorkerPeer(python=...) that runs the stand-in worker; returns it and
+    the file where the stand-in records its build request."""
+    log = tmp_path / "build.json"
+    worker = tmp_path / "fake_worker.py"
+    worker.write_text(_FAKE_WORKER.format(repo=str(REPO), log=str(log)))
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{worker}" "$@"\n')
+    python.chmod(0o755)
+    return str(python), log
+
+
+def test_the_batch_becomes_labels_at_the_weighted_masked_positions_only():
+    batch = pretrain_throughput.synthetic_batch(3, 7, 2, 53)
+    batch["masked_lm_weights"][1, 1] = 0.0  # a padded prediction: no loss there
+    fake_torch = types.SimpleNamespace(tensor=np.asarray)
+    got = torch_peer.torch_batch({k: v.tolist() for k, v in batch.items()}, fake_torch)
+    want = np.full((3, 7), -100)
+    for row in range(3):
+        for j in range(2):
+            if batch["masked_lm_weights"][row, j] > 0:
+                want[row, batch["masked_lm_positions"][row, j]] = batch["masked_lm_ids"][row, j]
+    np.testing.assert_array_equal(got["labels"], want)
+    assert (got["labels"] != -100).sum() == 5
+    np.testing.assert_array_equal(got["input_ids"], batch["input_ids"])
+    np.testing.assert_array_equal(got["attention_mask"], batch["input_mask"])
+    np.testing.assert_array_equal(got["token_type_ids"], batch["segment_ids"])
+    np.testing.assert_array_equal(got["next_sentence_label"], batch["next_sentence_labels"][:, 0])
+    assert all(v.dtype == np.int64 for v in got.values())
+
+
+def test_the_worker_replies_an_error_and_exits_on_a_bad_request():
+    class NoPeer:  # never built by these requests
+        pass
+
+    replies = io.StringIO()
+    assert peer_worker.serve(NoPeer, ['{"op": "train", "steps": 1}\n'], replies) == 1
+    assert json.loads(replies.getvalue()) == {"error": "RuntimeError: train before build"}
+    replies = io.StringIO()
+    assert peer_worker.serve(NoPeer, ["\n", '{"op": "fly"}\n', '{"op": "exit"}\n'], replies) == 1
+    assert json.loads(replies.getvalue()) == {"error": "ValueError: unknown op 'fly'"}
+    assert peer_worker.serve(NoPeer, ['{"op": "exit"}\n'], io.StringIO()) == 0
+    assert peer_worker.main(["peer_worker", "jax"]) == 2  # not a peer it knows: usage
+    with pytest.raises(ValueError, match=r"peer 'jax': expected one of \['hf_torch', 'model_gar"):
+        pretrain_throughput.WorkerPeer("jax", None, {}, "fp32")
+
+
+@pytest.mark.parametrize("kind", ["hf_torch", "model_garden"])
+def test_worker_peer_speaks_to_its_worker_and_names_what_went_wrong(kind, fake_python, monkeypatch):
+    python, log = fake_python
+    config = pretrain_throughput.parse_size(TINY, vocab_size=53, max_seq_length=7)
+    batch = pretrain_throughput.synthetic_batch(3, 7, 2, 53)
+    monkeypatch.setenv("FAKE_PEER_LOSSES", json.dumps([2.0, float("nan"), 1.5]))
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    peer = pretrain_throughput.WorkerPeer(kind, config, batch, "bf16", python=python)
+    sent = json.loads(log.read_text())
+    assert sent["argv"] == ["-m", "bench.peer_worker", kind]
+    # Model Garden is Keras 2: its worker alone runs with TF_USE_LEGACY_KERAS=1.
+    assert sent["legacy"] == ("1" if kind == "model_garden" else None)
+    # The same model: Cloze's config as the Hugging Face config.json its converter writes.
+    assert sent["config"] == checkpoints.bert_config_to_hf_config(config, heads=True)
+    assert sent["precision"] == "bf16" and sent["threads"] == len(os.sched_getaffinity(0))
+    assert {k: np.asarray(v).tolist() for k, v in batch.items()} == sent["batch"]
+    assert peer.count_params() == 1234 and peer.versions == {"fake": "1"}
+    # Rows as the Trainer's: the loss, then 1.0 where it is finite (the stdout chatter of the
+    # build did not get into the replies).
+    rows = peer.train_steps(None, 3)
+    np.testing.assert_array_equal(rows[:, 1], [1.0, 0.0, 1.0])
+    assert rows[0, 0] == 2.0 and rows[2, 0] == 1.5
+    peer.close()
+    assert peer._proc.returncode == 0  # it was told to exit, and did
+
+    monkeypatch.setenv("FAKE_PEER_MISSING", "1")
+    want = pretrain_throughput.REQUIREMENTS[kind].replace(".", r"\.")
+    with pytest.raises(RuntimeError, match=rf"No module named 'torch'.*bench/{want}"):
+        pretrain_throughput.WorkerPeer(kind, config, batch, "fp32", python=python)
+    monkeypatch.setenv("FAKE_PEER_EXIT", "3")
+    with pytest.raises(RuntimeError, match=r"exited with code 3 before answering 'build'"):
+        pretrain_throughput.WorkerPeer(kind, config, batch, "fp32", python=python)
+
+
+def test_the_run_times_the_extra_peers_in_the_same_rounds(fake_python, monkeypatch):
+    python, _ = fake_python
+    monkeypatch.setattr(flops, "matmul_peak_flops", lambda **_: {"flops_per_s": 1e9, "by_size": {}})
+    monkeypatch.setattr(pretrain_throughput, "print", lambda *_: None, raising=False)
+    result = pretrain_throughput.run(
+        (TINY,), 3, 7, 2, 2, 2, peak={"flops_per_s": 1e9}, vocab_size=53, round_peak={},
+        extra_peers=("hf_torch", "model_garden"), peer_python=python,
+    )  # fmt: skip
+    threads = len(os.sched_getaffinity(0))
+    info = {"python": python, "versions": {"fake": "1"}, "threads": threads}
+    assert result["extra_peers"] == {"hf_torch": info, "model_garden": info}
+    row, config = result["sizes"][0], pretrain_throughput.parse_size(TINY, 53, 7)
+    c = row["cloze"]
+    for kind in ("hf_torch", "model_garden"):
+        h = row[kind]
+        assert len(h["step_s_rounds"]) == 2 and len(h["peak_rounds"]) == 2
+        assert h["tokens_per_s"] == pytest.approx(3 * 7 / min(h["step_s_rounds"]))
+        assert h["params"] == 1234
+        assert h["mfu"] == pytest.approx(row["flops_per_step"] / h["step_s"] / 1e9)
+        assert row[f"ratio_{kind}"] == pytest.approx(c["tokens_per_s"] / h["tokens_per_s"])
+        assert row[f"ratio_{kind}_rounds"] == pytest.approx(
+            [t / s for s, t in zip(c["step_s_rounds"], h["step_s_rounds"])]
+        )
+    # PyTorch's BertForPreTraining runs its MLM head at all 7 positions, not the 2 predictions:
+    # more FLOPs than the model count, which its MFU still divides by, as every side's.
+    assert row["hf_torch"]["executed_flops_per_step"] == flops.bert_pretraining_flops(
+        config, 3, 7, 7
+    )
+    assert row["hf_torch"]["executed_flops_per_step"] > row["flops_per_step"]
+    assert row["model_garden"]["executed_flops_per_step"] == row["flops_per_step"]
+    assert row["ratio"] == pytest.approx(c["tokens_per_s"] / row["keras_hub"]["tokens_per_s"])
+    with helpers.entrypoint_module("bench/run_all.py") as run_all:
+        lines = run_all.table({"pretrain": result}).splitlines()
+    (torch_line,) = [x for x in lines if "| PyTorch " in x]
+    h = row["hf_torch"]
+    assert f"| {row['ratio_hf_torch']:.2f} (rounds " in torch_line
+    assert f"HFU {h['hfu']:.0%}" in torch_line
+    (garden_line,) = [x for x in lines if "| Model Garden " in x]
+    assert f"| {row['ratio_model_garden']:.2f} (rounds " in garden_line
+    assert "HFU" not in garden_line  # it executes the model count
+    with pytest.raises(ValueError, match=r"extra peers \['jax'\]"):
+        pretrain_throughput.run(
+            (TINY,), 3, 7, 2, 1, 1, peak={"flops_per_s": 1}, extra_peers=["jax"]
+        )
+
+
+def _peer_python(*modules) -> str | None:
+    """The interpreter that imports `modules`: CLOZE_PEER_PYTHON, else this one; None when it
+    does not."""
+    python = os.environ.get("CLOZE_PEER_PYTHON", sys.executable)
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1"}
+    probe = subprocess.run(
+        [python, "-c", "import " + ", ".join(modules)], capture_output=True, timeout=300, env=env
+    )
+    return python if probe.returncode == 0 else None
+
+
+@pytest.mark.parametrize(
+    "kind, modules, extra_params",
+    [
+        ("hf_torch", ("torch", "transformers"), lambda h: 0),
+        # Model Garden's encoder also holds a pooler its NSP head does not use (hidden^2 + hidden).
+        ("model_garden", ("tf_keras", "official.nlp.modeling"), lambda h: h * h + h),
+    ],
+)
+def test_the_real_peers_hold_clozes_parameters_and_train(kind, modules, extra_params):
+    python = _peer_python(*modules)
+    if python is None:
+        want = pretrain_throughput.REQUIREMENTS[kind]
+        pytest.skip(f"no {', '.join(modules)} (bench/{want}; CLOZE_PEER_PYTHON)")
+    from modeling import bert
+
+    config = pretrain_throughput.parse_size(TINY, vocab_size=53, max_seq_length=7)
+    cloze = bert.BertPretrainer(config, "nsp")
+    cloze.build()
+    batch = pretrain_throughput.synthetic_batch(3, 7, 2, 53)
+    for precision in ("fp32", "bf16"):
+        peer = pretrain_throughput.WorkerPeer(kind, config, batch, precision, python=python)
+        try:
+            # The same network, to the last parameter (the MLM decoder tied to the word table).
+            assert peer.count_params() == cloze.count_params() + extra_params(12)
+            rows = peer.train_steps(None, 50)
+        finally:
+            peer.close()
+        assert rows[:, 1].all(), rows
+        # One fixed batch, 50 AdamW steps at 1e-4: the loss (MLM ~ln 53 + NSP ~ln 2 at the
+        # start) falls by about 0.003 a step, under dropout's noise of a few hundredths.
+        assert rows[0, 0] == pytest.approx(np.log(53) + np.log(2), abs=1.0)
+        assert rows[-5:, 0].mean() < rows[:5, 0].mean() - 0.08, rows[:, 0]
