@@ -25,14 +25,26 @@ train(steps) -> the steps' losses, get_num_threads() and a `versions` dict.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
 import time
 
-# The sides this worker runs, and the module holding each one's Peer class.
-PEERS = {"hf_torch": "bench.torch_peer", "model_garden": "bench.model_garden_peer"}
+# The sides this worker runs.
+PEERS = ("hf_torch", "model_garden")
+
+
+def peer_class(kind: str):
+    """The Peer class of side `kind` (its module imports its libraries only when it builds)."""
+    if kind == "hf_torch":
+        from bench import torch_peer
+
+        return torch_peer.Peer
+    if kind == "model_garden":
+        from bench import model_garden_peer
+
+        return model_garden_peer.Peer
+    raise ValueError(f"peer {kind!r}: expected one of {PEERS}")
 
 
 def serve(peer_class, requests, replies) -> int:
@@ -80,12 +92,12 @@ def main(argv) -> int:
     if len(argv) != 2 or argv[1] not in PEERS:
         print(f"usage: python -m bench.peer_worker {{{'|'.join(PEERS)}}}", file=sys.stderr)
         return 2
-    peer_class = importlib.import_module(PEERS[argv[1]]).Peer
+    chosen = peer_class(argv[1])
     # The protocol keeps the real stdout; whatever the libraries print goes to stderr instead.
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    return serve(peer_class, sys.stdin, replies)
+    return serve(chosen, sys.stdin, replies)
 
 
 if __name__ == "__main__":
