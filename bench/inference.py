@@ -8,6 +8,13 @@ difference of the sequence output at real positions, and of the pooled output), 
 models provably compute the same function. The Keras models are timed as tf.functions (traced
 once, like a serving graph), with jit_compile following `use_xla`; timed rounds alternate and the
 best of each is reported.
+
+With extra_peers=("hf_torch",) Hugging Face PyTorch's BertModel is a fourth side: the checkpoint
+exported by checkpoints.save_hf_bert (convert_checkpoint.py --to=hf) and loaded by
+transformers' from_pretrained in a bench/peer_worker.py process (WorkerEncoder), eval mode
+under torch.inference_mode, its outputs compared like the others'. Model Garden has no
+inference side here (no converter from Cloze's weights into its encoder); it is recorded as
+skipped.
 """
 
 from __future__ import annotations
@@ -72,6 +79,47 @@ def export(
         checkpoints.export_saved_model(model, out, model_dir / "vocab.txt", True, seq)
     else:
         checkpoints.export_keras_hub(model, out, model_dir / "vocab.txt", True)
+
+
+class WorkerEncoder:
+    """The inference side `kind` (hf_torch) in a bench/peer_worker.py process, holding the
+    encoder in `model_dir` (a Hugging Face folder) and `batch`: time(steps) runs the passes there
+    and returns the seconds they took as seen from here; outputs() the last pass' outputs."""
+
+    def __init__(self, kind: str, model_dir, batch: dict, python=None):
+        import os
+
+        from bench import pretrain_throughput
+
+        self.worker = pretrain_throughput.Worker(
+            kind,
+            {
+                "op": "build_encoder",
+                "model_dir": str(model_dir),
+                "batch": {k: np.asarray(v).tolist() for k, v in batch.items()},
+                "threads": len(os.sched_getaffinity(0)),
+            },
+            python,
+        )
+        self.out = Path(model_dir) / "outputs.npz"
+
+    def time(self, steps: int) -> float:
+        start = time.perf_counter()
+        self.worker._ask({"op": "infer", "steps": int(steps)})
+        return time.perf_counter() - start
+
+    def outputs(self):
+        """(sequence_output, pooled_output) of one pass, as numpy arrays."""
+        self.worker._ask({"op": "infer", "steps": 1, "save": str(self.out)})
+        with np.load(self.out) as saved:
+            return saved["sequence_output"], saved["pooled_output"]
+
+    def close(self):
+        self.worker.close()
+
+
+# The extra peers with an inference side here.
+INFERENCE_PEERS = ("hf_torch",)
 
 
 def build_models(
@@ -140,14 +188,17 @@ def build_models(
 
 def max_differences(models: dict, batch: dict) -> dict:
     """Max abs difference of each model's outputs from cloze_keras's: sequence output at real
-    positions, pooled output."""
+    positions, pooled output. A WorkerEncoder gives the outputs of its own batch, `batch`."""
     ref_seq, ref_pool = (x.numpy() for x in models["cloze_keras"](batch))
     real = np.asarray(batch["input_mask"]).astype(bool)
     out = {}
     for name, fn in models.items():
         if name == "cloze_keras":
             continue
-        seq_out, pool = (x.numpy() for x in fn(batch))
+        if isinstance(fn, WorkerEncoder):
+            seq_out, pool = fn.outputs()
+        else:
+            seq_out, pool = (x.numpy() for x in fn(batch))
         out[name] = {
             "sequence_output": float(np.abs(seq_out[real] - ref_seq[real]).max()),
             "pooled_output": float(np.abs(pool - ref_pool).max()),
@@ -167,32 +218,57 @@ def run(
     in_process: bool = False,
     tolerance: float = 1e-4,
     encoder_branches: int = 1,
+    extra_peers=(),
+    peer_python: str | None = None,
 ) -> dict:
     """The benchmark; raises if the models' outputs differ by more than `tolerance`.
-    `encoder_branches`: Cloze's encoder option (build_models), on Cloze's side only."""
+    `encoder_branches`: Cloze's encoder option (build_models), on Cloze's side only.
+    `extra_peers`: of pretrain_throughput.WORKER_PEERS, those in INFERENCE_PEERS become sides
+    (WorkerEncoder, under `peer_python` when given); the others are recorded as skipped."""
     import tempfile
 
     import tensorflow as tf
 
     from bench import pretrain_throughput
+    from modeling import checkpoints
 
     config = pretrain_throughput.parse_size(size, vocab_size, seq)
     work = Path(work_dir or tempfile.mkdtemp(prefix="cloze_bench_inference_"))
+    for kind in extra_peers:
+        pretrain_throughput.Worker.checked(kind)
     models = build_models(config, work, seq, use_xla, in_process, encoder_branches)
-    data = {k: tf.constant(v) for k, v in padded_batch(batch, seq, vocab_size).items()}
-    diffs = max_differences(models, data)
-    worst = max(v for d in diffs.values() for v in d.values())
-    if worst > tolerance:
-        raise ValueError(f"outputs differ by up to {worst:g} > {tolerance:g}: {diffs}")
-    times = {name: [] for name in models}
-    for r in range(rounds):
-        order = list(models) if r % 2 == 0 else list(reversed(models))
-        for name in order:
-            start = time.perf_counter()
-            for _ in range(steps):
-                out = models[name](data)
-            out[0].numpy()  # wait for the last batch
-            times[name].append((time.perf_counter() - start) / steps)
+    inputs = padded_batch(batch, seq, vocab_size)
+    data = {k: tf.constant(v) for k, v in inputs.items()}
+    skipped = {}
+    try:
+        for kind in extra_peers:
+            if kind not in INFERENCE_PEERS:
+                skipped[kind] = "no inference side (no converter from Cloze's weights to it)"
+                continue
+            # The same weights, as the Hugging Face folder convert_checkpoint.py --to=hf writes.
+            hf_dir = work / kind
+            checkpoints.save_hf_bert(checkpoints.load_cloze(str(work / "cloze"), config)[0], hf_dir)
+            models[kind] = WorkerEncoder(kind, hf_dir, inputs, python=peer_python)
+        diffs = max_differences(models, data)
+        worst = max(v for d in diffs.values() for v in d.values())
+        if worst > tolerance:
+            raise ValueError(f"outputs differ by up to {worst:g} > {tolerance:g}: {diffs}")
+        times = {name: [] for name in models}
+        for r in range(rounds):
+            order = list(models) if r % 2 == 0 else list(reversed(models))
+            for name in order:
+                if isinstance(models[name], WorkerEncoder):
+                    times[name].append(models[name].time(steps) / steps)
+                    continue
+                start = time.perf_counter()
+                for _ in range(steps):
+                    out = models[name](data)
+                out[0].numpy()  # wait for the last batch
+                times[name].append((time.perf_counter() - start) / steps)
+    finally:
+        for fn in models.values():
+            if isinstance(fn, WorkerEncoder):
+                fn.close()
     result = {
         "size": size,
         "batch": batch,
@@ -202,6 +278,12 @@ def run(
         "padding_fraction": 1.0 - float(np.mean(data["input_mask"].numpy())),
         "max_abs_difference": diffs,
         "tolerance": tolerance,
+        "extra_peers": {
+            kind: {"python": m.worker.python, "versions": m.worker.versions}
+            for kind, m in models.items()
+            if isinstance(m, WorkerEncoder)
+        },
+        "skipped_peers": skipped,
     }
     for name, t in times.items():
         result[name] = {"batch_s": min(t), "batch_s_rounds": t, "sequences_per_s": batch / min(t)}
@@ -212,6 +294,14 @@ def run(
         # Per round (each side timed once per round, order alternating): one lucky round moves
         # the best-of ratio above by 20% on this shared host; the rounds show the spread.
         result[f"ratio_{name}_rounds"] = [h / c for h, c in zip(times["keras_hub"], times[name])]
+        for kind in INFERENCE_PEERS:  # against each worker side likewise
+            if kind in times:
+                result[f"ratio_{name}_{kind}"] = (
+                    result[name]["sequences_per_s"] / result[kind]["sequences_per_s"]
+                )
+                result[f"ratio_{name}_{kind}_rounds"] = [
+                    h / c for h, c in zip(times[kind], times[name])
+                ]
     if "cloze_keras_plain" in times:  # the encoder branches' own gain, round by round
         result["branches_gain_rounds"] = [
             p / c for p, c in zip(times["cloze_keras_plain"], times["cloze_keras"])

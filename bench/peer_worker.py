@@ -16,11 +16,16 @@ for itself; anything a library prints goes to stderr):
    "precision": "fp32"|"bf16", "seed": int, "threads": int}
       ->  {"params": int, "versions": {...}, "threads": int}
   {"op": "train", "steps": int}  ->  {"losses": [...], "seconds": float}
+  {"op": "build_encoder", "model_dir": <a Hugging Face BertModel folder>, "batch": <input_ids,
+   input_mask, segment_ids>, "threads": int}  ->  as build (hf_torch only: the inference side)
+  {"op": "infer", "steps": int, "save": <.npz path> | null}  ->  {"seconds": float}; the last
+   pass' sequence_output and pooled_output go to `save` when given
   {"op": "exit"}
 An error in a request replies {"error": "<type>: <message>"} and the worker exits 1.
 
-A peer is a class Peer(config, batch, precision, seed, threads) with count_params(),
-train(steps) -> the steps' losses, get_num_threads() and a `versions` dict.
+A peer's module has a class Peer(config, batch, precision, seed, threads) with count_params(),
+train(steps) -> the steps' losses, get_num_threads() and a `versions` dict, and may have a class
+Encoder(model_dir, batch, threads) with the same but infer(steps, save) for train.
 """
 
 from __future__ import annotations
@@ -34,22 +39,24 @@ import time
 PEERS = ("hf_torch", "model_garden")
 
 
-def peer_class(kind: str):
-    """The Peer class of side `kind` (its module imports its libraries only when it builds)."""
+def peer_module(kind: str):
+    """The module of side `kind`: its Peer class (pretraining) and, where the benchmark has
+    one, its Encoder class (inference). It imports its libraries only when one is built."""
     if kind == "hf_torch":
         from bench import torch_peer
 
-        return torch_peer.Peer
+        return torch_peer
     if kind == "model_garden":
         from bench import model_garden_peer
 
-        return model_garden_peer.Peer
+        return model_garden_peer
     raise ValueError(f"peer {kind!r}: expected one of {PEERS}")
 
 
-def serve(peer_class, requests, replies) -> int:
-    """Answers the protocol's requests (module docstring) until `exit` or end of input."""
-    peer = None
+def serve(module, requests, replies) -> int:
+    """Answers the protocol's requests (module docstring) with `module`'s Peer and Encoder
+    until `exit` or end of input."""
+    built = {}  # "train": the Peer, "infer": the Encoder
     for line in requests:
         if not line.strip():
             continue
@@ -58,25 +65,38 @@ def serve(peer_class, requests, replies) -> int:
             op = request["op"]
             if op == "exit":
                 return 0
-            if op == "build":
-                peer = peer_class(
-                    request["config"],
-                    request["batch"],
-                    request["precision"],
-                    request["seed"],
-                    request["threads"],
-                )
+            if op in ("build", "build_encoder"):
+                if op == "build":
+                    side = built["train"] = module.Peer(
+                        request["config"],
+                        request["batch"],
+                        request["precision"],
+                        request["seed"],
+                        request["threads"],
+                    )
+                elif getattr(module, "Encoder", None) is None:
+                    raise ValueError(f"{module.__name__} has no Encoder: no inference side")
+                else:
+                    side = built["infer"] = module.Encoder(
+                        request["model_dir"], request["batch"], request["threads"]
+                    )
                 reply = {
-                    "params": peer.count_params(),
-                    "versions": peer.versions,
-                    "threads": peer.get_num_threads(),
+                    "params": side.count_params(),
+                    "versions": side.versions,
+                    "threads": side.get_num_threads(),
                 }
-            elif op == "train":
-                if peer is None:
-                    raise RuntimeError("train before build")
+            elif op in ("train", "infer"):
+                if op not in built:
+                    raise RuntimeError(
+                        f"{op} before {'build' if op == 'train' else 'build_encoder'}"
+                    )
                 start = time.perf_counter()
-                losses = peer.train(int(request["steps"]))
-                reply = {"losses": losses, "seconds": time.perf_counter() - start}
+                if op == "train":
+                    reply = {"losses": built["train"].train(int(request["steps"]))}
+                else:
+                    built["infer"].infer(int(request["steps"]), request.get("save"))
+                    reply = {}
+                reply["seconds"] = time.perf_counter() - start
             else:
                 raise ValueError(f"unknown op {op!r}")
         except Exception as e:  # noqa: BLE001 -- the caller gets the message, then the exit
@@ -92,12 +112,12 @@ def main(argv) -> int:
     if len(argv) != 2 or argv[1] not in PEERS:
         print(f"usage: python -m bench.peer_worker {{{'|'.join(PEERS)}}}", file=sys.stderr)
         return 2
-    chosen = peer_class(argv[1])
+    module = peer_module(argv[1])
     # The protocol keeps the real stdout; whatever the libraries print goes to stderr instead.
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    return serve(chosen, sys.stdin, replies)
+    return serve(module, sys.stdin, replies)
 
 
 if __name__ == "__main__":

@@ -214,26 +214,19 @@ WORKER_PEERS = {
 }  # fmt: skip
 
 
-class WorkerPeer:
-    """One of WORKER_PEERS in a bench/peer_worker.py process (its docstring says why a process
-    of its own), with the two things time_trainers and run() use of a Trainer: train_steps and
-    count_params. The worker holds the batch, so train_steps ignores its iterator. `python`: the
-    interpreter that has the peer's libraries (bench/requirements-torch.txt,
+class Worker:
+    """A bench/peer_worker.py process running side `kind` of WORKER_PEERS (its docstring says
+    why a process of its own and what it answers), built by the request `build`. `python`: the
+    interpreter that has the side's libraries (bench/requirements-torch.txt,
     bench/requirements-model-garden.txt), this one by default. close() ends the worker."""
 
-    def __init__(
-        self, kind: str, config, batch: dict, precision: str, seed: int = 12345, python=None
-    ):
+    def __init__(self, kind: str, build: dict, python=None):
         import os
         import subprocess
         import sys
         from pathlib import Path
 
-        from modeling import checkpoints
-
-        if kind not in WORKER_PEERS:
-            raise ValueError(f"peer {kind!r}: expected one of {sorted(WORKER_PEERS)}")
-        self.kind = kind
+        self.kind = self.checked(kind)
         self.python = python or sys.executable
         self._proc = subprocess.Popen(
             [self.python, "-m", "bench.peer_worker", kind],
@@ -243,22 +236,18 @@ class WorkerPeer:
             text=True,
             env={**os.environ, **WORKER_PEERS[kind]["env"]},
         )
-        reply = self._ask(
-            {
-                "op": "build",
-                # The same model as Cloze's: its config as the config.json its converter writes.
-                "config": checkpoints.bert_config_to_hf_config(config, heads=True),
-                "batch": {k: np.asarray(v).tolist() for k, v in batch.items()},
-                "precision": precision,
-                "seed": seed,
-                "threads": len(os.sched_getaffinity(0)),  # TensorFlow's pools use every core
-            }
-        )
+        reply = self._ask(build)
         self.params, self.versions, self.threads = (
             reply["params"],
             reply["versions"],
             reply["threads"],
         )
+
+    @staticmethod
+    def checked(kind: str) -> str:
+        if kind not in WORKER_PEERS:
+            raise ValueError(f"peer {kind!r}: expected one of {sorted(WORKER_PEERS)}")
+        return kind
 
     def _ask(self, request: dict) -> dict:
         import json
@@ -287,12 +276,6 @@ class WorkerPeer:
             raise RuntimeError(f"the {self.kind} peer ({self.python}): {reply['error']}{hint}")
         return reply
 
-    def train_steps(self, iterator, steps: int):
-        """`steps` train steps in the worker; rows of (loss, 1.0 if finite else 0.0), the finite
-        flag last as in the Trainer's rows."""
-        losses = np.asarray(self._ask({"op": "train", "steps": int(steps)})["losses"], float)
-        return np.stack([losses, np.isfinite(losses).astype(float)], axis=1)
-
     def count_params(self) -> int:
         return int(self.params)
 
@@ -307,6 +290,37 @@ class WorkerPeer:
             except (OSError, subprocess.TimeoutExpired):  # a broken pipe, or no exit in time
                 self._proc.kill()
                 self._proc.wait()
+
+
+class WorkerPeer(Worker):
+    """A pretraining side in a worker (Worker), with the two things time_trainers and run()
+    use of a Trainer: train_steps and count_params. The worker holds the batch, so train_steps
+    ignores its iterator."""
+
+    def __init__(
+        self, kind: str, config, batch: dict, precision: str, seed: int = 12345, python=None
+    ):
+        import os
+
+        from modeling import checkpoints
+
+        self.checked(kind)  # before anything is sent
+        build = {
+            "op": "build",
+            # The same model as Cloze's: its config as the config.json its converter writes.
+            "config": checkpoints.bert_config_to_hf_config(config, heads=True),
+            "batch": {k: np.asarray(v).tolist() for k, v in batch.items()},
+            "precision": precision,
+            "seed": seed,
+            "threads": len(os.sched_getaffinity(0)),  # TensorFlow's pools use every core
+        }
+        super().__init__(kind, build, python)
+
+    def train_steps(self, iterator, steps: int):
+        """`steps` train steps in the worker; rows of (loss, 1.0 if finite else 0.0), the finite
+        flag last as in the Trainer's rows."""
+        losses = np.asarray(self._ask({"op": "train", "steps": int(steps)})["losses"], float)
+        return np.stack([losses, np.isfinite(losses).astype(float)], axis=1)
 
 
 # Where each worker peer's libraries are pinned.

@@ -14,6 +14,7 @@ benchmark's time.
   create_data  create_pretraining_data.py vs the original google-research/bert script:
                instances/s and peak memory at 1x and 10x a base corpus
   inference    sequences/s of the SavedModel and the Keras encoder vs keras-hub BertBackbone
+               (with --extra_peers=hf_torch also vs Hugging Face PyTorch's BertModel)
   finetune     a classifier's fine-tuning step (run_classifier's) vs keras-hub's
                BertTextClassifier: a full batch in tokens/s, and GLUE-like epochs in examples/s
                (rt-polarity sentences, the corpus' sentence pairs) with Cloze's dynamic padding
@@ -75,10 +76,10 @@ flags.DEFINE_integer(
 flags.DEFINE_list(
     "extra_peers",
     [],
-    "pretrain: also time these in the same rounds, each in a worker process: hf_torch (Hugging "
-    "Face PyTorch's BertForPreTraining; pip install -r bench/requirements-torch.txt), "
-    "model_garden (TF Model Garden's BertPretrainerV2; pip install --no-deps -r "
-    "bench/requirements-model-garden.txt).",
+    "pretrain (and inference, hf_torch only): also time these in the same rounds, each in a "
+    "worker process: hf_torch (Hugging Face PyTorch's BertForPreTraining, and BertModel for "
+    "inference; pip install -r bench/requirements-torch.txt), model_garden (TF Model Garden's "
+    "BertPretrainerV2; pip install --no-deps -r bench/requirements-model-garden.txt).",
 )
 flags.DEFINE_string(
     "peer_python",
@@ -307,7 +308,12 @@ def run_benchmarks(
         output_dir.mkdir(parents=True, exist_ok=True)
         work = tempfile.mkdtemp(prefix="inference_", dir=output_dir)
         results["inference"] = inference.run(
-            use_xla=use_xla, work_dir=work, encoder_branches=encoder_branches, **s["inference"]
+            use_xla=use_xla,
+            work_dir=work,
+            encoder_branches=encoder_branches,
+            extra_peers=tuple(extra_peers),
+            peer_python=peer_python,
+            **s["inference"],
         )
         save()
     if "finetune" in which:
@@ -472,6 +478,17 @@ def table(results: dict) -> str:
                 + ", ".join(f"{x:.2f}" for x in i["ratio_" + name + "_rounds"])
                 + ") |"
             )
+        for kind in i.get("extra_peers", {}):
+            peer = pretrain_throughput.WORKER_PEERS[kind]["short"]
+            for name in ("cloze_keras", "saved_model"):
+                rows.append(
+                    f"| the same, {name}, against Hugging Face {peer} BertModel (the same "
+                    f"weights) | {i[name]['sequences_per_s']:,.1f} | {peer} "
+                    f"{i[kind]['sequences_per_s']:,.1f} | {i[f'ratio_{name}_{kind}']:.2f} "
+                    "(rounds "
+                    + ", ".join(f"{x:.2f}" for x in i[f"ratio_{name}_{kind}_rounds"])
+                    + ") |"
+                )
         if "branches_gain" in i:
             rows.append(
                 f"| inference {i['size']} b{i['batch']}, the Keras encoder with its branches "

@@ -12,7 +12,8 @@ position to the vocabulary, not only the masked ones: that is the model users ru
 what is timed, and pretrain_throughput counts those FLOPs in its `hfu`. torch.compile
 (inductor) gave no gain at L4/H256 batch 8 on the thirty-ninth session's host (0.80-0.83 s a
 step against 0.74-0.87 eager, after 49 s of compiling), so the eager model is timed.
-Installed by bench/requirements-torch.txt.
+Encoder is the inference benchmark's side: transformers' BertModel holding Cloze's encoder's
+weights. Installed by bench/requirements-torch.txt.
 """
 
 from __future__ import annotations
@@ -98,3 +99,44 @@ class Peer:
 def _no_decay(name: str) -> bool:
     """BERT's AdamW leaves LayerNorm and bias out of the weight decay (training/optimization)."""
     return "LayerNorm" in name or name.endswith("bias")
+
+
+class Encoder:
+    """The inference side: transformers' BertModel loaded from a folder Cloze's converter wrote
+    (checkpoints.save_hf_bert: the same weights as Cloze's encoder), in eval mode under
+    torch.inference_mode, fed one fixed batch (input_ids, input_mask, segment_ids)."""
+
+    def __init__(self, model_dir: str, batch: dict, threads: int):
+        import numpy as np
+        import torch
+        import transformers
+
+        torch.set_num_threads(threads)
+        self.torch = torch
+        self.model = transformers.BertModel.from_pretrained(model_dir).eval()
+        self.inputs = {
+            "input_ids": torch.tensor(np.asarray(batch["input_ids"], np.int64)),
+            "attention_mask": torch.tensor(np.asarray(batch["input_mask"], np.int64)),
+            "token_type_ids": torch.tensor(np.asarray(batch["segment_ids"], np.int64)),
+        }
+        self.versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+
+    def get_num_threads(self) -> int:
+        return self.torch.get_num_threads()
+
+    def count_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def infer(self, steps: int, save: str | None = None) -> None:
+        """`steps` forward passes; the last one's outputs to the .npz file `save` if given."""
+        import numpy as np
+
+        with self.torch.inference_mode():
+            for _ in range(steps):
+                out = self.model(**self.inputs)
+        if save:
+            np.savez(
+                save,
+                sequence_output=out.last_hidden_state.numpy(),
+                pooled_output=out.pooler_output.numpy(),
+            )

@@ -59,10 +59,34 @@ class FakePeer:
         time.sleep(0.002 * steps)
         return [next(self.losses, 1.0) for _ in range(steps)]
 
+class FakeEncoder:
+    def __init__(self, model_dir, batch, threads):
+        config = json.load(open(os.path.join(model_dir, "config.json")))
+        with open({log!r} + ".encoder", "w") as f:
+            json.dump(dict(model_dir=model_dir, files=sorted(os.listdir(model_dir)), batch=batch,
+                           threads=threads), f)
+        self.shape = (len(batch["input_ids"]), len(batch["input_ids"][0]), config["hidden_size"])
+        self.versions = {{"fake": "1"}}
+        self.threads = threads
+
+    def count_params(self):
+        return 1234
+
+    def get_num_threads(self):
+        return self.threads
+
+    def infer(self, steps, save=None):
+        import numpy as np
+
+        time.sleep(0.002 * steps)
+        if save:
+            np.savez(save, sequence_output=np.zeros(self.shape, np.float32),
+                     pooled_output=np.zeros((self.shape[0], self.shape[2]), np.float32))
+
 if os.environ.get("FAKE_PEER_EXIT"):
     sys.exit(int(os.environ["FAKE_PEER_EXIT"]))
 for module in ("bench.torch_peer", "bench.model_garden_peer"):
-    sys.modules[module] = types.SimpleNamespace(Peer=FakePeer)
+    sys.modules[module] = types.SimpleNamespace(__name__=module, Peer=FakePeer, Encoder=FakeEncoder)
 sys.exit(peer_worker.main(["peer_worker", sys.argv[-1]]))
 """
 
@@ -100,16 +124,28 @@ def test_the_batch_becomes_labels_at_the_weighted_masked_positions_only():
 
 
 def test_the_worker_replies_an_error_and_exits_on_a_bad_request():
-    class NoPeer:  # never built by these requests
-        pass
+    module = types.SimpleNamespace(__name__="bench.nothing", Peer=None)  # never built here
 
-    replies = io.StringIO()
-    assert peer_worker.serve(NoPeer, ['{"op": "train", "steps": 1}\n'], replies) == 1
-    assert json.loads(replies.getvalue()) == {"error": "RuntimeError: train before build"}
-    replies = io.StringIO()
-    assert peer_worker.serve(NoPeer, ["\n", '{"op": "fly"}\n', '{"op": "exit"}\n'], replies) == 1
-    assert json.loads(replies.getvalue()) == {"error": "ValueError: unknown op 'fly'"}
-    assert peer_worker.serve(NoPeer, ['{"op": "exit"}\n'], io.StringIO()) == 0
+    def answer(*requests):
+        replies = io.StringIO()
+        code = peer_worker.serve(module, [json.dumps(r) + "\n" for r in requests], replies)
+        return code, [json.loads(line) for line in replies.getvalue().splitlines()]
+
+    assert answer({"op": "train", "steps": 1}) == (
+        1,
+        [{"error": "RuntimeError: train before build"}],
+    )
+    assert answer({"op": "infer", "steps": 1}) == (
+        1,
+        [{"error": "RuntimeError: infer before build_encoder"}],
+    )
+    build = {"op": "build_encoder", "model_dir": "x", "batch": {}, "threads": 1}
+    assert answer(build) == (
+        1,
+        [{"error": "ValueError: bench.nothing has no Encoder: no inference side"}],
+    )
+    assert answer({"op": "fly"}, {"op": "exit"}) == (1, [{"error": "ValueError: unknown op 'fly'"}])
+    assert answer({"op": "exit"}, {"op": "fly"}) == (0, [])
     assert peer_worker.main(["peer_worker", "jax"]) == 2  # not a peer it knows: usage
     with pytest.raises(ValueError, match=r"peer 'jax': expected one of \['hf_torch', 'model_gar"):
         pretrain_throughput.WorkerPeer("jax", None, {}, "fp32")
@@ -238,3 +274,63 @@ def test_the_real_peers_hold_clozes_parameters_and_train(kind, modules, extra_pa
         # start) falls by about 0.003 a step, under dropout's noise of a few hundredths.
         assert rows[0, 0] == pytest.approx(np.log(53) + np.log(2), abs=1.0)
         assert rows[-5:, 0].mean() < rows[:5, 0].mean() - 0.08, rows[:, 0]
+
+
+@pytest.fixture
+def tiny_inference():
+    """inference.run's keyword arguments at a tiny size, exports in this process."""
+    return dict(
+        size="L2/H36/A3/I37", batch=3, seq=17, steps=2, rounds=2, vocab_size=101, in_process=True
+    )
+
+
+def test_inference_times_pytorchs_bert_model_on_the_exported_weights(
+    fake_python, tmp_path, tiny_inference
+):
+    from bench import inference
+
+    python, log = fake_python
+    result = inference.run(
+        **tiny_inference,
+        work_dir=tmp_path / "work",
+        extra_peers=("hf_torch", "model_garden"),
+        peer_python=python,
+        tolerance=float("inf"),  # the stand-in computes nothing: its outputs are zeros
+    )
+    sent = json.loads(Path(str(log) + ".encoder").read_text())
+    # It got the Hugging Face folder Cloze's converter writes, and the batch every side gets.
+    assert sent["model_dir"] == str(tmp_path / "work" / "hf_torch")
+    assert {"config.json", "model.safetensors"} <= set(sent["files"])
+    assert sent["batch"] == {k: v.tolist() for k, v in inference.padded_batch(3, 17, 101).items()}
+    assert result["extra_peers"] == {"hf_torch": {"python": python, "versions": {"fake": "1"}}}
+    assert set(result["skipped_peers"]) == {"model_garden"}
+    h = result["hf_torch"]
+    assert len(h["batch_s_rounds"]) == 2 and h["sequences_per_s"] == pytest.approx(3 / h["batch_s"])
+    # Zeros against Cloze's outputs: the difference is the size of Cloze's own outputs.
+    assert result["max_abs_difference"]["hf_torch"]["pooled_output"] > 0
+    for name in ("cloze_keras", "saved_model"):
+        ratio = result[name]["sequences_per_s"] / h["sequences_per_s"]
+        assert result[f"ratio_{name}_hf_torch"] == pytest.approx(ratio)
+        assert result[f"ratio_{name}_hf_torch_rounds"] == pytest.approx(
+            [t / c for c, t in zip(result[name]["batch_s_rounds"], h["batch_s_rounds"])]
+        )
+    with helpers.entrypoint_module("bench/run_all.py") as run_all:
+        lines = run_all.table({"inference": result}).splitlines()
+    (row,) = [x for x in lines if "saved_model, against Hugging Face PyTorch BertModel" in x]
+    assert f"| {result['ratio_saved_model_hf_torch']:.2f} (rounds " in row
+
+
+def test_the_real_bert_model_computes_clozes_encoder_in_the_inference_bench(
+    tmp_path, tiny_inference
+):
+    python = _peer_python("torch", "transformers")
+    if python is None:
+        pytest.skip("no torch, transformers (bench/requirements-torch.txt; CLOZE_PEER_PYTHON)")
+    from bench import inference
+
+    # The default tolerance, 1e-4, holds for PyTorch's outputs too (the run raises otherwise).
+    result = inference.run(
+        **tiny_inference, work_dir=tmp_path / "work", extra_peers=("hf_torch",), peer_python=python
+    )
+    assert max(result["max_abs_difference"]["hf_torch"].values()) < 1e-4
+    assert result["hf_torch"]["sequences_per_s"] > 0
