@@ -188,7 +188,8 @@ def build_models(
 
 def max_differences(models: dict, batch: dict) -> dict:
     """Max abs difference of each model's outputs from cloze_keras's: sequence output at real
-    positions, pooled output. A WorkerEncoder gives the outputs of its own batch, `batch`."""
+    positions, pooled output. A WorkerEncoder computes on the batch it was built with, which
+    is `batch` (run() builds it so)."""
     ref_seq, ref_pool = (x.numpy() for x in models["cloze_keras"](batch))
     real = np.asarray(batch["input_mask"]).astype(bool)
     out = {}

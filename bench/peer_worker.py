@@ -1,6 +1,7 @@
-"""A worker process for one of the pretraining benchmark's optional peers.
+"""A worker process for one of the pretraining and inference benchmarks' optional peers.
 
   hf_torch      bench/torch_peer.py: Hugging Face transformers' BertForPreTraining under PyTorch
+                (and its BertModel for inference)
   model_garden  bench/model_garden_peer.py: TF Model Garden's BertPretrainerV2 under tf_keras
 
 Why a process of its own: PyTorch's OpenMP threads and TensorFlow's pools would share the cores
