@@ -579,6 +579,14 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS.output_dir:
         raise app.UsageError("--output_dir is required")
+    from bench import pretrain_throughput
+
+    unknown = sorted(set(FLAGS.extra_peers) - set(pretrain_throughput.WORKER_PEERS))
+    if unknown:
+        raise app.UsageError(
+            f"--extra_peers: unknown {unknown}; expected some of "
+            f"{sorted(pretrain_throughput.WORKER_PEERS)}"
+        )
     for name in ("steps", "finetune_steps", "finetune_batches"):
         if len(FLAGS[name].value) != len(FLAGS.sizes):
             raise app.UsageError(

@@ -151,6 +151,16 @@ def test_the_worker_replies_an_error_and_exits_on_a_bad_request():
         pretrain_throughput.WorkerPeer("jax", None, {}, "fp32")
 
 
+def test_run_all_refuses_an_unknown_peer_before_running_anything(tmp_path):
+    out = tmp_path / "out"
+    result = helpers.run_main("bench/run_all.py", [f"--output_dir={out}", "--extra_peers=jax"])
+    assert result.returncode == 1
+    assert "--extra_peers: unknown ['jax']; expected some of ['hf_torch', 'model_garden']" in (
+        result.stderr
+    )
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("kind", ["hf_torch", "model_garden"])
 def test_worker_peer_speaks_to_its_worker_and_names_what_went_wrong(kind, fake_python, monkeypatch):
     python, log = fake_python
