@@ -28,6 +28,11 @@ of each is reported; the machine is shared):
              the same examples), shows what sorting adds to the cut. Figures in examples/s; the
              real-token share of the positions and the lengths batches are cut to are recorded.
 
+With extra_peers=("hf_torch",) the full batch is also timed on Hugging Face PyTorch's
+BertForSequenceClassification (bench/torch_peer.py's Peer with head="classifier", in a
+bench/peer_worker.py process; the same parameter count), trained as PyTorch users train it;
+the epochs stay Cloze against keras-hub.
+
 Dropout's masks differ between a cut and a full batch (other shapes draw other bits); the
 logits and gradients without dropout are the same (tests/test_finetuning.py).
 """
@@ -232,12 +237,17 @@ def run(
     rounds: int = 3,
     precision: str = "fp32",
     log=None,
+    extra_peers=(),
+    peer_python: str | None = None,
 ) -> dict:
     """The benchmark: per size, the full-batch step (tokens/s) and the GLUE-like epochs of
     `workloads` (examples/s) of both sides, and their ratios (Cloze / keras-hub).
 
     `steps` / `epoch_batches`: timed full-batch steps and epoch batches per round, per size (one
-    int for all sizes). The models' vocabulary is `vocab`'s, as run_classifier's."""
+    int for all sizes). The models' vocabulary is `vocab`'s, as run_classifier's.
+    `extra_peers`: of pretrain_throughput.WORKER_PEERS, hf_torch (Hugging Face PyTorch's
+    BertForSequenceClassification, in a bench/peer_worker.py process under `peer_python`) is
+    timed on the full batch in the same rounds; the others are recorded as skipped."""
     import tensorflow as tf
 
     from data_prep import features
@@ -250,6 +260,13 @@ def run(
         raise ValueError(f"{len(steps)} / {len(epoch_batches)} step counts for {len(sizes)} sizes")
     from data_prep import tokenization
 
+    for kind in extra_peers:
+        pretrain_throughput.Worker.checked(kind)
+    skipped = {
+        kind: "no fine-tuning side (a full-batch classifier step exists for hf_torch only)"
+        for kind in extra_peers
+        if kind not in FINETUNE_PEERS
+    }
     tokenizer = tokenization.FullTokenizer(str(vocab), True)  # read once for both workloads
     vocab_size = len(tokenizer.vocab)
     data = workloads(corpus, tokenizer, work_dir, seq, batch * max(epoch_batches))
@@ -257,19 +274,37 @@ def run(
     for spec, n, m in zip(sizes, steps, epoch_batches):
         config = pretrain_throughput.parse_size(spec, vocab_size, seq)
         trainers = build_trainers(config, precision)
-        full = tf.data.Dataset.from_tensors(classifier_batch(batch, seq, vocab_size)).repeat()
-        times = _time_rounds(
-            {name: (fit, lambda full=full: iter(full), n) for name, fit in trainers.items()},
-            rounds,
-            f"{spec} full",
-            log,
-        )
+        fixed = classifier_batch(batch, seq, vocab_size)
+        full = tf.data.Dataset.from_tensors(fixed).repeat()
+        sides = {name: (fit, lambda full=full: iter(full), n) for name, fit in trainers.items()}
+        try:
+            for kind in extra_peers:
+                if kind in FINETUNE_PEERS:
+                    peer = pretrain_throughput.WorkerPeer(
+                        kind, config, fixed, precision, python=peer_python, head="classifier"
+                    )
+                    sides[kind] = (peer, lambda: None, n)  # the worker holds the batch
+            times = _time_rounds(sides, rounds, f"{spec} full", log)
+        finally:
+            for fit, _, _ in sides.values():
+                if isinstance(fit, pretrain_throughput.WorkerPeer):
+                    fit.close()
         row = {"size": spec, "full_steps_per_round": n, "epoch_batches_per_round": m}
         # Equal work: the same parameters, to the last one (pooler and output layer included).
-        row["params"] = {name: int(fit.task.model.count_params()) for name, fit in trainers.items()}
+        row["params"] = {
+            name: pretrain_throughput.params_of(fit) for name, (fit, _, _) in sides.items()
+        }
         row["full"] = {name: _side(t, n * batch * seq) for name, t in times.items()}
         row["full"]["ratio"] = row["full"]["cloze"]["per_s"] / row["full"]["keras_hub"]["per_s"]
         row["full"]["ratio_rounds"] = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
+        for kind in FINETUNE_PEERS:
+            if kind in times:
+                row["full"][f"ratio_{kind}"] = (
+                    row["full"]["cloze"]["per_s"] / row["full"][kind]["per_s"]
+                )
+                row["full"][f"ratio_{kind}_rounds"] = [
+                    h / c for c, h in zip(times["cloze"], times[kind])
+                ]
         for name, workload in data.items():
             if "skipped" in workload:
                 continue
@@ -316,7 +351,12 @@ def run(
         "workloads": data,
         "onednn": pretrain_throughput.onednn_enabled(),
         "sizes": results,
+        "skipped_peers": skipped,
     }
+
+
+# The extra peers with a fine-tuning side here (its full-batch step).
+FINETUNE_PEERS = ("hf_torch",)
 
 
 def _cut_lengths(path: str, batch: int, seq: int, n: int, groups: int = 0) -> list:

@@ -14,7 +14,7 @@ libraries only when asked to build it.
 Protocol, one JSON object per line (requests on stdin, replies on the stdout the worker keeps
 for itself; anything a library prints goes to stderr):
   {"op": "build", "config": <Hugging Face config.json dict>, "batch": <feature: nested list>,
-   "precision": "fp32"|"bf16", "seed": int, "threads": int}
+   "precision": "fp32"|"bf16", "seed": int, "threads": int, optional "head": "classifier"}
       ->  {"params": int, "versions": {...}, "threads": int}
   {"op": "train", "steps": int}  ->  {"losses": [...], "seconds": float}
   {"op": "build_encoder", "model_dir": <a Hugging Face BertModel folder>, "batch": <input_ids,
@@ -74,6 +74,7 @@ def serve(module, requests, replies) -> int:
                         request["precision"],
                         request["seed"],
                         request["threads"],
+                        **({"head": request["head"]} if "head" in request else {}),
                     )
                 elif getattr(module, "Encoder", None) is None:
                     raise ValueError(f"{module.__name__} has no Encoder: no inference side")

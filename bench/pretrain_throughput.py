@@ -298,7 +298,14 @@ class WorkerPeer(Worker):
     ignores its iterator."""
 
     def __init__(
-        self, kind: str, config, batch: dict, precision: str, seed: int = 12345, python=None
+        self,
+        kind: str,
+        config,
+        batch: dict,
+        precision: str,
+        seed: int = 12345,
+        python=None,
+        head: str | None = None,
     ):
         import os
 
@@ -313,6 +320,7 @@ class WorkerPeer(Worker):
             "precision": precision,
             "seed": seed,
             "threads": len(os.sched_getaffinity(0)),  # TensorFlow's pools use every core
+            **({"head": head} if head else {}),  # "classifier": the fine-tuning side
         }
         super().__init__(kind, build, python)
 

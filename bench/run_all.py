@@ -76,9 +76,10 @@ flags.DEFINE_integer(
 flags.DEFINE_list(
     "extra_peers",
     [],
-    "pretrain (and inference, hf_torch only): also time these in the same rounds, each in a "
-    "worker process: hf_torch (Hugging Face PyTorch's BertForPreTraining, and BertModel for "
-    "inference; pip install -r bench/requirements-torch.txt), model_garden (TF Model Garden's "
+    "pretrain (and inference and finetune's full batch, hf_torch only): also time these in the "
+    "same rounds, each in a worker process: hf_torch (Hugging Face PyTorch's BertForPreTraining, "
+    "BertModel for inference, BertForSequenceClassification for fine-tuning; pip install -r "
+    "bench/requirements-torch.txt), model_garden (TF Model Garden's "
     "BertPretrainerV2; pip install --no-deps -r bench/requirements-model-garden.txt).",
 )
 flags.DEFINE_string(
@@ -324,6 +325,8 @@ def run_benchmarks(
             output_dir / "finetune",
             precision=precision,
             log=logging.info,
+            extra_peers=tuple(extra_peers),
+            peer_python=peer_python,
             **s["finetune"],
         )
         save()
@@ -544,6 +547,13 @@ def finetune_rows(f: dict) -> list:
             f"{full['keras_hub']['per_s']:,.0f} | {full['ratio']:.2f} (rounds "
             f"{rounds(full['ratio_rounds'])}) |"
         )
+        if "hf_torch" in full:
+            rows.append(
+                f"| the same against Hugging Face PyTorch BertForSequenceClassification (eager), "
+                f"tokens/s | {full['cloze']['per_s']:,.0f} | PyTorch "
+                f"{full['hf_torch']['per_s']:,.0f} | {full['ratio_hf_torch']:.2f} (rounds "
+                f"{rounds(full['ratio_hf_torch_rounds'])}) |"
+            )
         for name, w in f["workloads"].items():
             if "skipped" in w:
                 rows.append(f"| fine-tune, {name} | skipped: {w['skipped'][:60]} | | |")

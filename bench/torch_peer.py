@@ -12,8 +12,9 @@ position to the vocabulary, not only the masked ones: that is the model users ru
 what is timed, and pretrain_throughput counts those FLOPs in its `hfu`. torch.compile
 (inductor) gave no gain at L4/H256 batch 8 on the thirty-ninth session's host (0.80-0.83 s a
 step against 0.74-0.87 eager, after 49 s of compiling), so the eager model is timed.
-Encoder is the inference benchmark's side: transformers' BertModel holding Cloze's encoder's
-weights. Installed by bench/requirements-torch.txt.
+Peer with head="classifier" is the fine-tuning benchmark's side (BertForSequenceClassification,
+2 labels, lr 2e-5); Encoder is the inference benchmark's side: transformers' BertModel holding
+Cloze's encoder's weights. Installed by bench/requirements-torch.txt.
 """
 
 from __future__ import annotations
@@ -44,10 +45,33 @@ def torch_batch(batch: dict, torch):
     }
 
 
-class Peer:
-    """BertForPreTraining, its optimizer and one fixed batch (module docstring)."""
+def classifier_batch(batch: dict, torch):
+    """A fine-tuning batch (run_classifier's feature names) as BertForSequenceClassification's
+    keyword arguments."""
+    import numpy as np
 
-    def __init__(self, config: dict, batch: dict, precision: str, seed: int, threads: int):
+    return {
+        "input_ids": torch.tensor(np.asarray(batch["input_ids"], np.int64)),
+        "attention_mask": torch.tensor(np.asarray(batch["input_mask"], np.int64)),
+        "token_type_ids": torch.tensor(np.asarray(batch["segment_ids"], np.int64)),
+        "labels": torch.tensor(np.asarray(batch["label_ids"], np.int64).reshape(-1)),
+    }
+
+
+class Peer:
+    """BertForPreTraining, its optimizer and one fixed batch (module docstring). With head
+    "classifier": BertForSequenceClassification with 2 labels on a fine-tuning batch
+    (run_classifier's feature names: label_ids), at run_classifier's learning rate, 2e-5."""
+
+    def __init__(
+        self,
+        config: dict,
+        batch: dict,
+        precision: str,
+        seed: int,
+        threads: int,
+        head: str = "pretraining",
+    ):
         import torch
         import transformers
 
@@ -56,14 +80,21 @@ class Peer:
         torch.set_num_threads(threads)
         torch.manual_seed(seed)
         self.torch = torch
-        hf_config = transformers.BertConfig(**config)
-        self.model = transformers.BertForPreTraining(hf_config)
+        if head not in ("pretraining", "classifier"):
+            raise ValueError(f"head {head!r}: expected pretraining or classifier")
+        hf_config = transformers.BertConfig(**config, num_labels=2)
+        if head == "pretraining":
+            self.model = transformers.BertForPreTraining(hf_config)
+            self.batch = torch_batch(batch, torch)
+        else:
+            self.model = transformers.BertForSequenceClassification(hf_config)
+            self.batch = classifier_batch(batch, torch)
         self.model.train()
         no_decay = [p for n, p in self.model.named_parameters() if _no_decay(n)]
         decay = [p for n, p in self.model.named_parameters() if not _no_decay(n)]
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=1e-4,
+            lr=1e-4 if head == "pretraining" else 2e-5,
             betas=(0.9, 0.999),
             eps=1e-6,
         )
@@ -71,7 +102,6 @@ class Peer:
             self.optimizer, lambda step: max(0.0, 1.0 - step / 10_000)
         )
         self.precision = precision
-        self.batch = torch_batch(batch, torch)
         self.versions = {"torch": torch.__version__, "transformers": transformers.__version__}
 
     def get_num_threads(self) -> int:

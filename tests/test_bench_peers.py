@@ -38,13 +38,14 @@ sys.path.insert(0, {repo!r})
 from bench import peer_worker
 
 class FakePeer:
-    def __init__(self, config, batch, precision, seed, threads):
+    def __init__(self, config, batch, precision, seed, threads, head="pretraining"):
         if os.environ.get("FAKE_PEER_MISSING"):
             raise ModuleNotFoundError("No module named 'torch'")
         print("a library's chatter on stdout")
         with open({log!r}, "w") as f:
             json.dump(dict(config=config, batch=batch, precision=precision, threads=threads,
-                           argv=sys.argv[1:], legacy=os.environ.get("TF_USE_LEGACY_KERAS")), f)
+                           argv=sys.argv[1:], legacy=os.environ.get("TF_USE_LEGACY_KERAS"),
+                           head=head), f)
         self.versions = {{"fake": "1"}}
         self.threads = threads
         self.losses = iter(json.loads(os.environ.get("FAKE_PEER_LOSSES", "[]")))
@@ -344,3 +345,61 @@ def test_the_real_bert_model_computes_clozes_encoder_in_the_inference_bench(
     )
     assert max(result["max_abs_difference"]["hf_torch"].values()) < 1e-4
     assert result["hf_torch"]["sequences_per_s"] > 0
+
+
+def test_fine_tuning_times_pytorchs_classifier_on_the_full_batch(
+    fake_python, tmp_path, monkeypatch
+):
+    from bench import finetune
+
+    python, log = fake_python
+    monkeypatch.setattr(finetune, "workloads", lambda *a, **k: {})  # the full batch alone here
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]))
+    result = finetune.run(
+        None, vocab, tmp_path / "work", sizes=(TINY,), batch=3, seq=7, steps=2, epoch_batches=1,
+        rounds=2, log=lambda *_: None, extra_peers=("hf_torch", "model_garden"),
+        peer_python=python,
+    )  # fmt: skip
+    sent = json.loads(log.read_text())
+    assert sent["head"] == "classifier" and sent["argv"][-1] == "hf_torch"
+    want = finetune.classifier_batch(3, 7, 6)
+    assert sent["batch"] == {k: v.tolist() for k, v in want.items()}
+    assert set(result["skipped_peers"]) == {"model_garden"}
+    full = result["sizes"][0]["full"]
+    assert len(full["hf_torch"]["seconds_rounds"]) == 2
+    assert full["hf_torch"]["per_s"] == pytest.approx(2 * 3 * 7 / full["hf_torch"]["seconds"])
+    assert full["ratio_hf_torch"] == pytest.approx(
+        full["cloze"]["per_s"] / full["hf_torch"]["per_s"]
+    )
+    assert full["ratio_hf_torch_rounds"] == pytest.approx(
+        [h / c for c, h in zip(full["cloze"]["seconds_rounds"], full["hf_torch"]["seconds_rounds"])]
+    )
+    assert result["sizes"][0]["params"]["hf_torch"] == 1234
+    with helpers.entrypoint_module("bench/run_all.py") as run_all:
+        rows = run_all.finetune_rows(result)
+    (row,) = [x for x in rows if "PyTorch BertForSequenceClassification" in x]
+    assert f"| {full['ratio_hf_torch']:.2f} (rounds " in row
+
+
+def test_the_real_bert_for_sequence_classification_holds_clozes_parameters():
+    python = _peer_python("torch", "transformers")
+    if python is None:
+        pytest.skip("no torch, transformers (bench/requirements-torch.txt; CLOZE_PEER_PYTHON)")
+    from bench import finetune
+    from modeling import finetuning
+
+    config = pretrain_throughput.parse_size(TINY, vocab_size=53, max_seq_length=7)
+    cloze = finetuning.BertClassifier(config, 2)
+    cloze.build()
+    batch = finetune.classifier_batch(3, 7, 53)
+    peer = pretrain_throughput.WorkerPeer(
+        "hf_torch", config, batch, "fp32", python=python, head="classifier"
+    )
+    try:
+        assert peer.count_params() == cloze.count_params()
+        rows = peer.train_steps(None, 5)
+    finally:
+        peer.close()
+    # Two classes, a fresh head: the cross-entropy starts near ln 2.
+    assert rows[:, 1].all() and rows[0, 0] == pytest.approx(np.log(2), abs=0.3), rows
