@@ -105,12 +105,12 @@ class WorkerEncoder:
 
     def time(self, steps: int) -> float:
         start = time.perf_counter()
-        self.worker._ask({"op": "infer", "steps": int(steps)})
+        self.worker.ask({"op": "infer", "steps": int(steps)})
         return time.perf_counter() - start
 
     def outputs(self):
         """(sequence_output, pooled_output) of one pass, as numpy arrays."""
-        self.worker._ask({"op": "infer", "steps": 1, "save": str(self.out)})
+        self.worker.ask({"op": "infer", "steps": 1, "save": str(self.out)})
         with np.load(self.out) as saved:
             return saved["sequence_output"], saved["pooled_output"]
 
@@ -123,12 +123,20 @@ INFERENCE_PEERS = ("hf_torch",)
 
 
 def build_models(
-    config, work_dir, seq: int, use_xla: bool, in_process: bool, branches: int = 1
+    config,
+    work_dir,
+    seq: int,
+    use_xla: bool,
+    in_process: bool,
+    branches: int = 1,
+    hf_dir=None,
 ) -> dict:
     """{"cloze_keras", "saved_model", "keras_hub"}: callables of the batch dict returning
     (sequence_output, pooled_output), all with one set of weights. `branches`: Cloze's encoder
     (Keras and exported) runs in that many row slices (bert.run_layer_stack); with more than 1
-    also "cloze_keras_plain", the Keras encoder without them, for the option's own gain."""
+    also "cloze_keras_plain", the Keras encoder without them, for the option's own gain.
+    `hf_dir`: the same weights also go there as the Hugging Face folder convert_checkpoint.py
+    --to=hf writes (checkpoints.save_hf_bert), for a WorkerEncoder."""
     import keras
     import keras_hub
     import tensorflow as tf
@@ -144,6 +152,8 @@ def build_models(
     checkpoints.save_cloze(encoder, model_dir)
     (model_dir / "bert_config.json").write_text(config.to_json_string())
     write_vocab(model_dir / "vocab.txt", config.vocab_size)
+    if hf_dir is not None:
+        checkpoints.save_hf_bert(encoder, hf_dir)
     export(model_dir, "saved_model", work / "saved_model", seq, in_process, branches)
     bert.set_encoder_branches(encoder, branches)
     export(model_dir, "keras_hub", work / "keras_hub", seq, in_process)
@@ -231,13 +241,14 @@ def run(
     import tensorflow as tf
 
     from bench import pretrain_throughput
-    from modeling import checkpoints
 
     config = pretrain_throughput.parse_size(size, vocab_size, seq)
     work = Path(work_dir or tempfile.mkdtemp(prefix="cloze_bench_inference_"))
     for kind in extra_peers:
         pretrain_throughput.Worker.checked(kind)
-    models = build_models(config, work, seq, use_xla, in_process, encoder_branches)
+    # The PyTorch side reads the same weights from the Hugging Face folder build_models writes.
+    hf_dir = work / "hf_torch" if "hf_torch" in extra_peers else None
+    models = build_models(config, work, seq, use_xla, in_process, encoder_branches, hf_dir)
     inputs = padded_batch(batch, seq, vocab_size)
     data = {k: tf.constant(v) for k, v in inputs.items()}
     skipped = {}
@@ -246,9 +257,6 @@ def run(
             if kind not in INFERENCE_PEERS:
                 skipped[kind] = "no inference side (no converter from Cloze's weights to it)"
                 continue
-            # The same weights, as the Hugging Face folder convert_checkpoint.py --to=hf writes.
-            hf_dir = work / kind
-            checkpoints.save_hf_bert(checkpoints.load_cloze(str(work / "cloze"), config)[0], hf_dir)
             models[kind] = WorkerEncoder(kind, hf_dir, inputs, python=peer_python)
         diffs = max_differences(models, data)
         worst = max(v for d in diffs.values() for v in d.values())

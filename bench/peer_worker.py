@@ -16,11 +16,12 @@ for itself; anything a library prints goes to stderr):
   {"op": "build", "config": <Hugging Face config.json dict>, "batch": <feature: nested list>,
    "precision": "fp32"|"bf16", "seed": int, "threads": int, optional "head": "classifier"}
       ->  {"params": int, "versions": {...}, "threads": int}
-  {"op": "train", "steps": int}  ->  {"losses": [...], "seconds": float}
+  {"op": "train", "steps": int}  ->  {"losses": [...]}
   {"op": "build_encoder", "model_dir": <a Hugging Face BertModel folder>, "batch": <input_ids,
    input_mask, segment_ids>, "threads": int}  ->  as build (hf_torch only: the inference side)
-  {"op": "infer", "steps": int, "save": <.npz path> | null}  ->  {"seconds": float}; the last
-   pass' sequence_output and pooled_output go to `save` when given
+  {"op": "infer", "steps": int, "save": <.npz path> | null}  ->  {}; the last pass'
+   sequence_output and pooled_output go to `save` when given
+The caller times train and infer around the request (what it sees is what it compares).
   {"op": "exit"}
 An error in a request replies {"error": "<type>: <message>"} and the worker exits 1.
 
@@ -34,7 +35,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 # The sides this worker runs.
 PEERS = ("hf_torch", "model_garden")
@@ -92,13 +92,11 @@ def serve(module, requests, replies) -> int:
                     raise RuntimeError(
                         f"{op} before {'build' if op == 'train' else 'build_encoder'}"
                     )
-                start = time.perf_counter()
                 if op == "train":
                     reply = {"losses": built["train"].train(int(request["steps"]))}
                 else:
                     built["infer"].infer(int(request["steps"]), request.get("save"))
                     reply = {}
-                reply["seconds"] = time.perf_counter() - start
             else:
                 raise ValueError(f"unknown op {op!r}")
         except Exception as e:  # noqa: BLE001 -- the caller gets the message, then the exit

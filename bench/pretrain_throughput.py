@@ -205,12 +205,14 @@ class KerasHubPretrainer(ModelHolder):
 
 
 # The optional peers, each run by bench/peer_worker.py in a process of its own: the environment
-# its worker needs, and how the table names it.
+# its worker needs, how the table names it, and the file in bench/ that pins its libraries.
 WORKER_PEERS = {
     "hf_torch": {"env": {}, "name": "Hugging Face PyTorch BertForPreTraining (eager; MLM head "
-                 "at every position)", "short": "PyTorch"},
+                 "at every position)", "short": "PyTorch",
+                 "requirements": "requirements-torch.txt"},
     "model_garden": {"env": {"TF_USE_LEGACY_KERAS": "1"}, "name": "TF Model Garden "
-                     "BertPretrainerV2 (tf_keras)", "short": "Model Garden"},
+                     "BertPretrainerV2 (tf_keras)", "short": "Model Garden",
+                     "requirements": "requirements-model-garden.txt"},
 }  # fmt: skip
 
 
@@ -236,7 +238,7 @@ class Worker:
             text=True,
             env={**os.environ, **WORKER_PEERS[kind]["env"]},
         )
-        reply = self._ask(build)
+        reply = self.ask(build)
         self.params, self.versions, self.threads = (
             reply["params"],
             reply["versions"],
@@ -249,7 +251,9 @@ class Worker:
             raise ValueError(f"peer {kind!r}: expected one of {sorted(WORKER_PEERS)}")
         return kind
 
-    def _ask(self, request: dict) -> dict:
+    def ask(self, request: dict) -> dict:
+        """Sends `request` and returns the worker's reply; raises naming the worker when it
+        replies an error (with the requirements file when a module is missing) or exits."""
         import json
 
         try:
@@ -268,8 +272,8 @@ class Worker:
         if "error" in reply:
             self._proc.wait()
             hint = (
-                f" (see bench/{REQUIREMENTS[self.kind]}, or name an interpreter that has them "
-                "with --peer_python)"
+                f" (see bench/{WORKER_PEERS[self.kind]['requirements']}, or name an interpreter "
+                "that has them with --peer_python)"
                 if "ModuleNotFoundError" in reply["error"]
                 else ""
             )
@@ -327,15 +331,8 @@ class WorkerPeer(Worker):
     def train_steps(self, iterator, steps: int):
         """`steps` train steps in the worker; rows of (loss, 1.0 if finite else 0.0), the finite
         flag last as in the Trainer's rows."""
-        losses = np.asarray(self._ask({"op": "train", "steps": int(steps)})["losses"], float)
+        losses = np.asarray(self.ask({"op": "train", "steps": int(steps)})["losses"], float)
         return np.stack([losses, np.isfinite(losses).astype(float)], axis=1)
-
-
-# Where each worker peer's libraries are pinned.
-REQUIREMENTS = {
-    "hf_torch": "requirements-torch.txt",
-    "model_garden": "requirements-model-garden.txt",
-}
 
 
 def params_of(side) -> int:

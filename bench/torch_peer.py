@@ -20,6 +20,21 @@ Cloze's encoder's weights. Installed by bench/requirements-torch.txt.
 from __future__ import annotations
 
 
+def encoder_inputs(batch: dict, torch) -> dict:
+    """input_ids, input_mask and segment_ids (Cloze's feature names, numpy or nested lists) as
+    transformers' BERT keyword arguments, int64 tensors."""
+    import numpy as np
+
+    def tensor(name):
+        return torch.tensor(np.asarray(batch[name], np.int64))
+
+    return {
+        "input_ids": tensor("input_ids"),
+        "attention_mask": tensor("input_mask"),
+        "token_type_ids": tensor("segment_ids"),
+    }
+
+
 def torch_batch(batch: dict, torch):
     """The benchmark's pretraining batch (TFRecord feature names, numpy or nested lists) as
     BertForPreTraining's keyword arguments: `labels` is -100 but at the masked positions, which
@@ -35,9 +50,7 @@ def torch_batch(batch: dict, torch):
     keep = weights > 0
     labels[rows[keep], positions[keep]] = targets[keep]
     return {
-        "input_ids": torch.tensor(ids),
-        "attention_mask": torch.tensor(np.asarray(batch["input_mask"], np.int64)),
-        "token_type_ids": torch.tensor(np.asarray(batch["segment_ids"], np.int64)),
+        **encoder_inputs(batch, torch),
         "labels": torch.tensor(labels),
         "next_sentence_label": torch.tensor(
             np.asarray(batch["next_sentence_labels"], np.int64).reshape(-1)
@@ -51,9 +64,7 @@ def classifier_batch(batch: dict, torch):
     import numpy as np
 
     return {
-        "input_ids": torch.tensor(np.asarray(batch["input_ids"], np.int64)),
-        "attention_mask": torch.tensor(np.asarray(batch["input_mask"], np.int64)),
-        "token_type_ids": torch.tensor(np.asarray(batch["segment_ids"], np.int64)),
+        **encoder_inputs(batch, torch),
         "labels": torch.tensor(np.asarray(batch["label_ids"], np.int64).reshape(-1)),
     }
 
@@ -137,18 +148,13 @@ class Encoder:
     torch.inference_mode, fed one fixed batch (input_ids, input_mask, segment_ids)."""
 
     def __init__(self, model_dir: str, batch: dict, threads: int):
-        import numpy as np
         import torch
         import transformers
 
         torch.set_num_threads(threads)
         self.torch = torch
         self.model = transformers.BertModel.from_pretrained(model_dir).eval()
-        self.inputs = {
-            "input_ids": torch.tensor(np.asarray(batch["input_ids"], np.int64)),
-            "attention_mask": torch.tensor(np.asarray(batch["input_mask"], np.int64)),
-            "token_type_ids": torch.tensor(np.asarray(batch["segment_ids"], np.int64)),
-        }
+        self.inputs = encoder_inputs(batch, torch)
         self.versions = {"torch": torch.__version__, "transformers": transformers.__version__}
 
     def get_num_threads(self) -> int:

@@ -189,11 +189,9 @@ def run_main(script: str, args=()) -> Completed:
     entrypoints that define the same flag names (--bert_config_file ...) can run one after the
     other in one process."""
     import contextlib
-    import importlib
     import io
     import logging
     import os
-    import sys
     import traceback
 
     import keras
@@ -202,11 +200,7 @@ def run_main(script: str, args=()) -> Completed:
 
     from tests.conftest import ROOT
 
-    name = script.removesuffix(".py").replace("/", ".")
-    if name in sys.modules:
-        raise RuntimeError(f"{name} was imported elsewhere in this process; its flags would clash")
     FLAGS = flags.FLAGS
-    before = set(FLAGS)
     out, err = io.StringIO(), io.StringIO()
     handler = logging.StreamHandler(err)
     handler.setFormatter(
@@ -219,26 +213,26 @@ def run_main(script: str, args=()) -> Completed:
     absl_level = absl_logger.level
     cwd, code = os.getcwd(), 0
     try:
-        module = importlib.import_module(name)
-        level = root.level
-        root.addHandler(handler)
-        root.setLevel(logging.INFO)
-        absl_logging.set_verbosity(absl_logging.INFO)
-        os.chdir(ROOT)
-        argv = [str(ROOT / script), *map(str, args)]
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                module.main(FLAGS(argv))
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else 1
-                if e.code is not None and not isinstance(e.code, int):
-                    err.write(f"{e.code}\n")
-            except (app.UsageError, flags.Error) as e:
-                code = 1
-                err.write(f"FATAL: {e}\n")
-            except Exception:
-                code = 1
-                err.write(traceback.format_exc())
+        with entrypoint_module(script) as module:  # its flags and module go afterwards
+            level = root.level
+            root.addHandler(handler)
+            root.setLevel(logging.INFO)
+            absl_logging.set_verbosity(absl_logging.INFO)
+            os.chdir(ROOT)
+            argv = [str(ROOT / script), *map(str, args)]
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    module.main(FLAGS(argv))
+                except SystemExit as e:
+                    code = e.code if isinstance(e.code, int) else 1
+                    if e.code is not None and not isinstance(e.code, int):
+                        err.write(f"{e.code}\n")
+                except (app.UsageError, flags.Error) as e:
+                    code = 1
+                    err.write(f"FATAL: {e}\n")
+                except Exception:
+                    code = 1
+                    err.write(traceback.format_exc())
     finally:
         os.chdir(cwd)
         root.removeHandler(handler)
@@ -246,9 +240,6 @@ def run_main(script: str, args=()) -> Completed:
             root.setLevel(level)
         absl_logging.set_verbosity(verbosity)
         absl_logger.setLevel(absl_level)
-        for flag in set(FLAGS) - before:
-            delattr(FLAGS, flag)
-        sys.modules.pop(name, None)
         # The run's models and layer names go; the next run starts clean. Without clear_session's
         # own gc.collect (0.3-0.5 s a call with the suite's heap): the collector's thresholds
         # (tests/conftest.py) free the run's cycles as the tests go on.

@@ -188,7 +188,7 @@ def test_worker_peer_speaks_to_its_worker_and_names_what_went_wrong(kind, fake_p
     assert peer._proc.returncode == 0  # it was told to exit, and did
 
     monkeypatch.setenv("FAKE_PEER_MISSING", "1")
-    want = pretrain_throughput.REQUIREMENTS[kind].replace(".", r"\.")
+    want = pretrain_throughput.WORKER_PEERS[kind]["requirements"].replace(".", r"\.")
     with pytest.raises(RuntimeError, match=rf"No module named 'torch'.*bench/{want}"):
         pretrain_throughput.WorkerPeer(kind, config, batch, "fp32", python=python)
     monkeypatch.setenv("FAKE_PEER_EXIT", "3")
@@ -264,7 +264,7 @@ def _peer_python(*modules) -> str | None:
 def test_the_real_peers_hold_clozes_parameters_and_train(kind, modules, extra_params):
     python = _peer_python(*modules)
     if python is None:
-        want = pretrain_throughput.REQUIREMENTS[kind]
+        want = pretrain_throughput.WORKER_PEERS[kind]["requirements"]
         pytest.skip(f"no {', '.join(modules)} (bench/{want}; CLOZE_PEER_PYTHON)")
     from modeling import bert
 
