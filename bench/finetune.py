@@ -28,10 +28,16 @@ of each is reported; the machine is shared):
              the same examples), shows what sorting adds to the cut. Figures in examples/s; the
              real-token share of the positions and the lengths batches are cut to are recorded.
 
-With extra_peers=("hf_torch",) the full batch is also timed on Hugging Face PyTorch's
-BertForSequenceClassification (bench/torch_peer.py's Peer with head="classifier", in a
-bench/peer_worker.py process; the same parameter count), trained as PyTorch users train it;
-the epochs stay Cloze against keras-hub.
+With extra_peers=("hf_torch",) Hugging Face PyTorch's BertForSequenceClassification
+(bench/torch_peer.py's Peer with head="classifier", in a bench/peer_worker.py process; the same
+parameter count), trained as PyTorch users train it, is timed in the same rounds: on the full
+batch, and on each epoch twice, against Cloze's dynamic padding (hf_torch) and against its
+--group_by_length (hf_torch_grouped). Its epochs are the same batches in the same order (Cloze's
+pipeline read out, each example unpadded), padded at every step by transformers'
+DataCollatorWithPadding to the batch's longest example, as a Trainer given a tokenizer pads,
+rounded up to 8 as Cloze rounds (features.TRIM_MULTIPLE; transformers' run_glue.py rounds to 8
+under fp16 only). The lengths it pads to must be the lengths Cloze cuts to, or the run stops.
+The collator's time is in the PyTorch side's, as the input pipeline's is in Cloze's.
 
 Dropout's masks differ between a cut and a full batch (other shapes draw other bits); the
 logits and gradients without dropout are the same (tests/test_finetuning.py).
@@ -247,10 +253,9 @@ def run(
     int for all sizes). The models' vocabulary is `vocab`'s, as run_classifier's.
     `extra_peers`: of pretrain_throughput.WORKER_PEERS, hf_torch (Hugging Face PyTorch's
     BertForSequenceClassification, in a bench/peer_worker.py process under `peer_python`) is
-    timed on the full batch in the same rounds; the others are recorded as skipped."""
+    timed on the full batch and the epochs in the same rounds (module docstring); the others are
+    recorded as skipped."""
     import tensorflow as tf
-
-    from data_prep import features
 
     log = print if log is None else log
     steps = [steps] * len(sizes) if isinstance(steps, int) else list(steps)
@@ -263,7 +268,7 @@ def run(
     for kind in extra_peers:
         pretrain_throughput.Worker.checked(kind)
     skipped = {
-        kind: "no fine-tuning side (a full-batch classifier step exists for hf_torch only)"
+        kind: "no fine-tuning side (a classifier exists for hf_torch only)"
         for kind in extra_peers
         if kind not in FINETUNE_PEERS
     }
@@ -277,69 +282,25 @@ def run(
         fixed = classifier_batch(batch, seq, vocab_size)
         full = tf.data.Dataset.from_tensors(fixed).repeat()
         sides = {name: (fit, lambda full=full: iter(full), n) for name, fit in trainers.items()}
+        peers = {}  # the worker sides, for the full batch and the epochs
         try:
             for kind in extra_peers:
                 if kind in FINETUNE_PEERS:
-                    peer = pretrain_throughput.WorkerPeer(
+                    peers[kind] = pretrain_throughput.WorkerPeer(
                         kind, config, fixed, precision, python=peer_python, head="classifier"
                     )
-                    sides[kind] = (peer, lambda: None, n)  # the worker holds the batch
+                    sides[kind] = (peers[kind], lambda: None, n)  # the worker holds the batch
             times = _time_rounds(sides, rounds, f"{spec} full", log)
+            row = _size_row(spec, n, m, batch, seq, sides, times)
+            for name, workload in data.items():
+                if "skipped" not in workload:
+                    row[name] = _epochs(
+                        workload["file"], trainers, peers, batch, seq, m, rounds, vocab,
+                        f"{spec} {name}", log,
+                    )  # fmt: skip
         finally:
-            for fit, _, _ in sides.values():
-                if isinstance(fit, pretrain_throughput.WorkerPeer):
-                    fit.close()
-        row = {"size": spec, "full_steps_per_round": n, "epoch_batches_per_round": m}
-        # Equal work: the same parameters, to the last one (pooler and output layer included).
-        row["params"] = {
-            name: pretrain_throughput.params_of(fit) for name, (fit, _, _) in sides.items()
-        }
-        row["full"] = {name: _side(t, n * batch * seq) for name, t in times.items()}
-        row["full"]["ratio"] = row["full"]["cloze"]["per_s"] / row["full"]["keras_hub"]["per_s"]
-        row["full"]["ratio_rounds"] = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
-        for kind in FINETUNE_PEERS:
-            if kind in times:
-                row["full"][f"ratio_{kind}"] = (
-                    row["full"]["cloze"]["per_s"] / row["full"][kind]["per_s"]
-                )
-                row["full"][f"ratio_{kind}_rounds"] = [
-                    h / c for c, h in zip(times["cloze"], times[kind])
-                ]
-        for name, workload in data.items():
-            if "skipped" in workload:
-                continue
-
-            def batches(dynamic_padding: bool, groups: int = 0, path=workload["file"]):
-                # A fresh pipeline with the same seed: the same batches in the same order.
-                return lambda: iter(
-                    features.classifier_dataset(
-                        [path],
-                        batch,
-                        seq,
-                        seed=7,
-                        dynamic_padding=dynamic_padding,
-                        length_group_batches=groups,
-                    )
-                )
-
-            sides = {
-                "cloze": (trainers["cloze"], batches(True), m),
-                "keras_hub": (trainers["keras_hub"], batches(False), m),
-                "cloze_full_length": (trainers["cloze"], batches(False), m),
-                "cloze_grouped": (trainers["cloze"], batches(True, LENGTH_GROUP_BATCHES), m),
-            }
-            times = _time_rounds(sides, rounds, f"{spec} {name}", log)
-            e = {side: _side(t, m * batch) for side, t in times.items()}
-            e["ratio"] = e["cloze"]["per_s"] / e["keras_hub"]["per_s"]
-            e["ratio_rounds"] = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
-            e["dynamic_padding_gain"] = e["cloze"]["per_s"] / e["cloze_full_length"]["per_s"]
-            e["ratio_grouped"] = e["cloze_grouped"]["per_s"] / e["keras_hub"]["per_s"]
-            e["group_by_length_gain"] = e["cloze_grouped"]["per_s"] / e["cloze"]["per_s"]
-            e["cut_lengths"] = _cut_lengths(workload["file"], batch, seq, m)
-            e["cut_lengths_grouped"] = _cut_lengths(
-                workload["file"], batch, seq, m, LENGTH_GROUP_BATCHES
-            )
-            row[name] = e
+            for peer in peers.values():
+                peer.close()
         results.append(row)
         del trainers
     return {
@@ -353,6 +314,110 @@ def run(
         "sizes": results,
         "skipped_peers": skipped,
     }
+
+
+def _size_row(spec, n, m, batch, seq, sides, times) -> dict:
+    """A size's row of run()'s result with its full-batch figures (ratios Cloze / each side)."""
+    row = {"size": spec, "full_steps_per_round": n, "epoch_batches_per_round": m}
+    # Equal work: the same parameters, to the last one (pooler and output layer included).
+    row["params"] = {
+        name: pretrain_throughput.params_of(fit) for name, (fit, _, _) in sides.items()
+    }
+    row["full"] = {name: _side(t, n * batch * seq) for name, t in times.items()}
+    row["full"]["ratio"] = row["full"]["cloze"]["per_s"] / row["full"]["keras_hub"]["per_s"]
+    row["full"]["ratio_rounds"] = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
+    for kind in FINETUNE_PEERS:
+        if kind in times:
+            row["full"][f"ratio_{kind}"] = (
+                row["full"]["cloze"]["per_s"] / row["full"][kind]["per_s"]
+            )
+            row["full"][f"ratio_{kind}_rounds"] = [
+                h / c for c, h in zip(times["cloze"], times[kind])
+            ]
+    return row
+
+
+def _epochs(path, trainers, peers, batch, seq, m, rounds, vocab, label, log) -> dict:
+    """One workload's epoch figures (examples/s): Cloze (dynamic padding; full length; grouped
+    by length) against keras-hub, and against each worker side in `peers` on the same batches
+    (its collator pads them to the lengths Cloze cuts them to, which is checked)."""
+    from data_prep import features
+
+    def batches(dynamic_padding: bool, groups: int = 0):
+        # A fresh pipeline with the same seed: the same batches in the same order.
+        return lambda: iter(
+            features.classifier_dataset(
+                [path],
+                batch,
+                seq,
+                seed=7,
+                dynamic_padding=dynamic_padding,
+                length_group_batches=groups,
+            )
+        )
+
+    sides = {
+        "cloze": (trainers["cloze"], batches(True), m),
+        "keras_hub": (trainers["keras_hub"], batches(False), m),
+        "cloze_full_length": (trainers["cloze"], batches(False), m),
+        "cloze_grouped": (trainers["cloze"], batches(True, LENGTH_GROUP_BATCHES), m),
+    }
+    cut = {g: _cut_lengths(path, batch, seq, m, g) for g in (0, LENGTH_GROUP_BATCHES)}
+    for kind, peer in peers.items():
+        for side, groups in ((kind, 0), (f"{kind}_grouped", LENGTH_GROUP_BATCHES)):
+            examples = unpadded_batches(path, batch, seq, m, groups)
+            # Cloze's dynamic padding rounds up to features.TRIM_MULTIPLE; the collator alike.
+            lengths = peer.load(side, examples, vocab, features.TRIM_MULTIPLE)
+            if lengths != cut[groups]:
+                raise RuntimeError(
+                    f"{label}: {side}'s collator padded the batches to {lengths}, Cloze cuts "
+                    f"them to {cut[groups]}: not the same work"
+                )
+            sides[side] = (peer, lambda side=side: side, m)  # the worker holds the batches
+    times = _time_rounds(sides, rounds, label, log)
+    e = {side: _side(t, m * batch) for side, t in times.items()}
+    e["ratio"] = e["cloze"]["per_s"] / e["keras_hub"]["per_s"]
+    e["ratio_rounds"] = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
+    e["dynamic_padding_gain"] = e["cloze"]["per_s"] / e["cloze_full_length"]["per_s"]
+    e["ratio_grouped"] = e["cloze_grouped"]["per_s"] / e["keras_hub"]["per_s"]
+    e["group_by_length_gain"] = e["cloze_grouped"]["per_s"] / e["cloze"]["per_s"]
+    for kind in peers:
+        for ours, theirs, key in (
+            ("cloze", kind, f"ratio_{kind}"),
+            ("cloze_grouped", f"{kind}_grouped", f"ratio_grouped_{kind}"),
+        ):
+            e[key] = e[ours]["per_s"] / e[theirs]["per_s"]
+            e[f"{key}_rounds"] = [t / c for c, t in zip(times[ours], times[theirs])]
+    e["cut_lengths"] = cut[0]
+    e["cut_lengths_grouped"] = cut[LENGTH_GROUP_BATCHES]
+    return e
+
+
+def unpadded_batches(path: str, batch: int, seq: int, n: int, groups: int = 0) -> list:
+    """The first `n` batches of Cloze's epoch pipeline (the run's seed, dynamic padding;
+    `groups`: length_group_batches) as lists of unpadded examples {"input_ids",
+    "token_type_ids", "labels"}: what a PyTorch user's dataset holds before its collator."""
+    from data_prep import features
+
+    ds = features.classifier_dataset(
+        [path], batch, seq, seed=7, dynamic_padding=True, length_group_batches=groups
+    )
+    out = []
+    for b in ds.take(n):
+        lengths = b["input_mask"].numpy().sum(axis=1)
+        ids, segments = b["input_ids"].numpy(), b["segment_ids"].numpy()
+        labels = b["label_ids"].numpy().reshape(-1)
+        out.append(
+            [
+                {
+                    "input_ids": ids[i, :k].tolist(),
+                    "token_type_ids": segments[i, :k].tolist(),
+                    "labels": int(labels[i]),
+                }
+                for i, k in enumerate(lengths)
+            ]
+        )
+    return out
 
 
 # The extra peers with a fine-tuning side here (its full-batch step).

@@ -16,7 +16,11 @@ for itself; anything a library prints goes to stderr):
   {"op": "build", "config": <Hugging Face config.json dict>, "batch": <feature: nested list>,
    "precision": "fp32"|"bf16", "seed": int, "threads": int, optional "head": "classifier"}
       ->  {"params": int, "versions": {...}, "threads": int}
-  {"op": "train", "steps": int}  ->  {"losses": [...]}
+  {"op": "train", "steps": int, optional "data": <a name load kept>}  ->  {"losses": [...]}
+  {"op": "load", "name": str, "batches": [[{"input_ids", "token_type_ids", "labels"}, ...], ...],
+   "vocab": <WordPiece vocabulary file>, "pad_to_multiple_of": int}  ->  {"lengths": [...]}:
+   an epoch's batches of unpadded examples, for train's "data" (hf_torch's classifier only: the
+   fine-tuning epochs), and the lengths the worker will pad them to
   {"op": "build_encoder", "model_dir": <a Hugging Face BertModel folder>, "batch": <input_ids,
    input_mask, segment_ids>, "threads": int}  ->  as build (hf_torch only: the inference side)
   {"op": "infer", "steps": int, "save": <.npz path> | null}  ->  {}; the last pass'
@@ -26,8 +30,10 @@ The caller times train and infer around the request (what it sees is what it com
 An error in a request replies {"error": "<type>: <message>"} and the worker exits 1.
 
 A peer's module has a class Peer(config, batch, precision, seed, threads) with count_params(),
-train(steps) -> the steps' losses, get_num_threads() and a `versions` dict, and may have a class
-Encoder(model_dir, batch, threads) with the same but infer(steps, save) for train.
+train(steps, data=None) -> the steps' losses, get_num_threads() and a `versions` dict (where it
+trains epochs, also load(name, batches, vocab, pad_to_multiple_of) -> the padded lengths), and
+may have a class Encoder(model_dir, batch, threads) with the same but infer(steps, save) for
+train.
 """
 
 from __future__ import annotations
@@ -87,13 +93,27 @@ def serve(module, requests, replies) -> int:
                     "versions": side.versions,
                     "threads": side.get_num_threads(),
                 }
+            elif op == "load":
+                if "train" not in built:
+                    raise RuntimeError("load before build")
+                if getattr(built["train"], "load", None) is None:
+                    raise ValueError(f"{module.__name__} has no load: no epochs")
+                reply = {
+                    "lengths": built["train"].load(
+                        request["name"],
+                        request["batches"],
+                        request["vocab"],
+                        request["pad_to_multiple_of"],
+                    )
+                }
             elif op in ("train", "infer"):
                 if op not in built:
                     raise RuntimeError(
                         f"{op} before {'build' if op == 'train' else 'build_encoder'}"
                     )
                 if op == "train":
-                    reply = {"losses": built["train"].train(int(request["steps"]))}
+                    data = {"data": request["data"]} if request.get("data") else {}
+                    reply = {"losses": built["train"].train(int(request["steps"]), **data)}
                 else:
                     built["infer"].infer(int(request["steps"]), request.get("save"))
                     reply = {}

@@ -297,9 +297,9 @@ class Worker:
 
 
 class WorkerPeer(Worker):
-    """A pretraining side in a worker (Worker), with the two things time_trainers and run()
-    use of a Trainer: train_steps and count_params. The worker holds the batch, so train_steps
-    ignores its iterator."""
+    """A training side in a worker (Worker), with the two things time_trainers and run() use of
+    a Trainer: train_steps and count_params. The worker holds the data, so train_steps takes a
+    name of it (None: the batch it was built with) where a Trainer takes an iterator."""
 
     def __init__(
         self,
@@ -330,9 +330,27 @@ class WorkerPeer(Worker):
 
     def train_steps(self, iterator, steps: int):
         """`steps` train steps in the worker; rows of (loss, 1.0 if finite else 0.0), the finite
-        flag last as in the Trainer's rows."""
-        losses = np.asarray(self.ask({"op": "train", "steps": int(steps)})["losses"], float)
+        flag last as in the Trainer's rows. `iterator`: None for the batch the worker was built
+        with, or the name of batches load() sent (the worker holds the data)."""
+        request = {"op": "train", "steps": int(steps)}
+        if iterator is not None:
+            request["data"] = str(iterator)
+        losses = np.asarray(self.ask(request)["losses"], float)
         return np.stack([losses, np.isfinite(losses).astype(float)], axis=1)
+
+    def load(self, name: str, batches: list, vocab, pad_to_multiple_of: int) -> list:
+        """Sends an epoch's batches (lists of unpadded examples: input_ids, token_type_ids,
+        labels) for train_steps(name, ...); `vocab`: the tokenizer's vocabulary file, whose
+        padding the worker's collator applies, to each batch's longest example rounded up to
+        `pad_to_multiple_of`. Returns the lengths the worker pads them to."""
+        request = {
+            "op": "load",
+            "name": name,
+            "batches": batches,
+            "vocab": str(vocab),
+            "pad_to_multiple_of": int(pad_to_multiple_of),
+        }
+        return self.ask(request)["lengths"]
 
 
 def params_of(side) -> int:

@@ -18,6 +18,8 @@ benchmark's time.
   finetune     a classifier's fine-tuning step (run_classifier's) vs keras-hub's
                BertTextClassifier: a full batch in tokens/s, and GLUE-like epochs in examples/s
                (rt-polarity sentences, the corpus' sentence pairs) with Cloze's dynamic padding
+               (with --extra_peers=hf_torch both also vs Hugging Face PyTorch's
+               BertForSequenceClassification, its epochs padded by DataCollatorWithPadding)
   generation   greedy and beam-search new tokens/s of BART and T5 (t5.greedy_decode,
                t5.beam_search) vs keras-hub's Seq2SeqLM.generate, and GPT-2's greedy
                continuation vs GPT2CausalLM.generate, over the same weights, ids compared
@@ -76,7 +78,7 @@ flags.DEFINE_integer(
 flags.DEFINE_list(
     "extra_peers",
     [],
-    "pretrain (and inference and finetune's full batch, hf_torch only): also time these in the "
+    "pretrain (and inference and finetune, hf_torch only): also time these in the "
     "same rounds, each in a worker process: hf_torch (Hugging Face PyTorch's BertForPreTraining, "
     "BertModel for inference, BertForSequenceClassification for fine-tuning; pip install -r "
     "bench/requirements-torch.txt), model_garden (TF Model Garden's "
@@ -581,6 +583,22 @@ def finetune_rows(f: dict) -> list:
                 f"| {e['ratio_grouped']:.2f} ({e['group_by_length_gain']:.2f}x Cloze's "
                 "ungrouped) |"
             )
+            if "hf_torch" in e:
+                for ours, theirs, key, what in (
+                    ("cloze", "hf_torch", "ratio_hf_torch", "the same batches"),
+                    (
+                        "cloze_grouped",
+                        "hf_torch_grouped",
+                        "ratio_grouped_hf_torch",
+                        "the --group_by_length batches",
+                    ),
+                ):
+                    rows.append(
+                        f"| the same, {what} against Hugging Face PyTorch "
+                        "BertForSequenceClassification (DataCollatorWithPadding) | "
+                        f"{e[ours]['per_s']:,.1f} | PyTorch {e[theirs]['per_s']:,.1f} | "
+                        f"{e[key]:.2f} (rounds {rounds(e[key + '_rounds'])}) |"
+                    )
     return rows
 
 

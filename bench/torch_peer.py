@@ -13,8 +13,11 @@ what is timed, and pretrain_throughput counts those FLOPs in its `hfu`. torch.co
 (inductor) gave no gain at L4/H256 batch 8 on the thirty-ninth session's host (0.80-0.83 s a
 step against 0.74-0.87 eager, after 49 s of compiling), so the eager model is timed.
 Peer with head="classifier" is the fine-tuning benchmark's side (BertForSequenceClassification,
-2 labels, lr 2e-5); Encoder is the inference benchmark's side: transformers' BertModel holding
-Cloze's encoder's weights. Installed by bench/requirements-torch.txt.
+2 labels, lr 2e-5): on its one full batch, or on an epoch's batches of unpadded examples
+(Peer.load) that transformers' DataCollatorWithPadding pads to each batch's longest example at
+every step, as a Trainer with a tokenizer does. Encoder is the inference benchmark's side:
+transformers' BertModel holding Cloze's encoder's weights. Installed by
+bench/requirements-torch.txt.
 """
 
 from __future__ import annotations
@@ -113,6 +116,7 @@ class Peer:
             self.optimizer, lambda step: max(0.0, 1.0 - step / 10_000)
         )
         self.precision = precision
+        self.data = {}  # load()'s epochs: {name: (batches, collator)}
         self.versions = {"torch": torch.__version__, "transformers": transformers.__version__}
 
     def get_num_threads(self) -> int:
@@ -122,10 +126,25 @@ class Peer:
         # Tied weights (the MLM decoder is the word table) are one parameter, counted once.
         return sum(p.numel() for p in self.model.parameters())
 
-    def step(self) -> float:
+    def load(self, name: str, batches: list, vocab: str, pad_to_multiple_of: int) -> list:
+        """Keeps `batches` (lists of examples {"input_ids", "token_type_ids", "labels"}, unpadded)
+        as data `name` for train(); `vocab`: the WordPiece vocabulary file of the tokenizer whose
+        padding DataCollatorWithPadding applies, to the batch's longest example rounded up to
+        `pad_to_multiple_of` (transformers' run_glue.py passes 8 under fp16). Returns the
+        lengths the batches pad to."""
+        import transformers
+
+        tokenizer = transformers.BertTokenizerFast(vocab_file=vocab, do_lower_case=True)
+        collator = transformers.DataCollatorWithPadding(
+            tokenizer, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt"
+        )
+        self.data[name] = (batches, collator)
+        return [int(collator(b)["input_ids"].shape[1]) for b in batches]
+
+    def step(self, batch: dict) -> float:
         torch = self.torch
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision == "bf16"):
-            loss = self.model(**self.batch).loss
+            loss = self.model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
@@ -133,8 +152,13 @@ class Peer:
         self.optimizer.zero_grad(set_to_none=True)
         return float(loss.detach())
 
-    def train(self, steps: int) -> list:
-        return [self.step() for _ in range(steps)]
+    def train(self, steps: int, data: str | None = None) -> list:
+        """`steps` steps on the fixed batch, or with `data` on the batches load() kept under that
+        name (in order, from the first, padded by the collator in the step's time)."""
+        if data is None:
+            return [self.step(self.batch) for _ in range(steps)]
+        batches, collator = self.data[data]
+        return [self.step(collator(batches[i % len(batches)])) for i in range(steps)]
 
 
 def _no_decay(name: str) -> bool:

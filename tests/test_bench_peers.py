@@ -56,9 +56,19 @@ class FakePeer:
     def get_num_threads(self):
         return self.threads
 
-    def train(self, steps):
+    def train(self, steps, data=None):
+        with open({log!r} + ".train", "a") as f:
+            f.write(json.dumps(data) + "\\n")
         time.sleep(0.002 * steps)
         return [next(self.losses, 1.0) for _ in range(steps)]
+
+    def load(self, name, batches, vocab, pad_to_multiple_of):
+        with open({log!r} + ".load", "a") as f:
+            f.write(json.dumps(dict(name=name, batches=batches, vocab=vocab,
+                                    multiple=pad_to_multiple_of)) + "\\n")
+        # As DataCollatorWithPadding pads: the longest, rounded up (FAKE_PEER_NO_MULTIPLE: not).
+        m = 1 if os.environ.get("FAKE_PEER_NO_MULTIPLE") else pad_to_multiple_of
+        return [-(-max(len(e["input_ids"]) for e in b) // m) * m for b in batches]
 
 class FakeEncoder:
     def __init__(self, model_dir, batch, threads):
@@ -380,6 +390,111 @@ def test_fine_tuning_times_pytorchs_classifier_on_the_full_batch(
         rows = run_all.finetune_rows(result)
     (row,) = [x for x in rows if "PyTorch BertForSequenceClassification" in x]
     assert f"| {full['ratio_hf_torch']:.2f} (rounds " in row
+
+
+@pytest.fixture
+def pairs_workload(tmp_path, monkeypatch):
+    """A vocabulary and a corpus of sentence pairs of varied lengths, with finetune.workloads
+    replaced by their corpus_pairs workload alone (no registry fetch); returns the vocabulary."""
+    from bench import finetune
+
+    vocab = tmp_path / "vocab.txt"
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"]
+    vocab.write_text("".join(f"{t}\n" for t in tokens))
+    rng = np.random.default_rng(3)
+    corpus = tmp_path / "corpus.txt"
+    documents = [
+        "\n".join(" ".join(rng.choice(list("abc"), rng.integers(1, 12))) for _ in range(8))
+        for _ in range(4)
+    ]
+    corpus.write_text("\n\n".join(documents) + "\n")
+
+    def workloads(_, tokenizer, work_dir, seq, examples):
+        Path(work_dir).mkdir(parents=True, exist_ok=True)
+        pairs = finetune.sentence_pairs(corpus, examples)
+        path = Path(work_dir) / "corpus_pairs.tf_record"
+        return {"corpus_pairs": finetune.write_examples(pairs, "mrpc", tokenizer, path, seq)}
+
+    monkeypatch.setattr(finetune, "workloads", workloads)
+    return vocab
+
+
+def _tiny_epochs(vocab, work_dir, python):
+    from bench import finetune
+
+    return finetune.run(
+        None, vocab, work_dir, sizes=(TINY,), batch=3, seq=32, steps=1, epoch_batches=2,
+        rounds=2, log=lambda *_: None, extra_peers=("hf_torch",), peer_python=python,
+    )  # fmt: skip
+
+
+def test_fine_tuning_epochs_give_pytorch_clozes_batches_unpadded(
+    fake_python, tmp_path, pairs_workload, monkeypatch
+):
+    from bench import finetune
+    from data_prep import features
+
+    python, log = fake_python
+    result = _tiny_epochs(pairs_workload, tmp_path / "work", python)
+    e = result["sizes"][0]["corpus_pairs"]
+    loads = [json.loads(x) for x in Path(f"{log}.load").read_text().splitlines()]
+    assert [x["name"] for x in loads] == ["hf_torch", "hf_torch_grouped"]
+    for sent, groups, cut in (
+        (loads[0], 0, e["cut_lengths"]),
+        (loads[1], finetune.LENGTH_GROUP_BATCHES, e["cut_lengths_grouped"]),
+    ):
+        assert sent["vocab"] == str(pairs_workload) and sent["multiple"] == features.TRIM_MULTIPLE
+        cloze = features.classifier_dataset(
+            [result["workloads"]["corpus_pairs"]["file"]], 3, 32, seed=7,
+            dynamic_padding=True, length_group_batches=groups,
+        )  # fmt: skip
+        assert len(sent["batches"]) == 2
+        for examples, batch, length in zip(sent["batches"], cloze.take(2), cut):
+            assert batch["input_ids"].shape == (3, length)
+            # Cloze's rows, each without its padding: [CLS] ... [SEP], then nothing but [PAD].
+            for example, ids, segments, label in zip(
+                examples,
+                batch["input_ids"].numpy(),
+                batch["segment_ids"].numpy(),
+                batch["label_ids"].numpy().reshape(-1),
+            ):
+                k = len(example["input_ids"])
+                assert example["input_ids"] == ids[:k].tolist() and not ids[k:].any()
+                assert ids[0] == 2 and ids[k - 1] == 3 and 0 not in ids[:k]
+                assert example["token_type_ids"] == segments[:k].tolist()
+                assert example["labels"] == int(label) in (0, 1)
+            assert length - features.TRIM_MULTIPLE < max(len(x["input_ids"]) for x in examples)
+    # The full batch (one untimed call, 2 rounds), then each epoch by its name, as often.
+    trained = [json.loads(x) for x in Path(f"{log}.train").read_text().splitlines()]
+    assert trained[:3] == [None] * 3
+    assert sorted(trained[3:]) == ["hf_torch"] * 3 + ["hf_torch_grouped"] * 3
+    for ours, theirs, key in (
+        ("cloze", "hf_torch", "ratio_hf_torch"),
+        ("cloze_grouped", "hf_torch_grouped", "ratio_grouped_hf_torch"),
+    ):
+        assert e[theirs]["per_s"] == pytest.approx(2 * 3 / e[theirs]["seconds"])
+        assert e[key] == pytest.approx(e[ours]["per_s"] / e[theirs]["per_s"])
+        assert e[f"{key}_rounds"] == pytest.approx(
+            [t / c for c, t in zip(e[ours]["seconds_rounds"], e[theirs]["seconds_rounds"])]
+        )
+    with helpers.entrypoint_module("bench/run_all.py") as run_all:
+        rows = run_all.finetune_rows(result)
+    (row,) = [x for x in rows if "the --group_by_length batches against Hugging Face" in x]
+    assert f"| {e['ratio_grouped_hf_torch']:.2f} (rounds " in row
+
+    # A collator that pads to other lengths than Cloze's cut would time other work: refused.
+    monkeypatch.setenv("FAKE_PEER_NO_MULTIPLE", "1")
+    with pytest.raises(RuntimeError, match=r"hf_torch's collator padded the batches to \["):
+        _tiny_epochs(pairs_workload, tmp_path / "work2", python)
+
+
+def test_the_real_collator_pads_clozes_epochs_to_its_cut_lengths(tmp_path, pairs_workload):
+    python = _peer_python("torch", "transformers")
+    if python is None:
+        pytest.skip("no torch, transformers (bench/requirements-torch.txt; CLOZE_PEER_PYTHON)")
+    # The run stops if DataCollatorWithPadding pads to other lengths, or a loss is not finite.
+    e = _tiny_epochs(pairs_workload, tmp_path / "work", python)["sizes"][0]["corpus_pairs"]
+    assert e["hf_torch"]["per_s"] > 0 and e["hf_torch_grouped"]["per_s"] > 0
 
 
 def test_the_real_bert_for_sequence_classification_holds_clozes_parameters():
