@@ -28,16 +28,21 @@ of each is reported; the machine is shared):
              the same examples), shows what sorting adds to the cut. Figures in examples/s; the
              real-token share of the positions and the lengths batches are cut to are recorded.
 
-With extra_peers=("hf_torch",) Hugging Face PyTorch's BertForSequenceClassification
-(bench/torch_peer.py's Peer with head="classifier", in a bench/peer_worker.py process; the same
-parameter count), trained as PyTorch users train it, is timed in the same rounds: on the full
-batch, and on each epoch twice, against Cloze's dynamic padding (hf_torch) and against its
---group_by_length (hf_torch_grouped). Its epochs are the same batches in the same order (Cloze's
-pipeline read out, each example unpadded), padded at every step by transformers'
-DataCollatorWithPadding to the batch's longest example, as a Trainer given a tokenizer pads,
-rounded up to 8 as Cloze rounds (features.TRIM_MULTIPLE; transformers' run_glue.py rounds to 8
-under fp16 only). The lengths it pads to must be the lengths Cloze cuts to, or the run stops.
-The collator's time is in the PyTorch side's, as the input pipeline's is in Cloze's.
+With extra_peers, the peers' classifiers (each Peer with head="classifier" in a
+bench/peer_worker.py process; the same parameter count as Cloze's), trained as their users train
+them, are timed in the same rounds on the full batch: Hugging Face PyTorch's
+BertForSequenceClassification (hf_torch, bench/torch_peer.py) and TF Model Garden's
+BertClassifier (model_garden, bench/model_garden_peer.py: its SentencePredictionTask's model,
+loss and optimizer, steps in one tf.function loop). Model Garden's own input pipeline pads
+every example to the sequence length, keras-hub's work on the epochs, so it has the full batch
+alone. PyTorch's classifier is also timed on each epoch twice, against Cloze's dynamic
+padding (hf_torch) and against its --group_by_length (hf_torch_grouped). Its epochs are the
+same batches in the same order (Cloze's pipeline read out, each example unpadded), padded at
+every step by transformers' DataCollatorWithPadding to the batch's longest example, as a
+Trainer given a tokenizer pads, rounded up to 8 as Cloze rounds (features.TRIM_MULTIPLE;
+transformers' run_glue.py rounds to 8 under fp16 only). The lengths it pads to must be the
+lengths Cloze cuts to, or the run stops. The collator's time is in the PyTorch side's, as the
+input pipeline's is in Cloze's.
 
 Dropout's masks differ between a cut and a full batch (other shapes draw other bits); the
 logits and gradients without dropout are the same (tests/test_finetuning.py).
@@ -54,6 +59,15 @@ from bench import pretrain_throughput
 from data_prep.glue import LENGTH_GROUP_BATCHES  # run_classifier's --group_by_length
 
 DEFAULT_SIZES = pretrain_throughput.DEFAULT_SIZES
+
+
+# The extra peers' fine-tuning sides: the model the table names (each has the full-batch step),
+# and those that also train the epochs (Peer.load: batches of unpadded examples and a collator).
+FINETUNE_PEERS = {
+    "hf_torch": "Hugging Face PyTorch BertForSequenceClassification (eager)",
+    "model_garden": "TF Model Garden BertClassifier (tf_keras)",
+}
+EPOCH_PEERS = ("hf_torch",)
 
 
 def classifier_batch(batch: int, seq: int, vocab_size: int, seed: int = 0) -> dict:
@@ -251,10 +265,9 @@ def run(
 
     `steps` / `epoch_batches`: timed full-batch steps and epoch batches per round, per size (one
     int for all sizes). The models' vocabulary is `vocab`'s, as run_classifier's.
-    `extra_peers`: of pretrain_throughput.WORKER_PEERS, hf_torch (Hugging Face PyTorch's
-    BertForSequenceClassification, in a bench/peer_worker.py process under `peer_python`) is
-    timed on the full batch and the epochs in the same rounds (module docstring); the others are
-    recorded as skipped."""
+    `extra_peers`: of pretrain_throughput.WORKER_PEERS (FINETUNE_PEERS: each has a classifier),
+    in bench/peer_worker.py processes under `peer_python`, timed in the same rounds on the full
+    batch, and those of EPOCH_PEERS on the epochs too (module docstring)."""
     import tensorflow as tf
 
     log = print if log is None else log
@@ -267,11 +280,6 @@ def run(
 
     for kind in extra_peers:
         pretrain_throughput.Worker.checked(kind)
-    skipped = {
-        kind: "no fine-tuning side (a classifier exists for hf_torch only)"
-        for kind in extra_peers
-        if kind not in FINETUNE_PEERS
-    }
     tokenizer = tokenization.FullTokenizer(str(vocab), True)  # read once for both workloads
     vocab_size = len(tokenizer.vocab)
     data = workloads(corpus, tokenizer, work_dir, seq, batch * max(epoch_batches))
@@ -285,17 +293,17 @@ def run(
         peers = {}  # the worker sides, for the full batch and the epochs
         try:
             for kind in extra_peers:
-                if kind in FINETUNE_PEERS:
-                    peers[kind] = pretrain_throughput.WorkerPeer(
-                        kind, config, fixed, precision, python=peer_python, head="classifier"
-                    )
-                    sides[kind] = (peers[kind], lambda: None, n)  # the worker holds the batch
+                peers[kind] = pretrain_throughput.WorkerPeer(
+                    kind, config, fixed, precision, python=peer_python, head="classifier"
+                )
+                sides[kind] = (peers[kind], lambda: None, n)  # the worker holds the batch
             times = _time_rounds(sides, rounds, f"{spec} full", log)
             row = _size_row(spec, n, m, batch, seq, sides, times)
+            epoch_peers = {k: p for k, p in peers.items() if k in EPOCH_PEERS}
             for name, workload in data.items():
                 if "skipped" not in workload:
                     row[name] = _epochs(
-                        workload["file"], trainers, peers, batch, seq, m, rounds, vocab,
+                        workload["file"], trainers, epoch_peers, batch, seq, m, rounds, vocab,
                         f"{spec} {name}", log,
                     )  # fmt: skip
         finally:
@@ -312,7 +320,6 @@ def run(
         "workloads": data,
         "onednn": pretrain_throughput.onednn_enabled(),
         "sizes": results,
-        "skipped_peers": skipped,
     }
 
 
@@ -418,10 +425,6 @@ def unpadded_batches(path: str, batch: int, seq: int, n: int, groups: int = 0) -
             ]
         )
     return out
-
-
-# The extra peers with a fine-tuning side here (its full-batch step).
-FINETUNE_PEERS = ("hf_torch",)
 
 
 def _cut_lengths(path: str, batch: int, seq: int, n: int, groups: int = 0) -> list:

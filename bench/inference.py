@@ -9,12 +9,14 @@ models provably compute the same function. The Keras models are timed as tf.func
 once, like a serving graph), with jit_compile following `use_xla`; timed rounds alternate and the
 best of each is reported.
 
-With extra_peers=("hf_torch",) Hugging Face PyTorch's BertModel is a fourth side: the checkpoint
-exported by checkpoints.save_hf_bert (convert_checkpoint.py --to=hf) and loaded by
-transformers' from_pretrained in a bench/peer_worker.py process (WorkerEncoder), eval mode
-under torch.inference_mode, its outputs compared like the others'. Model Garden has no
-inference side here (no converter from Cloze's weights into its encoder); it is recorded as
-skipped.
+With extra_peers, each in a bench/peer_worker.py process (WorkerEncoder) that reads the same
+weights as its users read published BERT weights, its outputs compared like the others':
+  hf_torch      Hugging Face PyTorch's BertModel: the folder checkpoints.save_hf_bert writes
+                (convert_checkpoint.py --to=hf), loaded by from_pretrained; eval mode under
+                torch.inference_mode
+  model_garden  TF Model Garden's BertEncoder (tf_keras): the google-research/bert checkpoint
+                checkpoints.save_tf1_bert writes (--to=tf1_bert), converted by Model Garden's
+                own tf2_bert_encoder_checkpoint_converter; a tf.function in inference mode
 """
 
 from __future__ import annotations
@@ -82,9 +84,10 @@ def export(
 
 
 class WorkerEncoder:
-    """The inference side `kind` (hf_torch) in a bench/peer_worker.py process, holding the
-    encoder in `model_dir` (a Hugging Face folder) and `batch`: time(steps) runs the passes there
-    and returns the seconds they took as seen from here; outputs() the last pass' outputs."""
+    """The inference side `kind` (of INFERENCE_PEERS) in a bench/peer_worker.py process,
+    holding the encoder in `model_dir` (as write_peer_weights wrote it) and `batch`:
+    time(steps) runs the passes there and returns the seconds they took as seen from here;
+    outputs() the last pass' outputs."""
 
     def __init__(self, kind: str, model_dir, batch: dict, python=None):
         import os
@@ -118,8 +121,36 @@ class WorkerEncoder:
         self.worker.close()
 
 
-# The extra peers with an inference side here.
-INFERENCE_PEERS = ("hf_torch",)
+# The extra peers' inference sides: the model the table names, and the folder of Cloze's
+# weights each reads (the format its users get published BERT weights in, written by
+# convert_checkpoint.py's code: write_peer_weights).
+INFERENCE_PEERS = {
+    "hf_torch": {
+        "model": "Hugging Face PyTorch BertModel",
+        "reads": "the Hugging Face folder --to=hf writes (BertModel.from_pretrained)",
+    },
+    "model_garden": {
+        "model": "TF Model Garden BertEncoder",
+        "reads": "the google-research/bert checkpoint --to=tf1_bert writes (converted by "
+        "Model Garden's tf2_bert_encoder_checkpoint_converter)",
+    },
+}
+
+
+def write_peer_weights(kind: str, encoder, out_dir) -> Path:
+    """Writes `encoder`'s weights to `out_dir` as side `kind` of INFERENCE_PEERS reads them."""
+    from modeling import checkpoints
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if kind == "hf_torch":
+        checkpoints.save_hf_bert(encoder, out)
+    elif kind == "model_garden":
+        checkpoints.save_tf1_bert(encoder, out)
+        (out / "bert_config.json").write_text(encoder.config.to_json_string())
+    else:
+        raise ValueError(f"peer {kind!r}: expected one of {sorted(INFERENCE_PEERS)}")
+    return out
 
 
 def build_models(
@@ -129,14 +160,14 @@ def build_models(
     use_xla: bool,
     in_process: bool,
     branches: int = 1,
-    hf_dir=None,
+    peer_dirs=None,
 ) -> dict:
     """{"cloze_keras", "saved_model", "keras_hub"}: callables of the batch dict returning
     (sequence_output, pooled_output), all with one set of weights. `branches`: Cloze's encoder
     (Keras and exported) runs in that many row slices (bert.run_layer_stack); with more than 1
     also "cloze_keras_plain", the Keras encoder without them, for the option's own gain.
-    `hf_dir`: the same weights also go there as the Hugging Face folder convert_checkpoint.py
-    --to=hf writes (checkpoints.save_hf_bert), for a WorkerEncoder."""
+    `peer_dirs`: {kind: folder} of INFERENCE_PEERS; the same weights also go to each folder as
+    that side reads them (write_peer_weights), for a WorkerEncoder."""
     import keras
     import keras_hub
     import tensorflow as tf
@@ -152,8 +183,8 @@ def build_models(
     checkpoints.save_cloze(encoder, model_dir)
     (model_dir / "bert_config.json").write_text(config.to_json_string())
     write_vocab(model_dir / "vocab.txt", config.vocab_size)
-    if hf_dir is not None:
-        checkpoints.save_hf_bert(encoder, hf_dir)
+    for kind, folder in (peer_dirs or {}).items():
+        write_peer_weights(kind, encoder, folder)
     export(model_dir, "saved_model", work / "saved_model", seq, in_process, branches)
     bert.set_encoder_branches(encoder, branches)
     export(model_dir, "keras_hub", work / "keras_hub", seq, in_process)
@@ -234,8 +265,8 @@ def run(
 ) -> dict:
     """The benchmark; raises if the models' outputs differ by more than `tolerance`.
     `encoder_branches`: Cloze's encoder option (build_models), on Cloze's side only.
-    `extra_peers`: of pretrain_throughput.WORKER_PEERS, those in INFERENCE_PEERS become sides
-    (WorkerEncoder, under `peer_python` when given); the others are recorded as skipped."""
+    `extra_peers`: of pretrain_throughput.WORKER_PEERS (each has an inference side,
+    INFERENCE_PEERS), more sides (WorkerEncoder, under `peer_python` when given)."""
     import tempfile
 
     import tensorflow as tf
@@ -246,18 +277,14 @@ def run(
     work = Path(work_dir or tempfile.mkdtemp(prefix="cloze_bench_inference_"))
     for kind in extra_peers:
         pretrain_throughput.Worker.checked(kind)
-    # The PyTorch side reads the same weights from the Hugging Face folder build_models writes.
-    hf_dir = work / "hf_torch" if "hf_torch" in extra_peers else None
-    models = build_models(config, work, seq, use_xla, in_process, encoder_branches, hf_dir)
+    # Each worker side reads the same weights from the folder build_models writes for it.
+    peer_dirs = {kind: work / kind for kind in extra_peers}
+    models = build_models(config, work, seq, use_xla, in_process, encoder_branches, peer_dirs)
     inputs = padded_batch(batch, seq, vocab_size)
     data = {k: tf.constant(v) for k, v in inputs.items()}
-    skipped = {}
     try:
         for kind in extra_peers:
-            if kind not in INFERENCE_PEERS:
-                skipped[kind] = "no inference side (no converter from Cloze's weights to it)"
-                continue
-            models[kind] = WorkerEncoder(kind, hf_dir, inputs, python=peer_python)
+            models[kind] = WorkerEncoder(kind, peer_dirs[kind], inputs, python=peer_python)
         diffs = max_differences(models, data)
         worst = max(v for d in diffs.values() for v in d.values())
         if worst > tolerance:
@@ -288,11 +315,14 @@ def run(
         "max_abs_difference": diffs,
         "tolerance": tolerance,
         "extra_peers": {
-            kind: {"python": m.worker.python, "versions": m.worker.versions}
+            kind: {
+                "python": m.worker.python,
+                "versions": m.worker.versions,
+                "weights": INFERENCE_PEERS[kind]["reads"],
+            }
             for kind, m in models.items()
             if isinstance(m, WorkerEncoder)
         },
-        "skipped_peers": skipped,
     }
     for name, t in times.items():
         result[name] = {"batch_s": min(t), "batch_s_rounds": t, "sequences_per_s": batch / min(t)}

@@ -1,8 +1,10 @@
-"""A worker process for one of the pretraining and inference benchmarks' optional peers.
+"""A worker process for one of the pretraining, inference and fine-tuning benchmarks' optional
+peers.
 
   hf_torch      bench/torch_peer.py: Hugging Face transformers' BertForPreTraining under PyTorch
-                (and its BertModel for inference)
+                (its BertModel for inference, BertForSequenceClassification for fine-tuning)
   model_garden  bench/model_garden_peer.py: TF Model Garden's BertPretrainerV2 under tf_keras
+                (its BertEncoder for inference, BertClassifier for fine-tuning)
 
 Why a process of its own: PyTorch's OpenMP threads and TensorFlow's pools would share the cores
 inside one process, with each library's idle threads left between the alternating rounds, and
@@ -21,8 +23,9 @@ for itself; anything a library prints goes to stderr):
    "vocab": <WordPiece vocabulary file>, "pad_to_multiple_of": int}  ->  {"lengths": [...]}:
    an epoch's batches of unpadded examples, for train's "data" (hf_torch's classifier only: the
    fine-tuning epochs), and the lengths the worker will pad them to
-  {"op": "build_encoder", "model_dir": <a Hugging Face BertModel folder>, "batch": <input_ids,
-   input_mask, segment_ids>, "threads": int}  ->  as build (hf_torch only: the inference side)
+  {"op": "build_encoder", "model_dir": <the folder of weights the side reads: a Hugging Face
+   BertModel folder for hf_torch, a google-research/bert checkpoint for model_garden>, "batch":
+   <input_ids, input_mask, segment_ids>, "threads": int}  ->  as build (the inference side)
   {"op": "infer", "steps": int, "save": <.npz path> | null}  ->  {}; the last pass'
    sequence_output and pooled_output go to `save` when given
 The caller times train and infer around the request (what it sees is what it compares).

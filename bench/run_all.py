@@ -14,7 +14,8 @@ benchmark's time.
   create_data  create_pretraining_data.py vs the original google-research/bert script:
                instances/s and peak memory at 1x and 10x a base corpus
   inference    sequences/s of the SavedModel and the Keras encoder vs keras-hub BertBackbone
-               (with --extra_peers=hf_torch also vs Hugging Face PyTorch's BertModel)
+               (with --extra_peers also vs Hugging Face PyTorch's BertModel, hf_torch, and
+               TF Model Garden's BertEncoder, model_garden)
   finetune     a classifier's fine-tuning step (run_classifier's) vs keras-hub's
                BertTextClassifier: a full batch in tokens/s, and GLUE-like epochs in examples/s
                (rt-polarity sentences, the corpus' sentence pairs) with Cloze's dynamic padding
@@ -78,11 +79,12 @@ flags.DEFINE_integer(
 flags.DEFINE_list(
     "extra_peers",
     [],
-    "pretrain (and inference and finetune, hf_torch only): also time these in the "
+    "pretrain, inference and finetune (its epochs: hf_torch only): also time these in the "
     "same rounds, each in a worker process: hf_torch (Hugging Face PyTorch's BertForPreTraining, "
     "BertModel for inference, BertForSequenceClassification for fine-tuning; pip install -r "
-    "bench/requirements-torch.txt), model_garden (TF Model Garden's "
-    "BertPretrainerV2; pip install --no-deps -r bench/requirements-model-garden.txt).",
+    "bench/requirements-torch.txt), model_garden (TF Model Garden's BertPretrainerV2, "
+    "BertEncoder, BertClassifier; pip install --no-deps -r "
+    "bench/requirements-model-garden.txt).",
 )
 flags.DEFINE_string(
     "peer_python",
@@ -358,7 +360,7 @@ def table(results: dict) -> str:
     """A markdown table of the figures and ratios (Cloze / peer; above 1 means Cloze is faster)."""
     import statistics
 
-    from bench import pretrain_throughput
+    from bench import inference, pretrain_throughput
 
     rows = ["| benchmark | Cloze | peer | Cloze / peer |", "|---|---|---|---|"]
     p = results.get("pretrain")
@@ -485,9 +487,10 @@ def table(results: dict) -> str:
             )
         for kind in i.get("extra_peers", {}):
             peer = pretrain_throughput.WORKER_PEERS[kind]["short"]
+            model = inference.INFERENCE_PEERS[kind]["model"]
             for name in ("cloze_keras", "saved_model"):
                 rows.append(
-                    f"| the same, {name}, against Hugging Face {peer} BertModel (the same "
+                    f"| the same, {name}, against {model} (the same "
                     f"weights) | {i[name]['sequences_per_s']:,.1f} | {peer} "
                     f"{i[kind]['sequences_per_s']:,.1f} | {i[f'ratio_{name}_{kind}']:.2f} "
                     "(rounds "
@@ -536,6 +539,7 @@ def table(results: dict) -> str:
 
 def finetune_rows(f: dict) -> list:
     """The fine-tuning benchmark's table rows (bench/finetune.py's result)."""
+    from bench import finetune, pretrain_throughput
 
     def rounds(xs):
         return ", ".join(f"{x:.2f}" for x in xs)
@@ -549,13 +553,14 @@ def finetune_rows(f: dict) -> list:
             f"{full['keras_hub']['per_s']:,.0f} | {full['ratio']:.2f} (rounds "
             f"{rounds(full['ratio_rounds'])}) |"
         )
-        if "hf_torch" in full:
-            rows.append(
-                f"| the same against Hugging Face PyTorch BertForSequenceClassification (eager), "
-                f"tokens/s | {full['cloze']['per_s']:,.0f} | PyTorch "
-                f"{full['hf_torch']['per_s']:,.0f} | {full['ratio_hf_torch']:.2f} (rounds "
-                f"{rounds(full['ratio_hf_torch_rounds'])}) |"
-            )
+        for kind, model in finetune.FINETUNE_PEERS.items():
+            if kind in full:
+                peer = pretrain_throughput.WORKER_PEERS[kind]["short"]
+                rows.append(
+                    f"| the same against {model}, tokens/s | {full['cloze']['per_s']:,.0f} | "
+                    f"{peer} {full[kind]['per_s']:,.0f} | {full[f'ratio_{kind}']:.2f} (rounds "
+                    f"{rounds(full[f'ratio_{kind}_rounds'])}) |"
+                )
         for name, w in f["workloads"].items():
             if "skipped" in w:
                 rows.append(f"| fine-tune, {name} | skipped: {w['skipped'][:60]} | | |")

@@ -42,10 +42,11 @@ class FakePeer:
         if os.environ.get("FAKE_PEER_MISSING"):
             raise ModuleNotFoundError("No module named 'torch'")
         print("a library's chatter on stdout")
-        with open({log!r}, "w") as f:
-            json.dump(dict(config=config, batch=batch, precision=precision, threads=threads,
-                           argv=sys.argv[1:], legacy=os.environ.get("TF_USE_LEGACY_KERAS"),
-                           head=head), f)
+        sent = dict(config=config, batch=batch, precision=precision, threads=threads,
+                    argv=sys.argv[1:], legacy=os.environ.get("TF_USE_LEGACY_KERAS"), head=head)
+        for path in ({log!r}, {log!r} + "." + sys.argv[-1]):  # the last build, and each side's
+            with open(path, "w") as f:
+                json.dump(sent, f)
         self.versions = {{"fake": "1"}}
         self.threads = threads
         self.losses = iter(json.loads(os.environ.get("FAKE_PEER_LOSSES", "[]")))
@@ -72,8 +73,9 @@ class FakePeer:
 
 class FakeEncoder:
     def __init__(self, model_dir, batch, threads):
-        config = json.load(open(os.path.join(model_dir, "config.json")))
-        with open({log!r} + ".encoder", "w") as f:
+        hf = os.path.join(model_dir, "config.json")  # else google-research/bert's bert_config
+        config = json.load(open(hf if os.path.exists(hf) else model_dir + "/bert_config.json"))
+        with open({log!r} + ".encoder." + sys.argv[-1], "w") as f:
             json.dump(dict(model_dir=model_dir, files=sorted(os.listdir(model_dir)), batch=batch,
                            threads=threads), f)
         self.shape = (len(batch["input_ids"]), len(batch["input_ids"][0]), config["hidden_size"])
@@ -263,15 +265,23 @@ def _peer_python(*modules) -> str | None:
     return python if probe.returncode == 0 else None
 
 
+# The modules each real peer needs (its requirements file in bench/ installs them).
+PEER_MODULES = {
+    "hf_torch": ("torch", "transformers"),
+    "model_garden": ("tf_keras", "official.nlp.modeling"),
+}
+
+
 @pytest.mark.parametrize(
-    "kind, modules, extra_params",
+    "kind, extra_params",
     [
-        ("hf_torch", ("torch", "transformers"), lambda h: 0),
+        ("hf_torch", lambda h: 0),
         # Model Garden's encoder also holds a pooler its NSP head does not use (hidden^2 + hidden).
-        ("model_garden", ("tf_keras", "official.nlp.modeling"), lambda h: h * h + h),
+        ("model_garden", lambda h: h * h + h),
     ],
 )
-def test_the_real_peers_hold_clozes_parameters_and_train(kind, modules, extra_params):
+def test_the_real_peers_hold_clozes_parameters_and_train(kind, extra_params):
+    modules = PEER_MODULES[kind]
     python = _peer_python(*modules)
     if python is None:
         want = pretrain_throughput.WORKER_PEERS[kind]["requirements"]
@@ -305,7 +315,7 @@ def tiny_inference():
     )
 
 
-def test_inference_times_pytorchs_bert_model_on_the_exported_weights(
+def test_inference_times_each_peer_on_the_weights_in_the_format_its_users_read(
     fake_python, tmp_path, tiny_inference
 ):
     from bench import inference
@@ -318,46 +328,67 @@ def test_inference_times_pytorchs_bert_model_on_the_exported_weights(
         peer_python=python,
         tolerance=float("inf"),  # the stand-in computes nothing: its outputs are zeros
     )
-    sent = json.loads(Path(str(log) + ".encoder").read_text())
-    # It got the Hugging Face folder Cloze's converter writes, and the batch every side gets.
-    assert sent["model_dir"] == str(tmp_path / "work" / "hf_torch")
-    assert {"config.json", "model.safetensors"} <= set(sent["files"])
-    assert sent["batch"] == {k: v.tolist() for k, v in inference.padded_batch(3, 17, 101).items()}
-    assert result["extra_peers"] == {"hf_torch": {"python": python, "versions": {"fake": "1"}}}
-    assert set(result["skipped_peers"]) == {"model_garden"}
-    h = result["hf_torch"]
-    assert len(h["batch_s_rounds"]) == 2 and h["sequences_per_s"] == pytest.approx(3 / h["batch_s"])
-    # Zeros against Cloze's outputs: the difference is the size of Cloze's own outputs.
-    assert result["max_abs_difference"]["hf_torch"]["pooled_output"] > 0
-    for name in ("cloze_keras", "saved_model"):
-        ratio = result[name]["sequences_per_s"] / h["sequences_per_s"]
-        assert result[f"ratio_{name}_hf_torch"] == pytest.approx(ratio)
-        assert result[f"ratio_{name}_hf_torch_rounds"] == pytest.approx(
-            [t / c for c, t in zip(result[name]["batch_s_rounds"], h["batch_s_rounds"])]
-        )
+    batch = {k: v.tolist() for k, v in inference.padded_batch(3, 17, 101).items()}
+    # PyTorch gets the Hugging Face folder Cloze's converter writes; Model Garden the
+    # google-research/bert checkpoint its own converter reads; both the batch every side gets.
+    for kind, files in (
+        ("hf_torch", {"config.json", "model.safetensors"}),
+        ("model_garden", {"bert_config.json", "bert_model.ckpt.index", "checkpoint"}),
+    ):
+        sent = json.loads(Path(f"{log}.encoder.{kind}").read_text())
+        assert sent["model_dir"] == str(tmp_path / "work" / kind)
+        assert files <= set(sent["files"]), sent["files"]
+        assert sent["batch"] == batch
+    folder = tmp_path / "work" / "model_garden"
+    assert json.loads((folder / "bert_config.json").read_text())["hidden_size"] == 36
+    info = {"python": python, "versions": {"fake": "1"}}
+    assert result["extra_peers"] == {
+        kind: {**info, "weights": inference.INFERENCE_PEERS[kind]["reads"]}
+        for kind in ("hf_torch", "model_garden")
+    }
     with helpers.entrypoint_module("bench/run_all.py") as run_all:
         lines = run_all.table({"inference": result}).splitlines()
-    (row,) = [x for x in lines if "saved_model, against Hugging Face PyTorch BertModel" in x]
-    assert f"| {result['ratio_saved_model_hf_torch']:.2f} (rounds " in row
+    for kind, model in (
+        ("hf_torch", "Hugging Face PyTorch BertModel"),
+        ("model_garden", "TF Model Garden BertEncoder"),
+    ):
+        h = result[kind]
+        assert len(h["batch_s_rounds"]) == 2
+        assert h["sequences_per_s"] == pytest.approx(3 / h["batch_s"])
+        # Zeros against Cloze's outputs: the difference is the size of Cloze's own outputs.
+        assert result["max_abs_difference"][kind]["pooled_output"] > 0
+        for name in ("cloze_keras", "saved_model"):
+            ratio = result[name]["sequences_per_s"] / h["sequences_per_s"]
+            assert result[f"ratio_{name}_{kind}"] == pytest.approx(ratio)
+            assert result[f"ratio_{name}_{kind}_rounds"] == pytest.approx(
+                [t / c for c, t in zip(result[name]["batch_s_rounds"], h["batch_s_rounds"])]
+            )
+        (row,) = [x for x in lines if f"saved_model, against {model}" in x]
+        assert f"| {result[f'ratio_saved_model_{kind}']:.2f} (rounds " in row
 
 
-def test_the_real_bert_model_computes_clozes_encoder_in_the_inference_bench(
-    tmp_path, tiny_inference
+@pytest.mark.parametrize("kind", ["hf_torch", "model_garden"])
+def test_the_real_peers_compute_clozes_encoder_in_the_inference_bench(
+    kind, tmp_path, tiny_inference
 ):
-    python = _peer_python("torch", "transformers")
+    modules = PEER_MODULES[kind]
+    python = _peer_python(*modules)
     if python is None:
-        pytest.skip("no torch, transformers (bench/requirements-torch.txt; CLOZE_PEER_PYTHON)")
+        want = pretrain_throughput.WORKER_PEERS[kind]["requirements"]
+        pytest.skip(f"no {', '.join(modules)} (bench/{want}; CLOZE_PEER_PYTHON)")
     from bench import inference
 
-    # The default tolerance, 1e-4, holds for PyTorch's outputs too (the run raises otherwise).
+    # The default tolerance, 1e-4, holds for the peer's outputs too (the run raises otherwise):
+    # for Model Garden, the weights went through its own converter of google-research/bert
+    # checkpoints from what Cloze's --to=tf1_bert writes.
     result = inference.run(
-        **tiny_inference, work_dir=tmp_path / "work", extra_peers=("hf_torch",), peer_python=python
+        **tiny_inference, work_dir=tmp_path / "work", extra_peers=(kind,), peer_python=python
     )
-    assert max(result["max_abs_difference"]["hf_torch"].values()) < 1e-4
-    assert result["hf_torch"]["sequences_per_s"] > 0
+    assert max(result["max_abs_difference"][kind].values()) < 1e-4
+    assert result[kind]["sequences_per_s"] > 0
 
 
-def test_fine_tuning_times_pytorchs_classifier_on_the_full_batch(
+def test_fine_tuning_times_each_peers_classifier_on_the_full_batch(
     fake_python, tmp_path, monkeypatch
 ):
     from bench import finetune
@@ -371,25 +402,26 @@ def test_fine_tuning_times_pytorchs_classifier_on_the_full_batch(
         rounds=2, log=lambda *_: None, extra_peers=("hf_torch", "model_garden"),
         peer_python=python,
     )  # fmt: skip
-    sent = json.loads(log.read_text())
-    assert sent["head"] == "classifier" and sent["argv"][-1] == "hf_torch"
-    want = finetune.classifier_batch(3, 7, 6)
-    assert sent["batch"] == {k: v.tolist() for k, v in want.items()}
-    assert set(result["skipped_peers"]) == {"model_garden"}
+    want = {k: v.tolist() for k, v in finetune.classifier_batch(3, 7, 6).items()}
     full = result["sizes"][0]["full"]
-    assert len(full["hf_torch"]["seconds_rounds"]) == 2
-    assert full["hf_torch"]["per_s"] == pytest.approx(2 * 3 * 7 / full["hf_torch"]["seconds"])
-    assert full["ratio_hf_torch"] == pytest.approx(
-        full["cloze"]["per_s"] / full["hf_torch"]["per_s"]
-    )
-    assert full["ratio_hf_torch_rounds"] == pytest.approx(
-        [h / c for c, h in zip(full["cloze"]["seconds_rounds"], full["hf_torch"]["seconds_rounds"])]
-    )
-    assert result["sizes"][0]["params"]["hf_torch"] == 1234
     with helpers.entrypoint_module("bench/run_all.py") as run_all:
         rows = run_all.finetune_rows(result)
-    (row,) = [x for x in rows if "PyTorch BertForSequenceClassification" in x]
-    assert f"| {full['ratio_hf_torch']:.2f} (rounds " in row
+    for kind, model in (
+        ("hf_torch", "PyTorch BertForSequenceClassification"),
+        ("model_garden", "TF Model Garden BertClassifier"),
+    ):
+        sent = json.loads(Path(f"{log}.{kind}").read_text())
+        assert sent["head"] == "classifier" and sent["argv"][-1] == kind
+        assert sent["batch"] == want
+        assert len(full[kind]["seconds_rounds"]) == 2
+        assert full[kind]["per_s"] == pytest.approx(2 * 3 * 7 / full[kind]["seconds"])
+        assert full[f"ratio_{kind}"] == pytest.approx(full["cloze"]["per_s"] / full[kind]["per_s"])
+        assert full[f"ratio_{kind}_rounds"] == pytest.approx(
+            [h / c for c, h in zip(full["cloze"]["seconds_rounds"], full[kind]["seconds_rounds"])]
+        )
+        assert result["sizes"][0]["params"][kind] == 1234
+        (row,) = [x for x in rows if model in x]
+        assert f"| {full[f'ratio_{kind}']:.2f} (rounds " in row
 
 
 @pytest.fixture
@@ -497,10 +529,13 @@ def test_the_real_collator_pads_clozes_epochs_to_its_cut_lengths(tmp_path, pairs
     assert e["hf_torch"]["per_s"] > 0 and e["hf_torch_grouped"]["per_s"] > 0
 
 
-def test_the_real_bert_for_sequence_classification_holds_clozes_parameters():
-    python = _peer_python("torch", "transformers")
+@pytest.mark.parametrize("kind", ["hf_torch", "model_garden"])
+def test_the_real_classifiers_hold_clozes_parameters(kind):
+    modules = PEER_MODULES[kind]
+    python = _peer_python(*modules)
     if python is None:
-        pytest.skip("no torch, transformers (bench/requirements-torch.txt; CLOZE_PEER_PYTHON)")
+        want = pretrain_throughput.WORKER_PEERS[kind]["requirements"]
+        pytest.skip(f"no {', '.join(modules)} (bench/{want}; CLOZE_PEER_PYTHON)")
     from bench import finetune
     from modeling import finetuning
 
@@ -509,7 +544,7 @@ def test_the_real_bert_for_sequence_classification_holds_clozes_parameters():
     cloze.build()
     batch = finetune.classifier_batch(3, 7, 53)
     peer = pretrain_throughput.WorkerPeer(
-        "hf_torch", config, batch, "fp32", python=python, head="classifier"
+        kind, config, batch, "fp32", python=python, head="classifier"
     )
     try:
         assert peer.count_params() == cloze.count_params()
