@@ -278,8 +278,7 @@ def run(
         raise ValueError(f"{len(steps)} / {len(epoch_batches)} step counts for {len(sizes)} sizes")
     from data_prep import tokenization
 
-    for kind in extra_peers:
-        pretrain_throughput.Worker.checked(kind)
+    extra_peers = pretrain_throughput.checked_peers(extra_peers)
     tokenizer = tokenization.FullTokenizer(str(vocab), True)  # read once for both workloads
     vocab_size = len(tokenizer.vocab)
     data = workloads(corpus, tokenizer, work_dir, seq, batch * max(epoch_batches))

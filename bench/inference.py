@@ -273,10 +273,9 @@ def run(
 
     from bench import pretrain_throughput
 
+    extra_peers = pretrain_throughput.checked_peers(extra_peers)  # before anything is written
     config = pretrain_throughput.parse_size(size, vocab_size, seq)
     work = Path(work_dir or tempfile.mkdtemp(prefix="cloze_bench_inference_"))
-    for kind in extra_peers:
-        pretrain_throughput.Worker.checked(kind)
     # Each worker side reads the same weights from the folder build_models writes for it.
     peer_dirs = {kind: work / kind for kind in extra_peers}
     models = build_models(config, work, seq, use_xla, in_process, encoder_branches, peer_dirs)

@@ -216,6 +216,15 @@ WORKER_PEERS = {
 }  # fmt: skip
 
 
+def checked_peers(extra_peers) -> tuple:
+    """`extra_peers` as a tuple; raises ValueError naming those not in WORKER_PEERS, so that a
+    benchmark refuses them before it runs anything."""
+    unknown = sorted(set(extra_peers) - set(WORKER_PEERS))
+    if unknown:
+        raise ValueError(f"unknown extra peers {unknown}; expected some of {sorted(WORKER_PEERS)}")
+    return tuple(extra_peers)
+
+
 class Worker:
     """A bench/peer_worker.py process running side `kind` of WORKER_PEERS (its docstring says
     why a process of its own and what it answers), built by the request `build`. `python`: the
@@ -526,9 +535,7 @@ def run(
             f"step computes in {compute_dtype}"
         )
     round_peak = ROUND_PEAK if round_peak is None else round_peak
-    unknown = sorted(set(extra_peers) - set(WORKER_PEERS))
-    if unknown:
-        raise ValueError(f"extra peers {unknown}: expected some of {sorted(WORKER_PEERS)}")
+    extra_peers = checked_peers(extra_peers)
     results, peer_info = [], {}
     for spec, n in zip(sizes, steps):
         config = parse_size(spec, vocab_size, seq)

@@ -614,12 +614,10 @@ def main(argv):
         raise app.UsageError("--output_dir is required")
     from bench import pretrain_throughput
 
-    unknown = sorted(set(FLAGS.extra_peers) - set(pretrain_throughput.WORKER_PEERS))
-    if unknown:
-        raise app.UsageError(
-            f"--extra_peers: unknown {unknown}; expected some of "
-            f"{sorted(pretrain_throughput.WORKER_PEERS)}"
-        )
+    try:
+        pretrain_throughput.checked_peers(FLAGS.extra_peers)
+    except ValueError as e:
+        raise app.UsageError(f"--extra_peers: {e}") from None
     for name in ("steps", "finetune_steps", "finetune_batches"):
         if len(FLAGS[name].value) != len(FLAGS.sizes):
             raise app.UsageError(

@@ -168,9 +168,8 @@ def test_run_all_refuses_an_unknown_peer_before_running_anything(tmp_path):
     out = tmp_path / "out"
     result = helpers.run_main("bench/run_all.py", [f"--output_dir={out}", "--extra_peers=jax"])
     assert result.returncode == 1
-    assert "--extra_peers: unknown ['jax']; expected some of ['hf_torch', 'model_garden']" in (
-        result.stderr
-    )
+    want = "--extra_peers: unknown extra peers ['jax']; expected some of ['hf_torch', 'model_ga"
+    assert want in result.stderr
     assert not out.exists()
 
 
@@ -208,7 +207,7 @@ def test_worker_peer_speaks_to_its_worker_and_names_what_went_wrong(kind, fake_p
         pretrain_throughput.WorkerPeer(kind, config, batch, "fp32", python=python)
 
 
-def test_the_run_times_the_extra_peers_in_the_same_rounds(fake_python, monkeypatch):
+def test_the_run_times_the_extra_peers_in_the_same_rounds(fake_python, tmp_path, monkeypatch):
     python, _ = fake_python
     monkeypatch.setattr(flops, "matmul_peak_flops", lambda **_: {"flops_per_s": 1e9, "by_size": {}})
     monkeypatch.setattr(pretrain_throughput, "print", lambda *_: None, raising=False)
@@ -248,10 +247,20 @@ def test_the_run_times_the_extra_peers_in_the_same_rounds(fake_python, monkeypat
     (garden_line,) = [x for x in lines if "| Model Garden " in x]
     assert f"| {row['ratio_model_garden']:.2f} (rounds " in garden_line
     assert "HFU" not in garden_line  # it executes the model count
-    with pytest.raises(ValueError, match=r"extra peers \['jax'\]"):
+    from bench import finetune, inference
+
+    unknown = r"unknown extra peers \['jax'\]; expected some of"
+    with pytest.raises(ValueError, match=unknown):
         pretrain_throughput.run(
             (TINY,), 3, 7, 2, 1, 1, peak={"flops_per_s": 1}, extra_peers=["jax"]
         )
+    # The other two benchmarks refuse it before they write anything.
+    out = tmp_path / "never"
+    with pytest.raises(ValueError, match=unknown):
+        finetune.run(None, None, out, sizes=(TINY,), steps=1, epoch_batches=1, extra_peers=["jax"])
+    with pytest.raises(ValueError, match=unknown):
+        inference.run(size=TINY, work_dir=out, extra_peers=["jax"])
+    assert not out.exists()
 
 
 def _peer_python(*modules) -> str | None:
