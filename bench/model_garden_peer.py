@@ -50,10 +50,6 @@ class Peer:
         from official.modeling.optimization import legacy_adamw
         from official.nlp.modeling import layers, models, networks
 
-        if precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision {precision!r}: expected fp32 or bf16")
-        if head not in ("pretraining", "classifier"):
-            raise ValueError(f"head {head!r}: expected pretraining or classifier")
         approximate = {"gelu_new": True, "gelu": False}.get(config["hidden_act"])
         if approximate is None:
             raise ValueError(f"hidden_act {config['hidden_act']!r}: expected gelu_new or gelu")

@@ -17,6 +17,7 @@ Protocol, one JSON object per line (requests on stdin, replies on the stdout the
 for itself; anything a library prints goes to stderr):
   {"op": "build", "config": <Hugging Face config.json dict>, "batch": <feature: nested list>,
    "precision": "fp32"|"bf16", "seed": int, "threads": int, optional "head": "classifier"}
+      (precision and head checked here, before the peer's libraries are imported)
       ->  {"params": int, "versions": {...}, "threads": int}
   {"op": "train", "steps": int, optional "data": <a name load kept>}  ->  {"losses": [...]}
   {"op": "load", "name": str, "batches": [[{"input_ids", "token_type_ids", "labels"}, ...], ...],
@@ -45,8 +46,11 @@ import json
 import os
 import sys
 
-# The sides this worker runs.
+# The sides this worker runs, and what every side's Peer is built with: its precision, and its
+# head (the pretraining benchmark's MLM + NSP, or the fine-tuning benchmark's classifier).
 PEERS = ("hf_torch", "model_garden")
+PRECISIONS = ("fp32", "bf16")
+HEADS = ("pretraining", "classifier")
 
 
 def peer_module(kind: str):
@@ -77,13 +81,18 @@ def serve(module, requests, replies) -> int:
                 return 0
             if op in ("build", "build_encoder"):
                 if op == "build":
+                    precision, head = request["precision"], request.get("head", "pretraining")
+                    if precision not in PRECISIONS:
+                        raise ValueError(f"precision {precision!r}: expected one of {PRECISIONS}")
+                    if head not in HEADS:
+                        raise ValueError(f"head {head!r}: expected one of {HEADS}")
                     side = built["train"] = module.Peer(
                         request["config"],
                         request["batch"],
-                        request["precision"],
+                        precision,
                         request["seed"],
                         request["threads"],
-                        **({"head": request["head"]} if "head" in request else {}),
+                        head=head,
                     )
                 elif getattr(module, "Encoder", None) is None:
                     raise ValueError(f"{module.__name__} has no Encoder: no inference side")

@@ -157,6 +157,16 @@ def test_the_worker_replies_an_error_and_exits_on_a_bad_request():
         1,
         [{"error": "ValueError: bench.nothing has no Encoder: no inference side"}],
     )
+    # A build the worker cannot serve is refused before the peer (and its libraries) is built.
+    build = {"op": "build", "config": {}, "batch": {}, "seed": 1, "threads": 1}
+    assert answer({**build, "precision": "fp16"}) == (
+        1,
+        [{"error": "ValueError: precision 'fp16': expected one of ('fp32', 'bf16')"}],
+    )
+    assert answer({**build, "precision": "bf16", "head": "tagger"}) == (
+        1,
+        [{"error": "ValueError: head 'tagger': expected one of ('pretraining', 'classifier')"}],
+    )
     assert answer({"op": "fly"}, {"op": "exit"}) == (1, [{"error": "ValueError: unknown op 'fly'"}])
     assert answer({"op": "exit"}, {"op": "fly"}) == (0, [])
     assert peer_worker.main(["peer_worker", "jax"]) == 2  # not a peer it knows: usage
