@@ -68,6 +68,8 @@ FINETUNE_PEERS = {
     "model_garden": "TF Model Garden BertClassifier (tf_keras)",
 }
 EPOCH_PEERS = ("hf_torch",)
+# The epochs' input pipeline seed: every side's batches (and their cut lengths) come from it.
+EPOCH_SEED = 7
 
 
 def classifier_batch(batch: int, seq: int, vocab_size: int, seed: int = 0) -> dict:
@@ -356,7 +358,7 @@ def _epochs(path, trainers, peers, batch, seq, m, rounds, vocab, label, log) -> 
                 [path],
                 batch,
                 seq,
-                seed=7,
+                seed=EPOCH_SEED,
                 dynamic_padding=dynamic_padding,
                 length_group_batches=groups,
             )
@@ -406,7 +408,7 @@ def unpadded_batches(path: str, batch: int, seq: int, n: int, groups: int = 0) -
     from data_prep import features
 
     ds = features.classifier_dataset(
-        [path], batch, seq, seed=7, dynamic_padding=True, length_group_batches=groups
+        [path], batch, seq, seed=EPOCH_SEED, dynamic_padding=True, length_group_batches=groups
     )
     out = []
     for b in ds.take(n):
@@ -432,6 +434,6 @@ def _cut_lengths(path: str, batch: int, seq: int, n: int, groups: int = 0) -> li
     from data_prep import features
 
     ds = features.classifier_dataset(
-        [path], batch, seq, seed=7, dynamic_padding=True, length_group_batches=groups
+        [path], batch, seq, seed=EPOCH_SEED, dynamic_padding=True, length_group_batches=groups
     )
     return [int(b["input_ids"].shape[1]) for b in ds.take(n)]

@@ -33,11 +33,11 @@ The caller times train and infer around the request (what it sees is what it com
   {"op": "exit"}
 An error in a request replies {"error": "<type>: <message>"} and the worker exits 1.
 
-A peer's module has a class Peer(config, batch, precision, seed, threads) with count_params(),
-train(steps, data=None) -> the steps' losses, get_num_threads() and a `versions` dict (where it
-trains epochs, also load(name, batches, vocab, pad_to_multiple_of) -> the padded lengths), and
-may have a class Encoder(model_dir, batch, threads) with the same but infer(steps, save) for
-train.
+A peer's module has a class Peer(config, batch, precision, seed, threads, head) with
+count_params(), train(steps, data=None) -> the steps' losses, get_num_threads() and a
+`versions` dict (where it trains epochs, also load(name, batches, vocab, pad_to_multiple_of) ->
+the padded lengths), and may have a class Encoder(model_dir, batch, threads) with the same but
+infer(steps, save) for train.
 """
 
 from __future__ import annotations

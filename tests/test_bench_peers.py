@@ -496,7 +496,7 @@ def test_fine_tuning_epochs_give_pytorch_clozes_batches_unpadded(
     ):
         assert sent["vocab"] == str(pairs_workload) and sent["multiple"] == features.TRIM_MULTIPLE
         cloze = features.classifier_dataset(
-            [result["workloads"]["corpus_pairs"]["file"]], 3, 32, seed=7,
+            [result["workloads"]["corpus_pairs"]["file"]], 3, 32, seed=finetune.EPOCH_SEED,
             dynamic_padding=True, length_group_batches=groups,
         )  # fmt: skip
         assert len(sent["batches"]) == 2
