@@ -19,8 +19,10 @@ benchmark's time.
   finetune     a classifier's fine-tuning step (run_classifier's) vs keras-hub's
                BertTextClassifier: a full batch in tokens/s, and GLUE-like epochs in examples/s
                (rt-polarity sentences, the corpus' sentence pairs) with Cloze's dynamic padding
-               (with --extra_peers=hf_torch both also vs Hugging Face PyTorch's
-               BertForSequenceClassification, its epochs padded by DataCollatorWithPadding)
+               (with --extra_peers also vs Hugging Face PyTorch's
+               BertForSequenceClassification, hf_torch: both, its epochs padded by
+               DataCollatorWithPadding; and TF Model Garden's BertClassifier, model_garden:
+               the full batch)
   generation   greedy and beam-search new tokens/s of BART and T5 (t5.greedy_decode,
                t5.beam_search) vs keras-hub's Seq2SeqLM.generate, and GPT-2's greedy
                continuation vs GPT2CausalLM.generate, over the same weights, ids compared
