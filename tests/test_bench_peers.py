@@ -10,6 +10,7 @@ one) has their libraries.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -273,22 +274,30 @@ def test_the_run_times_the_extra_peers_in_the_same_rounds(fake_python, tmp_path,
     assert not out.exists()
 
 
-def _peer_python(*modules) -> str | None:
-    """The interpreter that imports `modules`: CLOZE_PEER_PYTHON, else this one; None when it
-    does not."""
-    python = os.environ.get("CLOZE_PEER_PYTHON", sys.executable)
-    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1"}
-    probe = subprocess.run(
-        [python, "-c", "import " + ", ".join(modules)], capture_output=True, timeout=300, env=env
-    )
-    return python if probe.returncode == 0 else None
-
-
 # The modules each real peer needs (its requirements file in bench/ installs them).
 PEER_MODULES = {
     "hf_torch": ("torch", "transformers"),
     "model_garden": ("tf_keras", "official.nlp.modeling"),
 }
+
+
+@functools.cache
+def _imports(python: str, kind: str) -> bool:
+    """Whether `python` imports peer `kind`'s modules (probed once per process)."""
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1"}
+    command = "import " + ", ".join(PEER_MODULES[kind])
+    probe = subprocess.run([python, "-c", command], capture_output=True, timeout=300, env=env)
+    return probe.returncode == 0
+
+
+def _real_peer_python(kind: str) -> str:
+    """The interpreter that has peer `kind`'s libraries: CLOZE_PEER_PYTHON, else this one; the
+    test is skipped, naming the requirements file, when it has not."""
+    python = os.environ.get("CLOZE_PEER_PYTHON", sys.executable)
+    if not _imports(python, kind):
+        want = pretrain_throughput.WORKER_PEERS[kind]["requirements"]
+        pytest.skip(f"no {', '.join(PEER_MODULES[kind])} (bench/{want}; CLOZE_PEER_PYTHON)")
+    return python
 
 
 @pytest.mark.parametrize(
@@ -300,11 +309,7 @@ PEER_MODULES = {
     ],
 )
 def test_the_real_peers_hold_clozes_parameters_and_train(kind, extra_params):
-    modules = PEER_MODULES[kind]
-    python = _peer_python(*modules)
-    if python is None:
-        want = pretrain_throughput.WORKER_PEERS[kind]["requirements"]
-        pytest.skip(f"no {', '.join(modules)} (bench/{want}; CLOZE_PEER_PYTHON)")
+    python = _real_peer_python(kind)
     from modeling import bert
 
     config = pretrain_throughput.parse_size(TINY, vocab_size=53, max_seq_length=7)
@@ -390,11 +395,7 @@ def test_inference_times_each_peer_on_the_weights_in_the_format_its_users_read(
 def test_the_real_peers_compute_clozes_encoder_in_the_inference_bench(
     kind, tmp_path, tiny_inference
 ):
-    modules = PEER_MODULES[kind]
-    python = _peer_python(*modules)
-    if python is None:
-        want = pretrain_throughput.WORKER_PEERS[kind]["requirements"]
-        pytest.skip(f"no {', '.join(modules)} (bench/{want}; CLOZE_PEER_PYTHON)")
+    python = _real_peer_python(kind)
     from bench import inference
 
     # The default tolerance, 1e-4, holds for the peer's outputs too (the run raises otherwise):
@@ -540,9 +541,7 @@ def test_fine_tuning_epochs_give_pytorch_clozes_batches_unpadded(
 
 
 def test_the_real_collator_pads_clozes_epochs_to_its_cut_lengths(tmp_path, pairs_workload):
-    python = _peer_python("torch", "transformers")
-    if python is None:
-        pytest.skip("no torch, transformers (bench/requirements-torch.txt; CLOZE_PEER_PYTHON)")
+    python = _real_peer_python("hf_torch")
     # The run stops if DataCollatorWithPadding pads to other lengths, or a loss is not finite.
     e = _tiny_epochs(pairs_workload, tmp_path / "work", python)["sizes"][0]["corpus_pairs"]
     assert e["hf_torch"]["per_s"] > 0 and e["hf_torch_grouped"]["per_s"] > 0
@@ -550,11 +549,7 @@ def test_the_real_collator_pads_clozes_epochs_to_its_cut_lengths(tmp_path, pairs
 
 @pytest.mark.parametrize("kind", ["hf_torch", "model_garden"])
 def test_the_real_classifiers_hold_clozes_parameters(kind):
-    modules = PEER_MODULES[kind]
-    python = _peer_python(*modules)
-    if python is None:
-        want = pretrain_throughput.WORKER_PEERS[kind]["requirements"]
-        pytest.skip(f"no {', '.join(modules)} (bench/{want}; CLOZE_PEER_PYTHON)")
+    python = _real_peer_python(kind)
     from bench import finetune
     from modeling import finetuning
 
