@@ -104,6 +104,14 @@ flags.DEFINE_integer(
     "1.05x faster and the encoder's inference 1.06-1.16x; BERT-base's not (README).",
 )
 flags.DEFINE_bool(
+    "remove_padding",
+    False,
+    "Run the encoder's layers (BERT, RoBERTa, ALBERT, ELECTRA) on each batch's real tokens "
+    "alone, as run_pretraining's flag: the same logits up to float rounding. With "
+    "--dynamic_padding on 2 CPU cores, BERT-base's epochs of short sentences trained 1.5-2x "
+    "faster (README). Not with TPUs (static shapes).",
+)
+flags.DEFINE_bool(
     "dynamic_padding",
     True,
     "Cut each batch to its longest example, rounded up to a multiple of 8, instead of padding to "
@@ -157,6 +165,11 @@ def run_gpt(task):
         raise app.UsageError(
             f"--encoder_branches={FLAGS.encoder_branches}: a GPT config has no encoder that runs "
             "in branches (BERT, ALBERT, ELECTRA)"
+        )
+    if FLAGS.remove_padding:
+        raise app.UsageError(
+            "--remove_padding: a GPT config has no encoder that runs on its real tokens alone "
+            "(BERT, ALBERT, ELECTRA)"
         )
     names = [f.name for f in dataclasses.fields(gpt_finetuning.GptFinetuneSettings)]
     values = {n: FLAGS[n].value for n in names if n in FLAGS and n != "config_file"}
@@ -334,6 +347,15 @@ def main(argv):
                 bert.set_encoder_branches(model, FLAGS.encoder_branches)
             except ValueError as e:
                 raise app.UsageError(f"--encoder_branches={FLAGS.encoder_branches}: {e}") from None
+        if FLAGS.remove_padding:
+            tpu = FLAGS.distribution_strategy == "tpu"
+            try:
+                names = bert.set_remove_padding(
+                    model, True, "a TPU needs static shapes" if tpu else ""
+                )
+            except ValueError as e:
+                raise app.UsageError(f"--remove_padding: {e}") from None
+            logging.info("--remove_padding: %s run on each batch's real tokens", ", ".join(names))
         optimizer = finetune_tasks.create_finetuning_optimizer(
             FLAGS.learning_rate,
             max(num_train_steps, 1),

@@ -142,6 +142,13 @@ flags.DEFINE_integer(
     "flag: the same outputs up to float rounding and dropout masks (README). Not for ELMo.",
 )
 flags.DEFINE_bool(
+    "remove_padding",
+    False,
+    "Run the Transformer encoder's layers (BERT, ALBERT, ELECTRA; also when it computes "
+    "--feature_cache) on each batch's real tokens alone, as run_pretraining's flag: the same "
+    "outputs at real tokens up to float rounding. Not for ELMo or TPUs.",
+)
+flags.DEFINE_bool(
     "dynamic_padding",
     True,
     "Cut each batch to its longest window, rounded up to a multiple of 8, instead of padding to "
@@ -182,12 +189,23 @@ def _saved_model_settings(output_dir: str, init_checkpoint: str) -> tuple[dict, 
 
 
 def _with_layer_features(
-    encoded, split, cache_dir, ckpt, config, strategy, workers, worker_index, batch_size, branches
+    encoded,
+    split,
+    cache_dir,
+    ckpt,
+    config,
+    strategy,
+    workers,
+    worker_index,
+    batch_size,
+    branches,
+    remove_padding,
 ):
     """`encoded` with float32 `layer_features` (W, S, L + 1, H) added: every output of the frozen
     encoder in --init_checkpoint, read from --feature_cache/<split>.npz when that was made from the
     same checkpoint, config and windows, else computed here (the encoder in `branches` row
-    slices, see --encoder_branches) and written there."""
+    slices, see --encoder_branches, and on the real tokens alone with `remove_padding`) and
+    written there."""
     if encoded is None:
         return None
     import dataclasses
@@ -211,6 +229,9 @@ def _with_layer_features(
             extractor.build()
         if branches > 1:  # an ELMo extractor was refused before
             bert.set_encoder_branches(extractor, branches)
+        if remove_padding:  # likewise
+            names = bert.set_remove_padding(extractor, True)
+            logging.info("--remove_padding: %s run on each batch's real tokens", ", ".join(names))
         loaded, _ = trainer.init_from_checkpoint(extractor, ckpt)
         batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
         values = finetune_tasks.Predictor(strategy, extractor)(batches)[: encoded.num_windows]
@@ -377,6 +398,11 @@ def main(argv):
             f"--encoder_branches={branches}: expected 1, or more for a Transformer encoder "
             f"(found {'an ELMo biLM' if elmo_encoder else 'a value below 1'})"
         )
+    if FLAGS.remove_padding and (elmo_encoder or FLAGS.distribution_strategy == "tpu"):
+        raise app.UsageError(
+            "--remove_padding: runs a Transformer encoder's layers on the real tokens alone "
+            f"(found {'an ELMo biLM' if elmo_encoder else 'a TPU, which needs static shapes'})"
+        )
     if elmo_encoder:
         # The biLM was pretrained on WordPiece blocks where [SEP] ends each document
         # (data_prep/create_lm_data.py) and never saw [CLS]: with [SEP] at both ends a sentence
@@ -447,6 +473,7 @@ def main(argv):
                 worker_index,
                 FLAGS.predict_batch_size,
                 branches,
+                FLAGS.remove_padding,
             )  # fmt: skip
             for x, name in ((train_enc, "train"), (dev_enc, "dev"), (test_enc, "test"))
         )
@@ -462,6 +489,9 @@ def main(argv):
         model.build()
         if branches > 1 and not cached:  # a cached run's tagger holds no encoder
             bert.set_encoder_branches(model, branches)
+        if FLAGS.remove_padding and not cached:
+            names = bert.set_remove_padding(model, True)  # TPUs and ELMo were refused before
+            logging.info("--remove_padding: %s run on each batch's real tokens", ", ".join(names))
         optimizer = finetune_tasks.create_finetuning_optimizer(
             FLAGS.learning_rate,
             max(num_train_steps, 1),

@@ -83,6 +83,14 @@ flags.DEFINE_integer(
     "dropout masks. On 2 CPU cores 2 made an L4/H256 classifier's fine-tuning step at batch 32 "
     "1.05x faster and the encoder's inference 1.06-1.16x; BERT-base's not (README).",
 )
+flags.DEFINE_bool(
+    "remove_padding",
+    False,
+    "Run the encoder's layers (BERT, RoBERTa, ALBERT, ELECTRA) on each batch's real tokens "
+    "alone, as run_pretraining's flag: the same logits at real tokens up to float rounding. "
+    "Training needs --train_dynamic_padding (padding masked out of the span loss): the "
+    "original's loss reads the padding positions' logits, which this changes. Not with TPUs.",
+)
 flags.DEFINE_enum(
     "distribution_strategy",
     "one_device",
@@ -193,6 +201,12 @@ def main(argv):
         )
     except ValueError as e:
         raise app.UsageError(str(e)) from None
+    if FLAGS.remove_padding and FLAGS.do_train and not train_trim:
+        raise app.UsageError(
+            "--remove_padding: training on whole windows keeps the original's span loss, which "
+            "reads the padding positions' logits; add --train_dynamic_padding (padding masked "
+            "out of the loss)"
+        )
     strategy, workers, worker_index = distribute.setup(
         FLAGS.distribution_strategy,
         FLAGS.tpu or "",
@@ -218,6 +232,15 @@ def main(argv):
                 bert.set_encoder_branches(model, FLAGS.encoder_branches)
             except ValueError as e:
                 raise app.UsageError(f"--encoder_branches={FLAGS.encoder_branches}: {e}") from None
+        if FLAGS.remove_padding:
+            tpu = FLAGS.distribution_strategy == "tpu"
+            try:
+                names = bert.set_remove_padding(
+                    model, True, "a TPU needs static shapes" if tpu else ""
+                )
+            except ValueError as e:
+                raise app.UsageError(f"--remove_padding: {e}") from None
+            logging.info("--remove_padding: %s run on each batch's real tokens", ", ".join(names))
         optimizer = optimization.create_optimizer(
             FLAGS.learning_rate, max(num_train_steps, 1), num_warmup_steps
         )

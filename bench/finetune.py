@@ -25,8 +25,11 @@ of each is reported; the machine is shared):
              batches at the full 128. A third side, Cloze with --nodynamic_padding, splits the
              gain between the network and the cut; a fourth, Cloze with --group_by_length (each
              50 batches' examples sorted by length, then batched and shuffled: other batches of
-             the same examples), shows what sorting adds to the cut. Figures in examples/s; the
-             real-token share of the positions and the lengths batches are cut to are recorded.
+             the same examples), shows what sorting adds to the cut; a fifth, Cloze with
+             --remove_padding (its encoder's layers on the real tokens alone, the batches
+             Cloze's side gets), what skipping the padding left inside a cut batch adds. Figures
+             in examples/s; the real-token share of the positions and the lengths batches are
+             cut to are recorded.
 
 With extra_peers, the peers' classifiers (each Peer with head="classifier" in a
 bench/peer_worker.py process; the same parameter count as Cloze's), trained as their users train
@@ -171,11 +174,12 @@ def _trainer(strategy, model):
 
 
 def build_trainers(config, precision: str = "fp32", seed: int = 12345) -> dict:
-    """{"cloze", "keras_hub"} Trainers of a 2-class classifier of `config`, seeded, under
-    run_classifier's default strategy (one device)."""
+    """{"cloze", "keras_hub", "cloze_unpadded"} Trainers of a 2-class classifier of `config`,
+    seeded, under run_classifier's default strategy (one device); the last is Cloze's with
+    --remove_padding (a model of its own: the setting is read when a step is traced)."""
     import keras
 
-    from modeling import finetuning
+    from modeling import bert, finetuning
     from training import distribute
 
     strategy = distribute.get_strategy("one_device")
@@ -185,7 +189,15 @@ def build_trainers(config, precision: str = "fp32", seed: int = 12345) -> dict:
         cloze.build()
         keras.utils.set_random_seed(seed)
         hub = KerasHubClassifier(config)
-        return {"cloze": _trainer(strategy, cloze), "keras_hub": _trainer(strategy, hub)}
+        keras.utils.set_random_seed(seed)
+        unpadded = finetuning.BertClassifier(config, 2)
+        unpadded.build()
+        bert.set_remove_padding(unpadded, True)
+        return {
+            "cloze": _trainer(strategy, cloze),
+            "keras_hub": _trainer(strategy, hub),
+            "cloze_unpadded": _trainer(strategy, unpadded),
+        }
 
 
 def _time_rounds(sides: dict, rounds: int, label: str, log) -> dict:
@@ -290,7 +302,12 @@ def run(
         trainers = build_trainers(config, precision)
         fixed = classifier_batch(batch, seq, vocab_size)
         full = tf.data.Dataset.from_tensors(fixed).repeat()
-        sides = {name: (fit, lambda full=full: iter(full), n) for name, fit in trainers.items()}
+        # Every position of the full batch is real: nothing for --remove_padding to skip.
+        sides = {
+            name: (fit, lambda full=full: iter(full), n)
+            for name, fit in trainers.items()
+            if name != "cloze_unpadded"
+        }
         peers = {}  # the worker sides, for the full batch and the epochs
         try:
             for kind in extra_peers:
@@ -347,7 +364,8 @@ def _size_row(spec, n, m, batch, seq, sides, times) -> dict:
 
 def _epochs(path, trainers, peers, batch, seq, m, rounds, vocab, label, log) -> dict:
     """One workload's epoch figures (examples/s): Cloze (dynamic padding; full length; grouped
-    by length) against keras-hub, and against each worker side in `peers` on the same batches
+    by length; with --remove_padding) against keras-hub, and against each worker side in
+    `peers` on the same batches
     (its collator pads them to the lengths Cloze cuts them to, which is checked)."""
     from data_prep import features
 
@@ -369,6 +387,7 @@ def _epochs(path, trainers, peers, batch, seq, m, rounds, vocab, label, log) -> 
         "keras_hub": (trainers["keras_hub"], batches(False), m),
         "cloze_full_length": (trainers["cloze"], batches(False), m),
         "cloze_grouped": (trainers["cloze"], batches(True, LENGTH_GROUP_BATCHES), m),
+        "cloze_unpadded": (trainers["cloze_unpadded"], batches(True), m),
     }
     cut = {g: _cut_lengths(path, batch, seq, m, g) for g in (0, LENGTH_GROUP_BATCHES)}
     for kind, peer in peers.items():
@@ -389,10 +408,16 @@ def _epochs(path, trainers, peers, batch, seq, m, rounds, vocab, label, log) -> 
     e["dynamic_padding_gain"] = e["cloze"]["per_s"] / e["cloze_full_length"]["per_s"]
     e["ratio_grouped"] = e["cloze_grouped"]["per_s"] / e["keras_hub"]["per_s"]
     e["group_by_length_gain"] = e["cloze_grouped"]["per_s"] / e["cloze"]["per_s"]
+    e["ratio_unpadded"] = e["cloze_unpadded"]["per_s"] / e["keras_hub"]["per_s"]
+    e["remove_padding_gain"] = e["cloze_unpadded"]["per_s"] / e["cloze"]["per_s"]
+    e["remove_padding_gain_rounds"] = [
+        c / u for c, u in zip(times["cloze"], times["cloze_unpadded"])
+    ]
     for kind in peers:
         for ours, theirs, key in (
             ("cloze", kind, f"ratio_{kind}"),
             ("cloze_grouped", f"{kind}_grouped", f"ratio_grouped_{kind}"),
+            ("cloze_unpadded", kind, f"ratio_unpadded_{kind}"),
         ):
             e[key] = e[ours]["per_s"] / e[theirs]["per_s"]
             e[f"{key}_rounds"] = [t / c for c, t in zip(times[ours], times[theirs])]

@@ -590,6 +590,13 @@ def finetune_rows(f: dict) -> list:
                 f"| {e['ratio_grouped']:.2f} ({e['group_by_length_gain']:.2f}x Cloze's "
                 "ungrouped) |"
             )
+            rows.append(
+                "| the same, Cloze with --remove_padding (the same cut batches, its encoder's "
+                f"layers on the real tokens alone) | {e['cloze_unpadded']['per_s']:,.1f} | "
+                f"Cloze without {e['cloze']['per_s']:,.1f} | {e['remove_padding_gain']:.2f} "
+                f"(rounds {rounds(e['remove_padding_gain_rounds'])}; "
+                f"{e['ratio_unpadded']:.2f}x keras-hub) |"
+            )
             if "hf_torch" in e:
                 for ours, theirs, key, what in (
                     ("cloze", "hf_torch", "ratio_hf_torch", "the same batches"),
@@ -598,6 +605,12 @@ def finetune_rows(f: dict) -> list:
                         "hf_torch_grouped",
                         "ratio_grouped_hf_torch",
                         "the --group_by_length batches",
+                    ),
+                    (
+                        "cloze_unpadded",
+                        "hf_torch",
+                        "ratio_unpadded_hf_torch",
+                        "the same batches, Cloze with --remove_padding,",
                     ),
                 ):
                     rows.append(

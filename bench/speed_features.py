@@ -25,13 +25,16 @@ from modeling import bert
 from training import optimization, tasks, trainer
 
 
-def build(config, precision="fp32", use_xla=False, split_xla=False, seed=12345):
+def build(
+    config, precision="fp32", use_xla=False, split_xla=False, remove_padding=False, seed=12345
+):
     keras.utils.set_random_seed(seed)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
         with optimization.dtype_policy(precision):
             model = bert.BertPretrainer(config)
             model.build()
+            bert.set_remove_padding(model, remove_padding)
         opt = optimization.with_loss_scaling(
             optimization.create_optimizer(1e-4, 10000, 100), precision
         )
@@ -72,6 +75,8 @@ def main():
         "xla_fused": {"use_xla": True},
         "xla_split": {"split_xla": True},
         "bf16_xla": {"precision": "bf16", "use_xla": True},
+        # The records' padding skipped by the encoder's layers (--remove_padding)
+        "remove_padding": {"remove_padding": True},
     }
     runs = {}
     for name, kw in settings.items():

@@ -195,15 +195,18 @@ class AlbertLayerGroup(keras.layers.Layer):
         for block in self.blocks:
             block.build(input_shape)
 
-    def call(self, x, attention_mask=None, training=False, query_positions=None):
+    def call(self, x, attention_mask=None, training=False, query_positions=None, unpadded=None):
         """Every block's output; query_positions (B, Q), if given, goes to the last block
-        (layers.TransformerBlock), whose output is then (B, Q, H)."""
+        (layers.TransformerBlock), whose output is then (B, Q, H). With unpadded (a
+        layers.Unpadded), x and the outputs are the real tokens' rows (1, R, H)."""
         outputs = []
         blocks = self.blocks
         for i, block in enumerate(blocks):
             last = i == len(blocks) - 1
             queries = query_positions if last else None
-            x = block(x, attention_mask, training=training, query_positions=queries)
+            x = block(
+                x, attention_mask, training=training, query_positions=queries, unpadded=unpadded
+            )
             outputs.append(x)
         return outputs
 
@@ -273,6 +276,7 @@ class AlbertEncoder(keras.Model):
             setattr(self, f"group_{g}", group)
         self.pooler = layers.Dense(c.hidden_size, "tanh", c.initializer_range, name="pooler")
         self.parallel_branches = 1  # bert.run_layer_stack's; bert.set_encoder_branches sets it
+        self.remove_padding = False  # bert.run_layer_stack's; bert.set_remove_padding sets it
 
     @property
     def groups(self) -> list:
@@ -306,7 +310,9 @@ class AlbertEncoder(keras.Model):
             [groups[self.group_of_layer(i)] for i in range(self.config.num_hidden_layers)]
         )
         embedded = x
-        x, outputs = bert.run_layer_stack(stack, x, mask, queries, training, self.parallel_branches)
+        x, outputs = bert.run_layer_stack(
+            stack, x, mask, queries, training, self.parallel_branches, self.remove_padding
+        )
         return bert.encoder_result(x, [embedded, *outputs], queries, self.pooler)
 
     def get_config(self):

@@ -338,11 +338,19 @@ def split_rows(x, sizes: list) -> list:
     return tf.split(x, tf.stack(sizes), num=len(sizes), axis=0)
 
 
-def run_layer_stack(stack, x, mask, queries, training, branches: int = 1):
+def run_layer_stack(
+    stack, x, mask, queries, training, branches: int = 1, remove_padding: bool = False
+):
     """Runs an encoder's layers over x (B, S, H) and returns (x, outputs): the last layer's
     output and every layer's outputs in order. `stack`: one callable per layer, (x, mask,
-    training, query_positions) -> list of outputs whose last feeds the next layer (a BERT block
-    gives one, an ALBERT group one per inner block); the last layer gets query_positions=queries.
+    training, query_positions, unpadded) -> list of outputs whose last feeds the next layer (a
+    BERT block gives one, an ALBERT group one per inner block); the last layer gets
+    query_positions=queries.
+
+    remove_padding runs the layers on the real tokens' rows alone (layers.Unpadded, made once
+    per branch; TensorFlow outside XLA, since their count is known only when the batch is).
+    The outputs are (B, S, H) again with zeros at padding, where the padded layout has values
+    nobody reads; at real positions they are the same up to float rounding.
 
     branches K > 1 cuts the batch into K row slices (branch_sizes) and runs the whole stack on
     each, then joins each layer's outputs again. Every row's computation is the one it has in
@@ -353,6 +361,8 @@ def run_layer_stack(stack, x, mask, queries, training, branches: int = 1):
     L4/H256 at batch 32 1.06-1.16x, the L4/H256 fp32 pretraining step at batch 8 1.04-1.08x;
     nothing under bf16, under XLA (one XLA program has no independent ops to interleave) or at
     BERT-base (its large matmuls keep both cores busy). The gradient of the split is a concat."""
+    if remove_padding:
+        check_remove_padding(mask)
     n_rows = ops.shape(x)[0]
     sizes = branch_sizes(n_rows, branches)
     slices = [
@@ -360,11 +370,19 @@ def run_layer_stack(stack, x, mask, queries, training, branches: int = 1):
     ]
     per_branch = []
     for xb, mb, qb in zip(*slices):
+        unpadded = layers.Unpadded(mb) if remove_padding else None
+        if unpadded is not None:
+            xb = unpadded.rows(xb)  # (b, S, H) -> (1, R, H)
         outs = []
         for i, layer in enumerate(stack):
             last = i == len(stack) - 1
-            outs.extend(layer(xb, mb, training, qb if last else None))
+            outs.extend(layer(xb, mb, training, qb if last else None, unpadded))
             xb = outs[-1]
+        if unpadded is not None:  # back to (b, S, H), but the last at the query positions
+            kept = 1 if queries is not None and outs else 0
+            outs = [unpadded.positions(o) for o in outs[: len(outs) - kept]] + outs[
+                len(outs) - kept :
+            ]
         per_branch.append(outs)
     if len(per_branch) == 1:
         outputs = per_branch[0]
@@ -379,8 +397,8 @@ def block_stack(blocks) -> list:
     them (ALBERT's groups)."""
 
     def layer_of(block):
-        def layer(x, mask, training, queries):
-            out = block(x, mask, training=training, query_positions=queries)
+        def layer(x, mask, training, queries, unpadded):
+            out = block(x, mask, training=training, query_positions=queries, unpadded=unpadded)
             return out if isinstance(out, list) else [out]
 
         return layer
@@ -411,6 +429,52 @@ def set_encoder_branches(model, branches: int) -> list:
     return [m.name for m in found]
 
 
+def check_remove_padding(mask) -> None:
+    """Raises ValueError where an encoder cannot run on its real tokens' rows: without an
+    input mask, on a backend other than TensorFlow, or inside XLA (jit_compile, TPU), whose
+    programs have static shapes."""
+    if mask is None:
+        raise ValueError("remove padding: the encoder was called without an input_mask")
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "remove padding: needs Keras' TensorFlow backend (the rows' count is known only "
+            f"when the batch is), found {keras.backend.backend()!r}"
+        )
+    if layers.in_xla_context():
+        raise ValueError(
+            "remove padding: XLA (--use_xla, TPUs) compiles static shapes, and the real "
+            "tokens' count changes with each batch; run without one of the two"
+        )
+
+
+def set_remove_padding(model, remove_padding: bool, static_shapes: str = "") -> list:
+    """Sets `remove_padding` (see run_layer_stack) on every encoder inside `model`, as
+    set_encoder_branches sets branches, and returns the names of the encoders set. An
+    execution setting: not part of the config or the checkpoint. static_shapes: why the run
+    needs static shapes ("a TPU needs static shapes"), or "". Raises ValueError when `model`
+    holds no encoder that supports it, Keras' backend is not TensorFlow, or static_shapes is
+    given with remove_padding."""
+    if not isinstance(remove_padding, bool):
+        raise ValueError(f"remove padding: expected a bool, found {remove_padding!r}")
+    if remove_padding and static_shapes:
+        raise ValueError(
+            f"remove padding: {static_shapes}, and the real tokens' count changes with each batch"
+        )
+    found = [m for m in model._flatten_layers() if hasattr(m, "remove_padding")]
+    if not found:
+        raise ValueError(
+            f"remove padding: {type(model).__name__} holds no encoder that runs on its real "
+            "tokens alone (BertEncoder, AlbertEncoder, ElectraEncoder)"
+        )
+    if remove_padding and keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            f"remove padding: needs Keras' TensorFlow backend, found {keras.backend.backend()!r}"
+        )
+    for m in found:
+        m.remove_padding = remove_padding
+    return [m.name for m in found]
+
+
 def encoder_result(x, outputs, queries, pooler) -> dict:
     """An encoder's output dict (see BertEncoder) from its last layer x: (B, S, H), or
     (B, 1 + P, H) at last_layer_queries' positions when `queries` is not None."""
@@ -435,7 +499,9 @@ class BertEncoder(keras.Model):
     positions (layers.TransformerBlock's query_positions): sequence_output is then (B, P, H),
     the last layer's outputs at output_positions, and so is the last of encoder_outputs.
     The attribute parallel_branches (default 1; set_encoder_branches sets it) runs the layers on
-    that many row slices of the batch, joined after the last (run_layer_stack).
+    that many row slices of the batch, joined after the last (run_layer_stack); remove_padding
+    (default False; set_remove_padding) runs them on the real tokens alone, and the outputs are
+    then zeros at padding.
     word_table: a view of the word embeddings to look input_ids up in instead of the variable
     (a pretrainer's, heads.tied_table_views, so the tied head's gradient and the lookup's meet
     in one sum); ALBERT's and ELECTRA's encoders take it too.
@@ -475,6 +541,7 @@ class BertEncoder(keras.Model):
             setattr(self, f"layer_{i}", block)
         self.pooler = layers.Dense(c.hidden_size, "tanh", c.initializer_range, name="pooler")
         self.parallel_branches = 1  # run_layer_stack's branches; set_encoder_branches sets it
+        self.remove_padding = False  # run_layer_stack's; set_remove_padding sets it
 
     @property
     def blocks(self) -> list:
@@ -495,7 +562,13 @@ class BertEncoder(keras.Model):
         )
         queries = last_layer_queries(output_positions)
         x, outputs = run_layer_stack(
-            block_stack(self.blocks), embedded, mask, queries, training, self.parallel_branches
+            block_stack(self.blocks),
+            embedded,
+            mask,
+            queries,
+            training,
+            self.parallel_branches,
+            self.remove_padding,
         )
         return encoder_result(x, [embedded, *outputs], queries, self.pooler)
 

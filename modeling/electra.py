@@ -207,6 +207,7 @@ class ElectraEncoder(keras.Model):
             )
             setattr(self, f"layer_{i}", block)
         self.parallel_branches = 1  # bert.run_layer_stack's; bert.set_encoder_branches sets it
+        self.remove_padding = False  # bert.run_layer_stack's; bert.set_remove_padding sets it
 
     @property
     def blocks(self) -> list:
@@ -232,7 +233,13 @@ class ElectraEncoder(keras.Model):
         queries = bert.last_layer_queries(output_positions)
         embedded = x
         x, outputs = bert.run_layer_stack(
-            bert.block_stack(self.blocks), x, mask, queries, training, self.parallel_branches
+            bert.block_stack(self.blocks),
+            x,
+            mask,
+            queries,
+            training,
+            self.parallel_branches,
+            self.remove_padding,
         )
         return bert.encoder_result(x, [embedded, *outputs], queries, lambda cls: cls)  # no pooler
 

@@ -616,6 +616,80 @@ def gather_with_whole(sequence, positions):
     return views(sequence)
 
 
+# The rows of an unpadded batch are counted up to a multiple of this (Unpadded): each distinct
+# count is a shape of its own for what compiles or caches per shape (residual_layer_norm's XLA
+# kernels, oneDNN's primitives), so a batch of B * S positions meets at most B * S / 64 of them,
+# as dynamic padding's cut lengths are at most S / 8. The filler rows cost at most 63 rows of
+# work, 6% of a BERT-base pretraining batch of 8 x 128.
+UNPAD_ROW_MULTIPLE = 64
+
+
+class Unpadded:
+    """A batch's real tokens as rows, for a layer stack that runs its per-position work (the
+    projections, the feed-forward layers, LayerNorms and dropout) on them alone and only its
+    attention on the (B, S) layout (TensorFlow; the rows' count is known only when the batch is).
+
+    Unpadded(mask): mask int or bool (B, S), nonzero for real tokens. Its R rows are the real
+    positions in order, then filler rows up to a multiple of UNPAD_ROW_MULTIPLE (at least one
+    multiple when the batch has positions), which read position 0 (so they stay finite) and
+    are never written back.
+      rows(x): float (B, S, C) -> (1, R, C), the real positions' vectors;
+      positions(y): float (1, R, C) -> (B, S, C), zeros at padding;
+      at(y, positions): float (1, R, C), int (B, Q) positions -> (B, Q, C); a padding position
+        reads row 0 (a value nothing weighs: heads read real positions, and padded prediction
+        slots point at [CLS]).
+    The leading 1 keeps rows rank 3, so layers built for (B, S, H) (LayerNormalization's axis)
+    take them unchanged.
+
+    Why: a Transformer's per-position work at padding positions is never read by a real one
+    (attention masks padded keys out), yet it costs what real positions cost. Pretraining
+    records carry 10% padding on the default corpus, a fine-tuning batch cut to its longest
+    example far more on short sentences (bench/HISTORY.md, forty-first session, has the
+    figures). The values at real positions are those of the padded layout up to float
+    rounding (tested); padded keys are zero instead of their bias, which the -10000 mask
+    makes no difference to.
+    """
+
+    def __init__(self, mask, multiple: int = UNPAD_ROW_MULTIPLE):
+        import tensorflow as tf
+
+        shape = tf.shape(mask)
+        self.batch, self.seq = shape[0], shape[1]
+        self.total = self.batch * self.seq
+        real = tf.cast(tf.where(tf.reshape(tf.not_equal(mask, 0), [-1]))[:, 0], tf.int32)  # (N,)
+        count = tf.size(real)
+        # At least one row where there are positions: a batch of padding alone (an evaluation's
+        # last batch filled up with empty examples) still has rows for at() to read.
+        wanted = tf.maximum(count, tf.minimum(self.total, 1))
+        self.count = (wanted + multiple - 1) // multiple * multiple  # R
+        fill = self.count - count
+        self._read = tf.concat([real, tf.zeros([fill], tf.int32)], 0)  # (R,)
+        # A negative segment id is dropped by unsorted_segment_sum (and gathers a zero in its
+        # gradient): the filler rows write nowhere.
+        self._write = tf.concat([real, tf.fill([fill], -1)], 0)  # (R,)
+
+    def rows(self, x):
+        import tensorflow as tf
+
+        width = x.shape[-1]
+        return tf.gather(tf.reshape(x, [-1, width]), self._read)[None]  # (B*S, C) -> (1, R, C)
+
+    def positions(self, y):
+        import tensorflow as tf
+
+        width = y.shape[-1]
+        flat = tf.math.unsorted_segment_sum(y[0], self._write, self.total)  # (B*S, C)
+        return tf.reshape(flat, [self.batch, self.seq, width])
+
+    def at(self, y, positions):
+        import tensorflow as tf
+
+        # The row of each real position (0 at padding: unused).
+        slot = tf.math.unsorted_segment_sum(tf.range(self.count), self._write, self.total)
+        flat = tf.cast(positions, tf.int32) + tf.range(self.batch)[:, None] * self.seq  # (B, Q)
+        return tf.gather(y[0], tf.gather(slot, flat))  # (B, Q, C)
+
+
 def split_leading(x, num: int) -> list:
     """x (num, ...) cut along its leading axis into `num` tensors (...): ops.unstack's result.
 
@@ -650,6 +724,8 @@ class SelfAttention(keras.layers.Layer):
         stay at all S), for a last layer whose other outputs nobody reads.
       queries: float (B, Q, H) or None: x at query_positions where the caller has gathered it
         (gather_with_whole).
+      unpadded: an Unpadded of the batch, or None: x is then its real tokens' rows (1, R, H),
+        and so is the output (or (B, Q, H) at query_positions).
     Returns float (B, S, H), or (B, Q, H) at query_positions.
     """
 
@@ -680,11 +756,25 @@ class SelfAttention(keras.layers.Layer):
         self.qkv.build(input_shape)
         self.output_dense.build((*input_shape[:-1], self.hidden_size))
 
-    def call(self, x, attention_mask=None, training=False, query_positions=None, queries=None):
+    def call(
+        self,
+        x,
+        attention_mask=None,
+        training=False,
+        query_positions=None,
+        queries=None,
+        unpadded=None,
+    ):
         n, d = self.num_attention_heads, self.head_size
-        batch, seq = ops.shape(x)[0], ops.shape(x)[1]
+        if unpadded is None:
+            batch, seq = ops.shape(x)[0], ops.shape(x)[1]
+        else:  # x: the real tokens' rows (1, R, H); attention runs on the (B, S) layout
+            batch, seq = unpadded.batch, unpadded.seq
         if query_positions is None:
-            qkv = ops.reshape(self.qkv(x), (batch, seq, 3, n, d))  # (B, S, 3H) -> (B, S, 3, N, D)
+            qkv = self.qkv(x)
+            if unpadded is not None:
+                qkv = unpadded.positions(qkv)  # (1, R, 3H) -> (B, S, 3H), zeros at padding
+            qkv = ops.reshape(qkv, (batch, seq, 3, n, d))  # (B, S, 3H) -> (B, S, 3, N, D)
             # One transpose puts every head's rows together for the batched matmuls below, and
             # splitting the leading axis takes contiguous blocks. Indexing qkv[:, :, i] instead
             # cost three strided slices whose gradients (StridedSliceGrad: a zero-filled
@@ -700,7 +790,10 @@ class SelfAttention(keras.layers.Layer):
             x_q = gather_positions(x, query_positions) if queries is None else queries
             q = ops.reshape(ops.matmul(x_q, w_q) + b_q, (batch, -1, n, d))  # (B, Q, N, D)
             q = ops.transpose(q, (0, 2, 1, 3))  # (B, N, Q, D)
-            kv = ops.reshape(ops.matmul(x, w_kv) + b_kv, (batch, seq, 2, n, d))
+            kv = ops.matmul(x, w_kv) + b_kv
+            if unpadded is not None:
+                kv = unpadded.positions(kv)  # (1, R, 2H) -> (B, S, 2H)
+            kv = ops.reshape(kv, (batch, seq, 2, n, d))
             k, v = split_leading(ops.transpose(kv, (2, 0, 3, 1, 4)), 2)  # (B, N, S, D)
         # The 1/sqrt(D) scale on q (B*S*H values) rather than on the (B, N, S, S) scores.
         q = q * (1.0 / math.sqrt(d))
@@ -717,6 +810,8 @@ class SelfAttention(keras.layers.Layer):
         context = ops.einsum("bnqk,bnkd->bnqd", probs, v)  # (B, N, S or Q, D)
         context = ops.transpose(context, (0, 2, 1, 3))  # (B, S or Q, N, D)
         context = ops.reshape(context, (batch, -1, self.hidden_size))  # (B, S or Q, H)
+        if query_positions is None and unpadded is not None:
+            context = unpadded.rows(context)  # (B, S, H) -> (1, R, H)
         return self.output_dense(context)
 
     def get_config(self):
@@ -735,8 +830,10 @@ class TransformerBlock(keras.layers.Layer):
 
     x -> attention -> dropout -> LN(x + .) -> FFN(act) -> dropout -> LN(. + .)
 
-    call(x, attention_mask, training, query_positions): x float (B, S, H), attention_mask (B, S)
-    -> (B, S, H); with query_positions int (B, Q), only the outputs at those positions, (B, Q, H).
+    call(x, attention_mask, training, query_positions, unpadded): x float (B, S, H),
+    attention_mask (B, S) -> (B, S, H); with query_positions int (B, Q), only the outputs at
+    those positions, (B, Q, H). With unpadded (an Unpadded of the batch), x and the output are
+    the real tokens' rows (1, R, H) (still (B, Q, H) at query_positions).
     A pretrainer's last block needs no more: its loss reads the [CLS] vector and the P masked
     positions, and every step after attention is per position. At sequence 128 with 20
     predictions this skips the Q projection, attention output, FFN and LayerNorms at 107 of 128
@@ -787,13 +884,21 @@ class TransformerBlock(keras.layers.Layer):
         self.output_dense.build((*input_shape[:-1], self.intermediate_size))
         self.output_layer_norm.build(input_shape)
 
-    def call(self, x, attention_mask=None, training=False, query_positions=None):
+    def call(self, x, attention_mask=None, training=False, query_positions=None, unpadded=None):
         if query_positions is None:
-            a = self.attention(x, attention_mask, training=training)
+            a = self.attention(x, attention_mask, training=training, unpadded=unpadded)
         else:  # keys and values read x whole; queries and the residual at the positions
-            x, x_q = gather_with_whole(x, query_positions)  # (B, S, H), (B, Q, H)
+            if unpadded is None:
+                x, x_q = gather_with_whole(x, query_positions)  # (B, S, H), (B, Q, H)
+            else:
+                x_q = unpadded.at(x, query_positions)  # (1, R, H) -> (B, Q, H)
             a = self.attention(
-                x, attention_mask, training=training, query_positions=query_positions, queries=x_q
+                x,
+                attention_mask,
+                training=training,
+                query_positions=query_positions,
+                queries=x_q,
+                unpadded=unpadded,
             )
             x = x_q
         x = residual_layer_norm(

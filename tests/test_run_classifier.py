@@ -218,13 +218,15 @@ def test_user_tsv_task_trains_evaluates_and_predicts_under_mirrored(
     assert odd.returncode == 1 and "--train_batch_size=3 is not divisible by 2" in odd.stderr
     bad = helpers.run_main("run_classifier.py", [*args, "--do_eval", "--encoder_branches=0"])
     assert bad.returncode == 1 and "--encoder_branches=0: encoder branches: expected" in bad.stderr
-    # The encoder's layers in 2 row slices of each replica's batch of 2 (run_layer_stack).
+    # The encoder's layers in 2 row slices of each replica's batch of 2 (run_layer_stack), each
+    # on its real tokens alone.
     run = helpers.run_main(
         "run_classifier.py",
         [*args, "--train_batch_size=4", "--do_train", "--do_eval", "--do_predict"]
-        + ["--encoder_branches=2"],
+        + ["--encoder_branches=2", "--remove_padding"],
     )
     assert run.returncode == 0, run.stderr[-4000:]
+    assert "--remove_padding: encoder run on each batch's real tokens" in run.stderr
     assert built and built[-1].num_replicas_in_sync == 2
     r = results(out)
     assert r["global_step"] == 3 and 0.0 <= r["accuracy"] <= 1.0  # 12 examples / batch 4

@@ -290,16 +290,19 @@ def families(files, tmp_path_factory):
 
     def cached_pair():
         cache = f"--feature_cache={root / 'cache'}"
-        # The cache's encoder outputs computed in 3 row slices (--encoder_branches): the test
-        # below tags with the same head on the plain encoder and gets the same tags.
+        # The cache's encoder outputs computed in 3 row slices (--encoder_branches), each on
+        # its real tokens alone (--remove_padding): the test below tags with the same head on
+        # the plain encoder and gets the same tags.
         first = run(args("electra", root / "sum_all", "--feature_mode=sum_all", cache,
-                         "--learning_rate=5e-2", "--encoder_branches=3"))  # fmt: skip
+                         "--learning_rate=5e-2", "--encoder_branches=3",
+                         "--remove_padding"))  # fmt: skip
         second = run(args("electra", root / "last", "--feature_mode=last", cache,
                           "--learning_rate=5e-2", "--do_predict"))  # fmt: skip
         return first, second
 
     def albert_then_elmo():
-        tuned = run(args("albert", root / "albert", "--learning_rate=5e-3", "--encoder_branches=2"))
+        tuned = run(args("albert", root / "albert", "--learning_rate=5e-3", "--encoder_branches=2",
+                         "--remove_padding"))  # fmt: skip
         # ELMo's downstream tagger: the scalar mix of the biLM's cached layers, then a tagger.
         bilm = run(args("elmo", root / "elmo", "--feature_mode=sum_all", "--learning_rate=5e-2",
                         f"--feature_cache={root / 'elmo_cache'}", "--do_predict"))  # fmt: skip
@@ -316,6 +319,7 @@ def families(files, tmp_path_factory):
 def test_an_albert_checkpoint_fine_tunes(families):
     out = families["root"] / "albert"
     assert "initialised the encoder from" in families["albert"].stderr
+    assert "--remove_padding: encoder run on each batch's real tokens" in families["albert"].stderr
     assert 0 <= results(out / "eval_results.txt")["f1"] <= 1
     saved = json.loads((out / "model_config.json").read_text())
     assert saved["bert_config"]["inner_group_num"] == 2  # read as ALBERT, not as BERT
@@ -354,6 +358,7 @@ def test_feature_modes_share_one_cache_and_equal_the_recomputed_encoder(families
     for split in ("train", "dev"):
         assert f"{split}: encoder outputs (" in first.stderr  # computed once ...
         assert f"{split}: (" in second.stderr and "read from" in second.stderr  # ... then read
+    assert "run on each batch's real tokens" in first.stderr  # the cache's encoder, unpadded
     assert "test: encoder outputs (" in second.stderr  # a split not cached before
     assert (root / "last" / "test_predictions.txt").exists()
     # The head trained on cached outputs, put on the ELECTRA encoder itself, tags dev the same.

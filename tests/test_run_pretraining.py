@@ -295,22 +295,21 @@ def test_electra_and_distilbert_pretrain_and_fine_tune_from_their_checkpoints(se
     def pretrain(config, out, *extra):
         return run([*common(d, config, tmp_path / out, 2), "--do_train", *extra], check=False)
 
-    # --encoder_branches=2 on ELECTRA's generator and discriminator, and on the student and its
-    # teacher (2 row slices of each batch of 2).
+    # --encoder_branches=2 and --remove_padding on ELECTRA's generator and discriminator, and
+    # on the student and its teacher (2 row slices of each batch of 2, each on its real tokens).
+    speed = ("--encoder_branches=2", "--remove_padding")
     jobs = [
-        (tmp_path / "electra.json", "electra", "--disc_weight=40", "--encoder_branches=2"),
-        (
-            student,
-            "student",
-            f"--teacher_checkpoint={teacher_dir}",
-            "--do_eval",
-            "--encoder_branches=2",
-        ),
+        (tmp_path / "electra.json", "electra", "--disc_weight=40", *speed),
+        (student, "student", f"--teacher_checkpoint={teacher_dir}", "--do_eval", *speed),
         (tmp_path / "electra.json", "electra_nsp", "--sentence_objective=nsp"),
         (tmp_path / "bad_student.json", "bad_student", f"--teacher_checkpoint={teacher_dir}"),
     ]
     electra_run, student_run, nsp_run, bad_run = [pretrain(*j) for j in jobs]
     assert electra_run.returncode == 0, electra_run.stderr[-4000:]
+    for job in (electra_run, student_run):  # both of ELECTRA's encoders; the student's
+        assert "--remove_padding: " in job.stderr and "run on each batch's real tokens" in (
+            job.stderr
+        )
     log = [
         json.loads(x) for x in (tmp_path / "electra" / "train_log.jsonl").read_text().splitlines()
     ]
@@ -453,14 +452,16 @@ def test_speed_flags_train_and_log(setup, tmp_path):
     d, config = setup
     out = tmp_path / "bf16"
     # 6 examples a step in 3 micro-batches of 2, bfloat16 compute, LAMB, the encoder's layers
-    # in 2 branches of each micro-batch.
+    # in 2 branches of each micro-batch, on the real tokens alone.
     flags_ = [
         "--precision=bf16",
         "--optimizer=lamb",
         "--gradient_accumulation_steps=3",
         "--encoder_branches=2",
+        "--remove_padding",
     ]
-    run([*common(d, config, out, 4), "--do_train", "--do_eval", *flags_])
+    job = run([*common(d, config, out, 4), "--do_train", "--do_eval", *flags_])
+    assert "--remove_padding: encoder run on each batch's real tokens" in job.stderr
     log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log] == [1, 2, 3, 4]
     assert all(r["loss"] > 0 and "loss_scale" not in r for r in log)
@@ -491,6 +492,14 @@ def test_speed_flags_train_and_log(setup, tmp_path):
     assert bad.returncode != 0 and "does not split into --parallel_micro_batches=4" in bad.stderr
     bad = run([*common(d, config, tmp_path / "z", 2), "--do_train", "--encoder_branches=0"], False)
     assert bad.returncode != 0 and "--encoder_branches=0: encoder branches: expected" in bad.stderr
+    bad = run(
+        [*common(d, config, tmp_path / "w", 2), "--do_train", "--use_xla", "--remove_padding"],
+        False,
+    )
+    assert bad.returncode != 0 and "--remove_padding: remove padding: --use_xla compiles" in (
+        bad.stderr
+    )
+    assert not list((tmp_path / "w").glob("ckpt-*"))
 
 
 def test_two_phase_recipe_continues_from_phase_one_with_longer_sequences(tmp_path):

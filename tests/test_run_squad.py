@@ -205,7 +205,8 @@ def test_multi_worker_prediction_equals_one_device(smoke, files, tmp_path, batch
     workers cut their batches to different lengths, e.g. 64 and 56, and their logits are padded
     back before the gather); worker 0 writes what the one-device run wrote, worker 1 nothing.
     The workers' encoders run in 3 branches (--encoder_branches: row slices of 2, 2 and 1, or
-    one) where the one-device run had none."""
+    one), each on its real tokens alone (--remove_padding), where the one-device run had
+    neither."""
     trained, _ = finished(smoke["v1"])
     args = [
         f"--bert_config_file={files['dir'] / 'memorize_config.json'}",
@@ -217,6 +218,7 @@ def test_multi_worker_prediction_equals_one_device(smoke, files, tmp_path, batch
         f"--predict_batch_size={batch_size}",
         "--distribution_strategy=multi_worker_mirrored",
         "--encoder_branches=3",
+        "--remove_padding",
     ]
     workers = helpers.run_workers(
         "run_squad.py",
@@ -226,6 +228,7 @@ def test_multi_worker_prediction_equals_one_device(smoke, files, tmp_path, batch
     for worker in workers:
         assert worker.returncode == 0, worker.stderr[-4000:]
     assert "predicted 5 questions (24 windows); wrote them" in logs[0]
+    assert all("--remove_padding: encoder run on each batch's real tokens" in x for x in logs)
     assert "(worker 0 writes them)" in logs[1]
     assert not (tmp_path / "w1" / "predictions.json").exists()
     got = tmp_path / "w0"

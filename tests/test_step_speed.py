@@ -1392,6 +1392,113 @@ def test_encoder_branches_take_any_batch_size_in_one_graph(jit_compile):
     assert sum(op.type == "SplitV" for op in ops_) >= 2
 
 
+# ---------------------------------------------------------------------------------------------
+# The encoder's layers on the real tokens alone (bert.run_layer_stack's remove_padding)
+
+
+def test_unpadded_rows_round_trip_and_count_up_to_the_multiple():
+    # 3 x 5 positions, 7 real (row 1 all padding); multiple 4 -> 8 rows, the last a filler
+    # that reads position 0 and is written nowhere.
+    from modeling import layers
+
+    mask = np.array([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 0]], np.int32)
+    x = np.arange(15 * 2, dtype=np.float32).reshape(3, 5, 2) + 1
+    u = layers.Unpadded(tf.constant(mask), multiple=4)
+    assert int(u.count) == 8
+    rows = u.rows(tf.constant(x)).numpy()
+    assert rows.shape == (1, 8, 2)
+    np.testing.assert_array_equal(rows[0, :7], x[mask == 1])
+    np.testing.assert_array_equal(rows[0, 7], x[0, 0])  # the filler
+    back = u.positions(tf.constant(rows) * 10).numpy()
+    np.testing.assert_array_equal(back, x * 10 * mask[..., None])  # the filler is dropped
+    got = u.at(tf.constant(rows), tf.constant([[2, 0], [0, 0], [3, 1]])).numpy()
+    np.testing.assert_array_equal(got[0], x[0, [2, 0]])
+    np.testing.assert_array_equal(got[2], x[2, [3, 1]])
+    assert int(layers.Unpadded(tf.constant(mask), multiple=1).count) == 7
+    # A batch of padding alone (an evaluation's filled-up last batch) still has rows to read:
+    # [CLS] of an empty example reads row 0, a filler of position 0. An empty batch has none.
+    empty = layers.Unpadded(tf.zeros((2, 5), tf.int32), multiple=4)
+    assert int(empty.count) == 4
+    got = empty.at(empty.rows(tf.constant(x[:2])), tf.zeros((2, 1), tf.int32)).numpy()
+    np.testing.assert_array_equal(got[:, 0], x[[0, 0], 0])
+    assert int(layers.Unpadded(tf.zeros((0, 5), tf.int32), multiple=4).count) == 0
+
+
+def unpadded_outputs_and_gradients(encoder, batch, positions, branches, remove_padding):
+    """outputs_and_gradients' outputs of `encoder`, with every (B, S, H) output read at the
+    real positions only (zeros at padding), and the gradients of a fixed random weighting of
+    those: what the padded and unpadded layouts must agree on."""
+    bert.set_encoder_branches(encoder, branches)
+    bert.set_remove_padding(encoder, remove_padding)
+    real = tf.constant(batch["input_mask"][..., None], tf.float32)  # (B, S, 1)
+    with tf.GradientTape() as tape:
+        out = encoder(batch, training=True, output_positions=positions)
+        flat = [
+            x * real if x.shape.rank == 3 and x.shape[1] == real.shape[1] else x
+            for x in tf.nest.flatten(out)
+        ]
+        rng = np.random.default_rng(0)
+        loss = sum(tf.reduce_sum(x * rng.normal(size=x.shape).astype("float32")) for x in flat)
+    grads = tape.gradient(loss, encoder.trainable_variables)
+    bert.set_remove_padding(encoder, False)
+    return [np.array(x) for x in flat], [tf.convert_to_tensor(g).numpy() for g in grads]
+
+
+@pytest.mark.parametrize("branches", [1, 2])
+def test_remove_padding_equals_the_padded_layout_with_its_gradients(branches):
+    # Each encoder family on its real tokens' rows against the padded layout, with and without
+    # output_positions (all at real tokens, a repeat and [CLS] among them), in one pass and in 2
+    # branches (a branch per Unpadded). Row 0 has 5 real tokens of 7, row 1 four, row 2 one;
+    # the 10 rows count up to 64 with fillers. Every output at real positions (padding is
+    # exactly 0 when unpadded) and every variable's gradient; tolerance 1e-5 of the largest
+    # entry, as the branches' test: the rows' matmuls run in another row count.
+    batch = pretrain_throughput.synthetic_batch(BATCH, SEQ, PREDICTIONS, VOCAB, seed=9)
+    batch["input_mask"][0, 5:] = 0
+    batch["input_mask"][1, 4:] = 0
+    batch["input_mask"][2, 1:] = 0
+    positions = np.array([[3, 3, 1], [0, 2, 2], [0, 0, 0]], np.int32)
+    for name, encoder in full_and_sparse_encoders():
+        for pos in (None, positions):
+            what = f"{name}, output_positions {pos is not None}"
+            ref_out, ref_grads = unpadded_outputs_and_gradients(encoder, batch, pos, 1, False)
+            out, grads = unpadded_outputs_and_gradients(encoder, batch, pos, branches, True)
+            assert len(out) == len(ref_out), what
+            for mine, theirs in [*zip(out, ref_out), *zip(grads, ref_grads)]:
+                assert mine.shape == theirs.shape, what
+                scale = max(np.abs(theirs).max(), 1e-3)
+                np.testing.assert_allclose(mine, theirs, atol=1e-5 * scale, err_msg=what)
+            # Negative control: the raw unpadded layer outputs are zero at padding, where the
+            # padded layout's are not, so the comparison above really read them masked.
+            bert.set_remove_padding(encoder, True)
+            raw = encoder(batch, training=False, output_positions=pos)["encoder_outputs"][1]
+            bert.set_remove_padding(encoder, False)
+            padded = encoder(batch, training=False, output_positions=pos)["encoder_outputs"][1]
+            assert np.abs(np.array(raw)[2, 1:]).max() == 0, what
+            assert np.abs(np.array(padded)[2, 1:]).max() > 0, what
+
+
+def test_remove_padding_refuses_xla_models_without_an_encoder_and_non_bools():
+    from tests.test_gpt import tiny as gpt_tiny
+
+    encoder = bert.BertEncoder(tiny_config())
+    encoder.build()
+    assert bert.set_remove_padding(encoder, True) == [encoder.name]
+    batch = pretrain_throughput.synthetic_batch(BATCH, SEQ, PREDICTIONS, VOCAB, seed=9)
+    inputs = {k: batch[k] for k in bert.dummy_inputs()}
+
+    @tf.function(jit_compile=True)
+    def compiled(b):
+        return encoder(b)["sequence_output"]
+
+    with pytest.raises(ValueError, match="remove padding: XLA"):
+        compiled(inputs)
+    for bad in (1, "yes", None):
+        with pytest.raises(ValueError, match="remove padding: expected a bool"):
+            bert.set_remove_padding(encoder, bad)
+    with pytest.raises(ValueError, match="holds no encoder that runs on its real tokens"):
+        bert.set_remove_padding(gpt_tiny(), True)
+
+
 def test_branch_sizes_are_even_and_never_empty_when_static():
     assert bert.branch_sizes(7, 3) == [3, 2, 2]
     assert bert.branch_sizes(6, 2) == [3, 3]

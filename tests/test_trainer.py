@@ -42,12 +42,14 @@ def build(
     learning_rate=1e-2,
     parallel=1,
     branches=1,
+    remove_padding=False,
 ):
     keras.utils.set_random_seed(seed)
     with strategy.scope(), optimization.dtype_policy(precision):
         model = bert.BertPretrainer(config)
         model.build()
         bert.set_encoder_branches(model, branches)
+        bert.set_remove_padding(model, remove_padding)
         opt = optimization.create_optimizer(learning_rate, steps, 2, optimizer=optimizer)
         opt = optimization.with_loss_scaling(opt, precision, initial_scale)
         opt.build(model.trainable_variables)
@@ -754,6 +756,43 @@ def test_encoder_branches_train_as_one_pass(data_file, reference, where, monkeyp
     else:
         assert set(count) == {2, 1} and count[2] == count[1], count
         assert count[2] % (2 * layers_n) == 0, count
+
+
+@pytest.mark.parametrize("where", ["one_device", "mirrored", "accumulation", "branches"])
+def test_remove_padding_trains_as_the_padded_layout(data_file, reference, where, monkeypatch):
+    # The encoder's layers on the real tokens' rows alone (bert.run_layer_stack, layers.Unpadded;
+    # the test records are 6-11 real tokens of 11): the same rows and weights as the padded
+    # layout, dropout off. On one device, Mirrored over two CPUs, inside 3 micro-batches of 2,
+    # and in 2 branches of 3 rows. The blocks really run on rows: each call's x is (1, R, H),
+    # R unknown when traced.
+    from modeling import layers
+
+    base = "one_device" if where == "branches" else where
+    whole = reference(base)
+    unpadded = build(
+        strategy_for(base),
+        helpers.tiny_config(),
+        remove_padding=True,
+        branches=2 if where == "branches" else 1,
+        **where_args(base),
+    )
+    shapes = []
+    block_call = layers.TransformerBlock.call
+
+    def recorded(self, x, *a, **k):
+        shapes.append(tuple(x.shape))
+        return block_call(self, x, *a, **k)
+
+    monkeypatch.setattr(layers.TransformerBlock, "call", recorded)
+    assert_train_alike(train(unpadded, data_file), whole, rows_rtol=1e-4)
+    assert shapes and set(shapes) == {(1, None, helpers.TINY["hidden_size"])}, shapes
+
+
+def test_remove_padding_is_refused_under_xla(data_file):
+    fit = build(tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.tiny_config(), use_xla=True)
+    bert.set_remove_padding(fit.task.model, True)
+    with pytest.raises(ValueError, match="remove padding: XLA"):
+        fit.train_steps(iter(dataset(data_file)), 1)
 
 
 def test_parallel_micro_batches_refuse_uneven_batches_and_tasks_without_denominators(data_file):
