@@ -119,6 +119,13 @@ flags.DEFINE_integer(
     "(README).",
 )
 flags.DEFINE_bool(
+    "remove_padding",
+    False,
+    "--to=saved_model: the exported encoder runs its layers on each batch's real tokens alone "
+    "(run_classifier's flag of the same name): the same outputs at real tokens up to float "
+    "rounding, zeros at padding positions.",
+)
+flags.DEFINE_bool(
     "trust_pickle",
     False,
     "Allow reading a PyTorch pickle (.bin/.pt). Pickles can run code when loaded: only for files "
@@ -391,10 +398,11 @@ def convert(source_format: str, target_format: str) -> None:
             )
             report.notes += notes
         elif target_format == "saved_model":
-            if FLAGS.encoder_branches > 1:
+            if FLAGS.encoder_branches > 1 or FLAGS.remove_padding:
                 from modeling import bert
 
                 bert.set_encoder_branches(model, FLAGS.encoder_branches)
+                bert.set_remove_padding(model, FLAGS.remove_padding)
             if vocab_file is None:  # a RoBERTa's BPE folder: cased unless asked explicitly
                 vocab, lower = input_dir, FLAGS.do_lower_case and FLAGS["do_lower_case"].present
             else:
@@ -441,6 +449,10 @@ def main(argv):
         raise app.UsageError(
             f"--encoder_branches={FLAGS.encoder_branches}: expected 1, or more with "
             f"--to=saved_model (found --to={FLAGS.to})"
+        )
+    if FLAGS.remove_padding and FLAGS.to != "saved_model":
+        raise app.UsageError(
+            f"--remove_padding: an execution setting of --to=saved_model (found --to={FLAGS.to})"
         )
     from data_prep.errors import InputError
 

@@ -116,7 +116,7 @@ flags.DEFINE_bool(
     "tokens alone: projections, feed-forward layers and LayerNorms skip the padding, attention "
     "runs on the padded layout; the same losses up to float rounding. On 2 CPU cores the "
     "default records' 10% padding made BERT-base's step 1.03-1.07x faster and L4/H256's not "
-    "(README). Not with --use_xla or TPUs (static shapes).",
+    "(bench/HISTORY.md); fine-tuning gains more. Not with --use_xla or TPUs (static shapes).",
 )
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 flags.DEFINE_enum(

@@ -51,8 +51,18 @@ def padded_batch(batch: int, seq: int, vocab_size: int, seed: int = 0) -> dict:
     return {"input_ids": ids * mask, "input_mask": mask, "segment_ids": np.zeros_like(ids)}
 
 
+# Cloze's sides, each with its ratios to keras-hub and to every worker side.
+CLOZE_SIDES = ("cloze_keras", "saved_model", "saved_model_unpadded")
+
+
 def export(
-    model_dir: Path, target: str, out: Path, seq: int, in_process: bool, branches: int = 1
+    model_dir: Path,
+    target: str,
+    out: Path,
+    seq: int,
+    in_process: bool,
+    branches: int = 1,
+    remove_padding: bool = False,
 ) -> None:
     """convert_checkpoint.py --from=cloze --to=`target` of the checkpoint in model_dir; with
     in_process the same library call it makes (checkpoints.export_*) runs here instead."""
@@ -66,6 +76,7 @@ def export(
             f"--output_dir={out}",
             f"--max_seq_length={seq}",
             *([f"--encoder_branches={branches}"] if branches > 1 else []),
+            *(["--remove_padding"] if remove_padding else []),
         ]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
@@ -78,6 +89,7 @@ def export(
     out.mkdir(parents=True)
     if target == "saved_model":
         bert.set_encoder_branches(model, branches)
+        bert.set_remove_padding(model, remove_padding)
         checkpoints.export_saved_model(model, out, model_dir / "vocab.txt", True, seq)
     else:
         checkpoints.export_keras_hub(model, out, model_dir / "vocab.txt", True)
@@ -162,8 +174,10 @@ def build_models(
     branches: int = 1,
     peer_dirs=None,
 ) -> dict:
-    """{"cloze_keras", "saved_model", "keras_hub"}: callables of the batch dict returning
-    (sequence_output, pooled_output), all with one set of weights. `branches`: Cloze's encoder
+    """{"cloze_keras", "saved_model", "saved_model_unpadded", "keras_hub"}: callables of the
+    batch dict returning (sequence_output, pooled_output), all with one set of weights.
+    "saved_model_unpadded" is exported with convert_checkpoint.py --remove_padding (the
+    encoder's layers on the real tokens alone; zeros at padding). `branches`: Cloze's encoder
     (Keras and exported) runs in that many row slices (bert.run_layer_stack); with more than 1
     also "cloze_keras_plain", the Keras encoder without them, for the option's own gain.
     `peer_dirs`: {kind: folder} of INFERENCE_PEERS; the same weights also go to each folder as
@@ -186,6 +200,8 @@ def build_models(
     for kind, folder in (peer_dirs or {}).items():
         write_peer_weights(kind, encoder, folder)
     export(model_dir, "saved_model", work / "saved_model", seq, in_process, branches)
+    unpadded_dir = work / "saved_model_unpadded"
+    export(model_dir, "saved_model", unpadded_dir, seq, in_process, branches, remove_padding=True)
     bert.set_encoder_branches(encoder, branches)
     export(model_dir, "keras_hub", work / "keras_hub", seq, in_process)
     served = tf.saved_model.load(str(work / "saved_model")).signatures["serve_ids"]
@@ -208,11 +224,20 @@ def build_models(
         )
         return out["sequence_output"], out["pooled_output"]
 
-    def saved_model(batch):
-        out = served(**batch)
-        return out["sequence_output"], out["pooled_output"]
+    def serving(signature):
+        def call(batch):
+            out = signature(**batch)
+            return out["sequence_output"], out["pooled_output"]
 
-    models = {"cloze_keras": cloze_keras, "saved_model": saved_model, "keras_hub": hub}
+        return call
+
+    unpadded = tf.saved_model.load(str(unpadded_dir)).signatures["serve_ids"]
+    models = {
+        "cloze_keras": cloze_keras,
+        "saved_model": serving(served),
+        "saved_model_unpadded": serving(unpadded),
+        "keras_hub": hub,
+    }
     if branches > 1:
         plain = bert.BertEncoder(config)
         plain.build()
@@ -325,7 +350,7 @@ def run(
     }
     for name, t in times.items():
         result[name] = {"batch_s": min(t), "batch_s_rounds": t, "sequences_per_s": batch / min(t)}
-    for name in ("cloze_keras", "saved_model"):
+    for name in CLOZE_SIDES:
         result[f"ratio_{name}"] = (
             result[name]["sequences_per_s"] / result["keras_hub"]["sequences_per_s"]
         )
@@ -340,6 +365,11 @@ def run(
                 result[f"ratio_{name}_{kind}_rounds"] = [
                     h / c for h, c in zip(times[kind], times[name])
                 ]
+    # --remove_padding's own gain on the exported encoder, round by round
+    result["remove_padding_gain_rounds"] = [
+        s / u for s, u in zip(times["saved_model"], times["saved_model_unpadded"])
+    ]
+    result["remove_padding_gain"] = float(np.median(result["remove_padding_gain_rounds"]))
     if "cloze_keras_plain" in times:  # the encoder branches' own gain, round by round
         result["branches_gain_rounds"] = [
             p / c for p, c in zip(times["cloze_keras_plain"], times["cloze_keras"])

@@ -473,7 +473,7 @@ def table(results: dict) -> str:
     i = results.get("inference")
     if i:
         k = i["keras_hub"]["sequences_per_s"]
-        for name in ("cloze_keras", "saved_model"):
+        for name in inference.CLOZE_SIDES:
             rows.append(
                 f"| inference {i['size']} b{i['batch']} s{i['seq']} sequences/s, {name}"
                 + (
@@ -490,7 +490,7 @@ def table(results: dict) -> str:
         for kind in i.get("extra_peers", {}):
             peer = pretrain_throughput.WORKER_PEERS[kind]["short"]
             model = inference.INFERENCE_PEERS[kind]["model"]
-            for name in ("cloze_keras", "saved_model"):
+            for name in inference.CLOZE_SIDES:
                 rows.append(
                     f"| the same, {name}, against {model} (the same "
                     f"weights) | {i[name]['sequences_per_s']:,.1f} | {peer} "
@@ -499,6 +499,12 @@ def table(results: dict) -> str:
                     + ", ".join(f"{x:.2f}" for x in i[f"ratio_{name}_{kind}_rounds"])
                     + ") |"
                 )
+        rows.append(
+            f"| inference {i['size']} b{i['batch']}, the SavedModel with --remove_padding "
+            f"against without (median of the rounds' ratios) | "
+            f"{i['saved_model_unpadded']['sequences_per_s']:,.1f} | Cloze without "
+            f"{i['saved_model']['sequences_per_s']:,.1f} | {i['remove_padding_gain']:.2f} |"
+        )
         if "branches_gain" in i:
             rows.append(
                 f"| inference {i['size']} b{i['batch']}, the Keras encoder with its branches "

@@ -378,11 +378,11 @@ def run_layer_stack(
             last = i == len(stack) - 1
             outs.extend(layer(xb, mb, training, qb if last else None, unpadded))
             xb = outs[-1]
-        if unpadded is not None:  # back to (b, S, H), but the last at the query positions
-            kept = 1 if queries is not None and outs else 0
-            outs = [unpadded.positions(o) for o in outs[: len(outs) - kept]] + outs[
-                len(outs) - kept :
-            ]
+        if unpadded is not None:
+            # Back to (b, S, H), but for the last layer's output at the query positions, which
+            # is (b, Q, H) already.
+            n = len(outs) - 1 if queries is not None and outs else len(outs)
+            outs = [unpadded.positions(o) for o in outs[:n]] + outs[n:]
         per_branch.append(outs)
     if len(per_branch) == 1:
         outputs = per_branch[0]

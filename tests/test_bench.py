@@ -195,11 +195,18 @@ def test_run_all_quick_writes_every_figure(tmp_path):
     # in the same rounds for the branches' own gain.
     assert "cloze_keras_plain" in i["max_abs_difference"] and i["branches_gain"] > 0
     assert "the Keras encoder with its branches against without" in result.stdout
-    for side in ("cloze_keras", "saved_model", "keras_hub"):
+    for side in ("cloze_keras", "saved_model", "saved_model_unpadded", "keras_hub"):
         assert i[side]["sequences_per_s"] > 0
+    # The SavedModel exported with --remove_padding computes the same outputs at real positions.
+    assert "saved_model_unpadded" in i["max_abs_difference"]
     for diffs in i["max_abs_difference"].values():
         assert max(diffs.values()) <= i["tolerance"]
-    for name in ("cloze_keras", "saved_model"):
+    assert i["remove_padding_gain_rounds"] == pytest.approx(
+        [s / u for s, u in zip(i["saved_model"]["batch_s_rounds"],
+                               i["saved_model_unpadded"]["batch_s_rounds"])]
+    )  # fmt: skip
+    assert "the SavedModel with --remove_padding against without" in result.stdout
+    for name in ("cloze_keras", "saved_model", "saved_model_unpadded"):
         rounds = i[f"ratio_{name}_rounds"]
         expected = [
             h / c for h, c in zip(i["keras_hub"]["batch_s_rounds"], i[name]["batch_s_rounds"])

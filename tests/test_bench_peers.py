@@ -381,7 +381,7 @@ def test_inference_times_each_peer_on_the_weights_in_the_format_its_users_read(
         assert h["sequences_per_s"] == pytest.approx(3 / h["batch_s"])
         # Zeros against Cloze's outputs: the difference is the size of Cloze's own outputs.
         assert result["max_abs_difference"][kind]["pooled_output"] > 0
-        for name in ("cloze_keras", "saved_model"):
+        for name in ("cloze_keras", "saved_model", "saved_model_unpadded"):
             ratio = result[name]["sequences_per_s"] / h["sequences_per_s"]
             assert result[f"ratio_{name}_{kind}"] == pytest.approx(ratio)
             assert result[f"ratio_{name}_{kind}_rounds"] == pytest.approx(

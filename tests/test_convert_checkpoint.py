@@ -633,6 +633,46 @@ def test_saved_model_with_encoder_branches_serves_any_batch_as_one_pass(tf1_fold
         want = model.encoder(ids) if hasattr(model, "encoder") else model(ids)
         for key in ("sequence_output", "pooled_output"):
             np.testing.assert_allclose(got[key], want[key], atol=1e-5, err_msg=f"{key}, {n}")
+    # With --remove_padding as well, each branch on its real tokens alone: the same outputs at
+    # real positions, zeros at padding (where the model's own are not).
+    unpadded = tmp_path / "unpadded"
+    run(
+        [
+            "--from=tf1_bert",
+            "--to=saved_model",
+            f"--input_dir={folder}",
+            f"--output_dir={unpadded}",
+            "--max_seq_length=16",
+            "--encoder_branches=3",
+            "--remove_padding",
+        ]
+    )
+    served = tf.saved_model.load(str(unpadded)).signatures["serve_ids"]
+    padded_values = []  # the model's own outputs at padding positions
+    for n in (1, 2, 5):
+        batch = inference.padded_batch(n, 8, 53, seed=n)
+        ids = {k: tf.constant(v) for k, v in batch.items()}
+        got = served(**ids)
+        want = model.encoder(ids) if hasattr(model, "encoder") else model(ids)
+        real = batch["input_mask"].astype(bool)
+        seq_got, seq_want = got["sequence_output"].numpy(), want["sequence_output"].numpy()
+        np.testing.assert_allclose(seq_got[real], seq_want[real], atol=1e-5, err_msg=str(n))
+        np.testing.assert_array_equal(seq_got[~real], 0)
+        padded_values.extend(np.abs(seq_want[~real]).ravel())
+        np.testing.assert_allclose(got["pooled_output"], want["pooled_output"], atol=1e-5)
+    assert padded_values and max(padded_values) > 0  # there was padding, and it was skipped
+    refused = run(
+        [
+            "--from=tf1_bert",
+            "--to=cloze",
+            f"--input_dir={folder}",
+            f"--output_dir={tmp_path / 'no'}",
+            "--remove_padding",
+        ],
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "--remove_padding: an execution setting of --to=saved_model" in refused.stderr
     bad = run(
         [
             "--from=tf1_bert",

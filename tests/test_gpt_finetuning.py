@@ -95,3 +95,8 @@ def test_run_classifier_fine_tunes_a_gpt_config(tmp_path):
     )
     assert refused.returncode == 1
     assert "--encoder_branches=2: a GPT config has no encoder that runs" in refused.stderr
+    refused, _ = run_classifier_on_two_sentences(
+        tmp_path, config, "--max_seq_length=16", "--remove_padding"
+    )
+    assert refused.returncode == 1
+    assert "--remove_padding: a GPT config has no encoder that runs on its real" in refused.stderr

@@ -309,11 +309,14 @@ def families(files, tmp_path_factory):
         refused = run(args("elmo", root / "elmo_tuned"), check=False)
         no_branches = run(args("elmo", root / "elmo_branches", "--feature_mode=sum_all",
                                "--encoder_branches=2"), check=False)  # fmt: skip
-        return tuned, bilm, refused, no_branches
+        no_unpadding = run(args("elmo", root / "elmo_unpadded", "--feature_mode=sum_all",
+                                "--remove_padding"), check=False)  # fmt: skip
+        return tuned, bilm, refused, (no_branches, no_unpadding)
 
-    tuned, bilm, refused, no_branches = albert_then_elmo()
+    tuned, bilm, refused, (no_branches, no_unpadding) = albert_then_elmo()
     return {"root": root, "configs": configs, "prefixes": prefixes, "albert": tuned,
-            "elmo": (bilm, refused, no_branches), "electra": cached_pair()}  # fmt: skip
+            "elmo": (bilm, refused, no_branches, no_unpadding),
+            "electra": cached_pair()}  # fmt: skip
 
 
 def test_an_albert_checkpoint_fine_tunes(families):
@@ -326,7 +329,7 @@ def test_an_albert_checkpoint_fine_tunes(families):
 
 
 def test_an_elmo_bilm_tags_through_its_scalar_mix_and_is_never_fine_tuned(families, files):
-    bilm, refused, no_branches = families["elmo"]
+    bilm, refused, no_branches, no_unpadding = families["elmo"]
     out = families["root"] / "elmo"
     saved = json.loads((out / "model_config.json").read_text())
     assert saved["bert_config"]["lstm"]["n_layers"] == 2 and saved["feature_mode"] == "sum_all"
@@ -351,6 +354,9 @@ def test_an_elmo_bilm_tags_through_its_scalar_mix_and_is_never_fine_tuned(famili
     assert no_branches.returncode != 0
     assert "--encoder_branches=2: expected 1, or more for a Transformer" in no_branches.stderr
     assert "(found an ELMo biLM)" in no_branches.stderr
+    assert no_unpadding.returncode != 0  # nor does it run on the real tokens alone
+    want = "--remove_padding: runs a Transformer encoder's layers on the real tokens alone"
+    assert f"{want} (found an ELMo biLM)" in no_unpadding.stderr
 
 
 def test_feature_modes_share_one_cache_and_equal_the_recomputed_encoder(families, files):

@@ -355,7 +355,7 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
     import tensorflow as tf
 
     from data_prep import features, glue, squad
-    from modeling import span_qa
+    from modeling import bert, span_qa
     from training import optimization, squad_eval, trainer
 
     tokenizer, packing = glue.load_tokenizer(files["vocab"], True)
@@ -421,12 +421,14 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
     # Through the Trainer, on one device and Mirrored over two CPUs: the same per-step rows
     # (loss, hits, gradient norm, the tokens not padding) for two steps, the second after an
     # update; only the count of token positions computed and the FLOPs are lower where a batch
-    # was cut.
-    def rows(strategy, cut):
+    # was cut. With --remove_padding too (the encoder's layers on the real tokens of the cut
+    # batches), every column the same as the cut's.
+    def rows(strategy, cut, remove_padding=False):
         keras.utils.set_random_seed(11)
         with strategy.scope():
             model = span_qa.BertSpanQA(config)
             model.build()
+            bert.set_remove_padding(model, remove_padding)
             opt = optimization.create_optimizer(1e-3, 10, 1)
             opt.build(model.trainable_variables)
         fit = trainer.Trainer(strategy, squad_eval.span_qa_task(model, mask_padding=True), opt)
@@ -435,6 +437,7 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
     positions = -len(trainer.EXTRA_COLUMNS) - len(trainer.THROUGHPUT_COLUMNS)  # its column
     for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.mirrored_strategy()):
         cut, whole = rows(strategy, True), rows(strategy, False)
+        np.testing.assert_allclose(rows(strategy, True, True), cut, rtol=1e-5, atol=1e-6)
         # 2 windows of 64 positions; cut: 2 of the longest's, rounded up to 8, a cut among them
         np.testing.assert_array_equal(whole[:, positions], [2 * 64] * 2)
         real = cut[:, positions + 1]
@@ -461,11 +464,20 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
     toggled = run([*args, "--num_train_epochs=4"])
     assert toggled.returncode != 0
     assert "--train_dynamic_padding was True and is now False" in toggled.stderr
+    # --remove_padding trains only where the span loss masks the padding out.
+    unpadded = tmp_path / "unpadded"
+    refused = run([*common(files, unpadded, files["sample"]), "--do_train", "--remove_padding"])
+    assert refused.returncode != 0 and not unpadded.exists()
+    assert "--remove_padding: training on whole windows keeps the original's span loss" in (
+        refused.stderr
+    )
     grouped = tmp_path / "grouped"
     done = helpers.check_group_by_length(
-        lambda argv, ok=True: run(argv), common(files, grouped, files["sample"]), grouped,
-        padding_flag="train_dynamic_padding", then=None,
+        lambda argv, ok=True: run(argv),
+        [*common(files, grouped, files["sample"]), "--remove_padding"],
+        grouped, padding_flag="train_dynamic_padding", then=None,
     )  # fmt: skip
+    assert "--remove_padding: encoder run on each batch's real tokens" in done.stderr
     assert done.returncode == 0, done.stderr[-4000:]
     assert json.loads((grouped / "run_settings.json").read_text())["group_by_length"] is True
     assert tf.train.latest_checkpoint(str(grouped)).endswith("ckpt-2")
