@@ -355,7 +355,7 @@ def main(argv):
                 )
             except ValueError as e:
                 raise app.UsageError(f"--remove_padding: {e}") from None
-            logging.info("--remove_padding: %s run on each batch's real tokens", ", ".join(names))
+            logging.info(bert.REMOVE_PADDING_LOG, ", ".join(names))
         optimizer = finetune_tasks.create_finetuning_optimizer(
             FLAGS.learning_rate,
             max(num_train_steps, 1),

@@ -231,7 +231,7 @@ def _with_layer_features(
             bert.set_encoder_branches(extractor, branches)
         if remove_padding:  # likewise
             names = bert.set_remove_padding(extractor, True)
-            logging.info("--remove_padding: %s run on each batch's real tokens", ", ".join(names))
+            logging.info(bert.REMOVE_PADDING_LOG, ", ".join(names))
         loaded, _ = trainer.init_from_checkpoint(extractor, ckpt)
         batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
         values = finetune_tasks.Predictor(strategy, extractor)(batches)[: encoded.num_windows]
@@ -491,7 +491,7 @@ def main(argv):
             bert.set_encoder_branches(model, branches)
         if FLAGS.remove_padding and not cached:
             names = bert.set_remove_padding(model, True)  # TPUs and ELMo were refused before
-            logging.info("--remove_padding: %s run on each batch's real tokens", ", ".join(names))
+            logging.info(bert.REMOVE_PADDING_LOG, ", ".join(names))
         optimizer = finetune_tasks.create_finetuning_optimizer(
             FLAGS.learning_rate,
             max(num_train_steps, 1),

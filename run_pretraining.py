@@ -557,7 +557,7 @@ def build_model(strategy, make_model):
                 names = bert.set_remove_padding(model, True, static_shapes_reason())
             except ValueError as e:
                 raise app.UsageError(f"--remove_padding: {e}") from None
-            logging.info("--remove_padding: %s run on each batch's real tokens", ", ".join(names))
+            logging.info(bert.REMOVE_PADDING_LOG, ", ".join(names))
         optimizer = optimization.create_optimizer(
             FLAGS.learning_rate,
             FLAGS.num_train_steps,

@@ -240,7 +240,7 @@ def main(argv):
                 )
             except ValueError as e:
                 raise app.UsageError(f"--remove_padding: {e}") from None
-            logging.info("--remove_padding: %s run on each batch's real tokens", ", ".join(names))
+            logging.info(bert.REMOVE_PADDING_LOG, ", ".join(names))
         optimizer = optimization.create_optimizer(
             FLAGS.learning_rate, max(num_train_steps, 1), num_warmup_steps
         )

@@ -447,6 +447,14 @@ def check_remove_padding(mask) -> None:
         )
 
 
+# What a script logs when it sets remove_padding (% the encoders' names). The trainer's FLOPs
+# (modeling/flops.py) are counted from the batch's shape, so they stay the padded layout's.
+REMOVE_PADDING_LOG = (
+    "--remove_padding: %s run on each batch's real tokens (the logged FLOP/s still count the "
+    "padded layout's work; tokens/s and real tokens/s are exact)"
+)
+
+
 def set_remove_padding(model, remove_padding: bool, static_shapes: str = "") -> list:
     """Sets `remove_padding` (see run_layer_stack) on every encoder inside `model`, as
     set_encoder_branches sets branches, and returns the names of the encoders set. An
