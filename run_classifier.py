@@ -348,14 +348,10 @@ def main(argv):
             except ValueError as e:
                 raise app.UsageError(f"--encoder_branches={FLAGS.encoder_branches}: {e}") from None
         if FLAGS.remove_padding:
-            tpu = FLAGS.distribution_strategy == "tpu"
             try:
-                names = bert.set_remove_padding(
-                    model, True, "a TPU needs static shapes" if tpu else ""
-                )
+                bert.set_remove_padding(model, True)  # a TPUStrategy's scope refuses it
             except ValueError as e:
                 raise app.UsageError(f"--remove_padding: {e}") from None
-            logging.info(bert.REMOVE_PADDING_LOG, ", ".join(names))
         optimizer = finetune_tasks.create_finetuning_optimizer(
             FLAGS.learning_rate,
             max(num_train_steps, 1),

@@ -230,8 +230,7 @@ def _with_layer_features(
         if branches > 1:  # an ELMo extractor was refused before
             bert.set_encoder_branches(extractor, branches)
         if remove_padding:  # likewise
-            names = bert.set_remove_padding(extractor, True)
-            logging.info(bert.REMOVE_PADDING_LOG, ", ".join(names))
+            bert.set_remove_padding(extractor, True)
         loaded, _ = trainer.init_from_checkpoint(extractor, ckpt)
         batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
         values = finetune_tasks.Predictor(strategy, extractor)(batches)[: encoded.num_windows]
@@ -489,9 +488,8 @@ def main(argv):
         model.build()
         if branches > 1 and not cached:  # a cached run's tagger holds no encoder
             bert.set_encoder_branches(model, branches)
-        if FLAGS.remove_padding and not cached:
-            names = bert.set_remove_padding(model, True)  # TPUs and ELMo were refused before
-            logging.info(bert.REMOVE_PADDING_LOG, ", ".join(names))
+        if FLAGS.remove_padding and not cached:  # TPUs and ELMo were refused before
+            bert.set_remove_padding(model, True)
         optimizer = finetune_tasks.create_finetuning_optimizer(
             FLAGS.learning_rate,
             max(num_train_steps, 1),

@@ -293,15 +293,6 @@ def read_teacher_config(student_config):
     return config
 
 
-def static_shapes_reason() -> str:
-    """Why this run's shapes must be static (--remove_padding refuses it), or ""."""
-    if FLAGS.use_xla:
-        return "--use_xla compiles static shapes"
-    if FLAGS.distribution_strategy == "tpu":
-        return "a TPU needs static shapes"
-    return ""
-
-
 def load_teacher(config, strategy):
     """The frozen teacher BertPretrainer with the weights of --teacher_checkpoint."""
     from modeling import bert
@@ -553,11 +544,11 @@ def build_model(strategy, make_model):
         if FLAGS.remove_padding:
             from modeling import bert
 
-            try:
-                names = bert.set_remove_padding(model, True, static_shapes_reason())
+            xla = "--use_xla compiles static shapes" if FLAGS.use_xla else ""
+            try:  # a TPUStrategy's scope refuses it too
+                bert.set_remove_padding(model, True, xla)
             except ValueError as e:
                 raise app.UsageError(f"--remove_padding: {e}") from None
-            logging.info(bert.REMOVE_PADDING_LOG, ", ".join(names))
         optimizer = optimization.create_optimizer(
             FLAGS.learning_rate,
             FLAGS.num_train_steps,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import ClassVar, Self
 
 import keras
+from absl import logging
 from keras import ops
 
 from data_prep.errors import InputError
@@ -447,23 +448,21 @@ def check_remove_padding(mask) -> None:
         )
 
 
-# What a script logs when it sets remove_padding (% the encoders' names). The trainer's FLOPs
-# (modeling/flops.py) are counted from the batch's shape, so they stay the padded layout's.
-REMOVE_PADDING_LOG = (
-    "--remove_padding: %s run on each batch's real tokens (the logged FLOP/s still count the "
-    "padded layout's work; tokens/s and real tokens/s are exact)"
-)
-
-
 def set_remove_padding(model, remove_padding: bool, static_shapes: str = "") -> list:
     """Sets `remove_padding` (see run_layer_stack) on every encoder inside `model`, as
-    set_encoder_branches sets branches, and returns the names of the encoders set. An
-    execution setting: not part of the config or the checkpoint. static_shapes: why the run
-    needs static shapes ("a TPU needs static shapes"), or "". Raises ValueError when `model`
-    holds no encoder that supports it, Keras' backend is not TensorFlow, or static_shapes is
-    given with remove_padding."""
+    set_encoder_branches sets branches, and returns the names of the encoders set (logged when
+    set on). An execution setting: not part of the config or the checkpoint. static_shapes: why
+    the run needs static shapes ("--use_xla compiles static shapes"), or ""; called under a
+    TPUStrategy's scope, that is "a TPU needs static shapes". Raises ValueError when `model`
+    holds no encoder that supports it, Keras' backend is not TensorFlow, or the run needs
+    static shapes."""
     if not isinstance(remove_padding, bool):
         raise ValueError(f"remove padding: expected a bool, found {remove_padding!r}")
+    if not static_shapes and keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        if isinstance(tf.distribute.get_strategy(), tf.distribute.TPUStrategy):
+            static_shapes = "a TPU needs static shapes"
     if remove_padding and static_shapes:
         raise ValueError(
             f"remove padding: {static_shapes}, and the real tokens' count changes with each batch"
@@ -480,7 +479,16 @@ def set_remove_padding(model, remove_padding: bool, static_shapes: str = "") -> 
         )
     for m in found:
         m.remove_padding = remove_padding
-    return [m.name for m in found]
+    names = [m.name for m in found]
+    if remove_padding:
+        # The trainer's FLOPs (modeling/flops.py) come from the batch's shape: the padded
+        # layout's work, which the log would otherwise seem to measure.
+        logging.info(
+            "--remove_padding: %s run on each batch's real tokens (the logged FLOP/s still count "
+            "the padded layout's work; tokens/s and real tokens/s are exact)",
+            ", ".join(names),
+        )
+    return names
 
 
 def encoder_result(x, outputs, queries, pooler) -> dict:

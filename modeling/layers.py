@@ -787,7 +787,12 @@ class SelfAttention(keras.layers.Layer):
             # is split by columns (its gradient is one concat, not two zero-filled slices).
             w_q, w_kv = ops.split(self.qkv.kernel, [self.hidden_size], axis=1)  # (H, H), (H, 2H)
             b_q, b_kv = ops.split(self.qkv.bias, [self.hidden_size], axis=0)
-            x_q = gather_positions(x, query_positions) if queries is None else queries
+            if queries is not None:
+                x_q = queries
+            elif unpadded is not None:
+                x_q = unpadded.at(x, query_positions)  # (1, R, H) -> (B, Q, H)
+            else:
+                x_q = gather_positions(x, query_positions)
             q = ops.reshape(ops.matmul(x_q, w_q) + b_q, (batch, -1, n, d))  # (B, Q, N, D)
             q = ops.transpose(q, (0, 2, 1, 3))  # (B, N, Q, D)
             kv = ops.matmul(x, w_kv) + b_kv

@@ -1495,6 +1495,30 @@ def test_remove_padding_refuses_xla_models_without_an_encoder_and_non_bools():
     for bad in (1, "yes", None):
         with pytest.raises(ValueError, match="remove padding: expected a bool"):
             bert.set_remove_padding(encoder, bad)
+    # Set under a TPUStrategy's scope (a stand-in: no TPU here), the run needs static shapes.
+    from unittest import mock
+
+    tpu = mock.MagicMock(spec=tf.distribute.TPUStrategy)
+    with mock.patch.object(tf.distribute, "get_strategy", return_value=tpu):
+        with pytest.raises(ValueError, match="remove padding: a TPU needs static shapes"):
+            bert.set_remove_padding(encoder, True)
+    # SelfAttention told of the rows and the query positions, without the gathered queries,
+    # reads them from the rows itself (as TransformerBlock hands them over).
+    from modeling import layers
+
+    attention = encoder.blocks[0].attention
+    positions = tf.constant([[0, 2]] * BATCH)
+    batch["input_mask"][0, 3:] = 0  # rows of sequence 1 start at 3, not at 7
+    mask = tf.constant(batch["input_mask"])
+    unpadded = layers.Unpadded(mask)
+    x = tf.random.stateless_normal((BATCH, SEQ, attention.hidden_size), [1, 2])
+    rows = unpadded.rows(x)
+    given = attention(rows, mask, query_positions=positions, queries=unpadded.at(rows, positions),
+                      unpadded=unpadded)  # fmt: skip
+    read = attention(rows, mask, query_positions=positions, unpadded=unpadded)
+    np.testing.assert_array_equal(read, given)
+    padded = attention(x, mask, query_positions=positions)
+    np.testing.assert_allclose(read, padded, atol=1e-5)
     with pytest.raises(ValueError, match="holds no encoder that runs on its real tokens"):
         bert.set_remove_padding(gpt_tiny(), True)
 
