@@ -481,14 +481,37 @@ def set_remove_padding(model, remove_padding: bool, static_shapes: str = "") -> 
         m.remove_padding = remove_padding
     names = [m.name for m in found]
     if remove_padding:
-        # The trainer's FLOPs (modeling/flops.py) come from the batch's shape: the padded
-        # layout's work, which the log would otherwise seem to measure.
         logging.info(
-            "--remove_padding: %s run on each batch's real tokens (the logged FLOP/s still count "
-            "the padded layout's work; tokens/s and real tokens/s are exact)",
+            "--remove_padding: %s run on each batch's real tokens (the logged FLOP/s count the "
+            "products they run, at each batch's real-token rows)",
             ", ".join(names),
         )
     return names
+
+
+def unpadded_rows(model, mask):
+    """The rows the encoders inside `model` run their layers' per-position work at on a batch
+    of `mask` (int (..., S), every sequence's input_mask), as float32: each branch slice's
+    layers.unpadded_rows, summed, as run_layer_stack cuts the batch (the encoders'
+    parallel_branches). None where they run on the padded layout (remove_padding off), whose
+    count is the batch's shape. What the tasks' FLOP counts read (training/tasks.py,
+    training/finetune_tasks.py): the work run, not the padded layout's. Raises ValueError where
+    the encoders of `model` do not share one setting (set_remove_padding and
+    set_encoder_branches set them all alike)."""
+    found = [m for m in model._flatten_layers() if hasattr(m, "remove_padding")]
+    settings = {(m.remove_padding, m.parallel_branches) for m in found}
+    if len(settings) > 1:
+        raise ValueError(
+            f"remove padding: the encoders of {type(model).__name__} differ in "
+            f"(remove_padding, parallel_branches): {sorted(settings)}; FLOPs not counted"
+        )
+    if not found or not found[0].remove_padding:
+        return None
+    import tensorflow as tf  # remove_padding runs on TensorFlow alone (check_remove_padding)
+
+    mask = tf.reshape(mask, [-1, tf.shape(mask)[-1]])  # multiple choice: (B, C, S) -> (B*C, S)
+    sizes = branch_sizes(tf.shape(mask)[0], found[0].parallel_branches)
+    return tf.cast(tf.add_n([layers.unpadded_rows(m) for m in split_rows(mask, sizes)]), tf.float32)
 
 
 def encoder_result(x, outputs, queries, pooler) -> dict:

@@ -47,6 +47,16 @@ embedding width E and vocabulary V (forward):
 The S, P and batch arguments may be Python numbers or TensorFlow scalars (a step counts the
 batch it runs, whose length dynamic padding may cut); tests/test_flops.py checks every count
 against the matrix products of the traced forward graph.
+
+An encoder run with remove_padding (modeling/bert.run_layer_stack) computes each layer's
+per-position work (the Q, K, V and output projections, the FFN) at its batch's R real-token rows
+(layers.unpadded_rows: counted up to a multiple of 64 a branch) instead of its B x S positions;
+only the scores and the weighted values stay on the (B, S) layout. The encoder counts take that
+as `rows`, the per-sequence average R / B (the formulas are linear in it, so B times the count
+is the batch's exact total): a full layer then costs 8 rows H^2 + 4 S^2 H + 4 rows H I, a last
+layer at Q positions 4 rows H^2 (K and V) + 4 Q H^2 + 4 Q S H + 4 Q H I. The embedding
+projection and the heads run on the padded layout as before. tests/test_flops.py checks these
+against the products a run executes, read from the shapes at run time.
 """
 
 from __future__ import annotations
@@ -67,15 +77,22 @@ def attention_flops(q, k, h: int, inner: int):
     return 4 * q * h * inner + 4 * k * h * inner + 4 * q * k * inner
 
 
-def encoder_flops(s, h: int, layers: int, intermediate: int, e: int | None = None, q=None):
+def encoder_flops(
+    s, h: int, layers: int, intermediate: int, e: int | None = None, q=None, rows=None
+):
     """Forward FLOPs of a Transformer encoder over one sequence of s tokens (module docstring),
     with the E -> H embedding projection when e differs from h, and the last layer computed at
-    q positions only when q is given."""
+    q positions only when q is given. `rows`: the positions each layer's per-position work runs
+    at under remove_padding (module docstring; per sequence, on average), or None: all s."""
+    # The work remove_padding skips at each of the s - rows positions it does not run: a full
+    # layer's projections and FFN, a last layer's K and V (its queries are real positions).
+    skipped = 0 if rows is None else s - rows
     per_layer = attention_flops(s, s, h, h) + 4 * s * h * intermediate
+    per_layer -= skipped * (8 * h * h + 4 * h * intermediate)
     project = 2 * s * e * h if e is not None and e != h else 0
     if q is None or not layers:
         return layers * per_layer + project
-    last = attention_flops(q, s, h, h) + 4 * q * h * intermediate
+    last = attention_flops(q, s, h, h) + 4 * q * h * intermediate - skipped * 4 * h * h
     return (layers - 1) * per_layer + last + project
 
 
@@ -96,7 +113,13 @@ def span_boundary_head_flops(p, h: int, out_width: int, vocab: int):
 
 
 def mlm_pretraining_flops(
-    config, s, p, sentence_head: bool = True, span_boundary: bool = False, cut: bool = True
+    config,
+    s,
+    p,
+    sentence_head: bool = True,
+    span_boundary: bool = False,
+    cut: bool = True,
+    rows=None,
 ):
     """Forward FLOPs per sequence of a masked-LM pretrainer (BertPretrainer, AlbertPretrainer)
     as it runs: the encoder, the MLM head, optionally the sentence head and the span boundary
@@ -104,13 +127,13 @@ def mlm_pretraining_flops(
     boundaries) only, as bert.pretraining_outputs asks; without it at every position (a
     DistilBERT student or teacher, whose task reads every hidden state). `config`: a BertConfig
     or AlbertConfig (ALBERT's embedding_size E is the heads' width; ALBERT's shared layers save
-    parameters, not compute: every block runs, transformer_blocks)."""
+    parameters, not compute: every block runs, transformer_blocks). `rows`: encoder_flops'."""
     h, e = config.hidden_size, getattr(config, "embedding_size", None)
     out = e or h
     # bert.last_layer_queries: [CLS] (for the pooler), then the P predictions and, with the
     # span boundary objective, their 2P boundaries.
     q = 1 + (3 * p if span_boundary else p) if cut else None
-    total = backbone_flops(config, s, q=q)
+    total = backbone_flops(config, s, q=q, rows=rows)
     total += mlm_head_flops(p, h, out, config.vocab_size)
     if sentence_head:
         total += sentence_head_flops(h)
@@ -125,12 +148,12 @@ def transformer_blocks(config) -> int:
     return config.num_hidden_layers * getattr(config, "inner_group_num", 1)
 
 
-def backbone_flops(config, s, q=None, blocks=None):
+def backbone_flops(config, s, q=None, blocks=None, rows=None):
     """Forward FLOPs of a fine-tuning model's encoder (finetuning.encoder_for: a BertConfig,
     AlbertConfig or ElectraConfig, whose E -> H projection runs where E != H) over s tokens,
     its last block at q positions when q is given. `blocks`: only the first that many
     Transformer blocks (a frozen encoder read below its top: later blocks feed no output, so a
-    step prunes them); None: all (transformer_blocks)."""
+    step prunes them); None: all (transformer_blocks). `rows`: encoder_flops'."""
     return encoder_flops(
         s,
         config.hidden_size,
@@ -138,26 +161,28 @@ def backbone_flops(config, s, q=None, blocks=None):
         config.intermediate_size,
         getattr(config, "embedding_size", None),
         q=q,
+        rows=rows,
     )
 
 
-def sequence_classifier_flops(config, s, outputs: int, cls_pooling: bool, pooler: bool):
+def sequence_classifier_flops(config, s, outputs: int, cls_pooling: bool, pooler: bool, rows=None):
     """Forward FLOPs per sequence of a BertClassifier (or one choice of a BertMultipleChoice,
     outputs 1): with [CLS] pooling the encoder's last layer at [CLS] only and the pooler (2 H^2,
     where the encoder has one: ELECTRA's has none), with mean pooling every position; then the
-    linear layer to `outputs`."""
+    linear layer to `outputs`. `rows`: encoder_flops'."""
     h = config.hidden_size
     if cls_pooling:
-        encoder = backbone_flops(config, s, q=1) + (2 * h * h if pooler else 0)
+        encoder = backbone_flops(config, s, q=1, rows=rows) + (2 * h * h if pooler else 0)
     else:
-        encoder = backbone_flops(config, s)
+        encoder = backbone_flops(config, s, rows=rows)
     return encoder + 2 * h * outputs
 
 
-def token_classifier_flops(config, s, outputs: int):
+def token_classifier_flops(config, s, outputs: int, rows=None):
     """Forward FLOPs per sequence of an encoder at every position and a linear layer to
-    `outputs` at each (BertSpanQA: 2, start and end; a fine-tuned BertTagger: its tags)."""
-    return backbone_flops(config, s) + 2 * s * config.hidden_size * outputs
+    `outputs` at each (BertSpanQA: 2, start and end; a fine-tuned BertTagger: its tags).
+    `rows`: encoder_flops'."""
+    return backbone_flops(config, s, rows=rows) + 2 * s * config.hidden_size * outputs
 
 
 def bilstm_flops(s, width: int, units: int, layers: int):
@@ -183,15 +208,18 @@ def tagger_head_flops(s, width: int, outputs: int, lstm_units: int = 0, lstm_lay
     return total + 2 * s * width * outputs
 
 
-def electra_pretraining_flops(config, s, p):
+def electra_pretraining_flops(config, s, p, rows=None):
     """Forward FLOPs per sequence of an ElectraPretrainer: the generator (width H_g, L_g
     layers, FFN 4 H_g, its last layer at [CLS] and the predictions) and its MLM head, then the
     discriminator's encoder at every position and its head (H -> H -> 1 at every token).
-    `config`: an ElectraConfig."""
+    `config`: an ElectraConfig. `rows`: encoder_flops', for both encoders."""
     h, e, v = config.hidden_size, config.embedding_size, config.vocab_size
     h_g, l_g = config.generator_sizes()
-    generator = encoder_flops(s, h_g, l_g, 4 * h_g, e, q=1 + p) + mlm_head_flops(p, h_g, e, v)
-    discriminator = encoder_flops(s, h, config.num_hidden_layers, config.intermediate_size, e)
+    generator = encoder_flops(s, h_g, l_g, 4 * h_g, e, q=1 + p, rows=rows)
+    generator += mlm_head_flops(p, h_g, e, v)
+    discriminator = encoder_flops(
+        s, h, config.num_hidden_layers, config.intermediate_size, e, rows=rows
+    )
     return generator + discriminator + 2 * s * h * h + 2 * s * h
 
 

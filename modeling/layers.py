@@ -624,6 +624,19 @@ def gather_with_whole(sequence, positions):
 UNPAD_ROW_MULTIPLE = 64
 
 
+def unpadded_rows(mask, multiple: int = UNPAD_ROW_MULTIPLE):
+    """int32 scalar: the rows R an Unpadded of `mask` (int or bool (B, S)) runs, its real
+    tokens counted up to a multiple of `multiple`, at least one multiple where the batch has
+    positions: a batch of padding alone (an evaluation's last batch filled up with empty
+    examples) still has rows for Unpadded.at to read. Also what modeling/flops counts a layer's
+    per-position work at under remove_padding (bert.unpadded_rows)."""
+    import tensorflow as tf
+
+    count = tf.math.count_nonzero(mask, dtype=tf.int32)
+    wanted = tf.maximum(count, tf.minimum(tf.size(mask, out_type=tf.int32), 1))
+    return (wanted + multiple - 1) // multiple * multiple
+
+
 class Unpadded:
     """A batch's real tokens as rows, for a layer stack that runs its per-position work (the
     projections, the feed-forward layers, LayerNorms and dropout) on them alone and only its
@@ -658,10 +671,7 @@ class Unpadded:
         self.total = self.batch * self.seq
         real = tf.cast(tf.where(tf.reshape(tf.not_equal(mask, 0), [-1]))[:, 0], tf.int32)  # (N,)
         count = tf.size(real)
-        # At least one row where there are positions: a batch of padding alone (an evaluation's
-        # last batch filled up with empty examples) still has rows for at() to read.
-        wanted = tf.maximum(count, tf.minimum(self.total, 1))
-        self.count = (wanted + multiple - 1) // multiple * multiple  # R
+        self.count = unpadded_rows(mask, multiple)  # R
         fill = self.count - count
         self._read = tf.concat([real, tf.zeros([fill], tf.int32)], 0)  # (R,)
         # A negative segment id is dropped by unsorted_segment_sum (and gathers a zero in its

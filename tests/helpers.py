@@ -440,42 +440,88 @@ def graph_matmul_flops(fn, spec, loop_trips: int | None = None) -> int:
 
 def _graph_flops(graph, loop_trips) -> int:
     """graph_matmul_flops of a traced graph (or a loop body's), from its outputs back."""
-    needed, stack = set(), [t.op for t in graph.outputs]
-    while stack:
-        op = stack.pop()
-        if op not in needed:
-            needed.add(op)
-            stack += [t.op for t in op.inputs] + list(op.control_inputs)
     total = 0
-    for op in needed:
+    for op in _needed_ops(graph.outputs):
         shapes = [t.shape.as_list() for t in op.inputs]
-        if op.type == "MatMul":
-            a, b = shapes
-            m, k = a[::-1] if op.get_attr("transpose_a") else a
-            n = b[0] if op.get_attr("transpose_b") else b[1]
-            total += 2 * m * k * n
-        elif op.type in ("BatchMatMulV2", "BatchMatMulV3", "BatchMatMul"):
-            a, b = shapes
-            m, k = a[-1:-3:-1] if op.get_attr("adj_x") else a[-2:]
-            n = b[-2] if op.get_attr("adj_y") else b[-1]
-            batch = int(np.prod(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))))
-            total += 2 * batch * m * k * n
-        elif op.type == "Einsum":
-            operands = op.get_attr("equation").decode().split("->")[0].split(",")
-            if len(operands) != 2 or "." in "".join(operands):
-                raise AssertionError(f"Einsum {op.get_attr('equation')}: count it too")
-            sizes = {}
-            for letters, shape in zip(operands, shapes):
-                sizes |= dict(zip(letters, shape))
-            total += 2 * int(np.prod(list(sizes.values())))
-        elif op.type == "Conv2D" and op.get_attr("data_format") == b"NHWC":
-            kh, kw, c_in, _ = shapes[1]  # the filter; every output element is a dot product
-            total += 2 * int(np.prod(op.outputs[0].shape.as_list())) * kh * kw * c_in
-        elif op.type.startswith("Conv"):
-            raise AssertionError(f"{op.type}: count it too")
+        factors = _product_factors(op, shapes, op.outputs[0].shape.as_list() if op.outputs else [])
+        if factors is not None:
+            total += 2 * int(np.prod([int(np.prod(f)) for f in factors]))
         elif op.type in ("While", "StatelessWhile"):
             if loop_trips is None:
                 raise AssertionError(f"{op.name}: a loop; give loop_trips")
             body = graph._get_function(op.get_attr("body").name).graph
             total += loop_trips * _graph_flops(body, loop_trips)
     return total
+
+
+def executed_matmul_flops(fn, batch) -> int:
+    """graph_matmul_flops of `fn(batch)` with the operands' shapes read when the function runs,
+    so a shape known only then counts (an encoder under remove_padding, whose rows are its
+    batch's real tokens). The same op rules; no loops."""
+    import tensorflow as tf
+
+    @tf.function
+    def run(x):
+        outputs = tf.nest.flatten(fn(x), expand_composites=True)
+        terms = [tf.constant(0, tf.int64)]
+        for op in _needed_ops(outputs):
+            if op.type in ("While", "StatelessWhile"):
+                raise AssertionError(f"{op.name}: a loop; executed_matmul_flops counts none")
+            if op.type not in PRODUCT_OPS and not op.type.startswith("Conv"):
+                continue  # _product_factors' None, without reading the shapes
+            shapes = [tf.shape(t, out_type=tf.int64) for t in op.inputs]
+            factors = _product_factors(op, shapes, tf.shape(op.outputs[0], out_type=tf.int64))
+            terms.append(2 * tf.reduce_prod(tf.concat([tf.reshape(f, [-1]) for f in factors], 0)))
+        return tf.add_n(terms)
+
+    return int(run(batch))
+
+
+def _needed_ops(outputs) -> set:
+    """The ops `outputs` (tensors) depend on, through data and control inputs."""
+    needed, stack = set(), [t.op for t in outputs]
+    while stack:
+        op = stack.pop()
+        if op not in needed:
+            needed.add(op)
+            stack += [t.op for t in op.inputs] + list(op.control_inputs)
+    return needed
+
+
+PRODUCT_OPS = ("MatMul", "BatchMatMulV2", "BatchMatMulV3", "BatchMatMul", "Einsum", "Conv2D")
+
+
+def _product_factors(op, shapes, out_shape):
+    """The sizes whose product, times 2, is `op`'s matrix-multiply FLOPs (the multiply-adds of
+    MatMul, BatchMatMul, two-operand Einsum, NHWC Conv2D), from its inputs' `shapes` and its
+    output's (lists of ints, or 1-D int tensors); None for an op that multiplies no matrices."""
+    if op.type == "MatMul":
+        a, b = shapes
+        m, k = (a[1], a[0]) if op.get_attr("transpose_a") else (a[0], a[1])
+        n = b[0] if op.get_attr("transpose_b") else b[1]
+        return [m, k, n]
+    if op.type in PRODUCT_OPS[1:4]:
+        a, b = shapes
+        m, k = (a[-1], a[-2]) if op.get_attr("adj_x") else (a[-2], a[-1])
+        n = b[-2] if op.get_attr("adj_y") else b[-1]
+        if isinstance(a, list):
+            batch = list(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])))
+        else:
+            import tensorflow as tf
+
+            batch = tf.broadcast_dynamic_shape(a[:-2], b[:-2])
+        return [batch, m, k, n]
+    if op.type == "Einsum":
+        operands = op.get_attr("equation").decode().split("->")[0].split(",")
+        if len(operands) != 2 or "." in "".join(operands):
+            raise AssertionError(f"Einsum {op.get_attr('equation')}: count it too")
+        sizes = {}
+        for letters, shape in zip(operands, shapes):
+            sizes |= {letter: shape[i] for i, letter in enumerate(letters)}
+        return list(sizes.values())
+    if op.type == "Conv2D" and op.get_attr("data_format") == b"NHWC":
+        kh, kw, c_in = shapes[1][0], shapes[1][1], shapes[1][2]  # every output is a dot product
+        return [out_shape, kh, kw, c_in]
+    if op.type.startswith("Conv"):
+        raise AssertionError(f"{op.type}: count it too")
+    return None

@@ -21,6 +21,7 @@ from modeling import (
     finetuning,
     flops,
     gpt,
+    layers,
     span_qa,
     t5,
     tagging,
@@ -487,6 +488,11 @@ def test_counts_grow_as_the_formulas_say():
     assert flops.encoder_flops(2, 1, 1, 1, q=1) == 24
     assert flops.encoder_flops(2, 1, 1, 1, e=3) == 52
     assert flops.encoder_flops(2, 1, 1, 1, e=1) == 40  # E = H: no projection
+    # remove_padding at 1 row of the 2 positions: a full layer skips one position's projections
+    # and FFN, 8 + 4 = 12; a last layer at Q = 1 one position's K and V, 4.
+    assert flops.encoder_flops(2, 1, 1, 1, rows=1) == 28
+    assert flops.encoder_flops(2, 1, 1, 1, q=1, rows=1) == 20
+    assert flops.encoder_flops(2, 1, 1, 1, e=3, rows=1) == 40  # the projection stays padded
     assert flops.mlm_head_flops(2, 3, 5, 7) == 2 * 2 * 3 * 5 + 2 * 2 * 5 * 7
     assert flops.sentence_head_flops(3) == 18 + 12
     # XLNet, one layer, S = 2 (R = 3 distances), H = 2, one head of depth 1, F = 1: the content
@@ -524,3 +530,154 @@ def test_counts_grow_as_the_formulas_say():
     s = tf.constant(2.0)
     assert float(flops.encoder_flops(s, 1, 1, 1, q=s / 2)) == 24
     assert float(flops.xlnet_flops(x, s, tf.constant(1.0), p=s / 2)) == 76 + 52 + 12 + 6
+
+
+# A batch with padding for the remove_padding counts: 12 sequences of 16 positions, 93 real
+# (lengths 16, 9, 4, 2 in turn), so the rows run (93 counted up to 128 in one branch, 56 and 37
+# up to 64 each in two) are fewer than the 192 positions, and more than the real tokens.
+UNPAD_LENGTHS = [16, 9, 4, 2] * 3
+
+
+def unpadded_batch(kind):
+    """A batch of UNPAD_LENGTHS' sequences for a model of `kind` (multiple choice: 6 x 2)."""
+    s = helpers.TINY["max_position_embeddings"]
+    rng = tf.random.Generator.from_seed(3)
+    mask = tf.sequence_mask(UNPAD_LENGTHS, s, tf.int32)
+    batch = {
+        "input_ids": (rng.uniform(mask.shape, 1, helpers.TINY["vocab_size"], tf.int32)) * mask,
+        "input_mask": mask,
+        "segment_ids": tf.zeros_like(mask),
+    }
+    if kind in ("pretrainer", "electra", "distillation"):
+        positions = tf.tile(tf.constant([[1, 0]], tf.int32), [len(UNPAD_LENGTHS), 1])
+        batch |= {
+            "masked_lm_positions": positions,
+            "masked_lm_ids": tf.ones_like(positions),
+            "masked_lm_weights": tf.cast(positions > 0, tf.float32),
+            # SpanBERT's boundaries (the positions' neighbours); other models ignore them.
+            "masked_lm_span_left": tf.maximum(positions - 1, 0),
+            "masked_lm_span_right": positions + 1,
+        }
+    if kind == "choice":
+        batch = {k: tf.reshape(v, [6, 2, s]) for k, v in batch.items()}
+    return batch
+
+
+@pytest.mark.parametrize("branches", [1, 2])
+@pytest.mark.parametrize(
+    "kind, family",
+    [
+        ("pretrainer", "bert"),
+        ("pretrainer", "albert"),
+        ("pretrainer", "spanbert"),
+        ("electra", "electra"),
+        ("distillation", "bert"),
+        ("classifier", "bert"),
+        ("classifier_mean", "electra"),
+        ("choice", "albert"),
+        ("span", "bert"),
+        ("tagger", "bert"),
+        ("tagger_frozen", "bert"),
+    ],
+)
+def test_remove_padding_counts_the_products_it_runs(kind, family, branches):
+    """Under remove_padding (bert.set_remove_padding) every task's FLOPs are 3 passes (a frozen
+    encoder's 1) of the products a run of the batch executes, their shapes read at run time
+    (the rows are the batch's real tokens, counted up per branch), and fewer than the padded
+    layout's count: the logged FLOP/s measure the work run."""
+    config = encoder_config(family if family != "spanbert" else "bert")
+    teacher = None
+    if kind == "pretrainer":
+        span = family == "spanbert"
+        model = (
+            albert.AlbertPretrainer(config, "sop")
+            if family == "albert"
+            else bert.BertPretrainer(config, span_boundary=span)
+        )
+        model.build()
+        task = tasks.bert_pretraining_task(model)
+
+        def forward(m, x):
+            return m(x, training=False)
+
+    elif kind == "electra":
+        model = electra.ElectraPretrainer(config)
+        model.build()
+        task = tasks.electra_pretraining_task(model, 1, 0)
+
+        def forward(m, x):
+            return m(x, training=False, seed=tf.constant([7, 8]))
+
+    elif kind == "distillation":
+        model = bert.BertPretrainer(config)
+        teacher = bert.BertPretrainer(helpers.tiny_config(num_hidden_layers=3))
+        model.build(), teacher.build()
+        task = tasks.distillation_task(model, teacher)
+
+        def forward(m, x):
+            return tasks._encode_and_predict(m, x, training=False)
+
+    elif kind.startswith("tagger"):
+        model = tagger(config, "second_to_last" if kind == "tagger_frozen" else "finetune")
+        task = finetune_tasks.token_tagging_task(model)
+
+        def forward(m, x):
+            return m(x, training=False)
+
+    else:
+        pooling = "mean" if kind == "classifier_mean" else "cls"
+        model = finetuning_model(kind.removesuffix("_mean"), config, pooling)
+        task = finetune_tasks.classification_task(model)
+
+        def forward(m, x):
+            return m(x, training=False)
+
+    batch = unpadded_batch(kind)
+    padded = float(traced(task.flops_fn)(batch))
+    for m in (model, teacher) if teacher else (model,):
+        bert.set_encoder_branches(m, branches)
+        bert.set_remove_padding(m, True)
+    counted = float(traced(task.flops_fn)(batch))
+    run = helpers.executed_matmul_flops(lambda x: forward(model, x), batch)
+    if kind == "distillation":
+        want = 3 * run + helpers.executed_matmul_flops(lambda x: forward(teacher, x), batch)
+    elif kind == "tagger_frozen":
+        encoder = helpers.executed_matmul_flops(lambda x: model.features(x), batch)
+        want = 3 * (run - encoder) + encoder
+    else:
+        want = 3 * run
+    assert counted == pytest.approx(want, rel=1e-6)
+    assert counted < padded
+    # The rows: 128 in one branch or two (UNPAD_LENGTHS), against 192 positions.
+    assert float(bert.unpadded_rows(model, batch["input_mask"])) == 128
+
+
+def test_remove_padding_counts_the_training_steps_products():
+    """The 3-pass convention under remove_padding, on TensorFlow's own gradient graph run on a
+    padded batch: the products a fine-tuned tagger's gradients need (forward and backward,
+    scattered and gathered rows) are the task's count."""
+    model = tagger(helpers.tiny_config())
+    bert.set_remove_padding(model, True)
+    batch = unpadded_batch("tagger")
+    step = helpers.executed_matmul_flops(gradients_of(model), batch)
+    count = float(traced(finetune_tasks.token_tagging_task(model).flops_fn)(batch))
+    assert step == pytest.approx(count, rel=1e-6)
+
+
+def test_unpadded_rows_need_one_setting_and_count_the_real_tokens_up():
+    """bert.unpadded_rows: None on the padded layout; the rows layers.Unpadded runs, per
+    branch; encoders that differ in the setting are an error rather than a wrong count."""
+    model = finetuning_model("classifier", helpers.tiny_config())
+    mask = tf.sequence_mask([16, 9, 4, 2], 16, tf.int32)
+    assert bert.unpadded_rows(model, mask) is None
+    bert.set_remove_padding(model, True)
+    assert float(bert.unpadded_rows(model, mask)) == 64  # 31 real
+    assert float(bert.unpadded_rows(model, tf.zeros([2, 16], tf.int32))) == 64  # one row, up
+    assert float(bert.unpadded_rows(model, tf.zeros([0, 16], tf.int32))) == 0
+    bert.set_encoder_branches(model, 3)  # slices of 2, 1, 1 rows: 25, 4, 2 real
+    assert float(bert.unpadded_rows(model, mask)) == 3 * 64
+    assert int(layers.unpadded_rows(tf.ones([3, 43], tf.int32))) == 192  # 129 real
+    pair = keras.layers.Layer()
+    pair.first, pair.second = model.encoder, bert.BertEncoder(helpers.tiny_config())
+    with pytest.raises(ValueError, match="differ in"):
+        bert.unpadded_rows(pair, mask)

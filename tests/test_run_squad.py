@@ -422,7 +422,8 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
     # (loss, hits, gradient norm, the tokens not padding) for two steps, the second after an
     # update; only the count of token positions computed and the FLOPs are lower where a batch
     # was cut. With --remove_padding too (the encoder's layers on the real tokens of the cut
-    # batches), every column the same as the cut's.
+    # batches), every column the same as the cut's but the FLOPs, counted at the rows it ran
+    # (each replica's real tokens counted up to a multiple of 64: tests/test_flops.py).
     def rows(strategy, cut, remove_padding=False):
         keras.utils.set_random_seed(11)
         with strategy.scope():
@@ -437,7 +438,17 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
     positions = -len(trainer.EXTRA_COLUMNS) - len(trainer.THROUGHPUT_COLUMNS)  # its column
     for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"), helpers.mirrored_strategy()):
         cut, whole = rows(strategy, True), rows(strategy, False)
-        np.testing.assert_allclose(rows(strategy, True, True), cut, rtol=1e-5, atol=1e-6)
+        unpadded = rows(strategy, True, True)
+        real, length = cut[:, positions + 1], cut[:, positions] / 2
+        # One device: both windows' real tokens up to 64s; Mirrored: one window (1-64) each.
+        ran = np.ceil(real / 64) * 64 if strategy.num_replicas_in_sync == 1 else [128, 128]
+        want = [
+            3 * 2 * flops.token_classifier_flops(config, n, 2, rows=r / 2)
+            for n, r in zip(length, ran)
+        ]
+        np.testing.assert_allclose(unpadded[:, positions + 2], want, rtol=1e-6)
+        unpadded[:, positions + 2] = cut[:, positions + 2]
+        np.testing.assert_allclose(unpadded, cut, rtol=1e-5, atol=1e-6)
         # 2 windows of 64 positions; cut: 2 of the longest's, rounded up to 8, a cut among them
         np.testing.assert_array_equal(whole[:, positions], [2 * 64] * 2)
         real = cut[:, positions + 1]

@@ -55,22 +55,29 @@ def flops_fn(model):
     deepest layer read: later blocks feed nothing and a step prunes them; ELMo's whole biLM).
     tests/test_flops.py checks both against TensorFlow's gradient graph. The batch as it runs: int
     (B, S) inputs, or (B, C, S) for multiple choice (B x C sequences), S cut by dynamic
-    padding."""
+    padding; an encoder run with remove_padding counts its layers' per-position work at the
+    batch's real-token rows (trainer.rows_per_sequence, `real` below)."""
     config = getattr(model, "config", None)
     pooler = not isinstance(config, electra.ElectraConfig)  # ELECTRA's encoder has no pooler
-    # trained(rows, s, batch), frozen(rows, s): the forward FLOPs of `rows` sequences of s
-    # tokens through the trained part and through the frozen encoder.
+    # trained(rows, s, batch), frozen(rows, s, batch): the forward FLOPs of `rows` sequences of
+    # s tokens through the trained part and through the frozen encoder.
     frozen = None
+
+    def real(batch):  # encoder_flops' `rows`: None on the padded layout
+        return trainer.rows_per_sequence(model, batch)
+
     if isinstance(model, finetuning.BertClassifier | finetuning.BertMultipleChoice):
         outputs, cls = getattr(model, "num_classes", 1), model.pooling == "cls"
 
         def trained(rows, s, batch):
-            return rows * flops.sequence_classifier_flops(config, s, outputs, cls, pooler)
+            return rows * flops.sequence_classifier_flops(
+                config, s, outputs, cls, pooler, rows=real(batch)
+            )
 
     elif isinstance(model, span_qa.BertSpanQA):
 
         def trained(rows, s, batch):
-            return rows * flops.token_classifier_flops(config, s, 2)
+            return rows * flops.token_classifier_flops(config, s, 2, rows=real(batch))
 
     elif isinstance(model, tagging.BertTagger | tagging.FeatureTagger):
         trained, frozen = _tagger_counts(model)
@@ -80,7 +87,7 @@ def flops_fn(model):
         def trained(rows, s, batch):
             return rows * 2 * width * model.num_labels
 
-        def frozen(rows, s):
+        def frozen(rows, s, batch):
             return rows * flops.elmo_bilm_flops(config, s)  # the mix reads every layer
 
     elif isinstance(model, xlnet.XLNetClassifier):
@@ -96,7 +103,7 @@ def flops_fn(model):
         shape = trainer.float_shape(batch)
         rows, s = tf.reduce_prod(shape[:-1]), shape[-1]
         total = 3.0 * trained(rows, s, batch)
-        return total if frozen is None else total + frozen(rows, s)
+        return total if frozen is None else total + frozen(rows, s, batch)
 
     return count
 
@@ -107,7 +114,7 @@ def _tagger_counts(model):
     config = model.config
     width = tagging.feature_width(config) * (len(model.indices) if model.combine == "concat" else 1)
 
-    def head(rows, s, batch=None):
+    def head(rows, s, batch):
         return rows * flops.tagger_head_flops(
             s, width, model.num_labels, model.lstm_units, model.lstm_layers
         )
@@ -115,7 +122,7 @@ def _tagger_counts(model):
     if isinstance(model, tagging.ElmoTagger):
         # Every LSTM layer, even below a mode that reads fewer: Keras' RNN loops are stateful
         # While ops, which a tf.function runs whether or not an output reads them.
-        def encoder(rows, s):
+        def encoder(rows, s, batch):
             return rows * flops.elmo_bilm_flops(config, s)
 
     elif isinstance(model, tagging.FeatureTagger):
@@ -123,12 +130,13 @@ def _tagger_counts(model):
     else:
         blocks = max(model.indices)  # an index into the L + 1 outputs: that many blocks run
 
-        def encoder(rows, s):
-            return rows * flops.backbone_flops(config, s, blocks=blocks)
+        def encoder(rows, s, batch):
+            real = trainer.rows_per_sequence(model, batch)  # None on the padded layout
+            return rows * flops.backbone_flops(config, s, blocks=blocks, rows=real)
 
     if model.frozen:
         return head, encoder
-    return (lambda rows, s, batch: head(rows, s) + encoder(rows, s)), None
+    return (lambda rows, s, batch: head(rows, s, batch) + encoder(rows, s, batch)), None
 
 
 def classification_task(model) -> Task:

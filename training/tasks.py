@@ -8,7 +8,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from modeling import albert, bert, flops, losses
-from training.trainer import Task, float_shape
+from training.trainer import Task, float_shape, rows_per_sequence
 
 # Metric names of the sentence-level objectives; "next_sentence" keeps the original BERT names.
 SENTENCE_METRIC_PREFIX = {"nsp": "next_sentence", "sop": "sentence_order"}
@@ -75,7 +75,12 @@ def bert_pretraining_task(model) -> Task:
     def flops_fn(batch):
         b, s = tf.unstack(float_shape(batch))
         forward = flops.mlm_pretraining_flops(
-            model.config, s, _predictions(batch), objective != "none", span_boundary
+            model.config,
+            s,
+            _predictions(batch),
+            objective != "none",
+            span_boundary,
+            rows=rows_per_sequence(model, batch),
         )
         return 3.0 * b * forward
 
@@ -159,7 +164,8 @@ def electra_pretraining_task(
 
     def flops_fn(batch):
         b, s = tf.unstack(float_shape(batch))
-        return 3.0 * b * flops.electra_pretraining_flops(model.config, s, _predictions(batch))
+        rows = rows_per_sequence(model, batch)
+        return 3.0 * b * flops.electra_pretraining_flops(model.config, s, _predictions(batch), rows)
 
     return Task(
         model=model,
@@ -270,7 +276,9 @@ def distillation_task(
         b, s = tf.unstack(float_shape(batch))
         p = _predictions(batch)
         student_pass, teacher_pass = (
-            flops.mlm_pretraining_flops(m.config, s, p, sentence_head=False, cut=False)
+            flops.mlm_pretraining_flops(
+                m.config, s, p, sentence_head=False, cut=False, rows=rows_per_sequence(m, batch)
+            )
             for m in (student, teacher)
         )
         return b * (3.0 * student_pass + teacher_pass)

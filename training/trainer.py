@@ -46,7 +46,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from modeling import layers
+from modeling import bert, layers
 from training import distribute, optimization
 
 
@@ -205,6 +205,18 @@ def float_shape(batch: dict, key: str = "input_ids"):
     """float32 (rank,): the shape of batch[key] as the step runs it (a batch cut by dynamic
     padding: its cut length), what every Task.flops_fn counts from."""
     return tf.cast(tf.shape(batch[key]), tf.float32)
+
+
+def rows_per_sequence(model, batch: dict):
+    """float32 scalar, or None: where the encoders inside `model` run with remove_padding, the
+    rows their layers' per-position work runs at on `batch` (bert.unpadded_rows of its
+    input_mask) per sequence, the `rows` of modeling/flops' encoder counts; None where they run
+    on the padded layout (its count is the batch's shape)."""
+    rows = bert.unpadded_rows(model, batch.get("input_mask"))  # a model without one reads none
+    if rows is None:
+        return None
+    sequences = tf.reduce_prod(float_shape(batch, "input_mask")[:-1])
+    return rows / tf.maximum(sequences, 1.0)
 
 
 def split_batch(batch: dict, parts: int) -> list[dict]:
