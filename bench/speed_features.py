@@ -20,6 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bench import pretrain_throughput
 from data_prep import features
 from modeling import bert
 from training import optimization, tasks, trainer
@@ -48,13 +49,54 @@ def build(
     return fit
 
 
-def padding_fraction(path: str, seq: int, preds: int, limit: int) -> float:
-    ds = features.pretraining_dataset([path], 256, seq, preds, is_training=False)
-    real = total = 0
-    for batch in ds.take(max(1, limit // 256)):
-        mask = batch["input_mask"].numpy()
-        real, total = real + int(mask.sum()), total + mask.size
-    return 1.0 - real / total
+# Each setting's build() arguments; --settings picks among them (fp32, the baseline, always runs).
+SETTINGS = {
+    "fp32": {},
+    "bf16": {"precision": "bf16"},
+    "fp16": {"precision": "fp16"},
+    "xla_fused": {"use_xla": True},
+    "xla_split": {"split_xla": True},
+    "bf16_xla": {"precision": "bf16", "use_xla": True},
+    # The records' padding skipped by the encoder's layers (--remove_padding)
+    "remove_padding": {"remove_padding": True},
+}
+
+
+def run(config, path: str, names, seq=128, preds=20, batch=32, steps=10, rounds=5) -> dict:
+    """The median steps/s of each setting in `names` (fp32 added first when missing) over
+    `rounds` round-robin rounds of `steps` steps on the records at `path`, its ratio to fp32's,
+    and the records' padding fraction. Raises ValueError for an unknown setting, and
+    FloatingPointError when a setting's step gives a non-finite loss."""
+    unknown = sorted(set(names) - set(SETTINGS))
+    if unknown:
+        raise ValueError(f"speed settings: unknown {unknown}; expected some of {list(SETTINGS)}")
+    names = ["fp32", *(n for n in names if n != "fp32")]
+    runs = {}
+    for name in names:
+        fit = build(config, **SETTINGS[name])
+        it = iter(features.pretraining_dataset([path], batch, seq, preds, True))
+        fit.train_steps(it, steps)  # trace and compile
+        runs[name] = (fit, it, [])
+    # The sums and throughput columns; EXTRA_COLUMNS' gradient norm is inf on an fp16 overflow,
+    # a step loss scaling skips by design.
+    sums = slice(0, -len(trainer.EXTRA_COLUMNS))
+    for _ in range(rounds):
+        for name, (fit, it, times) in runs.items():
+            t = time.perf_counter()
+            rows = fit.train_steps(it, steps)
+            times.append(steps / (time.perf_counter() - t))
+            if not np.isfinite(rows[:, sums]).all():
+                raise FloatingPointError(f"speed setting {name}: a step's loss is not finite")
+    base = statistics.median(runs["fp32"][2])
+    result = {
+        name: {
+            "steps_per_s": round(statistics.median(t), 3),
+            "ratio_to_fp32": round(statistics.median(t) / base, 3),
+        }
+        for name, (_, _, t) in runs.items()
+    }
+    padding = pretrain_throughput.padding_fraction(path, seq, 20000)["padding_fraction"]
+    return result | {"padding_fraction": round(padding, 4)}
 
 
 def main():
@@ -66,41 +108,12 @@ def main():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--steps", type=int, default=10, help="steps per timed call")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated, of SETTINGS")
     args = p.parse_args()
     config = bert.BertConfig.from_json_file(args.config)
-    settings = {
-        "fp32": {},
-        "bf16": {"precision": "bf16"},
-        "fp16": {"precision": "fp16"},
-        "xla_fused": {"use_xla": True},
-        "xla_split": {"split_xla": True},
-        "bf16_xla": {"precision": "bf16", "use_xla": True},
-        # The records' padding skipped by the encoder's layers (--remove_padding)
-        "remove_padding": {"remove_padding": True},
-    }
-    runs = {}
-    for name, kw in settings.items():
-        fit = build(config, **kw)
-        it = iter(
-            features.pretraining_dataset([args.input], args.batch, args.seq, args.preds, True)
-        )
-        fit.train_steps(it, args.steps)  # trace and compile
-        runs[name] = (fit, it, [])
-    for _ in range(args.rounds):
-        for fit, it, times in runs.values():
-            t = time.perf_counter()
-            rows = fit.train_steps(it, args.steps)
-            times.append(args.steps / (time.perf_counter() - t))
-            assert np.isfinite(rows[:, -1]).all()
-    base = statistics.median(runs["fp32"][2])
-    result = {
-        name: {
-            "steps_per_s": round(statistics.median(t), 3),
-            "ratio_to_fp32": round(statistics.median(t) / base, 3),
-        }
-        for name, (_, _, t) in runs.items()
-    }
-    result["padding_fraction"] = round(padding_fraction(args.input, args.seq, args.preds, 20000), 4)
+    names = [n for n in args.settings.split(",") if n]
+    keys = ("seq", "preds", "batch", "steps", "rounds")
+    result = run(config, args.input, names, **{k: getattr(args, k) for k in keys})
     result["settings"] = vars(args)
     print(json.dumps(result, indent=1))
 

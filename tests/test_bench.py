@@ -94,6 +94,37 @@ def test_padding_fraction_counts_zero_mask_positions(tmp_path):
     assert result["mean_real_tokens"] == pytest.approx(2.5)
 
 
+def test_speed_features_time_each_setting_against_fp32_on_padded_records(tmp_path, capsys):
+    """bench/speed_features.py on a tiny model and records with padding (6-11 real tokens of
+    11): every asked setting is timed with its ratio to fp32 (itself 1), the padding fraction
+    is the records' own, and an unknown setting is refused by name."""
+    from bench import speed_features
+
+    path = str(tmp_path / "r.tfrecord")
+    helpers.write_synthetic_pretraining_file(path, 8, 11, 3, helpers.TINY["vocab_size"])
+    config = helpers.tiny_config()
+    names = ["remove_padding", "bf16"]
+    result = speed_features.run(config, path, names, seq=11, preds=3, batch=4, steps=1, rounds=2)
+    assert list(result) == ["fp32", *names, "padding_fraction"]
+    assert result["fp32"]["ratio_to_fp32"] == 1.0
+    for name in ["fp32", *names]:
+        assert result[name]["steps_per_s"] > 0 and result[name]["ratio_to_fp32"] > 0
+    padding = pretrain_throughput.padding_fraction(path, 11)["padding_fraction"]
+    assert 0 < result["padding_fraction"] == pytest.approx(padding, abs=1e-4)
+    with pytest.raises(ValueError, match=r"unknown \['fp8'\]"):
+        speed_features.run(config, path, ["fp8"])
+    # The command line, one setting and fp32, JSON out.
+    config_file = tmp_path / "bert_config.json"
+    config_file.write_text(json.dumps(config.to_dict()))
+    argv = ["speed_features", f"--config={config_file}", f"--input={path}", "--seq=11"]
+    argv += ["--preds=3", "--batch=4", "--steps=1", "--rounds=1", "--settings=xla_fused"]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(sys, "argv", argv)
+        speed_features.main()
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed) == {"fp32", "xla_fused", "padding_fraction", "settings"}
+
+
 def test_peak_memory_is_the_commands_own_not_the_parents():
     # This test process holds TensorFlow (hundreds of MB); a bare interpreter needs ~10 MB. A
     # child forked straight from here would report at least this process's size.
