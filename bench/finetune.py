@@ -27,9 +27,10 @@ of each is reported; the machine is shared):
              50 batches' examples sorted by length, then batched and shuffled: other batches of
              the same examples), shows what sorting adds to the cut; a fifth, Cloze with
              --remove_padding (its encoder's layers on the real tokens alone, the batches
-             Cloze's side gets), what skipping the padding left inside a cut batch adds. Figures
-             in examples/s; the real-token share of the positions and the lengths batches are
-             cut to are recorded.
+             Cloze's side gets), what skipping the padding left inside a cut batch adds; a
+             sixth, both options on the grouped batches, what the option adds to sorting.
+             Figures in examples/s; the real-token share of the positions and the lengths
+             batches are cut to are recorded.
 
 With extra_peers, the peers' classifiers (each Peer with head="classifier" in a
 bench/peer_worker.py process; the same parameter count as Cloze's), trained as their users train
@@ -364,9 +365,9 @@ def _size_row(spec, n, m, batch, seq, sides, times) -> dict:
 
 def _epochs(path, trainers, peers, batch, seq, m, rounds, vocab, label, log) -> dict:
     """One workload's epoch figures (examples/s): Cloze (dynamic padding; full length; grouped
-    by length; with --remove_padding) against keras-hub, and against each worker side in
-    `peers` on the same batches
-    (its collator pads them to the lengths Cloze cuts them to, which is checked)."""
+    by length; with --remove_padding; grouped with --remove_padding) against keras-hub, and
+    against each worker side in `peers` on the same batches (its collator pads them to the
+    lengths Cloze cuts them to, which is checked)."""
     from data_prep import features
 
     def batches(dynamic_padding: bool, groups: int = 0):
@@ -388,6 +389,12 @@ def _epochs(path, trainers, peers, batch, seq, m, rounds, vocab, label, log) -> 
         "cloze_full_length": (trainers["cloze"], batches(False), m),
         "cloze_grouped": (trainers["cloze"], batches(True, LENGTH_GROUP_BATCHES), m),
         "cloze_unpadded": (trainers["cloze_unpadded"], batches(True), m),
+        # Both options: the grouped batches' shorter cuts, then their padding skipped too.
+        "cloze_grouped_unpadded": (
+            trainers["cloze_unpadded"],
+            batches(True, LENGTH_GROUP_BATCHES),
+            m,
+        ),
     }
     cut = {g: _cut_lengths(path, batch, seq, m, g) for g in (0, LENGTH_GROUP_BATCHES)}
     for kind, peer in peers.items():
@@ -413,11 +420,17 @@ def _epochs(path, trainers, peers, batch, seq, m, rounds, vocab, label, log) -> 
     e["remove_padding_gain_rounds"] = [
         c / u for c, u in zip(times["cloze"], times["cloze_unpadded"])
     ]
+    e["ratio_grouped_unpadded"] = e["cloze_grouped_unpadded"]["per_s"] / e["keras_hub"]["per_s"]
+    # Against Cloze's grouped batches alone: what --remove_padding adds to --group_by_length.
+    e["grouped_remove_padding_gain"] = (
+        e["cloze_grouped_unpadded"]["per_s"] / e["cloze_grouped"]["per_s"]
+    )
     for kind in peers:
         for ours, theirs, key in (
             ("cloze", kind, f"ratio_{kind}"),
             ("cloze_grouped", f"{kind}_grouped", f"ratio_grouped_{kind}"),
             ("cloze_unpadded", kind, f"ratio_unpadded_{kind}"),
+            ("cloze_grouped_unpadded", f"{kind}_grouped", f"ratio_grouped_unpadded_{kind}"),
         ):
             e[key] = e[ours]["per_s"] / e[theirs]["per_s"]
             e[f"{key}_rounds"] = [t / c for c, t in zip(times[ours], times[theirs])]

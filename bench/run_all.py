@@ -603,6 +603,12 @@ def finetune_rows(f: dict) -> list:
                 f"(rounds {rounds(e['remove_padding_gain_rounds'])}; "
                 f"{e['ratio_unpadded']:.2f}x keras-hub) |"
             )
+            rows.append(
+                "| the same, Cloze with both --group_by_length and --remove_padding | "
+                f"{e['cloze_grouped_unpadded']['per_s']:,.1f} | keras-hub "
+                f"{e['keras_hub']['per_s']:,.1f} | {e['ratio_grouped_unpadded']:.2f} "
+                f"({e['grouped_remove_padding_gain']:.2f}x Cloze grouped alone) |"
+            )
             if "hf_torch" in e:
                 for ours, theirs, key, what in (
                     ("cloze", "hf_torch", "ratio_hf_torch", "the same batches"),
@@ -617,6 +623,12 @@ def finetune_rows(f: dict) -> list:
                         "hf_torch",
                         "ratio_unpadded_hf_torch",
                         "the same batches, Cloze with --remove_padding,",
+                    ),
+                    (
+                        "cloze_grouped_unpadded",
+                        "hf_torch_grouped",
+                        "ratio_grouped_unpadded_hf_torch",
+                        "the --group_by_length batches, Cloze with --remove_padding too,",
                     ),
                 ):
                     rows.append(

@@ -267,7 +267,8 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         assert len(e["cut_lengths"]) == 2 and all(8 <= n <= 17 for n in e["cut_lengths"])
         assert len(e["cut_lengths_grouped"]) == 2
         assert all(8 <= n <= 17 for n in e["cut_lengths_grouped"])
-        for side in ("cloze", "keras_hub", "cloze_full_length", "cloze_grouped", "cloze_unpadded"):
+        sides = ["cloze", "keras_hub", "cloze_full_length", "cloze_grouped", "cloze_unpadded"]
+        for side in [*sides, "cloze_grouped_unpadded"]:
             assert e[side]["per_s"] > 0 and len(e[side]["seconds_rounds"]) == 2
         assert e["dynamic_padding_gain"] == pytest.approx(
             e["cloze"]["per_s"] / e["cloze_full_length"]["per_s"]
@@ -290,11 +291,15 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         assert e["ratio_unpadded"] == pytest.approx(
             e["cloze_unpadded"]["per_s"] / e["keras_hub"]["per_s"]
         )
+        both = e["cloze_grouped_unpadded"]["per_s"]
+        assert e["ratio_grouped_unpadded"] == pytest.approx(both / e["keras_hub"]["per_s"])
+        assert e["grouped_remove_padding_gain"] == pytest.approx(both / e["cloze_grouped"]["per_s"])
         assert f"fine-tune L2/H36/A3/I37 b3, {name} (" in result.stdout
     assert "fine-tune L2/H36/A3/I37 b3 s17 fp32, a full batch" in result.stdout
     assert "Cloze's dynamic padding against full-length batches" in result.stdout
     assert "the same, Cloze with --group_by_length (cut to " in result.stdout
     assert "the same, Cloze with --remove_padding (the same cut batches" in result.stdout
+    assert "the same, Cloze with both --group_by_length and --remove_padding |" in result.stdout
     # The unpadded side is the same network (its own copy, set to run on the real tokens).
     assert "cloze_unpadded" not in full and row["params"].keys() == {"cloze", "keras_hub"}
 

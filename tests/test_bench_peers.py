@@ -524,6 +524,7 @@ def test_fine_tuning_epochs_give_pytorch_clozes_batches_unpadded(
         ("cloze", "hf_torch", "ratio_hf_torch"),
         ("cloze_grouped", "hf_torch_grouped", "ratio_grouped_hf_torch"),
         ("cloze_unpadded", "hf_torch", "ratio_unpadded_hf_torch"),
+        ("cloze_grouped_unpadded", "hf_torch_grouped", "ratio_grouped_unpadded_hf_torch"),
     ):
         assert e[theirs]["per_s"] == pytest.approx(2 * 3 / e[theirs]["seconds"])
         assert e[key] == pytest.approx(e[ours]["per_s"] / e[theirs]["per_s"])
@@ -536,6 +537,8 @@ def test_fine_tuning_epochs_give_pytorch_clozes_batches_unpadded(
     assert f"| {e['ratio_grouped_hf_torch']:.2f} (rounds " in row
     (row,) = [x for x in rows if "Cloze with --remove_padding, against Hugging Face" in x]
     assert f"| {e['ratio_unpadded_hf_torch']:.2f} (rounds " in row
+    (row,) = [x for x in rows if "Cloze with --remove_padding too, against Hugging Face" in x]
+    assert f"| {e['ratio_grouped_unpadded_hf_torch']:.2f} (rounds " in row
 
     # A collator that pads to other lengths than Cloze's cut would time other work: refused.
     monkeypatch.setenv("FAKE_PEER_NO_MULTIPLE", "1")
