@@ -587,6 +587,10 @@ def test_remove_padding_counts_the_products_it_runs(kind, family, branches):
     layout's count: the logged FLOP/s measure the work run."""
     config = encoder_config(family if family != "spanbert" else "bert")
     teacher = None
+
+    def forward(m, x):
+        return m(x, training=False)
+
     if kind == "pretrainer":
         span = family == "spanbert"
         model = (
@@ -596,10 +600,6 @@ def test_remove_padding_counts_the_products_it_runs(kind, family, branches):
         )
         model.build()
         task = tasks.bert_pretraining_task(model)
-
-        def forward(m, x):
-            return m(x, training=False)
-
     elif kind == "electra":
         model = electra.ElectraPretrainer(config)
         model.build()
@@ -610,8 +610,9 @@ def test_remove_padding_counts_the_products_it_runs(kind, family, branches):
 
     elif kind == "distillation":
         model = bert.BertPretrainer(config)
+        model.build()
         teacher = bert.BertPretrainer(helpers.tiny_config(num_hidden_layers=3))
-        model.build(), teacher.build()
+        teacher.build()
         task = tasks.distillation_task(model, teacher)
 
         def forward(m, x):
@@ -620,17 +621,10 @@ def test_remove_padding_counts_the_products_it_runs(kind, family, branches):
     elif kind.startswith("tagger"):
         model = tagger(config, "second_to_last" if kind == "tagger_frozen" else "finetune")
         task = finetune_tasks.token_tagging_task(model)
-
-        def forward(m, x):
-            return m(x, training=False)
-
     else:
         pooling = "mean" if kind == "classifier_mean" else "cls"
         model = finetuning_model(kind.removesuffix("_mean"), config, pooling)
         task = finetune_tasks.classification_task(model)
-
-        def forward(m, x):
-            return m(x, training=False)
 
     batch = unpadded_batch(kind)
     padded = float(traced(task.flops_fn)(batch))
