@@ -442,15 +442,15 @@ def _graph_flops(graph, loop_trips) -> int:
     """graph_matmul_flops of a traced graph (or a loop body's), from its outputs back."""
     total = 0
     for op in _needed_ops(graph.outputs):
-        shapes = [t.shape.as_list() for t in op.inputs]
-        factors = _product_factors(op, shapes, op.outputs[0].shape.as_list() if op.outputs else [])
-        if factors is not None:
-            total += 2 * int(np.prod([int(np.prod(f)) for f in factors]))
-        elif op.type in ("While", "StatelessWhile"):
+        if op.type in ("While", "StatelessWhile"):
             if loop_trips is None:
                 raise AssertionError(f"{op.name}: a loop; give loop_trips")
             body = graph._get_function(op.get_attr("body").name).graph
             total += loop_trips * _graph_flops(body, loop_trips)
+        elif op.type in PRODUCT_OPS or op.type.startswith("Conv"):
+            shapes = [t.shape.as_list() for t in op.inputs]
+            factors = _product_factors(op, shapes, op.outputs[0].shape.as_list())
+            total += 2 * int(np.prod([int(np.prod(f)) for f in factors]))
     return total
 
 
@@ -468,7 +468,7 @@ def executed_matmul_flops(fn, batch) -> int:
             if op.type in ("While", "StatelessWhile"):
                 raise AssertionError(f"{op.name}: a loop; executed_matmul_flops counts none")
             if op.type not in PRODUCT_OPS and not op.type.startswith("Conv"):
-                continue  # _product_factors' None, without reading the shapes
+                continue  # no matrix product: its shapes are not read
             shapes = [tf.shape(t, out_type=tf.int64) for t in op.inputs]
             factors = _product_factors(op, shapes, tf.shape(op.outputs[0], out_type=tf.int64))
             terms.append(2 * tf.reduce_prod(tf.concat([tf.reshape(f, [-1]) for f in factors], 0)))
@@ -492,9 +492,10 @@ PRODUCT_OPS = ("MatMul", "BatchMatMulV2", "BatchMatMulV3", "BatchMatMul", "Einsu
 
 
 def _product_factors(op, shapes, out_shape):
-    """The sizes whose product, times 2, is `op`'s matrix-multiply FLOPs (the multiply-adds of
-    MatMul, BatchMatMul, two-operand Einsum, NHWC Conv2D), from its inputs' `shapes` and its
-    output's (lists of ints, or 1-D int tensors); None for an op that multiplies no matrices."""
+    """The sizes whose product, times 2, is the matrix-multiply FLOPs of `op`, one of
+    PRODUCT_OPS (the multiply-adds of MatMul, BatchMatMul, two-operand Einsum, NHWC Conv2D),
+    from its inputs' `shapes` and its output's (lists of ints, or 1-D int tensors). Raises
+    AssertionError for a product it does not count (another Conv, an Einsum of other form)."""
     if op.type == "MatMul":
         a, b = shapes
         m, k = (a[1], a[0]) if op.get_attr("transpose_a") else (a[0], a[1])
@@ -522,6 +523,4 @@ def _product_factors(op, shapes, out_shape):
     if op.type == "Conv2D" and op.get_attr("data_format") == b"NHWC":
         kh, kw, c_in = shapes[1][0], shapes[1][1], shapes[1][2]  # every output is a dot product
         return [out_shape, kh, kw, c_in]
-    if op.type.startswith("Conv"):
-        raise AssertionError(f"{op.type}: count it too")
-    return None
+    raise AssertionError(f"{op.type}: count it too")
