@@ -787,13 +787,13 @@ def test_remove_padding_trains_as_the_padded_layout(data_file, reference, where,
     trained = train(unpadded, data_file)
     # The FLOPs column counts the products run, at the rows (tests/test_flops.py checks the
     # count): it differs from the padded layout's; every other column is the same.
-    flops = trainer.THROUGHPUT_COLUMNS.index("flops") - len(trainer.THROUGHPUT_COLUMNS)
-    flops -= len(trainer.EXTRA_COLUMNS)
-    assert np.all(trained.rows[:, flops] > 0)
-    assert not np.allclose(trained.rows[:, flops], whole.rows[:, flops], rtol=1e-3)
-    same = dataclasses.replace(trained, rows=np.delete(trained.rows, flops, axis=1))
+    column = trainer.THROUGHPUT_COLUMNS.index("flops") - len(trainer.THROUGHPUT_COLUMNS)
+    column -= len(trainer.EXTRA_COLUMNS)
+    assert np.all(trained.rows[:, column] > 0)
+    assert not np.allclose(trained.rows[:, column], whole.rows[:, column], rtol=1e-3)
+    same = dataclasses.replace(trained, rows=np.delete(trained.rows, column, axis=1))
     assert_train_alike(
-        same, dataclasses.replace(whole, rows=np.delete(whole.rows, flops, axis=1)), 1e-4
+        same, dataclasses.replace(whole, rows=np.delete(whole.rows, column, axis=1)), 1e-4
     )
     assert shapes and set(shapes) == {(1, None, helpers.TINY["hidden_size"])}, shapes
 
