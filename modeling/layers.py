@@ -633,7 +633,14 @@ def unpadded_rows(mask, multiple: int = UNPAD_ROW_MULTIPLE):
     import tensorflow as tf
 
     count = tf.math.count_nonzero(mask, dtype=tf.int32)
-    wanted = tf.maximum(count, tf.minimum(tf.size(mask, out_type=tf.int32), 1))
+    return _rows_for(count, tf.size(mask, out_type=tf.int32), multiple)
+
+
+def _rows_for(count, positions, multiple: int):
+    """unpadded_rows from the real tokens' count and the batch's positions (int32 scalars)."""
+    import tensorflow as tf
+
+    wanted = tf.maximum(count, tf.minimum(positions, 1))
     return (wanted + multiple - 1) // multiple * multiple
 
 
@@ -671,7 +678,7 @@ class Unpadded:
         self.total = self.batch * self.seq
         real = tf.cast(tf.where(tf.reshape(tf.not_equal(mask, 0), [-1]))[:, 0], tf.int32)  # (N,)
         count = tf.size(real)
-        self.count = unpadded_rows(mask, multiple)  # R
+        self.count = _rows_for(count, self.total, multiple)  # R, from the count just taken
         fill = self.count - count
         self._read = tf.concat([real, tf.zeros([fill], tf.int32)], 0)  # (R,)
         # A negative segment id is dropped by unsorted_segment_sum (and gathers a zero in its
