@@ -451,7 +451,6 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
         np.testing.assert_allclose(unpadded, cut, rtol=1e-5, atol=1e-6)
         # 2 windows of 64 positions; cut: 2 of the longest's, rounded up to 8, a cut among them
         np.testing.assert_array_equal(whole[:, positions], [2 * 64] * 2)
-        real = cut[:, positions + 1]
         assert (cut[:, positions] % 16 == 0).all() and (real <= cut[:, positions]).all()
         assert (cut[:, positions] < 2 * 64).any(), cut[:, positions]
         # ... and the FLOPs, 3 passes of 2 windows at the length the step ran.
