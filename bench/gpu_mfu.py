@@ -17,9 +17,12 @@ same loss (mean MLM cross-entropy + mean NSP cross-entropy), the same optimizer 
 one jitted function of (trainable, non-trainable, optimizer) state; runs alternate between the two
 models and the best of `--repeats` timed windows is kept for each.
 
-MFU is model FLOPs per second over the bf16 dense matmul peak measured in the same run (the
-best of several large square products), so it is a fraction of what this GPU really reaches,
-not of a datasheet number. `--tiny` runs tiny sizes for a smoke test on any backend's CPU.
+MFU is model FLOPs per second over the dense matmul peak measured in the same run in the
+precision's compute dtype (bfloat16, float16 or float32; the best of several large square
+products), so it is a fraction of what this GPU really reaches, not of a datasheet number.
+--precision=fp16 (for GPUs without bfloat16, V100 and T4) trains both sides under
+mixed_float16 with Keras' dynamic loss scaling (jax_train_step). `--tiny` runs tiny sizes
+for a smoke test on any backend's CPU.
 
 With `--profile_dir=DIR` each side then runs `--profile_steps` more steps under jax.profiler
 (Perfetto trace in DIR/<size>_b<batch>_<side>/) and writes its compiled step's HLO there as
@@ -163,21 +166,30 @@ def loss_of(outputs, batch):
 
 
 def jax_train_step(model, optimizer):
-    """One jitted step over explicit state (Keras' stateless API), the usual JAX training form."""
+    """One jitted step over explicit state (Keras' stateless API), the usual JAX training form.
+    With a LossScaleOptimizer (fp16) the gradient is taken of the loss times its dynamic scale,
+    read from the optimizer's state as Keras' own JAX trainer reads it; the optimizer's
+    stateless_apply unscales, skips a non-finite step and halves or doubles the scale."""
     import jax
 
-    def compute_loss(trainable, non_trainable, batch):
+    scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    index = [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale)) if scaled else 0
+
+    def compute_loss(trainable, non_trainable, batch, scale):
         outputs, non_trainable = model.stateless_call(
             trainable, non_trainable, batch, training=True
         )
-        return loss_of(outputs, batch), non_trainable
+        loss = loss_of(outputs, batch)
+        return (loss * scale if scaled else loss), (loss, non_trainable)
 
     grad_fn = jax.value_and_grad(compute_loss, has_aux=True)
 
     @jax.jit
     def step(state, batch):
         trainable, non_trainable, opt_vars = state
-        (loss, non_trainable), grads = grad_fn(trainable, non_trainable, batch)
+        (_, (loss, non_trainable)), grads = grad_fn(
+            trainable, non_trainable, batch, opt_vars[index]
+        )
         trainable, opt_vars = optimizer.stateless_apply(opt_vars, grads, trainable)
         return (trainable, non_trainable, opt_vars), loss
 
@@ -201,7 +213,9 @@ def matmul_peak(dtype, n=8192, repeats=10):
     return 2 * n**3 / best
 
 
-POLICIES = {"bf16": "mixed_bfloat16", "fp32": "float32"}
+POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16", "fp32": "float32"}
+# The dtype each precision's products run in: the matmul peak MFU is taken against.
+PEAK_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
 def set_precision(precision):
@@ -270,9 +284,13 @@ def build_weights(model, batch):
 
 def train_state(model, batch):
     """(AdamW, its step's state: trainable, non-trainable and optimizer values) for a model whose
-    weights build_weights creates from `batch`."""
+    weights build_weights creates from `batch`. A model built under mixed_float16 gets AdamW in
+    Keras' LossScaleOptimizer (dynamic loss scaling at Keras' defaults), as model.compile gives
+    it: float16 gradients underflow without one."""
     build_weights(model, batch)
     optimizer = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01)
+    if model.dtype_policy.name == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     optimizer.build(model.trainable_variables)
     state = (
         [v.value for v in model.trainable_variables],
@@ -320,7 +338,7 @@ def run(
     import jax
     import keras_hub
 
-    peak = matmul_peak("bfloat16" if precision == "bf16" else "float32", n=peak_n)
+    peak = matmul_peak(PEAK_DTYPES[precision], n=peak_n)
     device = jax.devices()[0]
     result = {
         # The kind names the card ("NVIDIA H200"); str(device) alone said "cuda:0".
@@ -333,6 +351,7 @@ def run(
         "backend": keras.backend.backend(),
         "precision": precision,
         "matmul_peak_flops": peak,
+        "matmul_peak_dtype": PEAK_DTYPES[precision],
         "date": time.strftime("%Y-%m-%d"),
         "rows": [],
     }
@@ -480,7 +499,7 @@ def main():
     # argparse, not absl: this file must run where only JAX and Keras are installed.
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output_file", default=None)
-    parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
+    parser.add_argument("--precision", choices=sorted(POLICIES), default="bf16")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sizes", default="", help="comma list of size names (default all)")

@@ -10,7 +10,10 @@ Model Garden's MaskedLMTask trains it: the masked LM loss averaged over masked_l
 the NSP loss, global-norm clipping at 1.0 inside its BERT optimizer (AdamWeightDecay: lr 1e-4
 with a linear decay, eps 1e-6, weight decay 0.01 except LayerNorm and bias), and the steps of a
 call in one tf.function's while loop, as its orbit trainer runs them (use_tf_while_loop). Under
---precision=bf16 the tf_keras policy is mixed_bfloat16 (the losses in float32).
+--precision=bf16 the tf_keras policy is mixed_bfloat16 (the losses in float32); under fp16 it is
+mixed_float16 with the optimizer in tf_keras' dynamic LossScaleOptimizer, as Model Garden's
+performance.configure_optimizer wraps it, and its base task's train_step scales the loss and
+unscales the gradients (the update skipped and the scale halved on an overflow).
 
 Its encoder also builds a pooler it does not use for NSP (the classification head has its own
 dense layer on [CLS]), so it holds hidden^2 + hidden parameters more than Cloze's model, and
@@ -55,7 +58,7 @@ class Peer:
             raise ValueError(f"hidden_act {config['hidden_act']!r}: expected gelu_new or gelu")
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf_keras.mixed_precision.set_global_policy(
-            "mixed_bfloat16" if precision == "bf16" else "float32"
+            {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}.get(precision, "float32")
         )
         tf_keras.utils.set_random_seed(seed)
 
@@ -128,21 +131,33 @@ class Peer:
             exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"],
             gradient_clip_norm=1.0,
         )
+        scaled = precision == "fp16"
+        if scaled:  # performance.configure_optimizer(use_float16=True, loss_scale="dynamic")
+            self.optimizer = tf_keras.mixed_precision.LossScaleOptimizer(self.optimizer)
         model, optimizer, inputs = self.model, self.optimizer, self.inputs
 
         def step():
             with tf.GradientTape() as tape:
                 loss = loss_of(model(inputs, training=True))
+                target = optimizer.get_scaled_loss(loss) if scaled else loss
             variables = model.trainable_variables
-            optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-            return loss
+            grads = tape.gradient(target, variables)
+            if not scaled:
+                optimizer.apply_gradients(zip(grads, variables))
+                return loss, tf.constant(False)
+            scale = tf.identity(optimizer.loss_scale)
+            optimizer.apply_gradients(zip(optimizer.get_unscaled_gradients(grads), variables))
+            return loss, optimizer.loss_scale < scale  # an overflow halves the scale
 
         @tf.function
         def train(steps):
             losses = tf.TensorArray(tf.float32, size=steps)
+            overflow = tf.TensorArray(tf.bool, size=steps)
             for i in tf.range(steps):
-                losses = losses.write(i, step())
-            return losses.stack()
+                loss, skipped = step()
+                losses = losses.write(i, loss)
+                overflow = overflow.write(i, skipped)
+            return losses.stack(), overflow.stack()
 
         self._train = train
         self.versions = _versions()
@@ -150,10 +165,16 @@ class Peer:
     def count_params(self) -> int:
         return int(self.model.count_params())
 
-    def train(self, steps: int) -> list:
+    def train(self, steps: int) -> dict:
+        """{"losses": [...], "overflow": [...]}: `steps` steps' losses and whether fp16's loss
+        scale overflowed in each (peer_worker's train reply)."""
         import tensorflow as tf
 
-        return [float(x) for x in self._train(tf.constant(steps, tf.int32)).numpy()]
+        losses, overflow = self._train(tf.constant(steps, tf.int32))
+        return {
+            "losses": [float(x) for x in losses.numpy()],
+            "overflow": [bool(x) for x in overflow.numpy()],
+        }
 
     def get_num_threads(self) -> int:
         return _intra_op_threads()

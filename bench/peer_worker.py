@@ -16,10 +16,12 @@ libraries only when asked to build it.
 Protocol, one JSON object per line (requests on stdin, replies on the stdout the worker keeps
 for itself; anything a library prints goes to stderr):
   {"op": "build", "config": <Hugging Face config.json dict>, "batch": <feature: nested list>,
-   "precision": "fp32"|"bf16", "seed": int, "threads": int, optional "head": "classifier"}
+   "precision": "fp32"|"bf16"|"fp16", "seed": int, "threads": int, optional "head": "classifier"}
       (precision and head checked here, before the peer's libraries are imported)
       ->  {"params": int, "versions": {...}, "threads": int}
-  {"op": "train", "steps": int, optional "data": <a name load kept>}  ->  {"losses": [...]}
+  {"op": "train", "steps": int, optional "data": <a name load kept>}  ->  {"losses": [...],
+   "overflow": [...]}: each step's loss, and true where fp16's loss scale overflowed (the
+   update skipped and the scale halved; always false in fp32 and bf16)
   {"op": "load", "name": str, "batches": [[{"input_ids", "token_type_ids", "labels"}, ...], ...],
    "vocab": <WordPiece vocabulary file>, "pad_to_multiple_of": int}  ->  {"lengths": [...]}:
    an epoch's batches of unpadded examples, for train's "data" (hf_torch's classifier only: the
@@ -34,7 +36,7 @@ The caller times train and infer around the request (what it sees is what it com
 An error in a request replies {"error": "<type>: <message>"} and the worker exits 1.
 
 A peer's module has a class Peer(config, batch, precision, seed, threads, head) with
-count_params(), train(steps, data=None) -> the steps' losses, get_num_threads() and a
+count_params(), train(steps, data=None) -> train's reply, get_num_threads() and a
 `versions` dict (where it trains epochs, also load(name, batches, vocab, pad_to_multiple_of) ->
 the padded lengths), and may have a class Encoder(model_dir, batch, threads) with the same but
 infer(steps, save) for train.
@@ -49,7 +51,7 @@ import sys
 # The sides this worker runs, and what every side's Peer is built with: its precision, and its
 # head (the pretraining benchmark's MLM + NSP, or the fine-tuning benchmark's classifier).
 PEERS = ("hf_torch", "model_garden")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp16")
 HEADS = ("pretraining", "classifier")
 
 
@@ -125,7 +127,7 @@ def serve(module, requests, replies) -> int:
                     )
                 if op == "train":
                     data = {"data": request["data"]} if request.get("data") else {}
-                    reply = {"losses": built["train"].train(int(request["steps"]), **data)}
+                    reply = built["train"].train(int(request["steps"]), **data)
                 else:
                     built["infer"].infer(int(request["steps"]), request.get("save"))
                     reply = {}

@@ -34,11 +34,14 @@ FLOPs each side executes as numerator: Cloze's last layer skips the positions no
 (bench/flops.bert_pretraining_flops' last_layer_queries), so its `mfu` credits it with work it
 did not do and its `hfu` does not.
 
-Under --precision=bf16 the fp32 peak stays the issue's yardstick (an MFU above 100% then means
-the bf16 products ran faster than fp32 ones can), and the peak of the products in the compute
-dtype is measured once as well (`precision_peak`: the same square products in bfloat16); each
-side's `mfu_precision` and `hfu_precision` divide by that one, which says how close each side
-runs to what the hardware does in the precision it computes in.
+Under --precision=bf16 or fp16 the fp32 peak stays the issue's yardstick (an MFU above 100% then
+means the low-precision products ran faster than fp32 ones can), and the peak of the products in
+the compute dtype is measured once as well (`precision_peak`: the same square products in
+bfloat16 or float16); each side's `mfu_precision` and `hfu_precision` divide by that one, which
+says how close each side runs to what the hardware does in the precision it computes in. fp16
+trains every side with its library's dynamic loss scaling (Keras' LossScaleOptimizer through the
+Trainer, PyTorch's GradScaler, tf_keras' for Model Garden); the steps a scaler skipped on an
+overflow (its scale halved) are counted per side as `overflow_steps`.
 
 oneDNN: TensorFlow turns its oneDNN kernels on by default only on CPUs with AVX-512 VNNI /
 BF16 or AMX; on others (the 2-core AVX2 hosts of sessions 1-10 here) they are off unless the
@@ -55,17 +58,14 @@ bench/HISTORY.md gives the figures both ways:
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 
 import numpy as np
 
-# --precision -> Keras dtype policy. fp16 would also need loss scaling in the train step, which
-# training/trainer.py does not have yet, so it is refused rather than measured wrongly.
-PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
-# The dtype each precision's matmuls run in (the policy's compute dtype).
-COMPUTE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+# The dtype each precision's matmuls run in (the compute dtype of its policy,
+# training/optimization.PRECISIONS).
+COMPUTE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 # The matmul peak measured before every round: one 2048-square product, best of 3 (17 GFLOP each:
 # about 0.1 s on an idle core pair), short enough to sit beside every round.
@@ -93,24 +93,6 @@ def parse_size(spec: str, vocab_size: int = 30522, max_seq_length: int = 512):
         max_position_embeddings=max(max_seq_length, 512),
         type_vocab_size=2,
     )
-
-
-@contextlib.contextmanager
-def dtype_policy(precision: str):
-    """Builds models under the Keras dtype policy of `precision`, restoring the old one after."""
-    import keras
-
-    if precision not in PRECISION_POLICIES:
-        raise ValueError(
-            f"precision {precision!r}: expected one of {sorted(PRECISION_POLICIES)} (fp16 needs "
-            "loss scaling, which the train step does not have yet)"
-        )
-    old = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(PRECISION_POLICIES[precision])
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(old)
 
 
 def full_encoder_inputs(rng, batch: int, seq: int, vocab_size: int) -> dict:
@@ -338,14 +320,18 @@ class WorkerPeer(Worker):
         super().__init__(kind, build, python)
 
     def train_steps(self, iterator, steps: int):
-        """`steps` train steps in the worker; rows of (loss, 1.0 if finite else 0.0), the finite
-        flag last as in the Trainer's rows. `iterator`: None for the batch the worker was built
-        with, or the name of batches load() sent (the worker holds the data)."""
+        """`steps` train steps in the worker; rows of (loss, overflow, applied), the last two as
+        the Trainer's last two columns: 1.0 where fp16's loss scale overflowed, and 1.0 where
+        the update was applied (the loss finite, no overflow). `iterator`: None for the batch the
+        worker was built with, or the name of batches load() sent (the worker holds the data)."""
         request = {"op": "train", "steps": int(steps)}
         if iterator is not None:
             request["data"] = str(iterator)
-        losses = np.asarray(self.ask(request)["losses"], float)
-        return np.stack([losses, np.isfinite(losses).astype(float)], axis=1)
+        reply = self.ask(request)
+        losses = np.asarray(reply["losses"], float)
+        overflow = np.asarray(reply["overflow"], bool)
+        applied = np.isfinite(losses) & ~overflow
+        return np.stack([losses, overflow, applied], axis=1).astype(float)
 
     def load(self, name: str, batches: list, vocab, pad_to_multiple_of: int) -> list:
         """Sends an epoch's batches (lists of unpadded examples: input_ids, token_type_ids,
@@ -368,11 +354,13 @@ def params_of(side) -> int:
     return int(model.count_params())
 
 
-def _trainer(strategy, model, use_xla: bool, parallel_micro_batches: int = 1):
+def _trainer(strategy, model, precision: str, use_xla: bool, parallel_micro_batches: int = 1):
     from training import optimization, tasks, trainer
 
-    # run_pretraining.build_model's optimizer (AdamW, BERT's settings), built before the first step.
+    # run_pretraining.build_model's optimizer (AdamW, BERT's settings; under fp16 in Keras'
+    # LossScaleOptimizer, the Trainer's dynamic loss scaling), built before the first step.
     optimizer = optimization.create_optimizer(1e-4, 10_000, 0)
+    optimizer = optimization.with_loss_scaling(optimizer, precision)
     optimizer.build(model.trainable_variables)
     task = tasks.bert_pretraining_task(model)
     return trainer.Trainer(
@@ -397,11 +385,11 @@ def build_trainers(
     import keras
 
     from modeling import bert
-    from training import distribute
+    from training import distribute, optimization
 
     # run_pretraining's default --distribution_strategy=one_device (first GPU, else the CPU).
     strategy = distribute.get_strategy("one_device")
-    with dtype_policy(precision), strategy.scope():
+    with optimization.dtype_policy(precision), strategy.scope():
         keras.utils.set_random_seed(seed)
         cloze = bert.BertPretrainer(config, "nsp")
         cloze.build()
@@ -409,26 +397,41 @@ def build_trainers(
         keras.utils.set_random_seed(seed)
         hub = KerasHubPretrainer(config)
         trainers = {
-            "cloze": _trainer(strategy, cloze, use_xla, parallel_micro_batches),
-            "keras_hub": _trainer(strategy, hub, use_xla, parallel_micro_batches),
+            "cloze": _trainer(strategy, cloze, precision, use_xla, parallel_micro_batches),
+            "keras_hub": _trainer(strategy, hub, precision, use_xla, parallel_micro_batches),
         }
         if encoder_branches > 1:
             keras.utils.set_random_seed(seed)
             plain = bert.BertPretrainer(config, "nsp")
             plain.build()
-            trainers["cloze_plain"] = _trainer(strategy, plain, use_xla, parallel_micro_batches)
+            trainers["cloze_plain"] = _trainer(
+                strategy, plain, precision, use_xla, parallel_micro_batches
+            )
         return trainers
+
+
+def overflow_steps(name: str, rows) -> int:
+    """How many of a timed call's steps fp16's loss scaling skipped on an overflow (the scale
+    halved: every side's scaler does this, a few times until its scale fits the gradients).
+    `rows`: a Trainer's train_steps rows, or a WorkerPeer's in the same last two columns
+    (overflow, applied). Raises when a step was skipped for any other reason (a non-finite loss
+    or gradient): the benchmark would time steps that did not train."""
+    overflow, applied = rows[:, -2] > 0.5, rows[:, -1] > 0.5
+    if not np.all(applied | overflow):
+        raise RuntimeError(f"{name}: a non-finite step during the benchmark")
+    return int(overflow.sum())
 
 
 def time_trainers(
     trainers: dict, batch: dict, steps: int, rounds: int, peak_fn=None, log=None
-) -> tuple[dict, dict]:
+) -> tuple[dict, dict, dict]:
     """Alternates timed rounds of `steps` train steps between the trainers (after one untimed
     warm-up round each, which traces and compiles). With `peak_fn` (a no-argument callable
     returning FLOP/s) the matmul peak is measured right before every side's round.
 
-    Returns ({name: [seconds per step, ...]}, {name: [FLOP/s before each of its rounds]}); the
-    second is empty lists without peak_fn.
+    Returns ({name: [seconds per step, ...]}, {name: [FLOP/s before each of its rounds]},
+    {name: timed steps fp16's loss scaling skipped (overflow_steps)}); the second is empty
+    lists without peak_fn.
     """
     import tensorflow as tf
 
@@ -438,6 +441,7 @@ def time_trainers(
         fit.train_steps(iterators[name], 1)
     times = {name: [] for name in trainers}
     peaks = {name: [] for name in trainers}
+    overflows = dict.fromkeys(trainers, 0)
     started = time.perf_counter()
     for r in range(rounds):
         # Swap the order every round so neither side always runs right after the other.
@@ -448,8 +452,7 @@ def time_trainers(
             start = time.perf_counter()
             rows = trainers[name].train_steps(iterators[name], steps)
             times[name].append((time.perf_counter() - start) / steps)
-            if not np.all(rows[:, -1] > 0.5):
-                raise RuntimeError(f"{name}: a non-finite step during the benchmark")
+            overflows[name] += overflow_steps(name, rows)
         done = time.perf_counter() - started
         log(
             f"round {r + 1}/{rounds}: "
@@ -461,7 +464,7 @@ def time_trainers(
             )
             + f" | {done:.0f} s, ETA {done / (r + 1) * (rounds - r - 1):.0f} s"
         )
-    return times, peaks
+    return times, peaks, overflows
 
 
 def padding_fraction(path: str, max_seq_length: int, max_records: int = 100_000) -> dict:
@@ -510,9 +513,9 @@ def run(
 
     `steps`: timed steps per round for each size (one int for all sizes). `peak`: a result of
     bench/flops.matmul_peak_flops, measured here when None. `precision_peak`: the same in the
-    precision's compute dtype when that is not float32 (bf16), measured here when None (module
-    docstring); unused in fp32. `round_peak`: keyword arguments of
-    the matmul_peak_flops measured before every round (ROUND_PEAK when None; see the module
+    precision's compute dtype when that is not float32 (bf16, fp16), measured here when None
+    (module docstring); unused in fp32. `round_peak`: keyword arguments of the
+    matmul_peak_flops measured before every round (ROUND_PEAK when None; see the module
     docstring). `parallel_micro_batches`: the Trainer option, on both sides alike.
     `encoder_branches`: Cloze's encoder option (build_trainers), on Cloze's side only.
     `extra_peers`: names of WORKER_PEERS (hf_torch, model_garden) also timed in the same
@@ -557,7 +560,7 @@ def run(
                     "versions": peer.versions,
                     "threads": peer.threads,
                 }
-            times, peaks = time_trainers(
+            times, peaks, overflows = time_trainers(
                 trainers,
                 data,
                 n,
@@ -597,6 +600,7 @@ def run(
                 "executed_flops_per_step": executed[name],
                 "hfu": executed[name] / best / best_peak,
                 "params": params_of(trainers[name]),
+                "overflow_steps": overflows[name],
             }
             if precision_peak is not None:
                 top = precision_peak["flops_per_s"]

@@ -65,7 +65,13 @@ flags.DEFINE_list(
 flags.DEFINE_string(
     "default_run_dir", "default_run", "run_default.py's --work_dir: corpus, vocab.txt, data."
 )
-flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16"], "Keras dtype policy of both models.")
+flags.DEFINE_enum(
+    "precision",
+    "fp32",
+    ["fp32", "bf16", "fp16"],
+    "Precision of every side (Keras' mixed policies; fp16 with each library's dynamic loss "
+    "scaling).",
+)
 flags.DEFINE_bool("use_xla", False, "Compile steps with XLA (both sides alike).")
 flags.DEFINE_integer(
     "parallel_micro_batches",
@@ -277,7 +283,7 @@ def run_benchmarks(
     if "pretrain" in which:
         begin("pretrain")
         peak = flops.matmul_peak_flops(**s["peak"])
-        dtype = pretrain_throughput.COMPUTE_DTYPES[precision]  # bf16: its own peak as well
+        dtype = pretrain_throughput.COMPUTE_DTYPES[precision]  # bf16, fp16: its own peak too
         low = None if dtype == "float32" else flops.matmul_peak_flops(**s["peak"], dtype=dtype)
         results["pretrain"] = pretrain_throughput.run(
             peak=peak,
@@ -385,7 +391,7 @@ def table(results: dict) -> str:
                     if "hfu" in x and x["executed_flops_per_step"] != r["flops_per_step"]
                     else ""
                 )
-                # Under bf16 also over the bf16 peak (a bf16 step can beat the fp32 one).
+                # Under bf16 / fp16 also over that dtype's peak (it can beat the fp32 one).
                 + (
                     f"; of the {p['precision_peak']['dtype']} peak {x['mfu_precision']:.0%}"
                     + (

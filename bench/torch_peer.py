@@ -7,9 +7,12 @@ trains it: eager forward with `labels` (-100 where no loss is read) and `next_se
 backward, global-norm clipping at 1.0, torch.optim.AdamW with BERT's settings (lr 1e-4, eps
 1e-6, weight decay 0.01 except LayerNorm and bias) and a linear decay. Under --precision=bf16
 the forward runs in torch.autocast("cpu", bfloat16), PyTorch's counterpart of Keras'
-mixed_bfloat16 policy (float32 weights and optimizer). BertForPreTraining projects every
-position to the vocabulary, not only the masked ones: that is the model users run, so it is
-what is timed, and pretrain_throughput counts those FLOPs in its `hfu`. torch.compile
+mixed_bfloat16 policy (float32 weights and optimizer); under fp16 in torch.autocast's float16
+with torch.amp.GradScaler's dynamic loss scaling at its defaults, used as transformers' Trainer
+uses it (scale the loss, unscale before clipping, a step it skips on an overflow).
+BertForPreTraining projects every position to the vocabulary, not only the masked ones: that
+is the model users run, so it is what is timed, and pretrain_throughput counts those FLOPs in
+its `hfu`. torch.compile
 (inductor) gave no gain at L4/H256 batch 8 on the thirty-ninth session's host (0.80-0.83 s a
 step against 0.74-0.87 eager, after 49 s of compiling), so the eager model is timed.
 Peer with head="classifier" is the fine-tuning benchmark's side (BertForSequenceClassification,
@@ -112,6 +115,8 @@ class Peer:
             self.optimizer, lambda step: max(0.0, 1.0 - step / 10_000)
         )
         self.precision = precision
+        # fp16's dynamic loss scaling (disabled, a pass-through, in fp32 and bf16).
+        self.scaler = torch.amp.GradScaler("cpu", enabled=precision == "fp16")
         self.data = {}  # load()'s epochs: {name: (batches, collator)}
         self.versions = {"torch": torch.__version__, "transformers": transformers.__version__}
 
@@ -137,24 +142,33 @@ class Peer:
         self.data[name] = (batches, collator)
         return [int(collator(b)["input_ids"].shape[1]) for b in batches]
 
-    def step(self, batch: dict) -> float:
+    def step(self, batch: dict) -> tuple[float, bool]:
+        """One train step: its loss, and whether fp16's scaler found an overflow (the update
+        skipped, the scale halved)."""
         torch = self.torch
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+        autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+        with torch.autocast("cpu", dtype=autocast or torch.float32, enabled=autocast is not None):
             loss = self.model(**batch).loss
-        loss.backward()
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optimizer.step()
+        scale = self.scaler.get_scale()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         self.schedule.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
+        return float(loss.detach()), self.scaler.get_scale() < scale
 
-    def train(self, steps: int, data: str | None = None) -> list:
+    def train(self, steps: int, data: str | None = None) -> dict:
         """`steps` steps on the fixed batch, or with `data` on the batches load() kept under that
-        name (in order, from the first, padded by the collator in the step's time)."""
+        name (in order, from the first, padded by the collator in the step's time). Returns
+        {"losses": [...], "overflow": [...]}, a flag per step (peer_worker's train reply)."""
         if data is None:
-            return [self.step(self.batch) for _ in range(steps)]
-        batches, collator = self.data[data]
-        return [self.step(collator(batches[i % len(batches)])) for i in range(steps)]
+            out = [self.step(self.batch) for _ in range(steps)]
+        else:
+            batches, collator = self.data[data]
+            out = [self.step(collator(batches[i % len(batches)])) for i in range(steps)]
+        return {"losses": [loss for loss, _ in out], "overflow": [o for _, o in out]}
 
 
 def _no_decay(name: str) -> bool:

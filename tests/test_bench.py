@@ -6,6 +6,7 @@ work (equal parameter counts, equal outputs, equal records, identical token ids)
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -63,9 +64,6 @@ def test_pretraining_flops_match_a_hand_count():
 def test_parse_size_refuses_a_bad_spec():
     with pytest.raises(ValueError, match="L<layers>"):
         pretrain_throughput.parse_size("4 layers")
-    with pytest.raises(ValueError, match="fp16"):
-        with pretrain_throughput.dtype_policy("fp16"):
-            pass
 
 
 def test_ids_check_compares_every_line_and_names_the_first_difference():
@@ -457,44 +455,49 @@ def test_pretrain_run_measures_the_peak_before_every_round(monkeypatch):
     assert len(logged) == 3 and "ETA" in logged[-1]
 
 
-def test_bf16_run_also_divides_by_the_peak_of_bfloat16_products(monkeypatch):
-    # Under bf16 the fp32 peak stays the issue's yardstick and the bfloat16 products' peak is
-    # measured once as well; each side's mfu_precision / hfu_precision divide by it, and the
-    # table prints both. fp32 runs measure no second peak.
+@pytest.mark.parametrize("precision, dtype", [("bf16", "bfloat16"), ("fp16", "float16")])
+def test_low_precision_run_also_divides_by_the_peak_of_its_products(monkeypatch, precision, dtype):
+    # Under bf16 or fp16 the fp32 peak stays the issue's yardstick and the peak of the products
+    # in the compute dtype is measured once as well; each side's mfu_precision / hfu_precision
+    # divide by it, and the table prints both. fp32 runs measure no second peak. Every side
+    # counts the steps its loss scaling skipped (none in fp32 and bf16, nor here in fp16 at
+    # BERT's initial weights).
     calls = []
 
     def fake_peak(sizes=(2048,), repeats=3, dtype="float32"):
         calls.append(dtype)
-        return {"flops_per_s": 7e9 if dtype == "bfloat16" else 1e9, "by_size": {}, "dtype": dtype}
+        return {"flops_per_s": 1e9 if dtype == "float32" else 7e9, "by_size": {}, "dtype": dtype}
 
     monkeypatch.setattr(flops, "matmul_peak_flops", fake_peak)
     monkeypatch.setattr(pretrain_throughput, "print", lambda *_: None, raising=False)
     tiny = dict(sizes=("L1/H12/A3/I17",), batch=3, seq=7, predictions=2, steps=1, rounds=1)
     tiny["peak"] = {"flops_per_s": 1e9}
-    result = pretrain_throughput.run(**tiny, precision="bf16", vocab_size=53, round_peak={})
-    assert calls == ["bfloat16", "float32", "float32"]  # once, then before each side's round
-    assert result["precision_peak"]["dtype"] == "bfloat16"
+    result = pretrain_throughput.run(**tiny, precision=precision, vocab_size=53, round_peak={})
+    assert calls == [dtype, "float32", "float32"]  # once, then before each side's round
+    assert result["precision_peak"]["dtype"] == dtype and result["precision"] == precision
     row = result["sizes"][0]
     for side in ("cloze", "keras_hub"):
         r = row[side]
         assert r["mfu_precision"] == pytest.approx(row["flops_per_step"] / r["step_s"] / 7e9)
         assert r["hfu_precision"] == pytest.approx(r["executed_flops_per_step"] / r["step_s"] / 7e9)
         assert r["mfu"] == pytest.approx(row["flops_per_step"] / r["step_s"] / 1e9)
+        assert r["overflow_steps"] == 0
     with helpers.entrypoint_module("bench/run_all.py") as run_all:
         lines = run_all.table({"pretrain": result}).splitlines()
     (cloze_line,) = [line for line in lines if line.startswith("| pretrain L1/H12/A3/I17")]
     c = row["cloze"]
-    assert f"of the bfloat16 peak {c['mfu_precision']:.0%}, HFU {c['hfu_precision']:.0%}" in (
+    assert f"of the {dtype} peak {c['mfu_precision']:.0%}, HFU {c['hfu_precision']:.0%}" in (
         cloze_line
     )
-    assert "| bfloat16 matmul peak, GFLOP/s | 7 | | |" in lines
-    with pytest.raises(ValueError, match="measured in float32, the bf16 step computes in bfloat16"):
-        pretrain_throughput.run(**tiny, precision="bf16", precision_peak=fake_peak())
+    assert f"| {dtype} matmul peak, GFLOP/s | 7 | | |" in lines
+    with pytest.raises(ValueError, match=f"in float32, the {precision} step computes in {dtype}"):
+        pretrain_throughput.run(**tiny, precision=precision, precision_peak=fake_peak())
 
     calls.clear()
     result = pretrain_throughput.run(**tiny, vocab_size=53, round_peak={})
     assert calls == ["float32"] * 2 and result["precision_peak"] is None  # the rounds only
     assert "mfu_precision" not in result["sizes"][0]["cloze"]
+    assert result["sizes"][0]["cloze"]["overflow_steps"] == 0
     with helpers.entrypoint_module("bench/run_all.py") as run_all:
         assert "bfloat16" not in run_all.table({"pretrain": result})
 
@@ -537,11 +540,51 @@ def test_time_trainers_without_a_peak_logs_each_round():
     trainers = pretrain_throughput.build_trainers(config, "fp32", use_xla=False)
     batch = pretrain_throughput.synthetic_batch(3, 7, 2, 53)
     logged = []
-    times, peaks = pretrain_throughput.time_trainers(trainers, batch, 1, 2, log=logged.append)
+    times, peaks, overflows = pretrain_throughput.time_trainers(
+        trainers, batch, 1, 2, log=logged.append
+    )
+    assert overflows == {"cloze": 0, "keras_hub": 0}
     assert set(times) == {"cloze", "keras_hub"} and all(len(t) == 2 for t in times.values())
     assert all(s > 0 for t in times.values() for s in t)
     assert peaks == {"cloze": [], "keras_hub": []}
     assert len(logged) == 2 and "GFLOP/s" not in logged[-1] and "ETA" in logged[-1]
+
+
+def test_fp16_sides_train_with_loss_scaling_and_count_the_steps_it_skipped():
+    # --precision=fp16: every Trainer side, pretraining's and fine-tuning's, builds under
+    # mixed_float16 with its optimizer in Keras' LossScaleOptimizer (run_pretraining's and
+    # run_classifier's training). From weights 150 times BERT's initial scale the first scaled
+    # gradients overflow float16: those steps are skipped, the scale halved, and time_trainers
+    # counts them per side instead of refusing them as non-finite steps.
+    import keras
+
+    from bench import finetune
+
+    config = pretrain_throughput.parse_size("L1/H12/A3/I17", vocab_size=53, max_seq_length=7)
+    for fits in (finetune.build_trainers(config, "fp16"), finetune.build_trainers(config)):
+        scaled = fits["cloze"].loss_scale is not None
+        for fit in fits.values():
+            assert (fit.loss_scale is not None) == scaled
+            model = fit.task.model  # keras-hub's inside its ModelHolder
+            model = model.model if isinstance(model, pretrain_throughput.ModelHolder) else model
+            assert model.dtype_policy.name == ("mixed_float16" if scaled else "float32")
+    loud = dataclasses.replace(config, initializer_range=3.0)
+    trainers = pretrain_throughput.build_trainers(loud, "fp16", use_xla=False)
+    for fit in trainers.values():
+        assert isinstance(fit.loss_scale, keras.optimizers.LossScaleOptimizer)
+        assert isinstance(fit._inner, keras.optimizers.AdamW)
+    batch = pretrain_throughput.synthetic_batch(3, 7, 2, 53)
+    times, _, overflows = pretrain_throughput.time_trainers(
+        trainers, batch, 10, 2, log=lambda *_: None
+    )
+    for name, fit in trainers.items():
+        assert overflows[name] >= 1 and len(times[name]) == 2, overflows
+        assert float(fit.loss_scale.dynamic_scale) < 2.0**15
+    # Any other skipped step is still refused.
+    rows = np.zeros((2, 5))
+    rows[:, -1] = [1, 0]
+    with pytest.raises(RuntimeError, match="cloze: a non-finite step during the benchmark"):
+        pretrain_throughput.overflow_steps("cloze", rows)
 
 
 def test_kernel_speed_variants_agree_and_are_timed():
@@ -673,6 +716,73 @@ def test_gpu_mfu_profiles_both_sides_under_keras_jax_backend(tmp_path):
         assert row["cloze"]["hlo"]["flops"] < row["keras_hub"]["hlo"]["flops"]
         ratio = row["cloze"]["tokens_per_second"] / row["keras_hub"]["tokens_per_second"]
         assert row["ratio_cloze_over_keras_hub"] == pytest.approx(ratio)
+
+
+# Run under Keras' JAX backend (bench/gpu_mfu.py's), in a process of its own.
+_GPU_FP16 = """
+import json, sys
+import numpy as np
+from bench import gpu_mfu
+
+out = {}
+result = gpu_mfu.run(gpu_mfu.TINY_SIZES[:1], "fp16", steps=1, repeats=1, peak_n=64)
+out["peak_dtype"] = result["matmul_peak_dtype"]
+out["rows"] = [[r["policy"], r["cloze"]["final_loss"], r["keras_hub"]["final_loss"]]
+               for r in result["rows"]]
+gpu_mfu.set_precision("fp16")
+_, layers, hidden, heads, inner, batch, seq, predictions = gpu_mfu.TINY_SIZES[0]
+model = gpu_mfu.build_models(layers, hidden, heads, inner, seq)["cloze"]
+data = gpu_mfu.make_batch(batch, seq, predictions)
+optimizer, (trainable, fixed, opt_vars) = gpu_mfu.train_state(model, data)
+out["optimizer"] = type(optimizer).__name__
+scale = [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))
+moments = [k for k, v in enumerate(optimizer.variables) if "momentum" in v.path]
+step = gpu_mfu.jax_train_step(model, optimizer)
+
+def one_step(value):
+    v = list(opt_vars)
+    v[scale] = np.float32(value)
+    (new, _, new_vars), loss = step((trainable, fixed, v), data)
+    changed = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                  for a, b in zip(new, trainable))
+    m = np.concatenate([np.ravel(np.asarray(new_vars[k], np.float32)) for k in moments])
+    return float(new_vars[scale]), changed, m, float(loss)
+
+overflow = one_step(2.0**100)
+out["overflow"] = [overflow[0], overflow[1], overflow[3]]
+low, high = one_step(1.0), one_step(1024.0)
+out["scales"] = [low[0], high[0]]
+out["changed"] = [low[1], high[1]]
+big = np.abs(high[2]) > 1e-3 * np.abs(high[2]).max()
+out["moment_ratio"] = [float(np.median(low[2][big] / high[2][big])), float(big.sum())]
+print(json.dumps(out))
+"""
+
+
+def test_gpu_mfu_fp16_trains_both_sides_with_dynamic_loss_scaling(tmp_path):
+    # --precision=fp16 (GPUs without bfloat16): mixed_float16 on both sides, the peak taken of
+    # float16 products, and AdamW in Keras' LossScaleOptimizer, whose dynamic scale the jitted
+    # step reads from the optimizer's state: a scale that overflows float16 skips the update
+    # (the weights unchanged) and halves the scale; a finite step unscales the gradient, so
+    # the first moments (0.1 x gradient) are the same at scale 1 and 1024. Left scaled, the
+    # gradient would give moments 1024x larger at 1024; never scaled, it would not overflow at
+    # 2^100.
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    done = subprocess.run(
+        [sys.executable, "-c", _GPU_FP16], env=env, capture_output=True, text=True,
+        timeout=600, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["peak_dtype"] == "float16" and out["optimizer"] == "LossScaleOptimizer"
+    ((policy, cloze_loss, hub_loss),) = out["rows"]
+    assert policy == "mixed_float16" and np.isfinite(cloze_loss) and np.isfinite(hub_loss)
+    halved, changed, loss = out["overflow"]
+    assert halved == 2.0**99 and changed == 0.0 and np.isfinite(loss)
+    assert out["scales"] == [1.0, 1024.0]  # finite steps leave the scale (growth after 2000)
+    assert min(out["changed"]) > 0
+    ratio, compared = out["moment_ratio"]
+    assert compared > 100 and ratio == pytest.approx(1.0, abs=0.01)
 
 
 def test_gpu_mfu_compares_compiled_steps_only_with_timed_steps_of_their_precision(tmp_path):

@@ -10,6 +10,7 @@ one) has their libraries.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
@@ -51,6 +52,7 @@ class FakePeer:
         self.versions = {{"fake": "1"}}
         self.threads = threads
         self.losses = iter(json.loads(os.environ.get("FAKE_PEER_LOSSES", "[]")))
+        self.overflow = iter(json.loads(os.environ.get("FAKE_PEER_OVERFLOW", "[]")))
 
     def count_params(self):
         return 1234
@@ -62,7 +64,8 @@ class FakePeer:
         with open({log!r} + ".train", "a") as f:
             f.write(json.dumps(data) + "\\n")
         time.sleep(0.002 * steps)
-        return [next(self.losses, 1.0) for _ in range(steps)]
+        return {{"losses": [next(self.losses, 1.0) for _ in range(steps)],
+                "overflow": [next(self.overflow, False) for _ in range(steps)]}}
 
     def load(self, name, batches, vocab, pad_to_multiple_of):
         with open({log!r} + ".load", "a") as f:
@@ -160,9 +163,9 @@ def test_the_worker_replies_an_error_and_exits_on_a_bad_request():
     )
     # A build the worker cannot serve is refused before the peer (and its libraries) is built.
     build = {"op": "build", "config": {}, "batch": {}, "seed": 1, "threads": 1}
-    assert answer({**build, "precision": "fp16"}) == (
+    assert answer({**build, "precision": "fp8"}) == (
         1,
-        [{"error": "ValueError: precision 'fp16': expected one of ('fp32', 'bf16')"}],
+        [{"error": "ValueError: precision 'fp8': expected one of ('fp32', 'bf16', 'fp16')"}],
     )
     assert answer({**build, "precision": "bf16", "head": "tagger"}) == (
         1,
@@ -189,7 +192,8 @@ def test_worker_peer_speaks_to_its_worker_and_names_what_went_wrong(kind, fake_p
     python, log = fake_python
     config = pretrain_throughput.parse_size(TINY, vocab_size=53, max_seq_length=7)
     batch = pretrain_throughput.synthetic_batch(3, 7, 2, 53)
-    monkeypatch.setenv("FAKE_PEER_LOSSES", json.dumps([2.0, float("nan"), 1.5]))
+    monkeypatch.setenv("FAKE_PEER_LOSSES", json.dumps([2.0, float("nan"), 1.5, 1.4]))
+    monkeypatch.setenv("FAKE_PEER_OVERFLOW", json.dumps([False, False, False, True]))
     monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
     peer = pretrain_throughput.WorkerPeer(kind, config, batch, "bf16", python=python)
     sent = json.loads(log.read_text())
@@ -201,11 +205,15 @@ def test_worker_peer_speaks_to_its_worker_and_names_what_went_wrong(kind, fake_p
     assert sent["precision"] == "bf16" and sent["threads"] == len(os.sched_getaffinity(0))
     assert {k: np.asarray(v).tolist() for k, v in batch.items()} == sent["batch"]
     assert peer.count_params() == 1234 and peer.versions == {"fake": "1"}
-    # Rows as the Trainer's: the loss, then 1.0 where it is finite (the stdout chatter of the
-    # build did not get into the replies).
-    rows = peer.train_steps(None, 3)
-    np.testing.assert_array_equal(rows[:, 1], [1.0, 0.0, 1.0])
-    assert rows[0, 0] == 2.0 and rows[2, 0] == 1.5
+    # Rows end as the Trainer's: the loss, 1.0 where fp16's loss scale overflowed, 1.0 where
+    # the update was applied (finite, no overflow); the stdout chatter of the build did not
+    # get into the replies. time_trainers' check takes an overflow, not a non-finite loss.
+    rows = peer.train_steps(None, 4)
+    np.testing.assert_array_equal(rows[:, 1:], [[0, 1], [0, 0], [0, 1], [1, 0]])
+    assert rows[0, 0] == 2.0 and rows[2, 0] == 1.5 and rows[3, 0] == 1.4
+    assert pretrain_throughput.overflow_steps(kind, rows[[0, 2, 3]]) == 1
+    with pytest.raises(RuntimeError, match=f"{kind}: a non-finite step during the benchmark"):
+        pretrain_throughput.overflow_steps(kind, rows)
     peer.close()
     assert peer._proc.returncode == 0  # it was told to exit, and did
 
@@ -316,7 +324,7 @@ def test_the_real_peers_hold_clozes_parameters_and_train(kind, extra_params):
     cloze = bert.BertPretrainer(config, "nsp")
     cloze.build()
     batch = pretrain_throughput.synthetic_batch(3, 7, 2, 53)
-    for precision in ("fp32", "bf16"):
+    for precision in ("fp32", "bf16", "fp16"):
         peer = pretrain_throughput.WorkerPeer(kind, config, batch, precision, python=python)
         try:
             # The same network, to the last parameter (the MLM decoder tied to the word table).
@@ -324,11 +332,25 @@ def test_the_real_peers_hold_clozes_parameters_and_train(kind, extra_params):
             rows = peer.train_steps(None, 50)
         finally:
             peer.close()
-        assert rows[:, 1].all(), rows
+        # Every step applied, or under fp16 skipped by the library's loss scaler on an
+        # overflow (its first steps, until the scale fits the gradients; never otherwise).
+        overflow = pretrain_throughput.overflow_steps(f"{kind} {precision}", rows)
+        assert (overflow == 0) if precision != "fp16" else (overflow < 20), rows
         # One fixed batch, 50 AdamW steps at 1e-4: the loss (MLM ~ln 53 + NSP ~ln 2 at the
         # start) falls by about 0.003 a step, under dropout's noise of a few hundredths.
         assert rows[0, 0] == pytest.approx(np.log(53) + np.log(2), abs=1.0)
         assert rows[-5:, 0].mean() < rows[:5, 0].mean() - 0.08, rows[:, 0]
+    # fp16 from weights 150 times BERT's initial scale (initializer_range 3.0): the first
+    # scaled gradients overflow float16, so the library's scaler skips those steps, halving its
+    # scale, and the worker reports each; once the scale fits, every step is applied.
+    loud = dataclasses.replace(config, initializer_range=3.0)
+    peer = pretrain_throughput.WorkerPeer(kind, loud, batch, "fp16", python=python)
+    try:
+        rows = peer.train_steps(None, 30)
+    finally:
+        peer.close()
+    assert rows[:3, 1].all() and pretrain_throughput.overflow_steps(kind, rows) >= 3, rows
+    assert rows[-10:, 2].all(), rows
 
 
 @pytest.fixture
@@ -572,4 +594,4 @@ def test_the_real_classifiers_hold_clozes_parameters(kind):
     finally:
         peer.close()
     # Two classes, a fresh head: the cross-entropy starts near ln 2.
-    assert rows[:, 1].all() and rows[0, 0] == pytest.approx(np.log(2), abs=0.3), rows
+    assert rows[:, 2].all() and rows[0, 0] == pytest.approx(np.log(2), abs=0.3), rows

@@ -20,7 +20,7 @@ import tensorflow as tf
 from bench import pretrain_throughput, step_profile
 from modeling import bert, layers
 from tests.test_bert import copy_into_keras_hub
-from training import tasks
+from training import optimization, tasks
 
 SIZE = "L2/H12/A3/I17"
 VOCAB, BATCH, SEQ, PREDICTIONS = 53, 3, 7, 2
@@ -919,7 +919,7 @@ def test_fused_mlm_terms_under_bfloat16_equal_the_logits_path(monkeypatch, fused
     from modeling import losses
 
     calls = force_fused_xent(monkeypatch, fused)
-    with pretrain_throughput.dtype_policy("bf16"):
+    with optimization.dtype_policy("bf16"):
         keras.utils.set_random_seed(9)
         model = bert.BertPretrainer(tiny_config())
         model.build()
@@ -1152,7 +1152,7 @@ def test_dense_as_matmul_and_bias_add_equals_the_float64_formula(shape):
 
 
 def test_dense_under_mixed_bfloat16_computes_in_bfloat16():
-    with pretrain_throughput.dtype_policy("bf16"):
+    with optimization.dtype_policy("bf16"):
         dense = layers.Dense(4, "gelu")
         x = tf.ones((2, 3, 5))
         y = dense(x)
@@ -1303,7 +1303,7 @@ def test_residual_layer_norm_with_rows_unknown_when_traced_equals_the_layers(mon
 def test_residual_layer_norm_under_bfloat16_computes_in_float32(fused_norm_at_any_size):
     # bf16 activations in, bf16 out, float32 gradients for gamma and beta; the values are the
     # float32 computation on the same bf16 inputs within bf16 rounding (2^-8 relative).
-    with pretrain_throughput.dtype_policy("bf16"):
+    with optimization.dtype_policy("bf16"):
         norm, dropout, x, y, upstream = _residual_norm_case(dtype=tf.bfloat16)
         got, dtypes = _norm_and_grads(
             lambda: layers.residual_layer_norm(norm, x, y, dropout, training=True),
