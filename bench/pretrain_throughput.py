@@ -436,7 +436,14 @@ def time_trainers(
     import tensorflow as tf
 
     log = print if log is None else log  # progress lines with an ETA: rounds take minutes
-    iterators = {name: iter(tf.data.Dataset.from_tensors(batch).repeat()) for name in trainers}
+    # A worker peer holds the batch it was built with (None asks for it); a name there would
+    # ask for data load() never sent.
+    iterators = {
+        name: None
+        if isinstance(fit, WorkerPeer)
+        else iter(tf.data.Dataset.from_tensors(batch).repeat())
+        for name, fit in trainers.items()
+    }
     for name, fit in trainers.items():
         fit.train_steps(iterators[name], 1)
     times = {name: [] for name in trainers}

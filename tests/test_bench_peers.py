@@ -53,6 +53,7 @@ class FakePeer:
         self.threads = threads
         self.losses = iter(json.loads(os.environ.get("FAKE_PEER_LOSSES", "[]")))
         self.overflow = iter(json.loads(os.environ.get("FAKE_PEER_OVERFLOW", "[]")))
+        self.loaded = set()
 
     def count_params(self):
         return 1234
@@ -61,6 +62,8 @@ class FakePeer:
         return self.threads
 
     def train(self, steps, data=None):
+        if data is not None and data not in self.loaded:  # as the real peers' self.data[data]
+            raise KeyError(data)
         with open({log!r} + ".train", "a") as f:
             f.write(json.dumps(data) + "\\n")
         time.sleep(0.002 * steps)
@@ -68,6 +71,7 @@ class FakePeer:
                 "overflow": [next(self.overflow, False) for _ in range(steps)]}}
 
     def load(self, name, batches, vocab, pad_to_multiple_of):
+        self.loaded.add(name)
         with open({log!r} + ".load", "a") as f:
             f.write(json.dumps(dict(name=name, batches=batches, vocab=vocab,
                                     multiple=pad_to_multiple_of)) + "\\n")
