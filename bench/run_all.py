@@ -120,6 +120,23 @@ def selected(names: list[str]) -> list[str]:
     return list(BENCHMARKS) if "all" in names else list(names)
 
 
+# The flags that give a value per --sizes entry, and the benchmark that reads each.
+PER_SIZE_FLAGS = {
+    "steps": "pretrain",
+    "finetune_steps": "finetune",
+    "finetune_batches": "finetune",
+}
+
+
+def check_per_size(which: list[str], sizes: list[str], values: dict) -> None:
+    """Raises ValueError naming the first PER_SIZE_FLAGS list (values: {flag: list}) read by a
+    benchmark in `which` that does not hold one value per size. Those of benchmarks that do not
+    run are not read, so a pretraining run at one size need not restate the fine-tuning lists."""
+    for name, bench in PER_SIZE_FLAGS.items():
+        if bench in which and len(values[name]) != len(sizes):
+            raise ValueError(f"--{name}: {len(values[name])} values for {len(sizes)} sizes")
+
+
 def resolve_inputs(default_run_dir: Path, work: Path) -> dict:
     """corpus, vocab and (if any) records: the default run's, else built or fetched."""
     corpus = default_run_dir / "corpus" / "train.txt"
@@ -657,11 +674,12 @@ def main(argv):
         pretrain_throughput.checked_peers(FLAGS.extra_peers)
     except ValueError as e:
         raise app.UsageError(f"--extra_peers: {e}") from None
-    for name in ("steps", "finetune_steps", "finetune_batches"):
-        if len(FLAGS[name].value) != len(FLAGS.sizes):
-            raise app.UsageError(
-                f"--{name}: {len(FLAGS[name].value)} values for {len(FLAGS.sizes)} sizes"
-            )
+    try:
+        check_per_size(
+            selected(FLAGS.benchmarks), FLAGS.sizes, {n: FLAGS[n].value for n in PER_SIZE_FLAGS}
+        )
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     s = settings(
         FLAGS.quick,
         FLAGS.sizes,

@@ -386,6 +386,29 @@ def test_the_default_runs_the_issues_four_benchmarks_and_all_adds_the_extras(
     assert "wall time per benchmark: pretrain" in result.stdout
 
 
+def test_run_all_reads_the_per_size_lists_of_the_benchmarks_it_runs():
+    # --sizes with one entry and --steps=2 for a pretraining run alone: the fine-tuning lists
+    # (two values by default) are not read, so not checked; a run that reads them is refused,
+    # naming the flag, before anything is written.
+    with helpers.entrypoint_module("bench/run_all.py") as run_all:
+        lists = {"steps": ["2"], "finetune_steps": ["5", "1"], "finetune_batches": ["16", "3"]}
+        run_all.check_per_size(["pretrain", "tokenize"], ["L4/H256/A4/I1024"], lists)
+        with pytest.raises(ValueError, match="--finetune_steps: 2 values for 1 sizes"):
+            run_all.check_per_size(["pretrain", "finetune"], ["L4/H256/A4/I1024"], lists)
+        with pytest.raises(ValueError, match="--steps: 1 values for 2 sizes"):
+            run_all.check_per_size(["pretrain"], ["L1/H2/A1/I3", "L2/H2/A1/I3"], lists)
+        run_all.check_per_size(["tokenize"], ["L1/H2/A1/I3", "L2/H2/A1/I3"], lists)
+
+
+def test_run_all_refuses_a_list_that_does_not_match_the_sizes(tmp_path):
+    out = tmp_path / "out"
+    result = helpers.run_main(
+        "bench/run_all.py", [f"--output_dir={out}", "--benchmarks=finetune", "--sizes=L1/H2/A1/I3"]
+    )
+    assert result.returncode == 1
+    assert "--finetune_steps: 2 values for 1 sizes" in result.stderr and not out.exists()
+
+
 def test_create_data_headline_is_the_wall_clock_ratio_and_memory_is_extrapolated():
     rows = [
         {
