@@ -111,6 +111,15 @@ flags.DEFINE_bool(
     "--dynamic_padding on 2 CPU cores, epochs of single sentences and of sentence pairs trained "
     "1.5-2.2x faster at L4/H256 and BERT-base (README). Not with TPUs (static shapes).",
 )
+flags.DEFINE_enum(
+    "precision",
+    "fp32",
+    ["fp32", "bf16", "fp16"],
+    "Compute precision, as run_pretraining's flag: fp32, or mixed precision with float32 "
+    "variables, softmax, losses and logits: bf16 (mixed_bfloat16) or fp16 (mixed_float16 with "
+    "dynamic loss scaling; an overflow step halves the scale and is not applied). Checkpoints "
+    "hold float32 weights at every precision; a resume with another precision is refused.",
+)
 flags.DEFINE_bool(
     "dynamic_padding",
     True,
@@ -332,7 +341,7 @@ def main(argv):
         logging.info("%d training steps, %d warmup", num_train_steps, num_warmup_steps)
 
     keras.utils.set_random_seed(FLAGS.random_seed)
-    with strategy.scope():
+    with strategy.scope(), optimization.dtype_policy(FLAGS.precision):
         if is_xlnet:  # the summary is the last token's content stream; no --pooling
             model = xlnet.XLNetClassifier(config, task.num_outputs)
         elif is_elmo:
@@ -359,6 +368,7 @@ def main(argv):
             num_layers,
             FLAGS.layerwise_lr_decay,
         )
+        optimizer = optimization.with_loss_scaling(optimizer, FLAGS.precision)
         # Built under the scope before the first step (shared/NOTES.md).
         optimizer.build(model.trainable_variables)
     if task.kind == glue.REGRESSION:
@@ -462,6 +472,7 @@ def main(argv):
                     {
                         "skip_corrupt_records": FLAGS.skip_corrupt_records,
                         "group_by_length": FLAGS.group_by_length,  # another input pipeline
+                        "precision": FLAGS.precision,  # fp16 adds the loss scale's state
                     }
                 ),
                 input_files=(train_file,),

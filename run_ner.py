@@ -148,6 +148,16 @@ flags.DEFINE_bool(
     "--feature_cache) on each batch's real tokens alone, as run_pretraining's flag: the same "
     "outputs at real tokens up to float rounding. Not for ELMo or TPUs.",
 )
+flags.DEFINE_enum(
+    "precision",
+    "fp32",
+    ["fp32", "bf16", "fp16"],
+    "Compute precision of the trained tagger, as run_pretraining's flag: fp32, or mixed "
+    "precision with float32 variables, softmax, losses and logits: bf16 (mixed_bfloat16) or fp16 "
+    "(mixed_float16 with dynamic loss scaling; an overflow step halves the scale and is not "
+    "applied). --feature_cache's features are computed in float32. A resume with another "
+    "precision is refused.",
+)
 flags.DEFINE_bool(
     "dynamic_padding",
     True,
@@ -477,7 +487,7 @@ def main(argv):
             for x, name in ((train_enc, "train"), (dev_enc, "dev"), (test_enc, "test"))
         )
     keras.utils.set_random_seed(FLAGS.random_seed)
-    with strategy.scope():
+    with strategy.scope(), optimization.dtype_policy(FLAGS.precision):
         model = tagging.tagger_class(config, cached)(
             config,
             len(labels),
@@ -497,6 +507,7 @@ def main(argv):
             getattr(config, "num_hidden_layers", tagging.encoder_layers(config)),
             FLAGS.layerwise_lr_decay,
         )
+        optimizer = optimization.with_loss_scaling(optimizer, FLAGS.precision)
         # Built under the scope before the first step (shared/NOTES.md).
         optimizer.build(model.trainable_variables)
     logging.info(
@@ -592,6 +603,7 @@ def main(argv):
                     {
                         "skip_corrupt_records": FLAGS.skip_corrupt_records,
                         "group_by_length": FLAGS.group_by_length,  # another input pipeline
+                        "precision": FLAGS.precision,  # fp16 adds the loss scale's state
                     }
                 ),
                 input_files=() if cached else (train_file,),

@@ -605,7 +605,11 @@ def _train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, cu
                 # Flags that change the input pipeline or the model's heads: a resume with
                 # other values is refused naming them (their checkpoints do not restore).
                 run_settings_json=json.dumps(
-                    {k: FLAGS[k].value for k in ("skip_corrupt_records", "span_boundary_objective")}
+                    {
+                        k: FLAGS[k].value
+                        # --precision: fp16 adds the loss scale's state to the checkpoint
+                        for k in ("skip_corrupt_records", "span_boundary_objective", "precision")
+                    }
                 ),
             ),
             global_batch_size=FLAGS.train_batch_size,

@@ -92,6 +92,15 @@ flags.DEFINE_bool(
     "original's loss reads the padding positions' logits, which this changes. Not with TPUs.",
 )
 flags.DEFINE_enum(
+    "precision",
+    "fp32",
+    ["fp32", "bf16", "fp16"],
+    "Compute precision, as run_pretraining's flag: fp32, or mixed precision with float32 "
+    "variables, softmax, losses and logits: bf16 (mixed_bfloat16) or fp16 (mixed_float16 with "
+    "dynamic loss scaling; an overflow step halves the scale and is not applied). Checkpoints "
+    "hold float32 weights at every precision; a resume with another precision is refused.",
+)
+flags.DEFINE_enum(
     "distribution_strategy",
     "one_device",
     ["one_device", "mirrored", "multi_worker_mirrored", "tpu"],
@@ -224,7 +233,7 @@ def main(argv):
         logging.info("%d training steps, %d warmup", num_train_steps, num_warmup_steps)
 
     keras.utils.set_random_seed(FLAGS.random_seed)
-    with strategy.scope():
+    with strategy.scope(), optimization.dtype_policy(FLAGS.precision):
         model = span_qa.BertSpanQA(config)
         model.build()
         if FLAGS.encoder_branches != 1:
@@ -240,6 +249,7 @@ def main(argv):
         optimizer = optimization.create_optimizer(
             FLAGS.learning_rate, max(num_train_steps, 1), num_warmup_steps
         )
+        optimizer = optimization.with_loss_scaling(optimizer, FLAGS.precision)
         # Built under the scope before the first step (shared/NOTES.md).
         optimizer.build(model.trainable_variables)
     output_dir = FLAGS.output_dir
@@ -302,6 +312,7 @@ def main(argv):
                         "skip_corrupt_records": FLAGS.skip_corrupt_records,
                         "train_dynamic_padding": train_trim,  # another loss, another pipeline
                         "group_by_length": FLAGS.group_by_length,  # another input pipeline
+                        "precision": FLAGS.precision,  # fp16 adds the loss scale's state
                     }
                 ),
                 input_files=(train_file,),

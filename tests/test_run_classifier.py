@@ -549,6 +549,36 @@ def test_dynamic_padding_evaluates_the_same_loss_and_is_refused_where_it_cannot_
     assert grouped_results["global_step"] == 2 and math.isfinite(grouped_results["loss"])
 
 
+def test_mixed_precision_fine_tunes_and_a_resume_keeps_its_precision(model_files, tmp_path):
+    # --precision as run_pretraining's: the same seeds, data and weights at the start, so bf16
+    # and fp16 runs end near the fp32 one but not on it (their products are rounded); fp16
+    # trains with Keras' dynamic loss scale (logged per step); a resume with another precision
+    # is refused, naming the flag, before anything is written.
+    data = tmp_path / "SST-2"
+    words = WORDS[:-3]
+    for split, n in (("train", 6), ("dev", 7)):
+        rows = [f"{' '.join(words[i % 9 : i % 9 + 2 + i % 3])} .\t{i % 2}" for i in range(n)]
+        (data / f"{split}.tsv").parent.mkdir(exist_ok=True)
+        (data / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    loss = {}
+    for precision in ("fp32", "bf16", "fp16"):
+        out = tmp_path / precision
+        args = [*common(model_files, data, out, "sst-2"), "--do_train", "--do_eval"]
+        run([*args, f"--precision={precision}"])
+        loss[precision] = results(out)["loss"]
+        log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+        scales = [r.get("loss_scale") for r in log]
+        assert scales == ([2.0**15] * len(log) if precision == "fp16" else [None] * len(log))
+        assert json.loads((out / "run_settings.json").read_text())["precision"] == precision
+    for precision in ("bf16", "fp16"):
+        assert 0 < abs(loss[precision] - loss["fp32"]) < 0.05, loss
+    checkpoints = sorted(p.name for p in (tmp_path / "fp16").glob("ckpt-*"))
+    toggled = run([*args, "--num_train_epochs=2"], False)  # fp16's folder, now at fp32
+    assert toggled.returncode != 0
+    assert "--precision was 'fp16' and is now 'fp32'" in toggled.stderr, toggled.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "fp16").glob("ckpt-*")) == checkpoints
+
+
 def test_two_workers_train_on_batches_cut_to_different_lengths_as_on_full_ones(
     model_files, tmp_path
 ):

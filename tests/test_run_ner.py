@@ -391,6 +391,34 @@ def test_feature_modes_share_one_cache_and_equal_the_recomputed_encoder(families
     assert tags == [list(x.tags) for x in dev]
 
 
+def test_mixed_precision_tags_near_float32_and_fp16_trains_with_a_loss_scale(files, tmp_path):
+    # --precision on a fine-tuned tagger with a BiLSTM head: the same seeds, data and starting
+    # weights, so the bf16 and fp16 runs' dev loss ends near fp32's but not on it; fp16 logs
+    # Keras' dynamic loss scale at every step; the precision is a run setting a resume keeps.
+    rng = np.random.default_rng(5)
+    rows = [(words[:4], tags[:4]) for words, tags in sentences(rng, 14)]
+    write_conll2003(tmp_path / "data" / "eng.train", rows[:8])
+    write_conll2003(tmp_path / "data" / "eng.testa", rows[8:])
+    loss = {}
+    for precision in ("fp32", "bf16", "fp16"):
+        out = tmp_path / precision
+        args = [
+            *common(files, tmp_path / "data", out), "--max_seq_length=16", "--lstm_units=3",
+            "--train_batch_size=4", "--learning_rate=5e-3", "--num_train_epochs=1",
+            "--save_checkpoints_steps=2", "--iterations_per_loop=2", "--do_train", "--do_eval",
+        ]  # fmt: skip
+        run([*args, f"--precision={precision}"])
+        loss[precision] = results(out / "eval_results.txt")["loss"]
+        log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+        scales = [r.get("loss_scale") for r in log]
+        assert scales == ([2.0**15] * len(log) if precision == "fp16" else [None] * len(log))
+    for precision in ("bf16", "fp16"):
+        assert 0 < abs(loss[precision] - loss["fp32"]) < 0.05, loss
+    toggled = run([*args, "--num_train_epochs=2"], False)  # fp16's folder, now at fp32
+    assert toggled.returncode != 0
+    assert "--precision was 'fp16' and is now 'fp32'" in toggled.stderr, toggled.stderr[-3000:]
+
+
 def test_dynamic_padding_tags_the_same_and_is_refused_where_it_cannot_apply(files, tmp_path):
     rng = np.random.default_rng(3)
     rows = [(words[:4], tags[:4]) for words, tags in sentences(rng, 14)]  # at most 7 of 16 pieces

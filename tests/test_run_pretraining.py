@@ -479,6 +479,9 @@ def test_speed_flags_train_and_log(setup, tmp_path):
     )
     log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
     assert log[0]["loss_scale"] == 2.0**15  # Keras' initial dynamic scale
+    # Its checkpoints hold the loss scale's state: a resume at another precision is refused.
+    bad = run([*common(d, config, out, 6), "--do_train", "--precision=bf16"], False)
+    assert bad.returncode != 0 and "--precision was 'fp16' and is now 'bf16'" in bad.stderr
     bad = run(
         [*common(d, config, tmp_path / "x", 2), "--do_train", "--gradient_accumulation_steps=4"],
         False,

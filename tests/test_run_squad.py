@@ -343,6 +343,47 @@ def test_prediction_with_dynamic_padding_equals_full_windows(smoke, files, tmp_p
     assert "--dynamic_padding: not here (a TPU needs static shapes)" in refused.stderr
 
 
+def test_mixed_precision_predicts_near_float32_and_fp16_trains_with_a_loss_scale(
+    smoke, files, tmp_path
+):
+    """--precision: the v1.1 run's float32 checkpoint predicting in bf16 and fp16 gives its
+    answers, with n-best logits within 2% of float32's but not equal to them (rounded products);
+    an fp16 training run logs Keras' dynamic loss scale and records its precision, so a resume
+    at another one is refused."""
+    trained, _ = finished(smoke["v1"])
+    want = read(trained, "nbest_predictions.json")
+    args = [
+        *common(files, tmp_path, files["sample"]),
+        f"--bert_config_file={files['dir'] / 'memorize_config.json'}",
+        "--max_seq_length=64", "--doc_stride=24", "--max_query_length=16",
+        f"--init_checkpoint={trained}", "--do_predict",
+    ]  # fmt: skip
+    for precision in ("bf16", "fp16"):
+        out = tmp_path / precision
+        result = run([*args, f"--output_dir={out}", f"--precision={precision}"])
+        assert result.returncode == 0, result.stderr[-4000:]
+        assert read(out, "predictions.json") == read(trained, "predictions.json")
+        differences = []  # relative, of the candidates both n-best lists hold
+        for qid, entries in read(out, "nbest_predictions.json").items():
+            wanted = {w["text"]: w for w in want[qid]}
+            for e in entries:
+                w = wanted.get(e["text"])
+                for key in ("start_logit", "end_logit") if w else ():
+                    differences.append(abs(e[key] - w[key]) / max(1.0, abs(w[key])))
+        assert len(differences) >= 10 and 0 < max(differences) < 0.02, (precision, differences)
+    out = tmp_path / "fp16_train"
+    train = [*common(files, out, files["sample"]), "--do_train", "--precision=fp16"]
+    result = run(train)
+    assert result.returncode == 0, result.stderr[-4000:]
+    log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    assert log and all(r["loss_scale"] == 2.0**15 for r in log)
+    assert json.loads((out / "run_settings.json").read_text())["precision"] == "fp16"
+    toggled = run([*train[:-1], "--num_train_epochs=4"])
+    assert toggled.returncode != 0 and "--precision was 'fp16' and is now 'fp32'" in (
+        toggled.stderr
+    )
+
+
 def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files, tmp_path):
     """--train_dynamic_padding: squad_dataset cuts each training batch to its longest window
     (the same windows and answers, only padding dropped), and with span_qa_task's mask_padding
@@ -470,6 +511,7 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
         "skip_corrupt_records": False,
         "train_dynamic_padding": True,
         "group_by_length": False,
+        "precision": "fp32",
     }
     toggled = run([*args, "--num_train_epochs=4"])
     assert toggled.returncode != 0
