@@ -152,11 +152,8 @@ flags.DEFINE_enum(
     "precision",
     "fp32",
     ["fp32", "bf16", "fp16"],
-    "Compute precision of the trained tagger, as run_pretraining's flag: fp32, or mixed "
-    "precision with float32 variables, softmax, losses and logits: bf16 (mixed_bfloat16) or fp16 "
-    "(mixed_float16 with dynamic loss scaling; an overflow step halves the scale and is not "
-    "applied). --feature_cache's features are computed in float32. A resume with another "
-    "precision is refused.",
+    flops.FINETUNE_PRECISION_HELP + " It sets the trained tagger's; --feature_cache's "
+    "features are computed in float32.",
 )
 flags.DEFINE_bool(
     "dynamic_padding",

@@ -95,10 +95,7 @@ flags.DEFINE_enum(
     "precision",
     "fp32",
     ["fp32", "bf16", "fp16"],
-    "Compute precision, as run_pretraining's flag: fp32, or mixed precision with float32 "
-    "variables, softmax, losses and logits: bf16 (mixed_bfloat16) or fp16 (mixed_float16 with "
-    "dynamic loss scaling; an overflow step halves the scale and is not applied). Checkpoints "
-    "hold float32 weights at every precision; a resume with another precision is refused.",
+    flops.FINETUNE_PRECISION_HELP,
 )
 flags.DEFINE_enum(
     "distribution_strategy",
