@@ -502,9 +502,10 @@ def test_fine_tuning_scripts_pass_skip_corrupt_records_through(name, tmp_path, m
     assert f"skipping 4 records of {damaged['path']}" in skip.stderr, skip.stderr[-2000:]
     assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-4")
     # The flag is recorded with the checkpoints; the fine-tuning scripts also record
-    # --group_by_length (another input pipeline, off here), run_squad --train_dynamic_padding
-    # too (another loss and pipeline, off here).
-    expected = {"skip_corrupt_records": True, "group_by_length": False}
+    # --group_by_length (another input pipeline, off here) and --precision (fp16's checkpoints
+    # hold the loss scale), run_squad --train_dynamic_padding too (another loss and pipeline,
+    # off here).
+    expected = {"skip_corrupt_records": True, "group_by_length": False, "precision": "fp32"}
     if name == "run_squad":
         expected["train_dynamic_padding"] = False
     assert json.loads((out / trainer.RUN_SETTINGS_FILE).read_text()) == expected
@@ -534,7 +535,11 @@ def test_toggling_span_boundary_objective_is_refused_naming_the_flag(tmp_path):
     assert first.returncode == 0, first.stderr[-2000:]
     assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-2")
     recorded = json.loads((out / trainer.RUN_SETTINGS_FILE).read_text())
-    assert recorded == {"skip_corrupt_records": False, "span_boundary_objective": True}
+    assert recorded == {
+        "skip_corrupt_records": False,
+        "span_boundary_objective": True,
+        "precision": "fp32",
+    }
     toggled = helpers.run_main("run_pretraining.py", [*common, "--num_train_steps=4"])
     assert toggled.returncode == 1
     assert re.search(
