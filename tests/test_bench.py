@@ -743,7 +743,7 @@ def test_gpu_mfu_profiles_both_sides_under_keras_jax_backend(tmp_path):
 
 # Run under Keras' JAX backend (bench/gpu_mfu.py's), in a process of its own.
 _GPU_FP16 = """
-import json, sys
+import json
 import numpy as np
 from bench import gpu_mfu
 
