@@ -74,7 +74,8 @@ flags.DEFINE_enum(
     ["fp32", "bf16", "fp16"],
     "Compute precision: fp32, or mixed precision with float32 variables, softmax and losses: "
     "bf16 (mixed_bfloat16) or fp16 (mixed_float16 with dynamic loss scaling; an overflow step "
-    "halves the scale and is not applied, and is not a non-finite step for --on_nonfinite).",
+    "halves the scale and is not applied, and is not a non-finite step for --on_nonfinite). "
+    "A resume with another precision is refused (fp16's checkpoints hold the loss scale).",
 )
 flags.DEFINE_enum(
     "optimizer",
