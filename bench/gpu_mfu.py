@@ -65,6 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.flops import bert_pretraining_flops  # noqa: E402
 from bench.hlo_inventory import kernel_inventory  # noqa: E402
+from bench.pretrain_throughput import COMPUTE_DTYPES  # noqa: E402
 from bench.step_profile import summarize_perfetto_trace  # noqa: E402
 from modeling import bert, losses  # noqa: E402
 
@@ -172,24 +173,24 @@ def jax_train_step(model, optimizer):
     stateless_apply unscales, skips a non-finite step and halves or doubles the scale."""
     import jax
 
-    scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-    index = [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale)) if scaled else 0
+    index = None  # of the dynamic scale in the optimizer's state, where it has one
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        index = [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))
 
     def compute_loss(trainable, non_trainable, batch, scale):
         outputs, non_trainable = model.stateless_call(
             trainable, non_trainable, batch, training=True
         )
         loss = loss_of(outputs, batch)
-        return (loss * scale if scaled else loss), (loss, non_trainable)
+        return (loss if scale is None else loss * scale), (loss, non_trainable)
 
     grad_fn = jax.value_and_grad(compute_loss, has_aux=True)
 
     @jax.jit
     def step(state, batch):
         trainable, non_trainable, opt_vars = state
-        (_, (loss, non_trainable)), grads = grad_fn(
-            trainable, non_trainable, batch, opt_vars[index]
-        )
+        scale = None if index is None else opt_vars[index]
+        (_, (loss, non_trainable)), grads = grad_fn(trainable, non_trainable, batch, scale)
         trainable, opt_vars = optimizer.stateless_apply(opt_vars, grads, trainable)
         return (trainable, non_trainable, opt_vars), loss
 
@@ -214,8 +215,6 @@ def matmul_peak(dtype, n=8192, repeats=10):
 
 
 POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16", "fp32": "float32"}
-# The dtype each precision's products run in: the matmul peak MFU is taken against.
-PEAK_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
 def set_precision(precision):
@@ -338,7 +337,7 @@ def run(
     import jax
     import keras_hub
 
-    peak = matmul_peak(PEAK_DTYPES[precision], n=peak_n)
+    peak = matmul_peak(COMPUTE_DTYPES[precision], n=peak_n)
     device = jax.devices()[0]
     result = {
         # The kind names the card ("NVIDIA H200"); str(device) alone said "cuda:0".
@@ -351,7 +350,7 @@ def run(
         "backend": keras.backend.backend(),
         "precision": precision,
         "matmul_peak_flops": peak,
-        "matmul_peak_dtype": PEAK_DTYPES[precision],
+        "matmul_peak_dtype": COMPUTE_DTYPES[precision],
         "date": time.strftime("%Y-%m-%d"),
         "rows": [],
     }

@@ -416,7 +416,11 @@ def overflow_steps(name: str, rows) -> int:
     `rows`: a Trainer's train_steps rows, or a WorkerPeer's in the same last two columns
     (overflow, applied). Raises when a step was skipped for any other reason (a non-finite loss
     or gradient): the benchmark would time steps that did not train."""
-    overflow, applied = rows[:, -2] > 0.5, rows[:, -1] > 0.5
+    from training import trainer
+
+    extra = list(trainer.EXTRA_COLUMNS)
+    overflow = rows[:, extra.index("overflow") - len(extra)] > 0.5
+    applied = rows[:, extra.index("applied") - len(extra)] > 0.5
     if not np.all(applied | overflow):
         raise RuntimeError(f"{name}: a non-finite step during the benchmark")
     return int(overflow.sum())
