@@ -53,6 +53,7 @@ flags.DEFINE_float("length_penalty", 0.6, "Beam search: GNMT length penalty alph
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save a checkpoint.")
 flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop between host logs.")
 flags.DEFINE_float("peak_tflops", 0.0, flops.PEAK_TFLOPS_HELP, lower_bound=0.0)
+flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16", "fp16"], flops.FINETUNE_PRECISION_HELP)
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 FLAGS = flags.FLAGS
 
@@ -175,10 +176,11 @@ def main(argv):
         )
         logging.info("%d training steps, %d warmup", steps, warmup)
     keras.utils.set_random_seed(FLAGS.random_seed)
-    with strategy.scope():
-        model = make_model(config)
+    with strategy.scope(), optimization.dtype_policy(FLAGS.precision):
+        model = make_model(config)  # decoding too runs at --precision; logits stay float32
         model.build()
         optimizer = optimization.create_optimizer(FLAGS.learning_rate, max(steps, 1), warmup)
+        optimizer = optimization.with_loss_scaling(optimizer, FLAGS.precision)
         optimizer.build(model.trainable_variables)  # before the first step (shared/NOTES.md)
     fit = trainer.Trainer(strategy, seq2seq_tasks.seq2seq_task(model), optimizer)
     output_dir = FLAGS.output_dir
@@ -224,6 +226,8 @@ def main(argv):
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 peak_flops=FLAGS.peak_tflops * 1e12,
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
+                # fp16 adds the loss scale's state: a resume at another precision is refused
+                run_settings_json=json.dumps({"precision": FLAGS.precision}),
             ),
             global_batch_size=FLAGS.train_batch_size,
             init_fn=init_fn if FLAGS.init_checkpoint else None,

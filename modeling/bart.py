@@ -392,10 +392,12 @@ class BartModel(keras.Model):
             autocast=False,
         )  # fmt: skip
         # A buffer of zeros in the released models (Hugging Face registers it, never trains it);
-        # kept so converted checkpoints carry it.
+        # kept so converted checkpoints carry it. Read as float32 under a mixed policy too: it is
+        # added to the float32 logits.
         self.final_logits_bias = self.add_weight(
-            name="final_logits_bias", shape=(c.vocab_size,), initializer="zeros", trainable=False
-        )
+            name="final_logits_bias", shape=(c.vocab_size,), initializer="zeros",
+            trainable=False, autocast=False,
+        )  # fmt: skip
         shape = (None, None, c.d_model)
         for layer in self.layers_of(False) + self.layers_of(True):
             layer.build(shape)
@@ -499,7 +501,9 @@ class BartModel(keras.Model):
                 new_self.append(layer_cache)
         # Tied output embedding plus the vocabulary bias (BartForConditionalGeneration.lm_head).
         table = ops.cast(self.shared, x.dtype)
-        logits = ops.cast(ops.einsum("bth,vh->btv", x, table) + self.final_logits_bias, "float32")
+        # In float32: under a mixed policy the product is bfloat16 / float16, and the bias float32
+        # in and out of a Keras call (TensorFlow refuses a sum of the two dtypes).
+        logits = ops.cast(ops.einsum("bth,vh->btv", x, table), "float32") + self.final_logits_bias
         if cache is not None:
             return x, logits, {"self": new_self, "cross": cache["cross"]}
         return x, logits

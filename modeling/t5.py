@@ -249,10 +249,11 @@ class T5Attention(keras.layers.Layer):
                 position_bias = self.compute_bias(q_len, k_len, offset)
             else:
                 position_bias = ops.zeros((1, c.num_heads, q_len, k_len), scores.dtype)
-        scores = scores + ops.cast(position_bias, scores.dtype)
+        # Masked in float32, where the softmax runs: -1e9 is past float16's range.
+        scores = ops.cast(scores + ops.cast(position_bias, scores.dtype), "float32")
         if attention_mask is not None:
             scores = ops.where(attention_mask, scores, -1e9)
-        probs = self.dropout(ops.softmax(ops.cast(scores, "float32"), axis=-1), training=training)
+        probs = self.dropout(ops.softmax(scores, axis=-1), training=training)
         context = ops.einsum("bnqk,bknd->bqnd", ops.cast(probs, v.dtype), v)  # (B, Q, N, D)
         context = ops.reshape(context, (b, q_len, c.num_heads * c.d_kv))
         return self.o(context), position_bias, cache

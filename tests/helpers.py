@@ -147,6 +147,53 @@ def tiny_encoder_decoder(model_cls, config_cls, values: dict):
     return model
 
 
+def at_precision(make, reference, precision: str):
+    """`make()` built under `precision`'s dtype policy (a training/optimization.PRECISIONS key)
+    holding `reference`'s weights: a float32 checkpoint run at --precision."""
+    from training import optimization
+
+    with optimization.dtype_policy(precision):
+        model = make()
+    for mine, theirs in zip(model.weights, reference.weights, strict=True):
+        mine.assign(theirs)
+    return model
+
+
+# How far a mixed policy's float32 logits may be from float32's, relative to the largest:
+# bfloat16 keeps 8 bits of mantissa, float16 11.
+MIXED_LOGITS_TOLERANCE = {"bf16": 3e-2, "fp16": 5e-3}
+
+
+def check_classifier_at_precision(make, inputs: dict, labels, precision: str):
+    """A classifier `make()` built at `precision` with the weights of one built at float32 (the
+    same seed): float32 logits within MIXED_LOGITS_TOLERANCE of float32's but not equal to them
+    (the policy took), and finite float32 gradients of the cross-entropy for the trainable
+    weights float32 gives gradients (a weight off the task's path has none in both)."""
+    import keras
+    import tensorflow as tf
+
+    def gradients(model):
+        with tf.GradientTape() as tape:
+            logits = model(inputs, training=True)
+            loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        grads = tape.gradient(loss, model.trainable_variables)
+        return logits, [None if g is None else tf.convert_to_tensor(g) for g in grads]
+
+    keras.utils.set_random_seed(0)
+    reference = make()
+    model = at_precision(make, reference, precision)
+    assert model.compute_dtype == {"bf16": "bfloat16", "fp16": "float16"}[precision]
+    want, want_grads = gradients(reference)
+    logits, grads = gradients(model)
+    assert logits.dtype == "float32"
+    difference = np.abs(np.asarray(logits - want)).max() / np.abs(np.asarray(want)).max()
+    assert 0 < difference < MIXED_LOGITS_TOLERANCE[precision], difference
+    assert [g is None for g in grads] == [g is None for g in want_grads]
+    grads = [g for g in grads if g is not None]
+    assert grads and all(g.dtype == "float32" for g in grads)
+    assert all(bool(tf.reduce_all(tf.math.is_finite(g))) for g in grads)
+
+
 def encoder_decoder_batch(b=3, s=7, t=5, seed=0, padded=((0, 5),), vocab_size=23):
     """Random int32 encoder ids (B, S) with `padded` rows cut at (row, length), and decoder
     inputs (B, T); ids from 2 up, so that 0 / 1 stay free for pad / eos."""

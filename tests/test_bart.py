@@ -224,6 +224,15 @@ def test_learns_to_copy_then_greedy_and_beam_decoding_agree_and_repeat():
     np.testing.assert_array_equal(t5.greedy_decode(model, test, mask, 8, use_cache=False), greedy)
     beams = t5.beam_search(model, test, mask, 8, num_beams=3, use_cache=False)
     np.testing.assert_array_equal(beams, expected)
+    # The float32 weights run at run_text2text's --precision=bf16 / fp16: the same ids.
+    for precision in ("bf16", "fp16"):
+        mixed = helpers.at_precision(
+            lambda: tiny(d_model=24, encoder_ffn_dim=48, decoder_ffn_dim=48, init_std=0.2),
+            model,
+            precision,
+        )
+        np.testing.assert_array_equal(t5.greedy_decode(mixed, test, mask, 8), expected)
+        np.testing.assert_array_equal(t5.beam_search(mixed, test, mask, 8, 3), expected)
 
 
 def test_greedy_decoding_equals_keras_hub_bart_seq2seq_lm_generate():

@@ -150,6 +150,16 @@ def test_run_text2text_classification_and_tsv_seq2seq(tmp_path):
     assert [row[1:] for row in dev_rows] == [["positive"] * 2, ["negative"] * 2]
     header, test_rows = read_tsv(out / "test_predictions.tsv")
     assert header == ["index", "prediction"] and test_rows == [["7", "negative"], ["9", "positive"]]
+    # --precision: the float32 checkpoint decodes at bf16 and fp16 (the model built under the
+    # mixed policy, its cache in that dtype) to the same words.
+    for precision in ("bf16", "fp16"):
+        mixed = tmp_path / f"sst_{precision}"
+        r = run([*common, "--task_name=sst-2", f"--data_dir={sst}", f"--output_dir={mixed}",
+                 f"--init_checkpoint={out}", "--do_eval", "--do_predict",
+                 f"--precision={precision}"])  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        for name in ("dev_predictions.tsv", "test_predictions.tsv"):
+            assert read_tsv(mixed / name) == read_tsv(out / name), (precision, name)
 
     summ = tmp_path / "summ"
     summ.mkdir()
@@ -175,3 +185,44 @@ def test_run_text2text_classification_and_tsv_seq2seq(tmp_path):
     header, test_rows = read_tsv(out / "test_predictions.tsv")
     assert len(test_rows) == 1 and test_rows[0][0] == "0"
     assert np.isfinite(float(results["exact_match"]))
+
+
+def test_mixed_precision_fine_tunes_and_a_resume_keeps_its_precision(tmp_path):
+    """--precision=bf16 / fp16 fine-tuning from the same seeds and data as fp32: each step's loss
+    near fp32's but not equal to it (rounded products); fp16 logs Keras' dynamic loss scale at
+    every step; the precision is a run setting, so a resume at another one is refused naming
+    the flag, before any checkpoint is touched."""
+    _, config, encoder, merges = vocab_and_config(tmp_path)
+    data = tmp_path / "summ"
+    data.mkdir()
+    rows = ["The cat sat on the mat.\tcat sat", "The dog barked twice at noon.\tdog barked"]
+    (data / "train.tsv").write_text("\n".join(rows * 6) + "\n")
+
+    def args(out, *more):
+        return [
+            f"--bert_config_file={config}", f"--encoder_file={encoder}", f"--merges_file={merges}",
+            "--num_sentinels=3", "--max_seq_length=29", "--max_target_length=10",
+            "--train_batch_size=4", "--learning_rate=1e-2", "--iterations_per_loop=1",
+            "--task_name=tsv_seq2seq", f"--data_dir={data}", f"--output_dir={out}", "--do_train",
+            *more,
+        ]  # fmt: skip
+
+    losses = {}
+    for precision in ("fp32", "bf16", "fp16"):
+        out = tmp_path / precision
+        r = run(args(out, "--num_train_epochs=1", f"--precision={precision}"))
+        assert r.returncode == 0, r.stderr[-3000:]
+        log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+        assert len(log) == 3
+        losses[precision] = np.array([x["target_loss"] for x in log])
+        scales = [x.get("loss_scale") for x in log]
+        assert scales == ([2.0**15] * 3 if precision == "fp16" else [None] * 3), scales
+        assert json.loads((out / "run_settings.json").read_text())["precision"] == precision
+    for precision in ("bf16", "fp16"):
+        difference = np.abs(losses[precision] - losses["fp32"])
+        assert 0 < difference.max() < 0.05, losses
+    checkpoints = sorted(p.name for p in (tmp_path / "fp16").glob("ckpt-*"))
+    toggled = run(args(tmp_path / "fp16", "--num_train_epochs=2"))
+    assert toggled.returncode != 0
+    assert "--precision was 'fp16' and is now 'fp32'" in toggled.stderr, toggled.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "fp16").glob("ckpt-*")) == checkpoints

@@ -100,6 +100,12 @@ def test_learns_to_copy_and_greedy_and_beam_decoding_agree():
     beams = t5.beam_search(model, test, mask, 8, num_beams=3, use_cache=False)
     np.testing.assert_array_equal(beams, expected)
     np.testing.assert_array_equal(t5.shift_right(expected, 0)[:, 1:], expected[:, :-1])
+    # The float32 weights run at run_text2text's --precision=bf16 / fp16: the same ids (under
+    # float16 the attention mask's -1e9 once overflowed to -inf).
+    for precision in ("bf16", "fp16"):
+        mixed = helpers.at_precision(lambda: tiny(d_model=24, d_kv=8, d_ff=48), model, precision)
+        np.testing.assert_array_equal(t5.greedy_decode(mixed, test, mask, 8), expected)
+        np.testing.assert_array_equal(t5.beam_search(mixed, test, mask, 8, 3), expected)
 
 
 def _family(name, factor):
@@ -144,6 +150,42 @@ def test_cached_decoding_equals_running_the_whole_prefix(family):
     np.testing.assert_array_equal(
         beams, t5.beam_search(model, src, mask, 10, num_beams=3, use_cache=False)
     )
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_logits_stay_float32_near_it_and_the_cache_agrees(family, precision):
+    """Under a mixed policy (run_text2text's and run_pretraining's --precision) the float32
+    weights give float32 logits near float32's (bfloat16 keeps 8 bits of mantissa, float16 11:
+    within 3% and 0.5% of the largest logit) but not equal to them, and the cached steps give
+    the mixed whole-prefix pass's logits within the dtype's rounding. A source with no real
+    token (an empty example padding a batch) stays finite: T5's mask of -1e9 became -inf in
+    float16, and its rows NaN, until it moved to the float32 scores. (BART's whole-prefix pass
+    outside a Keras call failed too: its float32 final_logits_bias added to bfloat16 logits.)"""
+    reference = _family(family, 1.0)
+    model = helpers.at_precision(lambda: _family(family, 1.0), reference, precision)
+    assert model.compute_dtype == {"bf16": "bfloat16", "fp16": "float16"}[precision]
+    x = batch(t=10)
+    x["input_mask"][2] = 0
+
+    def logits(m):
+        enc = m.encode(x["input_ids"], x["input_mask"])
+        _, full = m.decode(x["decoder_input_ids"], enc, x["input_mask"])
+        cache, parts = m.decoder_cache(enc, 10), []
+        for index, width in ((0, 4), (4, 1), (5, 3), (8, 2)):
+            ids = x["decoder_input_ids"][:, index : index + width]
+            _, part, cache = m.decode(ids, None, x["input_mask"], cache=cache, cache_index=index)
+            parts.append(np.asarray(part))
+        return np.asarray(full), np.concatenate(parts, axis=1), full.dtype
+
+    want, _, _ = logits(reference)
+    full, cached, dtype = logits(model)
+    assert dtype == "float32" and np.isfinite(full).all()
+    scale = np.abs(want).max()
+    difference = np.abs(full - want).max() / scale
+    assert 0 < difference < {"bf16": 3e-2, "fp16": 5e-3}[precision], difference
+    rounding = {"bf16": 2.0**-8, "fp16": 2.0**-11}[precision]
+    np.testing.assert_allclose(cached, full, atol=4 * rounding * scale)
 
 
 def test_batched_beam_search_equals_one_source_at_a_time_when_sources_finish_apart():
