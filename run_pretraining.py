@@ -295,11 +295,12 @@ def read_teacher_config(student_config):
 
 
 def load_teacher(config, strategy):
-    """The frozen teacher BertPretrainer with the weights of --teacher_checkpoint."""
+    """The frozen teacher BertPretrainer with the weights of --teacher_checkpoint, computing at
+    --precision as the student (its logits float32)."""
     from modeling import bert
-    from training import trainer
+    from training import optimization, trainer
 
-    with strategy.scope():
+    with strategy.scope(), optimization.dtype_policy(FLAGS.precision):
         teacher = bert.BertPretrainer(config)
         teacher.build()
     teacher.trainable = False
@@ -312,7 +313,12 @@ def load_teacher(config, strategy):
             f"run_pretraining: --teacher_checkpoint: {e}; a teacher is a BERT pretraining "
             "checkpoint (with its MLM head) of --teacher_config_file"
         ) from None
-    logging.info("teacher %s (%d layers)", loaded, config.num_hidden_layers)
+    logging.info(
+        "teacher %s (%d layers, computing in %s)",
+        loaded,
+        config.num_hidden_layers,
+        teacher.compute_dtype,
+    )
     return teacher
 
 

@@ -435,6 +435,25 @@ def test_extract_features_writes_the_layers_and_the_elmo_vector(pretrained):
     np.testing.assert_allclose(from_json[1].values, lines[1].values, atol=5.1e-7)
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_classifier_under_mixed_precision_stays_near_float32(precision):
+    """run_classifier's --precision with an ELMo config (char CNN, highway, LSTMs, scalar mix):
+    float32 logits near the float32 model's and finite float32 gradients of the mix and head
+    (helpers.check_classifier_at_precision); the frozen biLM has none in either."""
+    x = np.random.default_rng(0).integers(5, V, (B, S)).astype("int32")
+    mask = np.ones_like(x)
+    mask[0, 5:] = 0
+
+    def make():
+        model = elmo.ElmoClassifier(config(), 2, dropout_rate=0.0)
+        model.build()
+        model.encoder.set_char_table(tokens())
+        return model
+
+    inputs = {"input_ids": x, "input_mask": mask}
+    helpers.check_classifier_at_precision(make, inputs, np.array([0, 1, 1]), precision)
+
+
 def test_classifier_learns_a_separable_task_on_the_frozen_bilm():
     """ElmoClassifier: only the scalar mix (w, gamma) and the softmax layer train; the biLM stays
     exactly as it was; a task told apart by one token is learned; the logits are the head on

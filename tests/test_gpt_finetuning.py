@@ -100,3 +100,34 @@ def test_run_classifier_fine_tunes_a_gpt_config(tmp_path):
     )
     assert refused.returncode == 1
     assert "--remove_padding: a GPT config has no encoder that runs on its real" in refused.stderr
+
+
+def test_run_classifier_fine_tunes_a_gpt_config_in_mixed_precision(tmp_path):
+    """--precision reaches the GPT path (it was ignored there until the forty-fourth session):
+    from the same seeds and data, bf16 and fp16 end within 0.05 of fp32's dev loss but not on
+    it; fp16 logs Keras' dynamic loss scale at every step; a resume at another precision is
+    refused naming the flag."""
+    loss = {}
+    for precision in ("fp32", "bf16", "fp16"):
+        folder = tmp_path / precision
+        tok = tiny_bpe(folder)
+        config = folder / "gpt.json"
+        config.write_text(
+            json.dumps(dict(n_vocab=len(tok.encoder), n_ctx=16, n_embd=12, n_head=3, n_layer=1))
+        )
+        flags = ["--max_seq_length=16", "--num_train_epochs=1", f"--precision={precision}"]
+        r, out = run_classifier_on_two_sentences(folder, config, *flags)
+        assert r.returncode == 0, r.stderr[-3000:]
+        results = dict(
+            line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
+        )
+        loss[precision] = float(results["loss"])
+        log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+        scales = [r.get("loss_scale") for r in log]
+        assert scales == ([2.0**15] * len(log) if precision == "fp16" else [None] * len(log))
+        assert json.loads((out / "run_settings.json").read_text())["precision"] == precision
+    for precision in ("bf16", "fp16"):
+        assert 0 < abs(loss[precision] - loss["fp32"]) < 0.05, loss
+    toggled, _ = run_classifier_on_two_sentences(folder, config, "--max_seq_length=16")
+    assert toggled.returncode != 0
+    assert "--precision was 'fp16' and is now 'fp32'" in toggled.stderr, toggled.stderr[-3000:]

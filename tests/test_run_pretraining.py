@@ -1,6 +1,7 @@
 """Smoke runs of run_pretraining.py, its resume, its bad-input errors, and strategy selection."""
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -296,11 +297,13 @@ def test_electra_and_distilbert_pretrain_and_fine_tune_from_their_checkpoints(se
         return run([*common(d, config, tmp_path / out, 2), "--do_train", *extra], check=False)
 
     # --encoder_branches=2 and --remove_padding on ELECTRA's generator and discriminator, and
-    # on the student and its teacher (2 row slices of each batch of 2, each on its real tokens).
+    # on the student and its teacher (2 row slices of each batch of 2, each on its real tokens);
+    # the teacher computes at the student's --precision too.
     speed = ("--encoder_branches=2", "--remove_padding")
     jobs = [
         (tmp_path / "electra.json", "electra", "--disc_weight=40", *speed),
-        (student, "student", f"--teacher_checkpoint={teacher_dir}", "--do_eval", *speed),
+        (student, "student", f"--teacher_checkpoint={teacher_dir}", "--do_eval", *speed,
+         "--precision=bf16"),  # fmt: skip
         (tmp_path / "electra.json", "electra_nsp", "--sentence_objective=nsp"),
         (tmp_path / "bad_student.json", "bad_student", f"--teacher_checkpoint={teacher_dir}"),
     ]
@@ -318,8 +321,10 @@ def test_electra_and_distilbert_pretrain_and_fine_tune_from_their_checkpoints(se
     assert r["loss"] == pytest.approx(r["masked_lm_loss"] + 40 * r["disc_loss"], rel=1e-6)
     assert student_run.returncode == 0, student_run.stderr[-4000:]
     assert "initialised the student from teacher layers [0, 2]" in student_run.stderr
+    assert "(4 layers, computing in bfloat16)" in student_run.stderr
     results = eval_results(tmp_path / "student")
     assert {"soft_target_loss", "cosine_loss", "masked_lm_loss"} <= set(results)
+    assert all(math.isfinite(float(results[k])) for k in ("soft_target_loss", "cosine_loss"))
     assert nsp_run.returncode != 0
     assert "--sentence_objective=nsp: ELECTRA trains no sentence-level objective" in nsp_run.stderr
     assert bad_run.returncode != 0 and not list((tmp_path / "bad_student").glob("ckpt-*"))

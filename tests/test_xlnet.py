@@ -11,6 +11,7 @@ import pytest
 from data_prep import permutation
 from data_prep.errors import InputError
 from modeling import flops, xlnet
+from tests import helpers
 
 # Odd sizes (shared/STYLE.md): vocab 29, length 7, d_model 12, 3 heads of depth 5 (N * D = 15,
 # not d_model, so a swapped axis fails), inner 17, 2 layers.
@@ -280,7 +281,6 @@ def test_pretraining_through_run_pretraining_then_classification_from_its_checkp
     import tensorflow as tf
 
     from data_prep import lm_data
-    from tests import helpers
     from training import finetune_tasks, optimization, trainer
 
     rng = np.random.default_rng(0)
@@ -359,6 +359,25 @@ def test_mixed_precision_stays_finite_when_a_query_sees_nothing():
     finally:
         keras.config.set_dtype_policy("float32")
     assert logits.dtype == "float32" and np.isfinite(np.asarray(logits)).all()
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_classifier_under_mixed_precision_stays_near_float32(precision):
+    """run_classifier's --precision with an XLNet config: left-padded pairs give float32 logits
+    near the float32 model's and finite float32 gradients (helpers.check_classifier_at_precision);
+    mask_emb (pretraining's query stream) has none in either."""
+    x = ids()
+    mask = np.ones_like(x)
+    mask[2, :3] = 0  # XLNet's left padding
+    segments = np.array([[0, 0, 0, 1, 1, 1, 2]] * 3, np.int32)
+
+    def make():
+        model = xlnet.XLNetClassifier(tiny_config(), num_classes=3)
+        model.build()
+        return model
+
+    inputs = {"input_ids": x, "input_mask": mask, "segment_ids": segments}
+    helpers.check_classifier_at_precision(make, inputs, np.array([0, 1, 2]), precision)
 
 
 def test_classifier_packing_is_xlnets_layout():

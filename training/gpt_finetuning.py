@@ -55,6 +55,7 @@ class GptFinetuneSettings:
     lm_coef: float = LM_COEF
     skip_bad_rows: bool = False
     peak_tflops: float = 0.0  # the log's FLOPs utilisation (run_classifier's --peak_tflops)
+    precision: str = "fp32"  # run_classifier's --precision (training/optimization.PRECISIONS)
 
 
 def load_bpe(vocab_file: str) -> bpe.ByteLevelBPE:
@@ -184,10 +185,11 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
             len(train[0].examples), s.train_batch_size, s.num_train_epochs, s.warmup_proportion
         )
     keras.utils.set_random_seed(s.random_seed)
-    with strategy.scope():
+    with strategy.scope(), optimization.dtype_policy(s.precision):
         model = gpt.GptClassifier(config, task.num_outputs)
         model.build()
         optimizer = optimization.create_optimizer(s.learning_rate, max(steps, 1), warmup)
+        optimizer = optimization.with_loss_scaling(optimizer, s.precision)
         optimizer.build(model.trainable_variables)  # before the first step (shared/NOTES.md)
     fit = trainer.Trainer(strategy, gpt_classification_task(model, s.lm_coef), optimizer)
 
@@ -221,6 +223,8 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
                 iterations_per_loop=s.iterations_per_loop,
                 peak_flops=s.peak_tflops * 1e12,
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
+                # fp16 adds the loss scale's state: a resume at another precision is refused
+                run_settings_json=json.dumps({"precision": s.precision}),
             ),
             global_batch_size=s.train_batch_size,
             init_fn=init_fn if s.init_checkpoint else None,
