@@ -203,12 +203,15 @@ def build_trainers(config, precision: str = "fp32", seed: int = 12345) -> dict:
         }
 
 
-def _time_rounds(sides: dict, rounds: int, label: str, log) -> dict:
+def _time_rounds(sides: dict, rounds: int, label: str, log) -> tuple[dict, dict]:
     """sides: {name: (trainer, make_iterator, steps)}. One untimed call each (traces), then
-    `rounds` alternating timed calls of `steps` steps on a fresh iterator; {name: [s, ...]}."""
+    `rounds` alternating timed calls of `steps` steps on a fresh iterator. Returns
+    ({name: [s, ...]}, {name: timed steps fp16's loss scaling skipped on an overflow}); any other
+    skipped step is refused (pretrain_throughput.overflow_steps)."""
     for fit, make, _ in sides.values():
         fit.train_steps(make(), 1)
     times = {name: [] for name in sides}
+    overflows = dict.fromkeys(sides, 0)
     started = time.perf_counter()
     for r in range(rounds):
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
@@ -218,19 +221,24 @@ def _time_rounds(sides: dict, rounds: int, label: str, log) -> dict:
             start = time.perf_counter()
             rows = fit.train_steps(iterator, steps)
             times[name].append(time.perf_counter() - start)
-            pretrain_throughput.overflow_steps(name, rows)  # raises on a non-finite step
+            overflows[name] += pretrain_throughput.overflow_steps(name, rows)
         done = time.perf_counter() - started
         log(
             f"{label} round {r + 1}/{rounds}: "
             + ", ".join(f"{n} {times[n][-1]:.2f} s" for n in sides)
             + f" | {done:.0f} s, ETA {done / (r + 1) * (rounds - r - 1):.0f} s"
         )
-    return times
+    return times, overflows
 
 
-def _side(times: list, units: float) -> dict:
+def _side(times: list, units: float, overflow_steps: int) -> dict:
     best = min(times)
-    return {"seconds": best, "seconds_rounds": times, "per_s": units / best}
+    return {
+        "seconds": best,
+        "seconds_rounds": times,
+        "per_s": units / best,
+        "overflow_steps": overflow_steps,  # fp16's skipped updates, timed all the same
+    }
 
 
 def workloads(corpus, tokenizer, work_dir, seq: int, examples: int) -> dict:
@@ -317,8 +325,8 @@ def run(
                     kind, config, fixed, precision, python=peer_python, head="classifier"
                 )
                 sides[kind] = (peers[kind], lambda: None, n)  # the worker holds the batch
-            times = _time_rounds(sides, rounds, f"{spec} full", log)
-            row = _size_row(spec, n, m, batch, seq, sides, times)
+            times, overflows = _time_rounds(sides, rounds, f"{spec} full", log)
+            row = _size_row(spec, n, m, batch, seq, sides, times, overflows)
             epoch_peers = {k: p for k, p in peers.items() if k in EPOCH_PEERS}
             for name, workload in data.items():
                 if "skipped" not in workload:
@@ -343,14 +351,14 @@ def run(
     }
 
 
-def _size_row(spec, n, m, batch, seq, sides, times) -> dict:
+def _size_row(spec, n, m, batch, seq, sides, times, overflows) -> dict:
     """A size's row of run()'s result with its full-batch figures (ratios Cloze / each side)."""
     row = {"size": spec, "full_steps_per_round": n, "epoch_batches_per_round": m}
     # Equal work: the same parameters, to the last one (pooler and output layer included).
     row["params"] = {
         name: pretrain_throughput.params_of(fit) for name, (fit, _, _) in sides.items()
     }
-    row["full"] = {name: _side(t, n * batch * seq) for name, t in times.items()}
+    row["full"] = {name: _side(t, n * batch * seq, overflows[name]) for name, t in times.items()}
     row["full"]["ratio"] = row["full"]["cloze"]["per_s"] / row["full"]["keras_hub"]["per_s"]
     row["full"]["ratio_rounds"] = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
     for kind in FINETUNE_PEERS:
@@ -409,8 +417,8 @@ def _epochs(path, trainers, peers, batch, seq, m, rounds, vocab, label, log) -> 
                     f"them to {cut[groups]}: not the same work"
                 )
             sides[side] = (peer, lambda side=side: side, m)  # the worker holds the batches
-    times = _time_rounds(sides, rounds, label, log)
-    e = {side: _side(t, m * batch) for side, t in times.items()}
+    times, overflows = _time_rounds(sides, rounds, label, log)
+    e = {side: _side(t, m * batch, overflows[side]) for side, t in times.items()}
     e["ratio"] = e["cloze"]["per_s"] / e["keras_hub"]["per_s"]
     e["ratio_rounds"] = [k / c for c, k in zip(times["cloze"], times["keras_hub"])]
     e["dynamic_padding_gain"] = e["cloze"]["per_s"] / e["cloze_full_length"]["per_s"]

@@ -165,7 +165,7 @@ def run(
         name: (trainers[stream[0]], lambda stream=stream: iter(batches(*stream)), steps)
         for name, stream in streams.items()
     }
-    times = finetune._time_rounds(sides, rounds, f"squad {size} b{batch} s{seq}", log)
+    times, overflows = finetune._time_rounds(sides, rounds, f"squad {size} b{batch} s{seq}", log)
     # One pass over each stream: the timed batches are its first `steps`.
     cuts = {side: lengths(side, max(steps, epoch_batches)) for side in ("cut", "grouped")}
     return {
@@ -184,7 +184,7 @@ def run(
         "cut_lengths_grouped": cuts["grouped"][:steps],
         "epoch_batches": epoch_batches,
         "epoch_mean_cut": {side: float(np.mean(c[:epoch_batches])) for side, c in cuts.items()},
-        **{side: finetune._side(t, steps * batch) for side, t in times.items()},
+        **{side: finetune._side(t, steps * batch, overflows[side]) for side, t in times.items()},
         "ratio": min(times["whole"]) / min(times["cut"]),
         "ratio_rounds": [w / c for w, c in zip(times["whole"], times["cut"])],
         "ratio_grouped": min(times["whole"]) / min(times["grouped"]),

@@ -583,13 +583,16 @@ def test_fp16_sides_train_with_loss_scaling_and_count_the_steps_it_skipped():
 
     from bench import finetune
 
+    def model_of(fit):  # keras-hub's inside its ModelHolder
+        model = fit.task.model
+        return model.model if isinstance(model, pretrain_throughput.ModelHolder) else model
+
     config = pretrain_throughput.parse_size("L1/H12/A3/I17", vocab_size=53, max_seq_length=7)
     for fits in (finetune.build_trainers(config, "fp16"), finetune.build_trainers(config)):
         scaled = fits["cloze"].loss_scale is not None
         for fit in fits.values():
             assert (fit.loss_scale is not None) == scaled
-            model = fit.task.model  # keras-hub's inside its ModelHolder
-            model = model.model if isinstance(model, pretrain_throughput.ModelHolder) else model
+            model = model_of(fit)
             assert model.dtype_policy.name == ("mixed_float16" if scaled else "float32")
     loud = dataclasses.replace(config, initializer_range=3.0)
     trainers = pretrain_throughput.build_trainers(loud, "fp16", use_xla=False)
@@ -603,6 +606,17 @@ def test_fp16_sides_train_with_loss_scaling_and_count_the_steps_it_skipped():
     for name, fit in trainers.items():
         assert overflows[name] >= 1 and len(times[name]) == 2, overflows
         assert float(fit.loss_scale.dynamic_scale) < 2.0**15
+    # The fine-tuning benchmark's rounds count them per side the same way (its results'
+    # overflow_steps).
+    fits = finetune.build_trainers(config, "fp16")
+    for fit in fits.values():  # keras-hub's initializer does not read initializer_range
+        for w in model_of(fit).weights:
+            w.assign(w.numpy() * (150.0 if len(w.shape) >= 2 else 1.0))
+    data = tf.data.Dataset.from_tensors(finetune.classifier_batch(3, 7, 53)).repeat()
+    sides = {name: (fit, lambda: iter(data), 10) for name, fit in fits.items()}
+    times, overflows = finetune._time_rounds(sides, 1, "fp16", lambda *_: None)
+    assert set(overflows) == set(fits) and all(n >= 1 for n in overflows.values()), overflows
+    assert finetune._side(times["cloze"], 30, overflows["cloze"])["overflow_steps"] >= 1
     # Any other skipped step is still refused.
     rows = np.zeros((2, 5))
     rows[:, -1] = [1, 0]
