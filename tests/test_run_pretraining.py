@@ -300,10 +300,10 @@ def test_electra_and_distilbert_pretrain_and_fine_tune_from_their_checkpoints(se
     # on the student and its teacher (2 row slices of each batch of 2, each on its real tokens);
     # the teacher computes at the student's --precision too.
     speed = ("--encoder_branches=2", "--remove_padding")
+    mixed = (*speed, "--precision=bf16")
     jobs = [
         (tmp_path / "electra.json", "electra", "--disc_weight=40", *speed),
-        (student, "student", f"--teacher_checkpoint={teacher_dir}", "--do_eval", *speed,
-         "--precision=bf16"),  # fmt: skip
+        (student, "student", f"--teacher_checkpoint={teacher_dir}", "--do_eval", *mixed),
         (tmp_path / "electra.json", "electra_nsp", "--sentence_objective=nsp"),
         (tmp_path / "bad_student.json", "bad_student", f"--teacher_checkpoint={teacher_dir}"),
     ]
