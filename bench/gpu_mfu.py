@@ -42,6 +42,14 @@ bench/flops.py and, from `--compare_with` (an earlier run's results on that GPU)
 step time over the roofline estimate. Without the device XLA cannot autotune, so its kernel
 choices (tile sizes, cuBLAS or Triton, split-K) are its heuristics', not the ones a real run
 makes; the work (FLOPs, bytes, fusions) is the same program's.
+
+With `--extra_peers=hf_torch` a third side runs each size: Hugging Face transformers'
+BertForPreTraining under PyTorch on the same GPU (bench/torch_peer.py with device "cuda": the
+same config and batch, torch.autocast in the precision's dtype, GradScaler under fp16, eager as
+its users train it), in a bench/peer_worker.py process under `--peer_python` (the machine's
+PyTorch; JAX is then held to XLA_PYTHON_CLIENT_MEM_FRACTION 0.45 of the GPU's memory, unless set,
+so both fit). Its MFU counts the same model FLOPs as the other sides (it computes more: the
+vocabulary projection at every position). Without a GPU it trains on the CPU (the tests).
 """
 
 from __future__ import annotations
@@ -65,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.flops import bert_pretraining_flops  # noqa: E402
 from bench.hlo_inventory import kernel_inventory  # noqa: E402
-from bench.pretrain_throughput import COMPUTE_DTYPES  # noqa: E402
+from bench.pretrain_throughput import COMPUTE_DTYPES, WorkerPeer, overflow_steps  # noqa: E402
 from bench.step_profile import summarize_perfetto_trace  # noqa: E402
 from modeling import bert, losses  # noqa: E402
 
@@ -331,11 +339,31 @@ def time_model(model, batch, steps, repeats, profile_dir, profile_steps):
     return best, float(loss), profile
 
 
+def time_worker(peer, steps, repeats):
+    """As time_model for a WorkerPeer side (the batch it was built with): 3 warm-up steps, then
+    the best seconds per step over `repeats` calls of `steps` steps (each call returns once its
+    steps are done, the GPU's included), the last loss, and the timed steps fp16's scaler
+    skipped (any other skipped step is refused)."""
+    peer.train_steps(None, 3)
+    best, skipped = float("inf"), 0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        rows = peer.train_steps(None, steps)
+        best = min(best, (time.perf_counter() - t) / steps)
+        skipped += overflow_steps(peer.kind, rows, WorkerPeer.COLUMNS)
+    return best, float(rows[-1, 0]), skipped
+
+
 def run(
-    sizes, precision, steps, repeats, peak_n, output_file=None, profile_dir=None, profile_steps=3
-):
+    sizes, precision, steps, repeats, peak_n, output_file=None, profile_dir=None, profile_steps=3,
+    extra_peers=(), peer_python=None,
+):  # fmt: skip
     import jax
     import keras_hub
+
+    unknown = sorted(set(extra_peers) - {"hf_torch"})
+    if unknown:  # Model Garden needs TensorFlow, which the GPU machines lack
+        raise ValueError(f"extra peers {unknown}: only 'hf_torch' runs here")
 
     peak = matmul_peak(COMPUTE_DTYPES[precision], n=peak_n)
     device = jax.devices()[0]
@@ -391,6 +419,33 @@ def run(
         row["ratio_cloze_over_keras_hub"] = (
             row["cloze"]["tokens_per_second"] / row["keras_hub"]["tokens_per_second"]
         )
+        for kind in extra_peers:
+            t0 = time.perf_counter()
+            # Where JAX runs on the GPU the worker's PyTorch does too; else on the CPU.
+            device = "cuda" if jax.default_backend() == "gpu" else None
+            peer = WorkerPeer(kind, config, data, precision, python=peer_python, device=device)
+            try:
+                seconds, loss, skipped = time_worker(peer, steps, repeats)
+            finally:
+                peer.close()
+            print(
+                f"{name} b{batch} s{seq} {kind}: {seconds * 1e3:.2f} ms/step "
+                f"({time.perf_counter() - t0:.0f} s with start-up)",
+                flush=True,
+            )
+            row[kind] = {
+                "device": device or "cpu",
+                "step_seconds": seconds,
+                "tokens_per_second": batch * seq / seconds,
+                "mfu": flops / seconds / peak,
+                "final_loss": loss,
+                "overflow_steps": skipped,
+                "params": peer.params,
+            }
+            result["versions"][kind] = peer.versions
+            row[f"ratio_cloze_over_{kind}"] = (
+                row["cloze"]["tokens_per_second"] / row[kind]["tokens_per_second"]
+            )
         print(json.dumps(row), flush=True)
         result["rows"].append(row)
         if output_file:  # after every size, so a run cut short keeps what it measured
@@ -507,6 +562,12 @@ def main():
     parser.add_argument("--profile_dir", default=None, help="trace each side here (docstring)")
     parser.add_argument("--profile_steps", type=int, default=3)
     parser.add_argument(
+        "--extra_peers", default="", help="hf_torch: PyTorch's BertForPreTraining too (docstring)"
+    )
+    parser.add_argument(
+        "--peer_python", default=None, help="the interpreter with the peer's libraries"
+    )
+    parser.add_argument(
         "--aot_target_config", default=None,
         help="compile for this GPU without it and report the kernels (docstring); times nothing",
     )  # fmt: skip
@@ -538,9 +599,12 @@ def main():
         )  # fmt: skip
         print(json.dumps(result, indent=1))
         return
+    extra_peers = [p for p in args.extra_peers.split(",") if p]
+    if extra_peers:  # leave the worker's PyTorch room on the GPU (docstring)
+        os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.45")
     result = run(
         sizes, args.precision, args.steps, args.repeats, peak_n, args.output_file,
-        args.profile_dir, args.profile_steps,
+        args.profile_dir, args.profile_steps, extra_peers, args.peer_python,
     )  # fmt: skip
     print(json.dumps(result, indent=1))
 

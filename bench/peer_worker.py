@@ -16,8 +16,9 @@ libraries only when asked to build it.
 Protocol, one JSON object per line (requests on stdin, replies on the stdout the worker keeps
 for itself; anything a library prints goes to stderr):
   {"op": "build", "config": <Hugging Face config.json dict>, "batch": <feature: nested list>,
-   "precision": "fp32"|"bf16"|"fp16", "seed": int, "threads": int, optional "head": "classifier"}
-      (precision and head checked here, before the peer's libraries are imported)
+   "precision": "fp32"|"bf16"|"fp16", "seed": int, "threads": int, optional "head": "classifier",
+   optional "device": "cpu" (the default) or "cuda" (hf_torch only: bench/gpu_mfu.py's side)}
+      (precision, head and device checked here, before the peer's libraries are imported)
       ->  {"params": int, "versions": {...}, "threads": int}
   {"op": "train", "steps": int, optional "data": <a name load kept>}  ->  {"losses": [...],
    "overflow": [...]}: each step's loss, and true where fp16's loss scale overflowed (the
@@ -35,7 +36,8 @@ The caller times train and infer around the request (what it sees is what it com
   {"op": "exit"}
 An error in a request replies {"error": "<type>: <message>"} and the worker exits 1.
 
-A peer's module has a class Peer(config, batch, precision, seed, threads, head) with
+A peer's module has a class Peer(config, batch, precision, seed, threads, head) (and `device`
+where its module lists more DEVICES than "cpu") with
 count_params(), train(steps, data=None) -> train's reply, get_num_threads() and a
 `versions` dict (where it trains epochs, also load(name, batches, vocab, pad_to_multiple_of) ->
 the padded lengths), and may have a class Encoder(model_dir, batch, threads) with the same but
@@ -69,6 +71,11 @@ def peer_module(kind: str):
     raise ValueError(f"peer {kind!r}: expected one of {PEERS}")
 
 
+def devices_of(module) -> tuple:
+    """Where `module`'s Peer trains: its DEVICES, else the CPU alone."""
+    return tuple(getattr(module, "DEVICES", ("cpu",)))
+
+
 def serve(module, requests, replies) -> int:
     """Answers the protocol's requests (module docstring) with `module`'s Peer and Encoder
     until `exit` or end of input."""
@@ -88,6 +95,9 @@ def serve(module, requests, replies) -> int:
                         raise ValueError(f"precision {precision!r}: expected one of {PRECISIONS}")
                     if head not in HEADS:
                         raise ValueError(f"head {head!r}: expected one of {HEADS}")
+                    device, devices = request.get("device", "cpu"), devices_of(module)
+                    if device not in devices:
+                        raise ValueError(f"device {device!r}: expected one of {devices}")
                     side = built["train"] = module.Peer(
                         request["config"],
                         request["batch"],
@@ -95,6 +105,7 @@ def serve(module, requests, replies) -> int:
                         request["seed"],
                         request["threads"],
                         head=head,
+                        **({"device": device} if device != "cpu" else {}),
                     )
                 elif getattr(module, "Encoder", None) is None:
                     raise ValueError(f"{module.__name__} has no Encoder: no inference side")

@@ -290,7 +290,11 @@ class Worker:
 class WorkerPeer(Worker):
     """A training side in a worker (Worker), with the two things time_trainers and run() use of
     a Trainer: train_steps and count_params. The worker holds the data, so train_steps takes a
-    name of it (None: the batch it was built with) where a Trainer takes an iterator."""
+    name of it (None: the batch it was built with) where a Trainer takes an iterator. `device`:
+    "cuda" trains hf_torch's side on the GPU (bench/gpu_mfu.py), None on the CPU."""
+
+    # train_steps' columns; the last two are the Trainer's last two (trainer.EXTRA_COLUMNS).
+    COLUMNS = ("loss", "overflow", "applied")
 
     def __init__(
         self,
@@ -301,6 +305,7 @@ class WorkerPeer(Worker):
         seed: int = 12345,
         python=None,
         head: str | None = None,
+        device: str | None = None,
     ):
         import os
 
@@ -316,6 +321,7 @@ class WorkerPeer(Worker):
             "seed": seed,
             "threads": len(os.sched_getaffinity(0)),  # TensorFlow's pools use every core
             **({"head": head} if head else {}),  # "classifier": the fine-tuning side
+            **({"device": device} if device else {}),
         }
         super().__init__(kind, build, python)
 
@@ -410,15 +416,19 @@ def build_trainers(
         return trainers
 
 
-def overflow_steps(name: str, rows) -> int:
+def overflow_steps(name: str, rows, columns=None) -> int:
     """How many of a timed call's steps fp16's loss scaling skipped on an overflow (the scale
     halved: every side's scaler does this, a few times until its scale fits the gradients).
     `rows`: a Trainer's train_steps rows, or a WorkerPeer's in the same last two columns
-    (overflow, applied). Raises when a step was skipped for any other reason (a non-finite loss
-    or gradient): the benchmark would time steps that did not train."""
-    from training import trainer
+    (overflow, applied); `columns`: the names of the rows' last columns (default the Trainer's
+    EXTRA_COLUMNS; WorkerPeer.COLUMNS where TensorFlow is not installed, bench/gpu_mfu.py).
+    Raises when a step was skipped for any other reason (a non-finite loss or gradient): the
+    benchmark would time steps that did not train."""
+    if columns is None:
+        from training import trainer
 
-    extra = list(trainer.EXTRA_COLUMNS)
+        columns = trainer.EXTRA_COLUMNS
+    extra = list(columns)
     overflow = rows[:, extra.index("overflow") - len(extra)] > 0.5
     applied = rows[:, extra.index("applied") - len(extra)] > 0.5
     if not np.all(applied | overflow):

@@ -18,12 +18,18 @@ step against 0.74-0.87 eager, after 49 s of compiling), so the eager model is ti
 Peer with head="classifier" is the fine-tuning benchmark's side (BertForSequenceClassification,
 2 labels, lr 2e-5): on its one full batch, or on an epoch's batches of unpadded examples
 (Peer.load) that transformers' DataCollatorWithPadding pads to each batch's longest example at
-every step, as a Trainer with a tokenizer does. Encoder is the inference benchmark's side:
+every step, as a Trainer with a tokenizer does. With device "cuda" (bench/gpu_mfu.py's side on
+a GPU) the model, batch, autocast and GradScaler are CUDA's, float32 products may use TF32 as
+JAX's default precision does there (torch.set_float32_matmul_precision("high"), the setting
+transformers' --tf32 makes), and train() returns only when the GPU has finished its steps.
+Encoder is the inference benchmark's side:
 transformers' BertModel holding Cloze's encoder's weights. Installed by
 bench/requirements-torch.txt.
 """
 
 from __future__ import annotations
+
+DEVICES = ("cpu", "cuda")  # where Peer trains (bench/peer_worker.py checks a build's device)
 
 
 def encoder_inputs(batch: dict, torch) -> dict:
@@ -88,13 +94,20 @@ class Peer:
         seed: int,
         threads: int,
         head: str = "pretraining",
+        device: str = "cpu",
     ):
         import torch
         import transformers
 
+        if device not in DEVICES:
+            raise ValueError(f"device {device!r}: expected one of {DEVICES}")
+        if device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"device 'cuda': PyTorch {torch.__version__} sees no CUDA GPU")
+        if device == "cuda":
+            torch.set_float32_matmul_precision("high")  # TF32 in fp32, as JAX's default
         torch.set_num_threads(threads)
         torch.manual_seed(seed)
-        self.torch = torch
+        self.torch, self.device = torch, device
         hf_config = transformers.BertConfig(**config, num_labels=2)
         if head == "pretraining":
             self.model = transformers.BertForPreTraining(hf_config)
@@ -102,7 +115,8 @@ class Peer:
         else:
             self.model = transformers.BertForSequenceClassification(hf_config)
             self.batch = classifier_batch(batch, torch)
-        self.model.train()
+        self.model.to(device).train()
+        self.batch = {k: v.to(device) for k, v in self.batch.items()}
         no_decay = [p for n, p in self.model.named_parameters() if _no_decay(n)]
         decay = [p for n, p in self.model.named_parameters() if not _no_decay(n)]
         self.optimizer = torch.optim.AdamW(
@@ -116,9 +130,11 @@ class Peer:
         )
         self.precision = precision
         # fp16's dynamic loss scaling (disabled, a pass-through, in fp32 and bf16).
-        self.scaler = torch.amp.GradScaler("cpu", enabled=precision == "fp16")
+        self.scaler = torch.amp.GradScaler(device, enabled=precision == "fp16")
         self.data = {}  # load()'s epochs: {name: (batches, collator)}
         self.versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+        if device == "cuda":
+            self.versions["cuda_device"] = torch.cuda.get_device_name()
 
     def get_num_threads(self) -> int:
         return self.torch.get_num_threads()
@@ -142,12 +158,14 @@ class Peer:
         self.data[name] = (batches, collator)
         return [int(collator(b)["input_ids"].shape[1]) for b in batches]
 
-    def step(self, batch: dict) -> tuple[float, bool]:
-        """One train step: its loss, and whether fp16's scaler found an overflow (the update
-        skipped, the scale halved)."""
+    def step(self, batch: dict) -> tuple:
+        """One train step: its loss (a tensor: a GPU is not waited for until train() ends), and
+        whether fp16's scaler found an overflow (the update skipped, the scale halved; reading
+        the scale waits for the GPU, as transformers' Trainer does under fp16)."""
         torch = self.torch
         autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
-        with torch.autocast("cpu", dtype=autocast or torch.float32, enabled=autocast is not None):
+        enabled = autocast is not None
+        with torch.autocast(self.device, dtype=autocast or torch.float32, enabled=enabled):
             loss = self.model(**batch).loss
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)
@@ -157,7 +175,7 @@ class Peer:
         self.scaler.update()
         self.schedule.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach()), self.scaler.get_scale() < scale
+        return loss.detach(), self.scaler.get_scale() < scale
 
     def train(self, steps: int, data: str | None = None) -> dict:
         """`steps` steps on the fixed batch, or with `data` on the batches load() kept under that
@@ -167,8 +185,14 @@ class Peer:
             out = [self.step(self.batch) for _ in range(steps)]
         else:
             batches, collator = self.data[data]
-            out = [self.step(collator(batches[i % len(batches)])) for i in range(steps)]
-        return {"losses": [loss for loss, _ in out], "overflow": [o for _, o in out]}
+            out = [
+                self.step(
+                    {k: v.to(self.device) for k, v in collator(batches[i % len(batches)]).items()}
+                )
+                for i in range(steps)
+            ]
+        losses = self.torch.stack([loss for loss, _ in out]).float().cpu()  # waits for the GPU
+        return {"losses": losses.tolist(), "overflow": [bool(o) for _, o in out]}
 
 
 def _no_decay(name: str) -> bool:

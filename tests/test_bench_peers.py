@@ -175,6 +175,12 @@ def test_the_worker_replies_an_error_and_exits_on_a_bad_request():
         1,
         [{"error": "ValueError: head 'tagger': expected one of ('pretraining', 'classifier')"}],
     )
+    # A GPU only for a peer whose module lists it (torch_peer.DEVICES; Model Garden's none).
+    assert answer({**build, "precision": "bf16", "device": "cuda"}) == (
+        1,
+        [{"error": "ValueError: device 'cuda': expected one of ('cpu',)"}],
+    )
+    assert peer_worker.devices_of(torch_peer) == ("cpu", "cuda")
     assert answer({"op": "fly"}, {"op": "exit"}) == (1, [{"error": "ValueError: unknown op 'fly'"}])
     assert answer({"op": "exit"}, {"op": "fly"}) == (0, [])
     assert peer_worker.main(["peer_worker", "jax"]) == 2  # not a peer it knows: usage
@@ -355,6 +361,11 @@ def test_the_real_peers_hold_clozes_parameters_and_train(kind, extra_params):
         peer.close()
     assert rows[:3, 1].all() and pretrain_throughput.overflow_steps(kind, rows) >= 3, rows
     assert rows[-10:, 2].all(), rows
+    if kind == "hf_torch":  # bench/gpu_mfu.py's device: this host has no GPU to train on
+        with pytest.raises(RuntimeError, match=r"device 'cuda': PyTorch \S+ sees no CUDA GPU"):
+            pretrain_throughput.WorkerPeer(
+                kind, config, batch, "fp32", python=python, device="cuda"
+            )
 
 
 @pytest.fixture
@@ -599,3 +610,58 @@ def test_the_real_classifiers_hold_clozes_parameters(kind):
         peer.close()
     # Two classes, a fresh head: the cross-entropy starts near ln 2.
     assert rows[:, 2].all() and rows[0, 0] == pytest.approx(np.log(2), abs=0.3), rows
+
+
+# bench/gpu_mfu.py under Keras' JAX backend, in a process of its own, with a PyTorch side whose
+# worker is argv[1]'s interpreter.
+_GPU_WITH_PEER = """
+import json, sys
+from bench import gpu_mfu
+
+try:
+    gpu_mfu.run(gpu_mfu.TINY_SIZES[:1], "fp16", 1, 1, 64, extra_peers=["model_garden"])
+except ValueError as e:
+    refused = str(e)
+result = gpu_mfu.run(gpu_mfu.TINY_SIZES[:1], "fp16", steps=2, repeats=2, peak_n=64,
+                     extra_peers=["hf_torch"], peer_python=sys.argv[1])
+print(json.dumps({"refused": refused, "result": result}))
+"""
+
+
+def test_gpu_mfu_times_pytorch_in_a_worker_beside_the_jax_sides(fake_python, monkeypatch):
+    """--extra_peers=hf_torch: the worker gets the size's config and batch at the run's
+    precision (on the CPU where JAX has no GPU), is timed in `repeats` calls of `steps` steps
+    after its warm-up, and its row has the other sides' figures over the same model FLOPs and
+    peak, the steps its scaler skipped, and Cloze's ratio over it. Model Garden (TensorFlow) is
+    refused before anything runs."""
+    python, log = fake_python
+    # Warm-up: 3 steps; then 2 calls of 2: the second call's first step overflowed.
+    monkeypatch.setenv("FAKE_PEER_OVERFLOW", json.dumps([False] * 5 + [True, False]))
+    monkeypatch.setenv("FAKE_PEER_LOSSES", json.dumps([3.0] * 6 + [2.5]))
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    done = subprocess.run(
+        [sys.executable, "-c", _GPU_WITH_PEER, python], env=env, capture_output=True, text=True,
+        timeout=600, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["refused"] == "extra peers ['model_garden']: only 'hf_torch' runs here"
+    result = out["result"]
+    (row,) = result["rows"]
+    from bench import gpu_mfu  # imported here, it leaves this process' Keras backend alone
+
+    _, layers, hidden, heads, inner, batch, seq, predictions = gpu_mfu.TINY_SIZES[0]
+    sent = json.loads(log.read_text())
+    config = gpu_mfu.size_config(layers, hidden, heads, inner, seq)
+    assert sent["config"] == checkpoints.bert_config_to_hf_config(config, heads=True)
+    assert sent["precision"] == "fp16"
+    data = gpu_mfu.make_batch(batch, seq, predictions)
+    assert sent["batch"] == {k: v.tolist() for k, v in data.items()}
+    h = row["hf_torch"]
+    assert h["device"] == "cpu" and h["params"] == 1234 and h["overflow_steps"] == 1
+    assert h["final_loss"] == 2.5 and result["versions"]["hf_torch"] == {"fake": "1"}
+    assert h["tokens_per_second"] == pytest.approx(batch * seq / h["step_seconds"])
+    mfu = row["cloze"]["mfu"] * row["cloze"]["step_seconds"] / h["step_seconds"]
+    assert h["mfu"] == pytest.approx(mfu)  # the same FLOPs and peak as Cloze's
+    ratio = row["cloze"]["tokens_per_second"] / h["tokens_per_second"]
+    assert row["ratio_cloze_over_hf_torch"] == pytest.approx(ratio)
