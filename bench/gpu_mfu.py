@@ -547,7 +547,8 @@ def aot_run(sizes, precision, target_config, peak, output_file=None, hlo_dir=Non
     return result
 
 
-def main():
+def build_parser():
+    """The command line's flags (bench/gpu_lease.sh's commands are checked against them)."""
     import argparse
 
     # argparse, not absl: this file must run where only JAX and Keras are installed.
@@ -581,11 +582,23 @@ def main():
         "--compare_with", default=None,
         help="with --aot_target_config: a results file measured on that GPU (step times)",
     )  # fmt: skip
-    args = parser.parse_args()
+    return parser
+
+
+def selected_sizes(args) -> list:
+    """The rows the parsed flags ask for: --tiny's or the default sizes, those --sizes names,
+    one row per size at --batch where it is given."""
     sizes = TINY_SIZES if args.tiny else SIZES
     sizes = [s for s in sizes if not args.sizes or s[0] in args.sizes.split(",")]
     if args.batch:  # one row per size at this batch
         sizes = list(dict.fromkeys((*s[:5], args.batch, *s[6:]) for s in sizes))
+    return sizes
+
+
+def main():
+    parser = build_parser()
+    args = parser.parse_args()
+    sizes = selected_sizes(args)
     peak_n = 256 if args.tiny else 8192
     if args.profile_steps < 1:
         parser.error(f"--profile_steps: expected an int >= 1, found {args.profile_steps}")

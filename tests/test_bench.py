@@ -960,3 +960,41 @@ def test_wikipedia_squad_asks_of_real_paragraphs_as_squad_chose_them(tmp_path):
     assert again.read_bytes() == path.read_bytes()
     squad_padding.wikipedia_squad(again, per_paragraph=5, seed=1)
     assert again.read_bytes() != path.read_bytes()
+
+
+def test_the_gpu_lease_script_runs_gpu_mfu_commands_that_fit_the_device_tool(tmp_path):
+    # bench/gpu_lease.sh is the next lease's one prepared command (the device tool allows 10
+    # minutes a command, 8 files back): every benchmark it runs is a gpu_mfu command line its
+    # own parser takes, for one existing size, under a time limit; the limits leave a minute
+    # for installing the wheels and starting; the files fit. Without wheels it refuses to start.
+    from bench import gpu_mfu
+
+    script = REPO / "bench" / "gpu_lease.sh"
+    env = {**os.environ, "GPU_LEASE_DRY_RUN": "1", "OUT": str(tmp_path / "out")}
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    env["GPU_LEASE_WHEELS"] = str(wheels)
+    refused = subprocess.run(["bash", str(script), "run"], env=env, capture_output=True, text=True)
+    assert refused.returncode == 1
+    assert f"no wheels in {wheels}: run 'bash bench/gpu_lease.sh fetch'" in refused.stderr
+    (wheels / "keras-3.15.1-py3-none-any.whl").write_bytes(b"")
+    done = subprocess.run(["bash", str(script), "run"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    install, *benchmarks = done.stdout.strip().splitlines()
+    assert install.startswith("python3 -m pip install --no-deps --no-index ")
+    assert len(benchmarks) >= 4
+    seconds, outputs = 0, set()
+    for line in benchmarks:
+        words = line.split()
+        command = ["env", "KERAS_BACKEND=jax", "PYTHONUNBUFFERED=1", "python3", "-m"]
+        assert words[0] == "timeout" and words[2:8] == [*command, "bench.gpu_mfu"], line
+        seconds += int(words[1])
+        args = gpu_mfu.build_parser().parse_args(words[8:])
+        (row,) = gpu_mfu.selected_sizes(args)  # one row each: a stopped run loses one row
+        assert row[5] == args.batch and args.output_file.startswith(env["OUT"] + "/")
+        outputs.add(args.output_file)
+        assert set(args.extra_peers.split(",")) <= {"", "hf_torch"}
+    assert seconds <= 600 - 60, seconds
+    assert len(outputs) == len(benchmarks) and len(outputs) + 2 <= 8  # + log, nvidia-smi
+    fetch = subprocess.run(["bash", str(script), "fetch"], env=env, capture_output=True, text=True)
+    assert "--python-version 3.12" in fetch.stdout and "keras-hub==0.32.0" in fetch.stdout
