@@ -159,6 +159,26 @@ def at_precision(make, reference, precision: str):
     return model
 
 
+def check_precision_run(out, precision: str) -> list:
+    """A training run finished in `out` at --precision=`precision`: Keras' dynamic loss scale
+    (2^15, its start) logged at every step under fp16 and none otherwise, and the precision
+    recorded in run_settings.json, so that a resume at another one is refused. Returns the
+    train log's records."""
+    import json
+
+    log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    scales = [r.get("loss_scale") for r in log]
+    assert log and scales == [2.0**15 if precision == "fp16" else None] * len(log), scales
+    assert json.loads((out / "run_settings.json").read_text())["precision"] == precision
+    return log
+
+
+def check_precision_resume_refused(result) -> None:
+    """`result`: an fp16 run's folder resumed at fp32, which must fail naming the flag."""
+    assert result.returncode != 0
+    assert "--precision was 'fp16' and is now 'fp32'" in result.stderr, result.stderr[-3000:]
+
+
 # How far a mixed policy's float32 logits may be from float32's, relative to the largest:
 # bfloat16 keeps 8 bits of mantissa, float16 11.
 MIXED_LOGITS_TOLERANCE = {"bf16": 3e-2, "fp16": 5e-3}

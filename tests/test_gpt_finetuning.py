@@ -122,12 +122,8 @@ def test_run_classifier_fine_tunes_a_gpt_config_in_mixed_precision(tmp_path):
             line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
         )
         loss[precision] = float(results["loss"])
-        log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
-        scales = [r.get("loss_scale") for r in log]
-        assert scales == ([2.0**15] * len(log) if precision == "fp16" else [None] * len(log))
-        assert json.loads((out / "run_settings.json").read_text())["precision"] == precision
+        helpers.check_precision_run(out, precision)
     for precision in ("bf16", "fp16"):
         assert 0 < abs(loss[precision] - loss["fp32"]) < 0.05, loss
     toggled, _ = run_classifier_on_two_sentences(folder, config, "--max_seq_length=16")
-    assert toggled.returncode != 0
-    assert "--precision was 'fp16' and is now 'fp32'" in toggled.stderr, toggled.stderr[-3000:]
+    helpers.check_precision_resume_refused(toggled)

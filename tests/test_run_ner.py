@@ -409,14 +409,11 @@ def test_mixed_precision_tags_near_float32_and_fp16_trains_with_a_loss_scale(fil
         ]  # fmt: skip
         run([*args, f"--precision={precision}"])
         loss[precision] = results(out / "eval_results.txt")["loss"]
-        log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
-        scales = [r.get("loss_scale") for r in log]
-        assert scales == ([2.0**15] * len(log) if precision == "fp16" else [None] * len(log))
+        helpers.check_precision_run(out, precision)
     for precision in ("bf16", "fp16"):
         assert 0 < abs(loss[precision] - loss["fp32"]) < 0.05, loss
-    toggled = run([*args, "--num_train_epochs=2"], False)  # fp16's folder, now at fp32
-    assert toggled.returncode != 0
-    assert "--precision was 'fp16' and is now 'fp32'" in toggled.stderr, toggled.stderr[-3000:]
+    # fp16's folder, now at fp32
+    helpers.check_precision_resume_refused(run([*args, "--num_train_epochs=2"], False))
 
 
 def test_dynamic_padding_tags_the_same_and_is_refused_where_it_cannot_apply(files, tmp_path):

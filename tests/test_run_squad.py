@@ -375,13 +375,8 @@ def test_mixed_precision_predicts_near_float32_and_fp16_trains_with_a_loss_scale
     train = [*common(files, out, files["sample"]), "--do_train", "--precision=fp16"]
     result = run(train)
     assert result.returncode == 0, result.stderr[-4000:]
-    log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
-    assert log and all(r["loss_scale"] == 2.0**15 for r in log)
-    assert json.loads((out / "run_settings.json").read_text())["precision"] == "fp16"
-    toggled = run([*train[:-1], "--num_train_epochs=4"])
-    assert toggled.returncode != 0 and "--precision was 'fp16' and is now 'fp32'" in (
-        toggled.stderr
-    )
+    helpers.check_precision_run(out, "fp16")
+    helpers.check_precision_resume_refused(run([*train[:-1], "--num_train_epochs=4"]))
 
 
 def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files, tmp_path):
