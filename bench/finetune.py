@@ -46,7 +46,10 @@ every step by transformers' DataCollatorWithPadding to the batch's longest examp
 Trainer given a tokenizer pads, rounded up to 8 as Cloze rounds (features.TRIM_MULTIPLE;
 transformers' run_glue.py rounds to 8 under fp16 only). The lengths it pads to must be the
 lengths Cloze cuts to, or the run stops. The collator's time is in the PyTorch side's, as the
-input pipeline's is in Cloze's.
+input pipeline's is in Cloze's. Workers start one at a time, after this process' sides and each
+started worker have taken a step (their memory at its largest): a further one starts only where
+the kernel's MemAvailable holds MEMORY_MARGIN times the largest started worker's peak, else it
+is skipped, with the reason in the size's `skipped_peers`, and the run goes on without it.
 
 Dropout's masks differ between a cut and a full batch (other shapes draw other bits); the
 logits and gradients without dropout are the same (tests/test_finetuning.py).
@@ -59,7 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import pretrain_throughput
+from bench import host, pretrain_throughput
 from data_prep.glue import LENGTH_GROUP_BATCHES  # run_classifier's --group_by_length
 
 DEFAULT_SIZES = pretrain_throughput.DEFAULT_SIZES
@@ -203,6 +206,28 @@ def build_trainers(config, precision: str = "fp32", seed: int = 12345) -> dict:
         }
 
 
+# A further worker is started only where the memory available is this many times the largest
+# started one's peak (README: at BERT-base each held 7.3-7.7 GB, and two at once beside the
+# benchmark's 9.4 GB were killed for memory on a 24 GB machine in the fortieth session).
+MEMORY_MARGIN = 1.2
+
+
+def memory_shortfall(started: dict, available: int | None, margin: float = MEMORY_MARGIN):
+    """Why another worker would not fit, or None: `started` maps the workers already running
+    (after their first step, their memory at its largest) to their peak resident bytes;
+    `available`, the kernel's MemAvailable (None: unknown, then nothing is refused)."""
+    if not started or available is None:
+        return None
+    kind, peak = max(started.items(), key=lambda kv: kv[1] or 0)
+    need = (peak or 0) * margin
+    if available >= need:
+        return None
+    return (
+        f"{available / 2**30:.1f} GB of memory available, and a worker like {kind}'s (peak "
+        f"{(peak or 0) / 2**30:.1f} GB) needs about {need / 2**30:.1f}: run this peer alone"
+    )
+
+
 def _time_rounds(sides: dict, rounds: int, label: str, log) -> tuple[dict, dict]:
     """sides: {name: (trainer, make_iterator, steps)}. One untimed call each (traces), then
     `rounds` alternating timed calls of `steps` steps on a fresh iterator. Returns
@@ -318,15 +343,28 @@ def run(
             for name, fit in trainers.items()
             if name != "cloze_unpadded"
         }
-        peers = {}  # the worker sides, for the full batch and the epochs
+        peers, skipped = {}, {}  # the worker sides, for the full batch and the epochs
         try:
+            if extra_peers:  # this process' sides at their largest before any worker starts
+                for fit, make, _ in sides.values():
+                    fit.train_steps(make(), 1)
             for kind in extra_peers:
+                reason = memory_shortfall(
+                    {k: p.peak_rss() for k, p in peers.items()}, host.available_memory_bytes()
+                )
+                if reason:  # refused before it starts: the others' results are kept
+                    skipped[kind] = reason
+                    log(f"{spec}: {kind} not started: {reason}")
+                    continue
                 peers[kind] = pretrain_throughput.WorkerPeer(
                     kind, config, fixed, precision, python=peer_python, head="classifier"
                 )
+                peers[kind].train_steps(None, 1)  # its first step: its memory at its largest
                 sides[kind] = (peers[kind], lambda: None, n)  # the worker holds the batch
             times, overflows = _time_rounds(sides, rounds, f"{spec} full", log)
             row = _size_row(spec, n, m, batch, seq, sides, times, overflows)
+            if skipped:
+                row["skipped_peers"] = skipped
             epoch_peers = {k: p for k, p in peers.items() if k in EPOCH_PEERS}
             for name, workload in data.items():
                 if "skipped" not in workload:

@@ -25,3 +25,36 @@ def cpu_features(cpuinfo: str | None = None) -> dict:
         elif key.strip() == "flags" and not flags:
             flags = set(value.split())
     return {"cpu_model": model, "cpu_flags": [f for f in CPU_FLAGS if f in flags]}
+
+
+def _kib_field(text: str, name: str) -> int | None:
+    """The value of a "Name:   123 kB" line of a /proc file's text, in bytes."""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == name:
+            return int(value.split()[0]) * 1024
+    return None
+
+
+def available_memory_bytes(meminfo: str | None = None) -> int | None:
+    """MemAvailable of /proc/meminfo's text (read when not given): what the kernel can hand out
+    without swapping; None where there is none (not Linux)."""
+    if meminfo is None:
+        try:
+            with open("/proc/meminfo") as f:
+                meminfo = f.read()
+        except OSError:
+            return None
+    return _kib_field(meminfo, "MemAvailable")
+
+
+def peak_rss_bytes(pid: int, status: str | None = None) -> int | None:
+    """VmHWM of /proc/<pid>/status' text (read when not given): the process' peak resident
+    memory so far; None where there is none (an ended process, not Linux)."""
+    if status is None:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                status = f.read()
+        except OSError:
+            return None
+    return _kib_field(status, "VmHWM")

@@ -274,6 +274,12 @@ class Worker:
     def count_params(self) -> int:
         return int(self.params)
 
+    def peak_rss(self) -> int | None:
+        """The worker process' peak resident memory so far, in bytes (bench/host.py)."""
+        from bench import host
+
+        return host.peak_rss_bytes(self._proc.pid)
+
     def close(self):
         import subprocess
 

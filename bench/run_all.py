@@ -584,6 +584,9 @@ def finetune_rows(f: dict) -> list:
             f"{full['keras_hub']['per_s']:,.0f} | {full['ratio']:.2f} (rounds "
             f"{rounds(full['ratio_rounds'])}) |"
         )
+        for kind, reason in r.get("skipped_peers", {}).items():
+            model = finetune.FINETUNE_PEERS[kind]
+            rows.append(f"| the same against {model} | skipped: {reason} | | |")
         for kind, model in finetune.FINETUNE_PEERS.items():
             if kind in full:
                 peer = pretrain_throughput.WORKER_PEERS[kind]["short"]

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import flops, peer_worker, pretrain_throughput, torch_peer
+from bench import flops, host, peer_worker, pretrain_throughput, torch_peer
 from modeling import checkpoints
 from tests import helpers
 
@@ -479,6 +479,43 @@ def test_fine_tuning_times_each_peers_classifier_on_the_full_batch(
         assert result["sizes"][0]["params"][kind] == 1234
         (row,) = [x for x in rows if model in x]
         assert f"| {full[f'ratio_{kind}']:.2f} (rounds " in row
+    # Memory: a further worker starts only where MemAvailable holds 1.2x the largest started
+    # one's peak (two at BERT-base were killed for memory on 24 GB); else it is refused before
+    # it starts, with the reason in the row and the table, and the rest of the run goes on.
+    monkeypatch.setattr(host, "available_memory_bytes", lambda: 2**20)  # 1 MB
+    result = finetune.run(
+        None, vocab, tmp_path / "work", sizes=(TINY,), batch=3, seq=7, steps=1, epoch_batches=1,
+        rounds=1, log=lambda *_: None, extra_peers=("hf_torch", "model_garden"),
+        peer_python=python,
+    )  # fmt: skip
+    (row,) = result["sizes"]
+    assert "hf_torch" in row["full"] and "model_garden" not in row["full"]
+    reason = row["skipped_peers"]["model_garden"]
+    assert reason.startswith("0.0 GB of memory available, and a worker like hf_torch's (peak ")
+    with helpers.entrypoint_module("bench/run_all.py") as run_all:
+        rows = run_all.finetune_rows(result)
+    model = finetune.FINETUNE_PEERS["model_garden"]
+    assert f"| the same against {model} | skipped: {reason} | | |" in rows
+
+
+def test_a_worker_is_refused_where_the_memory_would_not_hold_it():
+    from bench import finetune
+
+    gb = 2**30
+    assert finetune.memory_shortfall({}, 0) is None  # the first worker always starts
+    assert finetune.memory_shortfall({"hf_torch": 8 * gb}, None) is None  # unknown: no refusal
+    assert finetune.memory_shortfall({"hf_torch": 8 * gb, "x": gb}, 9.6 * gb) is None
+    reason = finetune.memory_shortfall({"x": gb, "hf_torch": 8 * gb}, 9.5 * gb)
+    assert reason == (
+        "9.5 GB of memory available, and a worker like hf_torch's (peak 8.0 GB) needs about "
+        "9.6: run this peer alone"
+    )
+    # /proc's own figures: this process' peak and the machine's available memory, in bytes.
+    assert host.peak_rss_bytes(os.getpid()) > 10 * 2**20 and host.available_memory_bytes() > 0
+    assert host.peak_rss_bytes(os.getpid(), "Name:\tx\nVmHWM:\t  2048 kB\n") == 2 * 2**20
+    assert host.available_memory_bytes("MemTotal: 8 kB\nMemAvailable: 4 kB\n") == 4096
+    assert host.available_memory_bytes("MemTotal: 8 kB\n") is None
+    assert host.peak_rss_bytes(2**30) is None  # no such process
 
 
 @pytest.fixture
@@ -553,10 +590,11 @@ def test_fine_tuning_epochs_give_pytorch_clozes_batches_unpadded(
                 assert example["token_type_ids"] == segments[:k].tolist()
                 assert example["labels"] == int(label) in (0, 1)
             assert length - features.TRIM_MULTIPLE < max(len(x["input_ids"]) for x in examples)
-    # The full batch (one untimed call, 2 rounds), then each epoch by its name, as often.
+    # The full batch (its first step, where its memory is measured, one untimed call, 2
+    # rounds), then each epoch by its name, as often.
     trained = [json.loads(x) for x in Path(f"{log}.train").read_text().splitlines()]
-    assert trained[:3] == [None] * 3
-    assert sorted(trained[3:]) == ["hf_torch"] * 3 + ["hf_torch_grouped"] * 3
+    assert trained[:4] == [None] * 4
+    assert sorted(trained[4:]) == ["hf_torch"] * 3 + ["hf_torch_grouped"] * 3
     for ours, theirs, key in (
         ("cloze", "hf_torch", "ratio_hf_torch"),
         ("cloze_grouped", "hf_torch_grouped", "ratio_grouped_hf_torch"),
