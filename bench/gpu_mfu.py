@@ -422,8 +422,8 @@ def run(
         for kind in extra_peers:
             t0 = time.perf_counter()
             # Where JAX runs on the GPU the worker's PyTorch does too; else on the CPU.
-            device = "cuda" if jax.default_backend() == "gpu" else None
-            peer = WorkerPeer(kind, config, data, precision, python=peer_python, device=device)
+            on = "cuda" if jax.default_backend() == "gpu" else None
+            peer = WorkerPeer(kind, config, data, precision, python=peer_python, device=on)
             try:
                 seconds, loss, skipped = time_worker(peer, steps, repeats)
             finally:
@@ -434,7 +434,7 @@ def run(
                 flush=True,
             )
             row[kind] = {
-                "device": device or "cpu",
+                "device": on or "cpu",
                 "step_seconds": seconds,
                 "tokens_per_second": batch * seq / seconds,
                 "mfu": flops / seconds / peak,
