@@ -218,23 +218,25 @@ def memory_shortfall(started: dict, available: int | None, margin: float = MEMOR
     `available`, the kernel's MemAvailable (None: unknown, then nothing is refused)."""
     if not started or available is None:
         return None
-    kind, peak = max(started.items(), key=lambda kv: kv[1] or 0)
-    need = (peak or 0) * margin
+    kind, peak = max(((k, p or 0) for k, p in started.items()), key=lambda kv: kv[1])
+    need = peak * margin
     if available >= need:
         return None
     return (
         f"{available / 2**30:.1f} GB of memory available, and a worker like {kind}'s (peak "
-        f"{(peak or 0) / 2**30:.1f} GB) needs about {need / 2**30:.1f}: run this peer alone"
+        f"{peak / 2**30:.1f} GB) needs about {need / 2**30:.1f}: run this peer alone"
     )
 
 
-def _time_rounds(sides: dict, rounds: int, label: str, log) -> tuple[dict, dict]:
-    """sides: {name: (trainer, make_iterator, steps)}. One untimed call each (traces), then
-    `rounds` alternating timed calls of `steps` steps on a fresh iterator. Returns
-    ({name: [s, ...]}, {name: timed steps fp16's loss scaling skipped on an overflow}); any other
-    skipped step is refused (pretrain_throughput.overflow_steps)."""
-    for fit, make, _ in sides.values():
-        fit.train_steps(make(), 1)
+def _time_rounds(sides: dict, rounds: int, label: str, log, warm=()) -> tuple[dict, dict]:
+    """sides: {name: (trainer, make_iterator, steps)}. One untimed call each (traces; not for
+    those named in `warm`, which have run that call already), then `rounds` alternating timed
+    calls of `steps` steps on a fresh iterator. Returns ({name: [s, ...]}, {name: timed steps
+    fp16's loss scaling skipped on an overflow}); any other skipped step is refused
+    (pretrain_throughput.overflow_steps)."""
+    for name, (fit, make, _) in sides.items():
+        if name not in warm:
+            fit.train_steps(make(), 1)
     times = {name: [] for name in sides}
     overflows = dict.fromkeys(sides, 0)
     started = time.perf_counter()
@@ -345,9 +347,11 @@ def run(
         }
         peers, skipped = {}, {}  # the worker sides, for the full batch and the epochs
         try:
+            warm = set()  # the sides whose untimed first call has run
             if extra_peers:  # this process' sides at their largest before any worker starts
-                for fit, make, _ in sides.values():
+                for name, (fit, make, _) in sides.items():
                     fit.train_steps(make(), 1)
+                    warm.add(name)
             for kind in extra_peers:
                 reason = memory_shortfall(
                     {k: p.peak_rss() for k, p in peers.items()}, host.available_memory_bytes()
@@ -361,7 +365,8 @@ def run(
                 )
                 peers[kind].train_steps(None, 1)  # its first step: its memory at its largest
                 sides[kind] = (peers[kind], lambda: None, n)  # the worker holds the batch
-            times, overflows = _time_rounds(sides, rounds, f"{spec} full", log)
+                warm.add(kind)
+            times, overflows = _time_rounds(sides, rounds, f"{spec} full", log, warm)
             row = _size_row(spec, n, m, batch, seq, sides, times, overflows)
             if skipped:
                 row["skipped_peers"] = skipped

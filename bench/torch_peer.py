@@ -101,9 +101,9 @@ class Peer:
 
         if device not in DEVICES:
             raise ValueError(f"device {device!r}: expected one of {DEVICES}")
-        if device == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(f"device 'cuda': PyTorch {torch.__version__} sees no CUDA GPU")
         if device == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError(f"device 'cuda': PyTorch {torch.__version__} sees no CUDA GPU")
             torch.set_float32_matmul_precision("high")  # TF32 in fp32, as JAX's default
         torch.set_num_threads(threads)
         torch.manual_seed(seed)

@@ -581,7 +581,7 @@ def test_fp16_sides_train_with_loss_scaling_and_count_the_steps_it_skipped():
     # counts them per side instead of refusing them as non-finite steps.
     import keras
 
-    from bench import finetune
+    from bench import finetune, generation
 
     def model_of(fit):  # keras-hub's inside its ModelHolder
         model = fit.task.model
@@ -610,8 +610,7 @@ def test_fp16_sides_train_with_loss_scaling_and_count_the_steps_it_skipped():
     # overflow_steps).
     fits = finetune.build_trainers(config, "fp16")
     for fit in fits.values():  # keras-hub's initializer does not read initializer_range
-        for w in model_of(fit).weights:
-            w.assign(w.numpy() * (150.0 if len(w.shape) >= 2 else 1.0))
+        generation.scramble_weights(model_of(fit), 150.0)
     data = tf.data.Dataset.from_tensors(finetune.classifier_batch(3, 7, 53)).repeat()
     sides = {name: (fit, lambda: iter(data), 10) for name, fit in fits.items()}
     times, overflows = finetune._time_rounds(sides, 1, "fp16", lambda *_: None)
