@@ -184,34 +184,51 @@ def check_precision_resume_refused(result) -> None:
 MIXED_LOGITS_TOLERANCE = {"bf16": 3e-2, "fp16": 5e-3}
 
 
-def check_classifier_at_precision(make, inputs: dict, labels, precision: str):
-    """A classifier `make()` built at `precision` with the weights of one built at float32 (the
-    same seed): float32 logits within MIXED_LOGITS_TOLERANCE of float32's but not equal to them
-    (the policy took), and finite float32 gradients of the cross-entropy for the trainable
-    weights float32 gives gradients (a weight off the task's path has none in both)."""
+def check_at_precision(make, forward, precision: str, output_dtypes: dict):
+    """A model `make()` built at `precision` with the weights of one built at float32 (the same
+    seed), both run by `forward(model) -> ({key: output}, loss)` under a gradient tape: each
+    output in output_dtypes' dtype ("compute": the policy's), finite and within
+    MIXED_LOGITS_TOLERANCE of float32's but not equal to them (the policy took); the loss'
+    gradients float32 and finite for the trainable weights float32 gives gradients (a weight off
+    the path has none in both)."""
     import keras
     import tensorflow as tf
 
-    def gradients(model):
+    def run(model):
         with tf.GradientTape() as tape:
-            logits = model(inputs, training=True)
-            loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+            outputs, loss = forward(model)
         grads = tape.gradient(loss, model.trainable_variables)
-        return logits, [None if g is None else tf.convert_to_tensor(g) for g in grads]
+        return outputs, [None if g is None else tf.convert_to_tensor(g) for g in grads]
 
     keras.utils.set_random_seed(0)
     reference = make()
     model = at_precision(make, reference, precision)
     assert model.compute_dtype == {"bf16": "bfloat16", "fp16": "float16"}[precision]
-    want, want_grads = gradients(reference)
-    logits, grads = gradients(model)
-    assert logits.dtype == "float32"
-    difference = np.abs(np.asarray(logits - want)).max() / np.abs(np.asarray(want)).max()
-    assert 0 < difference < MIXED_LOGITS_TOLERANCE[precision], difference
+    want, want_grads = run(reference)
+    got, grads = run(model)
+    for key, dtype in output_dtypes.items():
+        assert got[key].dtype == (model.compute_dtype if dtype == "compute" else dtype), key
+        mine, theirs = np.asarray(got[key], "float32"), np.asarray(want[key])
+        assert np.isfinite(mine).all(), key
+        difference = np.abs(mine - theirs).max() / np.abs(theirs).max()
+        assert 0 < difference < MIXED_LOGITS_TOLERANCE[precision], (key, difference)
     assert [g is None for g in grads] == [g is None for g in want_grads]
     grads = [g for g in grads if g is not None]
     assert grads and all(g.dtype == "float32" for g in grads)
     assert all(bool(tf.reduce_all(tf.math.is_finite(g))) for g in grads)
+
+
+def check_classifier_at_precision(make, inputs: dict, labels, precision: str):
+    """check_at_precision for a classifier on `inputs`: float32 logits, the cross-entropy of
+    `labels` as the loss."""
+    import keras
+
+    def forward(model):
+        logits = model(inputs, training=True)
+        loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        return {"logits": logits}, loss
+
+    check_at_precision(make, forward, precision, {"logits": "float32"})
 
 
 def encoder_decoder_batch(b=3, s=7, t=5, seed=0, padded=((0, 5),), vocab_size=23):
