@@ -24,6 +24,7 @@ import os
 from absl import app, flags, logging
 
 from modeling import flops
+from training.precision import FINETUNE_PRECISION_HELP, PRECISION_NAMES
 
 flags.DEFINE_string("task_name", None, "The task: cola, sst-2, mrpc, sts-b, qqp, mnli, ... tsv.")
 flags.DEFINE_string("data_dir", None, "Folder with the task's files (train.tsv, dev.tsv, ...).")
@@ -114,8 +115,8 @@ flags.DEFINE_bool(
 flags.DEFINE_enum(
     "precision",
     "fp32",
-    ["fp32", "bf16", "fp16"],
-    flops.FINETUNE_PRECISION_HELP,
+    list(PRECISION_NAMES),
+    FINETUNE_PRECISION_HELP,
 )
 flags.DEFINE_bool(
     "dynamic_padding",

@@ -44,6 +44,7 @@ import os
 from absl import app, flags, logging
 
 from modeling import flops
+from training.precision import FINETUNE_PRECISION_HELP, PRECISION_NAMES
 
 flags.DEFINE_string("data_dir", None, "Folder with train.txt, dev.txt, test.txt (or eng.*).")
 flags.DEFINE_string(
@@ -151,8 +152,8 @@ flags.DEFINE_bool(
 flags.DEFINE_enum(
     "precision",
     "fp32",
-    ["fp32", "bf16", "fp16"],
-    flops.FINETUNE_PRECISION_HELP + " It sets the trained tagger's; --feature_cache's "
+    list(PRECISION_NAMES),
+    FINETUNE_PRECISION_HELP + " It sets the trained tagger's; --feature_cache's "
     "features are computed in float32.",
 )
 flags.DEFINE_bool(

@@ -36,6 +36,7 @@ from __future__ import annotations
 from absl import app, flags, logging
 
 from modeling import flops
+from training.precision import PRECISION_NAMES
 
 flags.DEFINE_string(
     "bert_config_file",
@@ -71,7 +72,7 @@ flags.DEFINE_float("peak_tflops", 0.0, flops.PEAK_TFLOPS_HELP, lower_bound=0.0)
 flags.DEFINE_enum(
     "precision",
     "fp32",
-    ["fp32", "bf16", "fp16"],
+    list(PRECISION_NAMES),
     "Compute precision: fp32, or mixed precision with float32 variables, softmax and losses: "
     "bf16 (mixed_bfloat16) or fp16 (mixed_float16 with dynamic loss scaling; an overflow step "
     "halves the scale and is not applied, and is not a non-finite step for --on_nonfinite). "

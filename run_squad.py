@@ -28,6 +28,7 @@ import os
 from absl import app, flags, logging
 
 from modeling import flops
+from training.precision import FINETUNE_PRECISION_HELP, PRECISION_NAMES
 
 flags.DEFINE_string(
     "vocab_file",
@@ -94,8 +95,8 @@ flags.DEFINE_bool(
 flags.DEFINE_enum(
     "precision",
     "fp32",
-    ["fp32", "bf16", "fp16"],
-    flops.FINETUNE_PRECISION_HELP,
+    list(PRECISION_NAMES),
+    FINETUNE_PRECISION_HELP,
 )
 flags.DEFINE_enum(
     "distribution_strategy",

@@ -26,6 +26,7 @@ import os
 from absl import app, flags, logging
 
 from modeling import flops
+from training.precision import FINETUNE_PRECISION_HELP, PRECISION_NAMES
 
 flags.DEFINE_string("task_name", None, "sst-2, cola, mrpc, qqp, mnli, ... or tsv_seq2seq.")
 flags.DEFINE_string("data_dir", None, "Folder with the task's train / dev / test files.")
@@ -53,7 +54,7 @@ flags.DEFINE_float("length_penalty", 0.6, "Beam search: GNMT length penalty alph
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save a checkpoint.")
 flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop between host logs.")
 flags.DEFINE_float("peak_tflops", 0.0, flops.PEAK_TFLOPS_HELP, lower_bound=0.0)
-flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16", "fp16"], flops.FINETUNE_PRECISION_HELP)
+flags.DEFINE_enum("precision", "fp32", list(PRECISION_NAMES), FINETUNE_PRECISION_HELP)
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 FLAGS = flags.FLAGS
 

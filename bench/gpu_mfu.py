@@ -73,9 +73,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.flops import bert_pretraining_flops  # noqa: E402
 from bench.hlo_inventory import kernel_inventory  # noqa: E402
-from bench.pretrain_throughput import COMPUTE_DTYPES, WorkerPeer, overflow_steps  # noqa: E402
+from bench.pretrain_throughput import WorkerPeer, overflow_steps  # noqa: E402
 from bench.step_profile import summarize_perfetto_trace  # noqa: E402
 from modeling import bert, losses  # noqa: E402
+from training.precision import COMPUTE_DTYPES, POLICIES  # noqa: E402
 
 # (name, layers, hidden, heads, intermediate, batch, seq, predictions)
 SIZES = [
@@ -220,9 +221,6 @@ def matmul_peak(dtype, n=8192, repeats=10):
         mm(a, b).block_until_ready()
         best = min(best, time.perf_counter() - t)
     return 2 * n**3 / best
-
-
-POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16", "fp32": "float32"}
 
 
 def set_precision(precision):

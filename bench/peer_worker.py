@@ -50,10 +50,12 @@ import json
 import os
 import sys
 
-# The sides this worker runs, and what every side's Peer is built with: its precision, and its
-# head (the pretraining benchmark's MLM + NSP, or the fine-tuning benchmark's classifier).
+from training.precision import PRECISION_NAMES
+
+# The sides this worker runs, and what every side's Peer is built with: its precision (one of
+# training/precision.PRECISION_NAMES), and its head (the pretraining benchmark's MLM + NSP, or
+# the fine-tuning benchmark's classifier).
 PEERS = ("hf_torch", "model_garden")
-PRECISIONS = ("fp32", "bf16", "fp16")
 HEADS = ("pretraining", "classifier")
 
 
@@ -91,8 +93,10 @@ def serve(module, requests, replies) -> int:
             if op in ("build", "build_encoder"):
                 if op == "build":
                     precision, head = request["precision"], request.get("head", "pretraining")
-                    if precision not in PRECISIONS:
-                        raise ValueError(f"precision {precision!r}: expected one of {PRECISIONS}")
+                    if precision not in PRECISION_NAMES:
+                        raise ValueError(
+                            f"precision {precision!r}: expected one of {PRECISION_NAMES}"
+                        )
                     if head not in HEADS:
                         raise ValueError(f"head {head!r}: expected one of {HEADS}")
                     device, devices = request.get("device", "cpu"), devices_of(module)

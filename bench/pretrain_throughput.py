@@ -63,9 +63,7 @@ import time
 
 import numpy as np
 
-# The dtype each precision's matmuls run in (the compute dtype of its policy,
-# training/optimization.PRECISIONS).
-COMPUTE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+from training.precision import COMPUTE_DTYPES
 
 # The matmul peak measured before every round: one 2048-square product, best of 3 (17 GFLOP each:
 # about 0.1 s on an idle core pair), short enough to sit beside every round.

@@ -49,6 +49,8 @@ elif str(REPO) not in sys.path:
 
 from absl import app, flags, logging  # noqa: E402
 
+from training.precision import COMPUTE_DTYPES, PRECISION_NAMES  # noqa: E402
+
 # The four of issue #9 run by default (a few minutes on 2 cores); the fine-tuning step and
 # generation (not in the issue's list, tens of minutes on 2 cores) when named or with `all`.
 DEFAULT_BENCHMARKS = ["pretrain", "tokenize", "create_data", "inference"]
@@ -68,7 +70,7 @@ flags.DEFINE_string(
 flags.DEFINE_enum(
     "precision",
     "fp32",
-    ["fp32", "bf16", "fp16"],
+    list(PRECISION_NAMES),
     "Precision of every side (Keras' mixed policies; fp16 with each library's dynamic loss "
     "scaling).",
 )
@@ -300,7 +302,7 @@ def run_benchmarks(
     if "pretrain" in which:
         begin("pretrain")
         peak = flops.matmul_peak_flops(**s["peak"])
-        dtype = pretrain_throughput.COMPUTE_DTYPES[precision]  # bf16, fp16: its own peak too
+        dtype = COMPUTE_DTYPES[precision]  # bf16, fp16: its own peak too
         low = None if dtype == "float32" else flops.matmul_peak_flops(**s["peak"], dtype=dtype)
         results["pretrain"] = pretrain_throughput.run(
             peak=peak,

@@ -11,6 +11,9 @@ not how long a step takes.
 
   python -m bench.step_profile --size=L4/H256/A4/I1024 --steps=3 --output=/tmp/profile.json
 
+--precision=bf16 (or fp16) profiles both sides built under that mixed policy, as the
+pretraining benchmark's --precision does; each side's compute dtype is in the result.
+
 summarize_perfetto_trace reads the other profiler format used here: the Perfetto trace of
 jax.profiler, for bench/gpu_mfu.py's step under Keras' JAX backend (on a lent GPU).
 """
@@ -25,6 +28,8 @@ import os
 import re
 import tempfile
 import time
+
+from training.precision import PRECISION_NAMES
 
 
 def phase_of(op_name: str) -> str:
@@ -170,21 +175,32 @@ def profile_steps(fit, iterator, steps: int, logdir: str) -> dict:
     return result
 
 
-def run(size: str, batch: int, seq: int, predictions: int, steps: int, use_xla: bool) -> dict:
+def run(
+    size: str,
+    batch: int,
+    seq: int,
+    predictions: int,
+    steps: int,
+    use_xla: bool,
+    precision: str = "fp32",
+) -> dict:
     import tensorflow as tf
 
     from bench import pretrain_throughput
 
     config = pretrain_throughput.parse_size(size, max_seq_length=seq)
-    trainers = pretrain_throughput.build_trainers(config, "fp32", use_xla)
+    trainers = pretrain_throughput.build_trainers(config, precision, use_xla)
     data = pretrain_throughput.synthetic_batch(batch, seq, predictions, config.vocab_size)
     out = {"size": size, "batch": batch, "seq": seq, "predictions": predictions, "steps": steps}
+    out["precision"] = precision
     out["onednn"] = pretrain_throughput.onednn_enabled()
     for name, fit in trainers.items():
         iterator = iter(tf.data.Dataset.from_tensors(data).repeat())
         fit.train_steps(iterator, 1)  # trace and compile outside the profile
         with tempfile.TemporaryDirectory() as logdir:
             out[name] = profile_steps(fit, iterator, steps, logdir)
+        model = fit.task.model  # keras-hub's side holds its Keras model as .model
+        out[name]["compute_dtype"] = getattr(model, "model", model).dtype_policy.compute_dtype
     return out
 
 
@@ -210,9 +226,12 @@ def main():
     p.add_argument("--predictions", type=int, default=20)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--use_xla", action="store_true")
+    p.add_argument("--precision", choices=PRECISION_NAMES, default="fp32")
     p.add_argument("--output", default="")
     args = p.parse_args()
-    result = run(args.size, args.batch, args.seq, args.predictions, args.steps, args.use_xla)
+    result = run(
+        args.size, args.batch, args.seq, args.predictions, args.steps, args.use_xla, args.precision
+    )
     print(format_table(result))
     if args.output:
         with open(args.output, "w") as f:

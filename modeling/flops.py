@@ -68,14 +68,6 @@ PEAK_TFLOPS_HELP = (
     "H100 SXM in bf16, dense): the log then gives the step's matrix-multiply FLOP/s as a share "
     "of it. 0: unknown (FLOP/s alone)."
 )
-# The help of the fine-tuning scripts' --precision (training/optimization.PRECISIONS), kept
-# here for the same reason.
-FINETUNE_PRECISION_HELP = (
-    "Compute precision, as run_pretraining's flag: fp32, or mixed precision with float32 "
-    "variables, softmax, losses and logits: bf16 (mixed_bfloat16) or fp16 (mixed_float16 with "
-    "dynamic loss scaling; an overflow step halves the scale and is not applied). Checkpoints "
-    "hold float32 weights at every precision; a resume with another precision is refused."
-)
 
 
 def attention_flops(q, k, h: int, inner: int):

@@ -219,3 +219,32 @@ def test_fused_adamw_under_mirrored_strategy_updates_each_replica_alike(fused_mi
     assert len(copies) == 2
     for copy in copies:
         np.testing.assert_allclose(copy.numpy(), ref_var.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_precision_table_matches_the_keras_policies_and_imports_nothing():
+    # training/precision.py is read where TensorFlow is absent (bench/gpu_mfu.py under JAX,
+    # bench/peer_worker.py under PyTorch): its compute dtypes must be what the policies that
+    # training/optimization.py builds compute in, and importing it must load no library.
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from training import precision
+
+    assert optimization.PRECISIONS is precision.POLICIES
+    assert precision.PRECISION_NAMES[0] == "fp32"
+    for name in precision.PRECISION_NAMES:
+        policy = keras.DTypePolicy(precision.POLICIES[name])
+        assert (policy.variable_dtype, policy.compute_dtype) == (
+            "float32",
+            precision.COMPUTE_DTYPES[name],
+        )
+    code = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        "import training.precision\n"
+        "added = set(sys.modules) - before - {'__future__', 'training', 'training.precision'}\n"
+        "assert not added, sorted(added)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]

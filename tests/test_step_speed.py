@@ -204,6 +204,16 @@ def test_profile_breakdown_sums_op_types_and_phases(tmp_path):
         step_profile.breakdown([])
 
 
+def test_step_profile_builds_both_sides_at_the_precision_asked():
+    # `python -m bench.step_profile --precision=bf16` profiles the mixed-precision steps, not
+    # float32 ones under another label.
+    result = step_profile.run("L1/H32/A2/I64", 2, 16, 2, 1, False, "bf16")
+    assert result["precision"] == "bf16"
+    for side in ("cloze", "keras_hub"):
+        assert result[side]["compute_dtype"] == "bfloat16"
+        assert result[side]["by_phase"]["backward"]["s"] > 0
+
+
 def test_op_types_lose_the_onednn_prefix():
     # TensorFlow's oneDNN build traces MatMul as _MklMatMul (on by default on AVX-512 VNNI /
     # BF16 CPUs); the profile's tables name both builds' ops alike.

@@ -55,7 +55,7 @@ class GptFinetuneSettings:
     lm_coef: float = LM_COEF
     skip_bad_rows: bool = False
     peak_tflops: float = 0.0  # the log's FLOPs utilisation (run_classifier's --peak_tflops)
-    precision: str = "fp32"  # run_classifier's --precision (training/optimization.PRECISIONS)
+    precision: str = "fp32"  # run_classifier's --precision (training/precision.PRECISION_NAMES)
 
 
 def load_bpe(vocab_file: str) -> bpe.ByteLevelBPE:

@@ -13,6 +13,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from training import precision
+
 # Variables the original excludes from weight decay ("LayerNorm", "layer_norm", "bias"); in Keras 3
 # the LayerNorm weights are named gamma / beta.
 NO_DECAY_PATTERNS = ("gamma", "beta", "bias")
@@ -341,10 +343,8 @@ def create_optimizer(
     return opt
 
 
-# --precision values and the Keras dtype policies they build a model with: variables stay float32,
-# layers compute in bfloat16 / float16; losses are computed in float32 (modeling/losses.py casts
-# the logits) and so are the attention softmax (modeling/layers.py) and LayerNorm (Keras).
-PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+# --precision values and the Keras dtype policies they build a model with (training/precision.py).
+PRECISIONS = precision.POLICIES
 
 
 @contextlib.contextmanager
