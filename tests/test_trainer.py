@@ -678,6 +678,39 @@ def test_fp16_overflow_lowers_the_scale_and_is_not_a_nonfinite_failure(tmp_path,
         _run(tmp_path / "b", data_file, 8, helpers.tiny_config(), [5], {"precision": "fp16"})
 
 
+@pytest.mark.parametrize("where", ["mirrored", "xla", "accumulation"])
+def test_fp16_speed_features_train_as_the_plain_fp16_step(data_file, where):
+    # fp16's loss scaling with each speed feature against the plain fp16 step on one device:
+    # over two replicas, the whole step under XLA, 3 micro-batches. The same rows and weights
+    # within float16's rounding (10 significant bits; the micro-batches' and replicas' sums are
+    # taken in another order), and the same loss scale.
+    plain = train(
+        build(strategy_for("one_device"), helpers.tiny_config(), precision="fp16"), data_file
+    )
+    other = build(strategy_for(where), helpers.tiny_config(), precision="fp16", **where_args(where))
+    fast = train(other, data_file)
+    assert_train_alike(fast, plain, rows_rtol=5e-4, weights_rtol=2e-2, atol=2e-4)
+    scale = trainer.EXTRA_COLUMNS.index("loss_scale") - len(trainer.EXTRA_COLUMNS)
+    assert list(fast.rows[:, scale]) == list(plain.rows[:, scale]) == [2.0**15] * REFERENCE_STEPS
+
+
+@pytest.mark.parametrize("where", ["mirrored", "xla", "accumulation"])
+def test_fp16_overflow_skips_the_whole_step_once(data_file, where):
+    # An overflowing scale (2^24, as in the test above) with each speed feature: the step is
+    # skipped whole (no weight moves, the optimizer's iteration stays) and the scale halves once
+    # per step, not once per micro-batch or replica.
+    args = {"precision": "fp16", "initial_scale": 2.0**24, **where_args(where)}
+    fit = build(strategy_for(where), helpers.tiny_config(), **args)
+    before = weights(fit.task.model)
+    row = fit.train_steps(iter(dataset(data_file)), 1)[0]
+    extra = dict(zip(trainer.EXTRA_COLUMNS, row[-len(trainer.EXTRA_COLUMNS) :]))
+    assert (extra["overflow"], extra["applied"], extra["loss_scale"]) == (1.0, 0.0, 2.0**24)
+    for a, b in zip(before, weights(fit.task.model)):
+        np.testing.assert_array_equal(a, b)
+    assert float(fit.optimizer.dynamic_scale.numpy()) == 2.0**23
+    assert int(fit.optimizer.iterations.numpy()) == 0
+
+
 @pytest.mark.parametrize("where", ["one_device", "mirrored"])
 def test_accumulated_steps_equal_large_batch_steps(data_file, reference, where):
     # Dropout off (the reference's tiny config): micro-batches draw other masks.
