@@ -214,7 +214,7 @@ def settings(
             rounds=rounds,
         ),
         "peak": dict(sizes=(2048, 3072, 4096), repeats=3),
-        "tokenize": dict(repeats=2),
+        "tokenize": dict(repeats=5),
         "create_data": dict(base_bytes=corpus_bytes, scales=(1, corpus_scale)),
         "inference": dict(size=sizes[0], batch=32, seq=128, steps=5, rounds=rounds),
         "finetune": dict(
@@ -477,10 +477,13 @@ def table(results: dict) -> str:
     for key, name in (("tokenize_wordpiece", "WordPiece"), ("tokenize_bpe", "GPT-2 BPE")):
         t = results.get(key)
         if t and "ratio" in t:
+            rounds = ", ".join(f"{x:.2f}" for x in t.get("round_ratios", []))
             rows.append(
                 f"| {name} tokens/s, ids identical ({t['lines_compared']:,} lines) | "
                 f"{t['cloze']['tokens_per_s']:,.0f} | HF tokenizers "
-                f"{t['hf_tokenizers']['tokens_per_s']:,.0f} | {t['ratio']:.2f} |"
+                f"{t['hf_tokenizers']['tokens_per_s']:,.0f} | {t['ratio']:.2f}"
+                + (f" (rounds {rounds})" if rounds else "")
+                + " |"
             )
         elif t:
             rows.append(f"| {name} | skipped: {t.get('skipped', '')[:60]} | | |")

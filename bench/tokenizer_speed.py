@@ -7,8 +7,15 @@ tokenizers.BertWordPieceTokenizer with the same vocabulary and the original BERT
 both tokenizing the same non-blank corpus lines in bulk. Byte-level BPE: data_prep/bpe.ByteLevelBPE
 against a tokenizers BPE model with GPT-2's byte-level pre-tokenizer on GPT-2's own files.
 
-Every line's ids must be identical; a difference raises ValueError naming the corpus line. Each
-side's best of `repeats` timed passes is reported (a warm-up pass first: tracing, caches).
+Every line's ids must be identical; a difference raises ValueError naming the corpus line. After a
+warm-up pass of each side (tracing, caches), `repeats` rounds time one pass of every side, the
+order reversed each round, and each side's best pass is reported, with every round's ratio and
+seconds. Timed one side after the other, a burst of load on the shared machine fell on one
+side's passes alone: the default run's GPT-2 BPE ratio read 0.82 in the forty-fifth session
+where the same code, alone, measured 1.49 (bench/HISTORY.md). A pass right after one of its own
+side runs faster (up to 2x for Cloze's WordPiece: its memory is still warm); the reversed order
+gives the first and last sides such passes alike, and the best pass is what a long
+tokenization run sees.
 """
 
 from __future__ import annotations
@@ -33,14 +40,30 @@ def read_lines(path, max_lines: int | None = None) -> list[tuple[int, str]]:
     return out
 
 
-def _best_time(fn, repeats: int):
-    result = fn()  # warm-up: traces the graphs, fills caches
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+def alternating_best(fns: dict, repeats: int, clock=time.perf_counter) -> tuple[dict, dict, list]:
+    """Times the passes `fns` ({side: no-argument function}) in alternating rounds: one untimed
+    warm-up call of each, then `repeats` rounds calling every side once, in `fns`' order in even
+    rounds and reversed in odd ones. Returns ({side: best seconds}, {side: its last result},
+    [{side: seconds} per round])."""
+    if repeats < 1:
+        raise ValueError(f"repeats: expected at least 1, found {repeats}")
+    results = {side: fn() for side, fn in fns.items()}
+    rounds = []
+    for r in range(repeats):
+        order = list(fns) if r % 2 == 0 else list(reversed(fns))
+        seconds = {}
+        for side in order:
+            start = clock()
+            results[side] = fns[side]()
+            seconds[side] = clock() - start
+        rounds.append(seconds)
+    best = {side: min(r[side] for r in rounds) for side in fns}
+    return best, results, rounds
+
+
+def _round_ratios(rounds: list, peer: str, side: str = "cloze") -> list:
+    """Every round's peer seconds over `side`'s: the ratio of passes timed side by side."""
+    return [r[peer] / r[side] for r in rounds]
 
 
 def check_identical(path, numbered, ours, theirs, what: str) -> int:
@@ -57,7 +80,10 @@ def check_identical(path, numbered, ours, theirs, what: str) -> int:
     return len(ours)
 
 
-def _report(path, lines, tokens, cloze_s, peer_s, compared) -> dict:
+def _report(path, lines, tokens, best, rounds, compared) -> dict:
+    """The result of one tokenizer's run: `best` and `rounds` from alternating_best, whose
+    sides "cloze" and "hf_tokenizers" give the ratio (best against best, and every round's)."""
+    cloze_s, peer_s = best["cloze"], best["hf_tokenizers"]
     return {
         "corpus": str(path),
         "lines": lines,
@@ -67,6 +93,8 @@ def _report(path, lines, tokens, cloze_s, peer_s, compared) -> dict:
         "cloze": {"seconds": cloze_s, "tokens_per_s": tokens / cloze_s},
         "hf_tokenizers": {"seconds": peer_s, "tokens_per_s": tokens / peer_s},
         "ratio": peer_s / cloze_s,
+        "round_ratios": _round_ratios(rounds, "hf_tokenizers"),
+        "round_seconds": rounds,
     }
 
 
@@ -79,7 +107,7 @@ def _hf_encode(tokenizer, lines, **kwargs):
     return (fast or tokenizer.encode_batch)(lines, **kwargs)
 
 
-def wordpiece(corpus, vocab_file, do_lower_case: bool = True, repeats: int = 2, max_lines=None):
+def wordpiece(corpus, vocab_file, do_lower_case: bool = True, repeats: int = 3, max_lines=None):
     """WordPiece tokens/s of Cloze's bulk path and of Hugging Face's BertWordPieceTokenizer."""
     import tokenizers
 
@@ -97,26 +125,33 @@ def wordpiece(corpus, vocab_file, do_lower_case: bool = True, repeats: int = 2, 
         clean_text=True,
         handle_chinese_chars=True,
     )
-    cloze_s, ours = _best_time(lambda: cloze.batch_tokenize_ids(lines), repeats)
-    peer_s, encodings = _best_time(lambda: _hf_encode(hf, lines, add_special_tokens=False), repeats)
-    theirs = [e.ids for e in encodings]
-    compared = check_identical(corpus, numbered, ours, theirs, "WordPiece")
-    # FullTokenizer, the path create_pretraining_data.py's workers take: a fresh tokenizer each
-    # pass, so its word cache starts empty as in a worker.
     vocab = cloze.vocab
-    full_s, full_ids = _best_time(
-        lambda: FullTokenizer.from_vocab(vocab, do_lower_case).batch_tokenize_ids(lines), repeats
+    best, out, rounds = alternating_best(
+        {
+            "cloze": lambda: cloze.batch_tokenize_ids(lines),
+            # FullTokenizer, the path create_pretraining_data.py's workers take: a fresh
+            # tokenizer each pass, so its word cache starts empty as in a worker. In the middle,
+            # so that the two compared sides each get passes right after one of their own.
+            "full_tokenizer": lambda: FullTokenizer.from_vocab(
+                vocab, do_lower_case
+            ).batch_tokenize_ids(lines),
+            "hf_tokenizers": lambda: _hf_encode(hf, lines, add_special_tokens=False),
+        },
+        repeats,
     )
-    check_identical(corpus, numbered, full_ids, theirs, "WordPiece (FullTokenizer)")
+    ours, theirs = out["cloze"], [e.ids for e in out["hf_tokenizers"]]
+    compared = check_identical(corpus, numbered, ours, theirs, "WordPiece")
+    check_identical(corpus, numbered, out["full_tokenizer"], theirs, "WordPiece (FullTokenizer)")
     tokens = sum(len(ids) for ids in ours)
-    return _report(corpus, len(lines), tokens, cloze_s, peer_s, compared) | {
+    full_s = best["full_tokenizer"]
+    return _report(corpus, len(lines), tokens, best, rounds, compared) | {
         "vocab": str(vocab_file),
         "cloze_full_tokenizer": {"seconds": full_s, "tokens_per_s": tokens / full_s},
-        "ratio_full_tokenizer": peer_s / full_s,
+        "ratio_full_tokenizer": best["hf_tokenizers"] / full_s,
     }
 
 
-def byte_level_bpe(corpus, bpe_dir, repeats: int = 2, max_lines=None):
+def byte_level_bpe(corpus, bpe_dir, repeats: int = 3, max_lines=None):
     """GPT-2 byte-level BPE tokens/s of data_prep/bpe.ByteLevelBPE and of Hugging Face's BPE with
     the byte-level pre-tokenizer, on GPT-2's encoder.json / vocab.bpe in `bpe_dir`."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -140,11 +175,8 @@ def byte_level_bpe(corpus, bpe_dir, repeats: int = 2, max_lines=None):
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         return _hf_encode(tok, lines)
 
-    cloze_s, ours = _best_time(cloze_pass, repeats)
-    peer_s, encodings = _best_time(hf_pass, repeats)
-    theirs = [e.ids for e in encodings]
+    best, out, rounds = alternating_best({"cloze": cloze_pass, "hf_tokenizers": hf_pass}, repeats)
+    ours, theirs = out["cloze"], [e.ids for e in out["hf_tokenizers"]]
     compared = check_identical(corpus, numbered, ours, theirs, "byte-level BPE")
     tokens = sum(len(ids) for ids in ours)
-    return _report(corpus, len(lines), tokens, cloze_s, peer_s, compared) | {
-        "bpe_dir": str(bpe_dir)
-    }
+    return _report(corpus, len(lines), tokens, best, rounds, compared) | {"bpe_dir": str(bpe_dir)}

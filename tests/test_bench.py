@@ -79,6 +79,31 @@ def test_ids_check_compares_every_line_and_names_the_first_difference():
         tokenizer_speed.check_identical("c.txt", numbered, [[1], [2], [3]], [[1], [2]], "X")
 
 
+def test_tokenizer_passes_alternate_and_report_each_side_best():
+    # A clock that advances by each call's cost: side a costs 3, 1, 2, 5 in its calls, b 4, 4,
+    # 1, 6 (the first call of each is the untimed warm-up).
+    costs = {"a": [3.0, 1.0, 2.0, 5.0], "b": [4.0, 4.0, 1.0, 6.0]}
+    now, calls = [0.0], []
+
+    def side(name):
+        def run():
+            calls.append(name)
+            now[0] += costs[name][sum(c == name for c in calls) - 1]
+            return f"{name}{len(calls)}"
+
+        return run
+
+    best, results, rounds = tokenizer_speed.alternating_best(
+        {"a": side("a"), "b": side("b")}, 3, clock=lambda: now[0]
+    )
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then a-b, b-a, a-b
+    assert rounds == [{"a": 1.0, "b": 4.0}, {"a": 2.0, "b": 1.0}, {"a": 5.0, "b": 6.0}]
+    assert best == {"a": 1.0, "b": 1.0} and results == {"a": "a7", "b": "b8"}
+    assert tokenizer_speed._round_ratios(rounds, "b", "a") == [4.0, 0.5, 1.2]
+    with pytest.raises(ValueError, match="repeats: expected at least 1, found 0"):
+        tokenizer_speed.alternating_best({"a": side("a")}, 0)
+
+
 def test_padding_fraction_counts_zero_mask_positions(tmp_path):
     path = str(tmp_path / "r.tfrecord")
     with tf.io.TFRecordWriter(path) as w:
@@ -197,6 +222,9 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         assert t["ids_identical"] is True and t["tokens"] > t["lines"]
         assert t["lines_compared"] == t["lines"] == min(200, len(non_blank))
         assert t["cloze"]["tokens_per_s"] > 0 and t["hf_tokenizers"]["tokens_per_s"] > 0
+        # One round (quick): its ratio is the best-against-best one.
+        assert t["ratio"] == pytest.approx(t["round_ratios"][0]) and len(t["round_ratios"]) == 1
+        assert {"cloze", "hf_tokenizers"} <= set(t["round_seconds"][0])
 
     d = r["create_data"]
     assert [row["scale"] for row in d["scales"]] == [1, 2]
