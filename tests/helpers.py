@@ -380,6 +380,20 @@ def run_script(script: str, args=(), command_line: bool = False) -> Completed:
     return Completed(result.returncode, result.stdout, result.stderr)
 
 
+def run_python(code: str):
+    """`python -c code` in a new interpreter from the repository root, which must exit 0 (else
+    the assertion shows its stderr's end): for what a fresh process imports or does. Returns
+    the subprocess.CompletedProcess (text stdout / stderr)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result
+
+
 def check_group_by_length(
     run, args, output_dir, padding_flag="dynamic_padding", then="--do_eval"
 ) -> Completed:

@@ -1,12 +1,11 @@
 """data_prep/files.py: the local side of the local-or-URL path helpers (no filesystem with a
 scheme is reachable here)."""
 
-import sys
-
 import pytest
 
 from data_prep import files
 from data_prep.errors import InputError
+from tests import helpers
 
 
 def test_expand_input_files_keeps_order_sorts_globs_and_names_what_is_missing(tmp_path):
@@ -24,8 +23,6 @@ def test_expand_input_files_keeps_order_sorts_globs_and_names_what_is_missing(tm
 
 def test_local_paths_never_import_tensorflow(tmp_path):
     # Streaming data creation relies on it: its processes must not import TensorFlow.
-    import subprocess
-
     code = (
         "import sys\n"
         "from data_prep import files\n"
@@ -38,8 +35,5 @@ def test_local_paths_never_import_tensorflow(tmp_path):
         "files.remove_files([d + '/a', d + '/never'])\n"
         "assert 'tensorflow' not in sys.modules\n"
     )
-    from tests.conftest import ROOT
-
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-2000:]
+    helpers.run_python(code)
     assert not (tmp_path / "out/sub/a").exists()

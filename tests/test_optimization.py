@@ -225,10 +225,6 @@ def test_precision_table_matches_the_keras_policies_and_imports_nothing():
     # training/precision.py is read where TensorFlow is absent (bench/gpu_mfu.py under JAX,
     # bench/peer_worker.py under PyTorch): its compute dtypes must be what the policies that
     # training/optimization.py builds compute in, and importing it must load no library.
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
     from training import precision
 
     assert optimization.PRECISIONS is precision.POLICIES
@@ -246,5 +242,4 @@ def test_precision_table_matches_the_keras_policies_and_imports_nothing():
         "added = set(sys.modules) - before - {'__future__', 'training', 'training.precision'}\n"
         "assert not added, sorted(added)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-2000:]
+    helpers.run_python(code)

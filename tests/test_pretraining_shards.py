@@ -4,8 +4,6 @@ masks, bounded buffers, and bytes that depend on the seed but not on the worker 
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 from array import array
 from pathlib import Path
 
@@ -30,8 +28,8 @@ from data_prep.pretraining_shards import (
     tokenize_chunk,
 )
 from data_prep.tokenization import FullTokenizer
+from tests import helpers
 
-REPO = Path(__file__).resolve().parents[1]
 WORDS = "the a cat dog sat ran on mat big red un ##believ ##able play ##ing house tree . !".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
 
@@ -341,8 +339,7 @@ def test_workers_never_import_tensorflow():
         "import sys; import data_prep.pretraining_shards; "
         "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-2000:]
+    helpers.run_python(code)
     assert pretraining_data.MASKING_SCHEMES == masking.STATIC_SCHEMES
 
 
@@ -404,8 +401,7 @@ def test_streaming_entrypoint_never_imports_tensorflow(tmp_path):
         "'--num_workers=2']); m.main(['x']); "
         "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = helpers.run_python(code)
     assert "*** Example ***" in result.stderr  # the first records, decoded for the log
     check_pretraining_files([str(out)], 23, 5)
     # Its workers were forked (no TensorFlow there): the same bytes as one worker in this process
