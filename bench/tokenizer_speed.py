@@ -12,10 +12,9 @@ warm-up pass of each side (tracing, caches), `repeats` rounds time one pass of e
 order reversed each round, and each side's best pass is reported, with every round's ratio and
 seconds. Timed one side after the other, whatever slowed the shared machine during one side's
 passes fell on that side alone: the default run's GPT-2 BPE ratio read 0.82 in the forty-fifth
-session where the same code, alone, measured 1.49 (bench/HISTORY.md). A pass right after one of its own
-side runs faster (up to 2x for Cloze's WordPiece: its memory is still warm); the reversed order
-gives the first and last sides such passes alike, and the best pass is what a long
-tokenization run sees.
+session where the same code, alone, measured 1.49 (bench/HISTORY.md). A pass right after one of
+its own side often runs faster (up to 2x for Cloze's WordPiece); the reversed order gives the
+first and last sides such passes alike, and the best pass is what a long tokenization run sees.
 """
 
 from __future__ import annotations
