@@ -347,11 +347,11 @@ def run(
         }
         peers, skipped = {}, {}  # the worker sides, for the full batch and the epochs
         try:
-            warm = set()  # the sides whose untimed first call has run
-            if extra_peers:  # this process' sides at their largest before any worker starts
-                for name, (fit, make, _) in sides.items():
-                    fit.train_steps(make(), 1)
-                    warm.add(name)
+            # Every side's untimed first call (traces) runs here: this process' sides at their
+            # largest memory before any worker starts, each worker's right after it starts.
+            for fit, make, _ in sides.values():
+                fit.train_steps(make(), 1)
+            warm = set(sides)
             for kind in extra_peers:
                 reason = memory_shortfall(
                     {k: p.peak_rss() for k, p in peers.items()}, host.available_memory_bytes()

@@ -18,9 +18,10 @@ BeamSampler, the same way (at most 3 rounds).
 from __future__ import annotations
 
 import statistics
-import time
 
 import numpy as np
+
+from bench import timing
 
 # Published shapes: facebook/bart-base and t5-small (vocabularies as released).
 # scale: the factor on every matrix (module doc). T5 has no 1/sqrt(d) in its attention, so 4x
@@ -151,21 +152,13 @@ def run(
 
 
 def _time_sides(sides: dict, rounds: int, extra: dict | None = None) -> tuple[dict, dict]:
-    """({side: ids of its first call (with tracing and compilation)}, {side: [seconds per
-    round]}); the two sides alternate in order, `extra` sides run after them in the first two
-    rounds."""
+    """({side: (ids of its first call, that call's seconds: tracing and compilation)}, {side:
+    [seconds per round]}): timing.alternating_rounds, `extra` sides after the two in its first
+    two rounds."""
+    first, timed = timing.alternating_rounds(sides, rounds, extra)
     every = {**sides, **(extra or {})}
-    first, times = {}, {side: [] for side in every}
-    for side, fn in sides.items():
-        t0 = time.perf_counter()
-        first[side] = (np.asarray(fn()), time.perf_counter() - t0)
-    for r in range(rounds):
-        order = list(sides) if r % 2 == 0 else list(sides)[::-1]
-        for side in order + (list(extra or {}) if r < 2 else []):
-            t0 = time.perf_counter()
-            every[side]()
-            times[side].append(time.perf_counter() - t0)
-    return first, times
+    times = {side: [r[side] for r in timed if side in r] for side in every}
+    return {side: (np.asarray(ids), s) for side, (ids, s) in first.items()}, times
 
 
 def _figures(first: dict, times: dict, tokens: int) -> dict:

@@ -8,15 +8,20 @@ from __future__ import annotations
 CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
 
 
+def _read(path: str) -> str | None:
+    """A /proc file's text, or None where there is none (not Linux, an ended process)."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def cpu_features(cpuinfo: str | None = None) -> dict:
     """{"cpu_model": str, "cpu_flags": [those of CPU_FLAGS present]} from /proc/cpuinfo's text
     (read when not given); an empty model and no flags where there is none (not Linux)."""
     if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo") as f:
-                cpuinfo = f.read()
-        except OSError:
-            cpuinfo = ""
+        cpuinfo = _read("/proc/cpuinfo") or ""
     model, flags = "", set()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
@@ -40,21 +45,13 @@ def available_memory_bytes(meminfo: str | None = None) -> int | None:
     """MemAvailable of /proc/meminfo's text (read when not given): what the kernel can hand out
     without swapping; None where there is none (not Linux)."""
     if meminfo is None:
-        try:
-            with open("/proc/meminfo") as f:
-                meminfo = f.read()
-        except OSError:
-            return None
-    return _kib_field(meminfo, "MemAvailable")
+        meminfo = _read("/proc/meminfo")
+    return None if meminfo is None else _kib_field(meminfo, "MemAvailable")
 
 
 def peak_rss_bytes(pid: int, status: str | None = None) -> int | None:
     """VmHWM of /proc/<pid>/status' text (read when not given): the process' peak resident
     memory so far; None where there is none (an ended process, not Linux)."""
     if status is None:
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                status = f.read()
-        except OSError:
-            return None
-    return _kib_field(status, "VmHWM")
+        status = _read(f"/proc/{pid}/status")
+    return None if status is None else _kib_field(status, "VmHWM")

@@ -7,20 +7,20 @@ tokenizers.BertWordPieceTokenizer with the same vocabulary and the original BERT
 both tokenizing the same non-blank corpus lines in bulk. Byte-level BPE: data_prep/bpe.ByteLevelBPE
 against a tokenizers BPE model with GPT-2's byte-level pre-tokenizer on GPT-2's own files.
 
-Every line's ids must be identical; a difference raises ValueError naming the corpus line. After a
-warm-up pass of each side (tracing, caches), `repeats` rounds time one pass of every side, the
-order reversed each round, and each side's best pass is reported, with every round's ratio and
-seconds. Timed one side after the other, whatever slowed the shared machine during one side's
-passes fell on that side alone: the default run's GPT-2 BPE ratio read 0.82 in the forty-fifth
-session where the same code, alone, measured 1.49 (bench/HISTORY.md). A pass right after one of
-its own side often runs faster (up to 2x for Cloze's WordPiece); the reversed order gives the
-first and last sides such passes alike, and the best pass is what a long tokenization run sees.
+Every line's ids must be identical; a difference raises ValueError naming the corpus line. The
+sides' passes are timed in alternating rounds (bench/timing.py: a warm-up pass of each, then
+`repeats` rounds of one pass per side), each side's best pass gives the ratio, and every round's
+ratio and seconds are reported. Timed one side after the other as before, the default run's
+GPT-2 BPE ratio read 0.82 in the forty-fifth session where the same code, alone, measured 1.49
+(bench/HISTORY.md). A pass right after one of its own side often runs faster (up to 2x for
+Cloze's WordPiece); the best pass is what a long tokenization run sees.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
+
+from bench import timing
 
 
 def read_lines(path, max_lines: int | None = None) -> list[tuple[int, str]]:
@@ -37,27 +37,6 @@ def read_lines(path, max_lines: int | None = None) -> list[tuple[int, str]]:
     if not out:
         raise ValueError(f"{path}: no non-blank line to tokenize")
     return out
-
-
-def alternating_best(fns: dict, repeats: int, clock=time.perf_counter) -> tuple[dict, dict, list]:
-    """Times the passes `fns` ({side: no-argument function}) in alternating rounds: one untimed
-    warm-up call of each, then `repeats` rounds calling every side once, in `fns`' order in even
-    rounds and reversed in odd ones. Returns ({side: best seconds}, {side: its last result},
-    [{side: seconds} per round])."""
-    if repeats < 1:
-        raise ValueError(f"repeats: expected at least 1, found {repeats}")
-    results = {side: fn() for side, fn in fns.items()}
-    rounds = []
-    for r in range(repeats):
-        order = list(fns) if r % 2 == 0 else list(reversed(fns))
-        seconds = {}
-        for side in order:
-            start = clock()
-            results[side] = fns[side]()
-            seconds[side] = clock() - start
-        rounds.append(seconds)
-    best = {side: min(r[side] for r in rounds) for side in fns}
-    return best, results, rounds
 
 
 def _round_ratios(rounds: list, peer: str, side: str = "cloze") -> list:
@@ -79,9 +58,10 @@ def check_identical(path, numbered, ours, theirs, what: str) -> int:
     return len(ours)
 
 
-def _report(path, lines, tokens, best, rounds, compared) -> dict:
-    """The result of one tokenizer's run: `best` and `rounds` from alternating_best, whose
-    sides "cloze" and "hf_tokenizers" give the ratio (best against best, and every round's)."""
+def _report(path, lines, tokens, rounds, compared) -> dict:
+    """The result of one tokenizer's run: `rounds` from timing.alternating_rounds, whose sides
+    "cloze" and "hf_tokenizers" give the ratio (best against best, and every round's)."""
+    best = timing.best_seconds(rounds)
     cloze_s, peer_s = best["cloze"], best["hf_tokenizers"]
     return {
         "corpus": str(path),
@@ -125,7 +105,7 @@ def wordpiece(corpus, vocab_file, do_lower_case: bool = True, repeats: int = 3, 
         handle_chinese_chars=True,
     )
     vocab = cloze.vocab
-    best, out, rounds = alternating_best(
+    first, rounds = timing.alternating_rounds(
         {
             "cloze": lambda: cloze.batch_tokenize_ids(lines),
             # FullTokenizer, the path create_pretraining_data.py's workers take: a fresh
@@ -138,15 +118,17 @@ def wordpiece(corpus, vocab_file, do_lower_case: bool = True, repeats: int = 3, 
         },
         repeats,
     )
-    ours, theirs = out["cloze"], [e.ids for e in out["hf_tokenizers"]]
+    ours, theirs = first["cloze"][0], [e.ids for e in first["hf_tokenizers"][0]]
     compared = check_identical(corpus, numbered, ours, theirs, "WordPiece")
-    check_identical(corpus, numbered, out["full_tokenizer"], theirs, "WordPiece (FullTokenizer)")
+    full_ids = first["full_tokenizer"][0]
+    check_identical(corpus, numbered, full_ids, theirs, "WordPiece (FullTokenizer)")
     tokens = sum(len(ids) for ids in ours)
-    full_s = best["full_tokenizer"]
-    return _report(corpus, len(lines), tokens, best, rounds, compared) | {
+    report = _report(corpus, len(lines), tokens, rounds, compared)
+    full_s = min(r["full_tokenizer"] for r in rounds)
+    return report | {
         "vocab": str(vocab_file),
         "cloze_full_tokenizer": {"seconds": full_s, "tokens_per_s": tokens / full_s},
-        "ratio_full_tokenizer": best["hf_tokenizers"] / full_s,
+        "ratio_full_tokenizer": report["hf_tokenizers"]["seconds"] / full_s,
     }
 
 
@@ -174,8 +156,10 @@ def byte_level_bpe(corpus, bpe_dir, repeats: int = 3, max_lines=None):
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         return _hf_encode(tok, lines)
 
-    best, out, rounds = alternating_best({"cloze": cloze_pass, "hf_tokenizers": hf_pass}, repeats)
-    ours, theirs = out["cloze"], [e.ids for e in out["hf_tokenizers"]]
+    first, rounds = timing.alternating_rounds(
+        {"cloze": cloze_pass, "hf_tokenizers": hf_pass}, repeats
+    )
+    ours, theirs = first["cloze"][0], [e.ids for e in first["hf_tokenizers"][0]]
     compared = check_identical(corpus, numbered, ours, theirs, "byte-level BPE")
     tokens = sum(len(ids) for ids in ours)
-    return _report(corpus, len(lines), tokens, best, rounds, compared) | {"bpe_dir": str(bpe_dir)}
+    return _report(corpus, len(lines), tokens, rounds, compared) | {"bpe_dir": str(bpe_dir)}

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bench import create_data, flops, host, pretrain_throughput, tokenizer_speed
+from bench import create_data, flops, host, pretrain_throughput, timing, tokenizer_speed
 from tests import helpers
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,10 +79,11 @@ def test_ids_check_compares_every_line_and_names_the_first_difference():
         tokenizer_speed.check_identical("c.txt", numbered, [[1], [2], [3]], [[1], [2]], "X")
 
 
-def test_tokenizer_passes_alternate_and_report_each_side_best():
-    # A clock that advances by each call's cost: side a costs 3, 1, 2, 5 in its calls, b 4, 4,
-    # 1, 6 (the first call of each is the untimed warm-up).
-    costs = {"a": [3.0, 1.0, 2.0, 5.0], "b": [4.0, 4.0, 1.0, 6.0]}
+def test_timed_rounds_alternate_and_give_each_side_best():
+    # bench/timing.alternating_rounds, which the tokenization and generation benchmarks time
+    # with. A clock that advances by each call's cost: side a costs 3, 1, 2, 5 in its calls, b
+    # 4, 4, 1, 6 (the first call of each is untimed by the rounds), the extra side c 7, 8.
+    costs = {"a": [3.0, 1.0, 2.0, 5.0], "b": [4.0, 4.0, 1.0, 6.0], "c": [7.0, 8.0]}
     now, calls = [0.0], []
 
     def side(name):
@@ -93,15 +94,18 @@ def test_tokenizer_passes_alternate_and_report_each_side_best():
 
         return run
 
-    best, results, rounds = tokenizer_speed.alternating_best(
-        {"a": side("a"), "b": side("b")}, 3, clock=lambda: now[0]
+    first, rounds = timing.alternating_rounds(
+        {"a": side("a"), "b": side("b")}, 3, {"c": side("c")}, clock=lambda: now[0]
     )
-    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then a-b, b-a, a-b
-    assert rounds == [{"a": 1.0, "b": 4.0}, {"a": 2.0, "b": 1.0}, {"a": 5.0, "b": 6.0}]
-    assert best == {"a": 1.0, "b": 1.0} and results == {"a": "a7", "b": "b8"}
+    # First calls, then a-b, b-a, a-b, the extra side after them in the first two rounds.
+    assert calls == ["a", "b", "a", "b", "c", "b", "a", "c", "a", "b"]
+    assert first == {"a": ("a1", 3.0), "b": ("b2", 4.0)}
+    assert rounds == [{"a": 1.0, "b": 4.0, "c": 7.0}, {"b": 1.0, "a": 2.0, "c": 8.0},
+                      {"a": 5.0, "b": 6.0}]  # fmt: skip
+    assert timing.best_seconds(rounds) == {"a": 1.0, "b": 1.0, "c": 7.0}
     assert tokenizer_speed._round_ratios(rounds, "b", "a") == [4.0, 0.5, 1.2]
-    with pytest.raises(ValueError, match="repeats: expected at least 1, found 0"):
-        tokenizer_speed.alternating_best({"a": side("a")}, 0)
+    with pytest.raises(ValueError, match="rounds: expected at least 1, found 0"):
+        timing.alternating_rounds({"a": side("a")}, 0)
 
 
 def test_padding_fraction_counts_zero_mask_positions(tmp_path):
