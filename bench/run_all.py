@@ -383,6 +383,11 @@ def run_benchmarks(
     return results
 
 
+def rounds(ratios) -> str:
+    """A row's per-round ratios, the spread behind its best-of or median figure."""
+    return ", ".join(f"{x:.2f}" for x in ratios)
+
+
 def table(results: dict) -> str:
     """A markdown table of the figures and ratios (Cloze / peer; above 1 means Cloze is faster)."""
     import statistics
@@ -453,14 +458,14 @@ def table(results: dict) -> str:
                     f"| the same against {peer['name']}, tokens/s (MFU) | "
                     f"{c['tokens_per_s']:,.0f} | {peer['short']} {h['tokens_per_s']:,.0f} "
                     f"({h['mfu']:.0%}{hfu}) | {r['ratio_' + kind]:.2f} (rounds "
-                    + ", ".join(f"{x:.2f}" for x in r[f"ratio_{kind}_rounds"])
-                    + ") |"
+                    f"{rounds(r[f'ratio_{kind}_rounds'])}) |"
                 )
             if "branches_gain" in r:
                 rows.append(
                     f"| the same, Cloze with its encoder branches against without, tokens/s "
                     f"(median of the rounds' ratios) | {c['tokens_per_s']:,.0f} | Cloze without "
-                    f"{r['cloze_plain']['tokens_per_s']:,.0f} | {r['branches_gain']:.2f} |"
+                    f"{r['cloze_plain']['tokens_per_s']:,.0f} | {r['branches_gain']:.2f} (rounds "
+                    f"{rounds(r['branches_gain_rounds'])}) |"
                 )
         peak = p["peak"]["flops_per_s"] / 1e9
         rows.append(f"| fp32 matmul peak, GFLOP/s | {peak:,.0f} | | |")
@@ -477,12 +482,12 @@ def table(results: dict) -> str:
     for key, name in (("tokenize_wordpiece", "WordPiece"), ("tokenize_bpe", "GPT-2 BPE")):
         t = results.get(key)
         if t and "ratio" in t:
-            rounds = ", ".join(f"{x:.2f}" for x in t.get("round_ratios", []))
+            spread = rounds(t.get("round_ratios", []))
             rows.append(
                 f"| {name} tokens/s, ids identical ({t['lines_compared']:,} lines) | "
                 f"{t['cloze']['tokens_per_s']:,.0f} | HF tokenizers "
                 f"{t['hf_tokenizers']['tokens_per_s']:,.0f} | {t['ratio']:.2f}"
-                + (f" (rounds {rounds})" if rounds else "")
+                + (f" (rounds {spread})" if spread else "")
                 + " |"
             )
         elif t:
@@ -511,9 +516,7 @@ def table(results: dict) -> str:
                 )
                 + " | "
                 f"{i[name]['sequences_per_s']:,.1f} | keras-hub {k:,.1f} | "
-                f"{i['ratio_' + name]:.2f} (rounds "
-                + ", ".join(f"{x:.2f}" for x in i["ratio_" + name + "_rounds"])
-                + ") |"
+                f"{i['ratio_' + name]:.2f} (rounds {rounds(i['ratio_' + name + '_rounds'])}) |"
             )
         for kind in i.get("extra_peers", {}):
             peer = pretrain_throughput.WORKER_PEERS[kind]["short"]
@@ -523,22 +526,22 @@ def table(results: dict) -> str:
                     f"| the same, {name}, against {model} (the same "
                     f"weights) | {i[name]['sequences_per_s']:,.1f} | {peer} "
                     f"{i[kind]['sequences_per_s']:,.1f} | {i[f'ratio_{name}_{kind}']:.2f} "
-                    "(rounds "
-                    + ", ".join(f"{x:.2f}" for x in i[f"ratio_{name}_{kind}_rounds"])
-                    + ") |"
+                    f"(rounds {rounds(i[f'ratio_{name}_{kind}_rounds'])}) |"
                 )
         rows.append(
             f"| inference {i['size']} b{i['batch']}, the SavedModel with --remove_padding "
             f"against without (median of the rounds' ratios) | "
             f"{i['saved_model_unpadded']['sequences_per_s']:,.1f} | Cloze without "
-            f"{i['saved_model']['sequences_per_s']:,.1f} | {i['remove_padding_gain']:.2f} |"
+            f"{i['saved_model']['sequences_per_s']:,.1f} | {i['remove_padding_gain']:.2f} "
+            f"(rounds {rounds(i['remove_padding_gain_rounds'])}) |"
         )
         if "branches_gain" in i:
             rows.append(
                 f"| inference {i['size']} b{i['batch']}, the Keras encoder with its branches "
                 f"against without (median of the rounds' ratios) | "
                 f"{i['cloze_keras']['sequences_per_s']:,.1f} | Cloze without "
-                f"{i['cloze_keras_plain']['sequences_per_s']:,.1f} | {i['branches_gain']:.2f} |"
+                f"{i['cloze_keras_plain']['sequences_per_s']:,.1f} | {i['branches_gain']:.2f} "
+                f"(rounds {rounds(i['branches_gain_rounds'])}) |"
             )
     f = results.get("finetune")
     if f:
@@ -552,8 +555,7 @@ def table(results: dict) -> str:
                 f"{g['new_tokens']} new, new tokens/s (ids equal {r['ids_equal']:.0%}) | "
                 f"{r['cloze']['tokens_per_s']:,.0f} | keras-hub generate "
                 f"{r['keras_hub']['tokens_per_s']:,.0f} | {r['ratio']:.2f} (rounds "
-                + ", ".join(f"{x:.2f}" for x in r["ratio_rounds"])
-                + ") |"
+                f"{rounds(r['ratio_rounds'])}) |"
             )
             rows.append(
                 f"| the same, Cloze with its key / value cache against without | "
@@ -567,8 +569,7 @@ def table(results: dict) -> str:
                 f"| beam search of {m['num_beams']}, {r['size']}, new tokens/s (ids equal "
                 f"{m['ids_equal']:.0%}) | {m['cloze']['tokens_per_s']:,.0f} | keras-hub "
                 f"BeamSampler {m['keras_hub']['tokens_per_s']:,.0f} | {m['ratio']:.2f} (rounds "
-                + ", ".join(f"{x:.2f}" for x in m["ratio_rounds"])
-                + ") |"
+                f"{rounds(m['ratio_rounds'])}) |"
             )
     return "\n".join(rows)
 
@@ -576,9 +577,6 @@ def table(results: dict) -> str:
 def finetune_rows(f: dict) -> list:
     """The fine-tuning benchmark's table rows (bench/finetune.py's result)."""
     from bench import finetune, pretrain_throughput
-
-    def rounds(xs):
-        return ", ".join(f"{x:.2f}" for x in xs)
 
     rows = []
     for r in f["sizes"]:

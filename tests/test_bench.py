@@ -205,6 +205,13 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         ]
         assert row["branches_gain_rounds"] == pytest.approx(gains) and len(gains) == p["rounds"]
         assert row["branches_gain"] == pytest.approx(float(np.median(gains)))
+
+    # Each gain row (a median of the rounds' ratios) prints the rounds it came from.
+    def spread(ratios):
+        return ", ".join(f"{x:.2f}" for x in ratios)
+
+    for row in p["sizes"]:
+        assert f"(rounds {spread(row['branches_gain_rounds'])}) |" in result.stdout
     assert "Cloze with its encoder branches against without" in result.stdout
     for row in p["sizes"]:
         for side in ("cloze", "keras_hub"):
@@ -267,6 +274,11 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         [s / u for s, u in zip(i["saved_model"]["batch_s_rounds"],
                                i["saved_model_unpadded"]["batch_s_rounds"])]
     )  # fmt: skip
+    for line in result.stdout.splitlines():
+        if "the SavedModel with --remove_padding against without" in line:
+            assert line.endswith(f"(rounds {spread(i['remove_padding_gain_rounds'])}) |")
+        if "the Keras encoder with its branches against without" in line:
+            assert line.endswith(f"(rounds {spread(i['branches_gain_rounds'])}) |")
     assert "the SavedModel with --remove_padding against without" in result.stdout
     for name in ("cloze_keras", "saved_model", "saved_model_unpadded"):
         rounds = i[f"ratio_{name}_rounds"]
