@@ -209,7 +209,7 @@ flags.DEFINE_float("alpha_mlm", 2.0, "DistilBERT: weight of the student's masked
 flags.DEFINE_float("alpha_cos", 1.0, "DistilBERT: weight of the hidden-state cosine loss.")
 FLAGS = flags.FLAGS
 # The losses plotted in training_curves.png (with every accuracy).
-CURVE_LOSSES = ("masked_lm_loss", "disc_loss", "soft_target_loss")
+CURVE_LOSSES = ("masked_lm_loss", "disc_loss", "soft_target_loss", "cosine_loss")
 DISTILLATION_FLAGS = (
     "teacher_config_file",
     "teacher_vocab_file",
@@ -625,7 +625,7 @@ def _train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, cu
             init_fn=init_fn if FLAGS.init_checkpoint or FLAGS.teacher_checkpoint else None,
         )
         curves = trainer.plot_training_curves(output_dir, *curve_keys)
-        logging.info("training curves: %s", curves)
+        logging.info("training curves: %s (%s)", curves, ", ".join(curve_keys))
     if FLAGS.do_eval:
         if not FLAGS.do_train:
             trainer.restore_model_weights(fit.task.model, FLAGS.init_checkpoint or output_dir)
