@@ -228,14 +228,16 @@ def memory_shortfall(started: dict, available: int | None, margin: float = MEMOR
     )
 
 
-def _time_rounds(sides: dict, rounds: int, label: str, log, warm=()) -> tuple[dict, dict]:
-    """sides: {name: (trainer, make_iterator, steps)}. One untimed call each (traces; not for
-    those named in `warm`, which have run that call already), then `rounds` alternating timed
+def _time_rounds(
+    sides: dict, rounds: int, label: str, log, first_calls: bool = True
+) -> tuple[dict, dict]:
+    """sides: {name: (trainer, make_iterator, steps)}. One untimed call each (traces; skipped
+    with first_calls=False, where the caller has run them), then `rounds` alternating timed
     calls of `steps` steps on a fresh iterator. Returns ({name: [s, ...]}, {name: timed steps
     fp16's loss scaling skipped on an overflow}); any other skipped step is refused
     (pretrain_throughput.overflow_steps)."""
-    for name, (fit, make, _) in sides.items():
-        if name not in warm:
+    if first_calls:
+        for fit, make, _ in sides.values():
             fit.train_steps(make(), 1)
     times = {name: [] for name in sides}
     overflows = dict.fromkeys(sides, 0)
@@ -351,7 +353,6 @@ def run(
             # largest memory before any worker starts, each worker's right after it starts.
             for fit, make, _ in sides.values():
                 fit.train_steps(make(), 1)
-            warm = set(sides)
             for kind in extra_peers:
                 reason = memory_shortfall(
                     {k: p.peak_rss() for k, p in peers.items()}, host.available_memory_bytes()
@@ -365,8 +366,7 @@ def run(
                 )
                 peers[kind].train_steps(None, 1)  # its first step: its memory at its largest
                 sides[kind] = (peers[kind], lambda: None, n)  # the worker holds the batch
-                warm.add(kind)
-            times, overflows = _time_rounds(sides, rounds, f"{spec} full", log, warm)
+            times, overflows = _time_rounds(sides, rounds, f"{spec} full", log, first_calls=False)
             row = _size_row(spec, n, m, batch, seq, sides, times, overflows)
             if skipped:
                 row["skipped_peers"] = skipped

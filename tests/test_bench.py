@@ -207,12 +207,16 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         assert row["branches_gain"] == pytest.approx(float(np.median(gains)))
 
     # Each gain row (a median of the rounds' ratios) prints the rounds it came from.
-    def spread(ratios):
-        return ", ".join(f"{x:.2f}" for x in ratios)
+    def gain_rows_end_with_their_rounds(row_text, gains):
+        lines = [line for line in result.stdout.splitlines() if row_text in line]
+        assert len(lines) == len(gains), (row_text, lines)
+        for line, rounds in zip(lines, gains):
+            assert line.endswith("(rounds " + ", ".join(f"{x:.2f}" for x in rounds) + ") |")
 
-    for row in p["sizes"]:
-        assert f"(rounds {spread(row['branches_gain_rounds'])}) |" in result.stdout
-    assert "Cloze with its encoder branches against without" in result.stdout
+    gain_rows_end_with_their_rounds(
+        "Cloze with its encoder branches against without",
+        [row["branches_gain_rounds"] for row in p["sizes"]],
+    )
     for row in p["sizes"]:
         for side in ("cloze", "keras_hub"):
             assert row[side]["tokens_per_s"] > 0 and 0 < row[side]["mfu"]
@@ -274,12 +278,12 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         [s / u for s, u in zip(i["saved_model"]["batch_s_rounds"],
                                i["saved_model_unpadded"]["batch_s_rounds"])]
     )  # fmt: skip
-    for line in result.stdout.splitlines():
-        if "the SavedModel with --remove_padding against without" in line:
-            assert line.endswith(f"(rounds {spread(i['remove_padding_gain_rounds'])}) |")
-        if "the Keras encoder with its branches against without" in line:
-            assert line.endswith(f"(rounds {spread(i['branches_gain_rounds'])}) |")
-    assert "the SavedModel with --remove_padding against without" in result.stdout
+    gain_rows_end_with_their_rounds(
+        "the SavedModel with --remove_padding against without", [i["remove_padding_gain_rounds"]]
+    )
+    gain_rows_end_with_their_rounds(
+        "the Keras encoder with its branches against without", [i["branches_gain_rounds"]]
+    )
     for name in ("cloze_keras", "saved_model", "saved_model_unpadded"):
         rounds = i[f"ratio_{name}_rounds"]
         expected = [
