@@ -483,13 +483,20 @@ def table(results: dict) -> str:
         t = results.get(key)
         if t and "ratio" in t:
             spread = rounds(t.get("round_ratios", []))
+            workers = f", {t['cloze_workers']} worker processes" if "cloze_workers" in t else ""
             rows.append(
-                f"| {name} tokens/s, ids identical ({t['lines_compared']:,} lines) | "
+                f"| {name} tokens/s, ids identical ({t['lines_compared']:,} lines{workers}) | "
                 f"{t['cloze']['tokens_per_s']:,.0f} | HF tokenizers "
                 f"{t['hf_tokenizers']['tokens_per_s']:,.0f} | {t['ratio']:.2f}"
                 + (f" (rounds {spread})" if spread else "")
                 + " |"
             )
+            if "cloze_one_process" in t:  # the same pass on one process, timed beside them
+                rows.append(
+                    f"| {name} tokens/s, one process | "
+                    f"{t['cloze_one_process']['tokens_per_s']:,.0f} | | "
+                    f"{t['ratio_one_process']:.2f} |"
+                )
         elif t:
             rows.append(f"| {name} | skipped: {t.get('skipped', '')[:60]} | | |")
     d = results.get("create_data")

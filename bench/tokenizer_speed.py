@@ -5,7 +5,12 @@ create_pretraining_data.py --compat_original, via pretraining_data.read_document
 FullTokenizer.batch_tokenize_ids (the path of its streaming workers), against
 tokenizers.BertWordPieceTokenizer with the same vocabulary and the original BERT's normalization,
 both tokenizing the same non-blank corpus lines in bulk. Byte-level BPE: data_prep/bpe.ByteLevelBPE
-against a tokenizers BPE model with GPT-2's byte-level pre-tokenizer on GPT-2's own files.
+on the worker processes of data_prep/parallel.map_texts (the path of create_lm_data.py, one worker
+per core, pool start-up counted in every pass) against a tokenizers BPE model with GPT-2's
+byte-level pre-tokenizer on GPT-2's own files (Rust, its batch spread over the cores by its own
+thread pool); the one-process pass is reported beside them. These sides run in a child process
+that has not imported TensorFlow, as create_lm_data.py's has not, so the workers are forked there
+too (data_prep/parallel.start_method).
 
 Every line's ids must be identical; a difference raises ValueError naming the corpus line. The
 sides' passes are timed in alternating rounds (bench/timing.py: a warm-up pass of each, then
@@ -18,9 +23,17 @@ Cloze's WordPiece); the best pass is what a long tokenization run sees.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from bench import timing
+REPO = Path(__file__).resolve().parents[1]
+if __name__ == "__main__":  # run as the child process of byte_level_bpe
+    sys.path.insert(0, str(REPO))
+
+from bench import timing  # noqa: E402
 
 
 def read_lines(path, max_lines: int | None = None) -> list[tuple[int, str]]:
@@ -132,12 +145,32 @@ def wordpiece(corpus, vocab_file, do_lower_case: bool = True, repeats: int = 3, 
     }
 
 
-def byte_level_bpe(corpus, bpe_dir, repeats: int = 3, max_lines=None):
-    """GPT-2 byte-level BPE tokens/s of data_prep/bpe.ByteLevelBPE and of Hugging Face's BPE with
-    the byte-level pre-tokenizer, on GPT-2's encoder.json / vocab.bpe in `bpe_dir`."""
+def byte_level_bpe(corpus, bpe_dir, repeats: int = 3, max_lines=None, num_workers=None):
+    """GPT-2 byte-level BPE tokens/s of data_prep/bpe.ByteLevelBPE on `num_workers` processes
+    (default: the cores this process may use) and of Hugging Face's BPE with the byte-level
+    pre-tokenizer, on GPT-2's encoder.json / vocab.bpe in `bpe_dir`, measured by
+    byte_level_bpe_here in a child process (python -m bench.tokenizer_speed); its ValueError
+    (ids differ) or any other failure is raised here as RuntimeError with the child's message."""
+    args = {
+        "corpus": str(corpus),
+        "bpe_dir": str(bpe_dir),
+        "repeats": repeats,
+        "max_lines": max_lines,
+        "num_workers": num_workers or len(os.sched_getaffinity(0)),
+    }
+    cmd = [sys.executable, "-m", "bench.tokenizer_speed", json.dumps(args)]
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"byte-level BPE benchmark failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def byte_level_bpe_here(corpus, bpe_dir, repeats: int, max_lines, num_workers: int):
+    """byte_level_bpe's measurement, in this process; its workers are forked only if this
+    process has not imported TensorFlow (data_prep/parallel.start_method)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from data_prep import bpe
+    from data_prep import bpe, parallel
 
     numbered = read_lines(corpus, max_lines)
     lines = [t for _, t in numbered]
@@ -145,9 +178,13 @@ def byte_level_bpe(corpus, bpe_dir, repeats: int = 3, max_lines=None):
     vocab = bpe.ByteLevelBPE.from_files(encoder, merges)  # read once; parsed files are reused
     pairs = list(vocab.merges)
 
-    # Each pass builds both tokenizers afresh from the parsed vocabulary and merges, so neither
-    # runs on a word cache warmed by an earlier pass (both keep one).
+    # Each pass builds the tokenizers afresh from the parsed vocabulary and merges, so none runs
+    # on a word cache warmed by an earlier pass (all keep one); Cloze's workers start with it.
     def cloze_pass():
+        tok = bpe.ByteLevelBPE(vocab.encoder, pairs)
+        return list(parallel.map_texts(tok.encode, lines, num_workers))
+
+    def one_process_pass():
         tok = bpe.ByteLevelBPE(vocab.encoder, pairs)
         return [tok.encode(t) for t in lines]
 
@@ -156,10 +193,27 @@ def byte_level_bpe(corpus, bpe_dir, repeats: int = 3, max_lines=None):
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         return _hf_encode(tok, lines)
 
+    # The one-process pass in the middle, as the WordPiece benchmark's FullTokenizer.
     first, rounds = timing.alternating_rounds(
-        {"cloze": cloze_pass, "hf_tokenizers": hf_pass}, repeats
+        {"cloze": cloze_pass, "cloze_one_process": one_process_pass, "hf_tokenizers": hf_pass},
+        repeats,
     )
     ours, theirs = first["cloze"][0], [e.ids for e in first["hf_tokenizers"][0]]
     compared = check_identical(corpus, numbered, ours, theirs, "byte-level BPE")
+    one = first["cloze_one_process"][0]
+    check_identical(corpus, numbered, one, theirs, "byte-level BPE (one process)")
     tokens = sum(len(ids) for ids in ours)
-    return _report(corpus, len(lines), tokens, rounds, compared) | {"bpe_dir": str(bpe_dir)}
+    report = _report(corpus, len(lines), tokens, rounds, compared)
+    one_s = timing.best_seconds(rounds)["cloze_one_process"]
+    return report | {
+        "bpe_dir": str(bpe_dir),
+        "cloze_workers": num_workers,
+        "worker_start_method": parallel.start_method(),
+        "cloze_one_process": {"seconds": one_s, "tokens_per_s": tokens / one_s},
+        "ratio_one_process": report["hf_tokenizers"]["seconds"] / one_s,
+    }
+
+
+if __name__ == "__main__":
+    # One JSON object of byte_level_bpe_here's arguments in, its report as one JSON line out.
+    print(json.dumps(byte_level_bpe_here(**json.loads(sys.argv[1]))))

@@ -10,17 +10,30 @@ the start of the next. Position t of a block is trained to predict token t + 1.
   pack_blocks         streams documents' ids into full blocks (bounded memory: one block buffered)
   write_lm_tfrecords  blocks -> TFRecord shards, feature `input_ids` (int64, block_size)
   lm_dataset          shuffled, repeated, batched blocks for training, or one pass for evaluation
+
+Making blocks imports no TensorFlow: records are serialized and framed as the streaming pretraining
+data's are (data_prep/pretraining_shards.py; the same bytes as tf.train.Example and
+tf.io.TFRecordWriter, tested), so create_lm_data.py forks its tokenizing workers
+(data_prep/parallel.py) and skips TensorFlow's start-up. The readers import it when called.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tensorflow as tf
 
 from data_prep.errors import input_error
+from data_prep.files import open_file
+from data_prep.pretraining_shards import frame_records, int64_example, packed_varints
 from data_prep.tokenization import read_utf8_lines
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+WRITE_BATCH = 512  # blocks serialized together: packed_varints works on a whole batch at once
 
 
 def read_lm_documents(paths: Sequence[str]) -> Iterator[str]:
@@ -60,26 +73,37 @@ def pack_blocks(
 
 
 def serialize_lm_example(block: Sequence[int]) -> bytes:
-    feature = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(i) for i in block]))
-    example = tf.train.Example(features=tf.train.Features(feature={"input_ids": feature}))
-    return example.SerializeToString(deterministic=True)
+    """One block as a tf.train.Example with the int64 feature `input_ids`."""
+    return serialize_lm_examples(np.asarray([block]))[0]
+
+
+def serialize_lm_examples(blocks: np.ndarray) -> list[bytes]:
+    """Each row of a non-negative [n, block_size] id array as serialize_lm_example's record."""
+    return [int64_example({"input_ids": ids}) for ids in packed_varints(blocks)]
 
 
 def lm_feature_spec(block_size: int) -> dict:
+    import tensorflow as tf
+
     return {"input_ids": tf.io.FixedLenFeature([block_size], tf.int64)}
 
 
 def write_lm_tfrecords(blocks: Iterable[np.ndarray], output_files: Sequence[str]) -> int:
-    """Writes blocks round-robin over the output files; returns how many were written."""
-    writers = [tf.io.TFRecordWriter(f) for f in output_files]
+    """Writes blocks round-robin over the output files (block n to file n mod the file count);
+    returns how many were written."""
+    files = []
     n = 0
     try:
-        for block in blocks:
-            writers[n % len(writers)].write(serialize_lm_example(block))
-            n += 1
+        for path in output_files:
+            files.append(open_file(path, "wb"))  # each opened one is closed below
+        blocks = iter(blocks)
+        while batch := list(itertools.islice(blocks, WRITE_BATCH)):
+            for record in frame_records(serialize_lm_examples(np.stack(batch))):
+                files[n % len(files)].write(record)
+                n += 1
     finally:
-        for w in writers:
-            w.close()
+        for file in files:
+            file.close()
     return n
 
 
@@ -87,6 +111,8 @@ def check_lm_files(files: Sequence[str], block_size: int) -> None:
     """Reads each file's first record and checks it is an LM block of block_size ids; raises
     InputError naming the file (masked BERT records or another length are refused here, not as a
     shape error deep in tf.data)."""
+    import tensorflow as tf
+
     for path in files:
         for raw in tf.data.TFRecordDataset(path).take(1):
             example = tf.train.Example.FromString(raw.numpy())
@@ -115,6 +141,8 @@ def lm_dataset(
     """Batches of {"input_ids": int32 (B, block_size)}. Training repeats and shuffles with a
     fixed seed (a plain iterator, checkpointable for exact resume); evaluation is one pass.
     Batches drop the remainder so every replica gets equal slices."""
+    import tensorflow as tf
+
     records = tf.data.TFRecordDataset(list(files))
     if num_shards > 1:
         records = records.shard(num_shards, shard_index)

@@ -46,24 +46,21 @@ here (measured, see bench/), and the bytes are equal to protobuf's deterministic
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
-import multiprocessing
 import random
 import struct
-import sys
 import time
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 
 import google_crc32c
 import numpy as np
 from absl import logging
 
 from data_prep.files import open_file, write_atomically
+from data_prep.parallel import ordered_map
 from data_prep.pretraining_data import (
     Document,
     MaskingVocab,
@@ -518,6 +515,22 @@ def packed_varints(values: np.ndarray) -> list[bytes]:
     return [flat[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
 
+def int64_example(features: dict[str, bytes]) -> bytes:
+    """A tf.train.Example of int64 list features, each given as its packed varints
+    (packed_varints), in the bytes of protobuf's deterministic serialization (map entries in key
+    order; the wire format is ExampleEncoder's). For records of a few features, such as the
+    language-model blocks of data_prep/lm_data.py."""
+    body = []
+    for key in sorted(features):
+        name, packed = key.encode("utf-8"), features[key]
+        int64_list = b"\x0a" + _varint(len(packed)) + packed
+        feature = b"\x1a" + _varint(len(int64_list)) + int64_list
+        entry = b"\x0a" + _varint(len(name)) + name + b"\x12" + _varint(len(feature)) + feature
+        body.append(b"\x0a" + _varint(len(entry)) + entry)
+    data = b"".join(body)
+    return b"\x0a" + _varint(len(data)) + data
+
+
 @functools.lru_cache(maxsize=8)
 def example_encoder(max_seq_length: int, max_predictions_per_seq: int, vocab_size: int):
     return ExampleEncoder(max_seq_length, max_predictions_per_seq, vocab_size)
@@ -806,43 +819,6 @@ def chunk_shards(chunk: TextChunk, settings: ChunkSettings, num_shards: int) -> 
     records = chunk_records(f, c, documents, settings)
     blocks = deal_framed(f, c, records, num_shards)
     return ChunkShards(f, c, chunk.num_bytes, len(records), blocks, records[:5])
-
-
-def ordered_map(
-    fn: Callable,
-    items: Iterable,
-    num_workers: int,
-    window: int | None = None,
-    initializer: Callable | None = None,
-    initargs: tuple = (),
-) -> Iterator:
-    """fn(item) for each item, in order. With num_workers > 1, on that many processes, each
-    first running initializer(*initargs), taking at most `window` (default 2 x num_workers) items
-    from `items` ahead of the results consumed, so memory stays bounded however long `items` is.
-    With one worker, initializer and fn run in this process.
-
-    The processes are forked when this process has not imported TensorFlow, else spawned:
-    forking a process with TensorFlow's thread pools running can deadlock the child, while a
-    spawned worker pays a fresh interpreter and its imports (about 0.35 CPU-s each here, a
-    tenth of the default corpus' work at dupe_factor 1)."""
-    if num_workers <= 1:
-        if initializer is not None:
-            initializer(*initargs)
-        yield from map(fn, items)
-        return
-    window = window or 2 * num_workers
-    method = "spawn" if "tensorflow" in sys.modules or sys.platform != "linux" else "fork"
-    context = multiprocessing.get_context(method)
-    with ProcessPoolExecutor(
-        num_workers, mp_context=context, initializer=initializer, initargs=initargs
-    ) as pool:
-        pending: collections.deque = collections.deque()
-        for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) >= window:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
 
 
 def create_shards(

@@ -240,6 +240,12 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         # One round (quick): its ratio is the best-against-best one.
         assert t["ratio"] == pytest.approx(t["round_ratios"][0]) and len(t["round_ratios"]) == 1
         assert {"cloze", "hf_tokenizers"} <= set(t["round_seconds"][0])
+    # GPT-2 BPE: Cloze's side on forked workers (its child process has no TensorFlow), the
+    # one-process pass timed beside it
+    bpe_row = r["tokenize_bpe"]
+    assert bpe_row["cloze_workers"] >= 1 and bpe_row["worker_start_method"] == "fork"
+    assert bpe_row["cloze_one_process"]["tokens_per_s"] > 0 and bpe_row["ratio_one_process"] > 0
+    assert "cloze_one_process" in bpe_row["round_seconds"][0]
 
     d = r["create_data"]
     assert [row["scale"] for row in d["scales"]] == [1, 2]
@@ -372,6 +378,7 @@ def test_run_all_quick_writes_every_figure(tmp_path):
 
     for label in ("pretrain L2/H36/A3/I37", "WordPiece", "GPT-2 BPE", "create_pretraining_data 2x"):
         assert label in result.stdout
+    assert "GPT-2 BPE tokens/s, one process |" in result.stdout
     assert "cloze_keras" in result.stdout and "saved_model" in result.stdout
 
 

@@ -199,28 +199,53 @@ _SYMBOLS = ["a", "b", "c", "ab", "bc", "ca", "abc", "aa"]
     st.lists(st.sampled_from(_SYMBOLS), max_size=14),
     st.lists(st.tuples(st.sampled_from(_SYMBOLS), st.sampled_from(_SYMBOLS)), max_size=30),
 )
-def test_apply_merges_equals_gpt2s_loop_for_any_merge_list(word, merges):
+def test_merge_table_equals_gpt2s_loop_for_any_merge_list(word, merges):
     # Any merge list, not only learned ones: repeated pairs, pairs whose parts no merge makes,
-    # and merges ranked before the merges that make their parts.
+    # and merges ranked before the merges that make their parts; symbols no merge names ("z")
+    # stay where they are.
     ranks = {p: i for i, p in enumerate(merges)}
-    assert bpe.apply_merges(word, ranks) == _gpt2_merge_loop(word, ranks)
+    want = _gpt2_merge_loop(word, ranks)
+    assert bpe.MergeTable(merges).apply_symbols(word) == want
+    # With a vocabulary's ids kept (gaps included), as ByteLevelBPE builds it.
+    vocab = {s: 3 * k + 1 for k, s in enumerate(_SYMBOLS[::2])}
+    table = bpe.MergeTable(merges, vocab)
+    assert table.apply_symbols(word) == want
+    assert (
+        all(table.ids[s] == i for s, i in vocab.items())
+        and table.num_kept == max(vocab.values()) + 1
+    )
+    assert all(i >= table.num_kept for s, i in table.ids.items() if s not in vocab)
 
 
-def test_apply_merges_merges_every_occurrence_before_reranking():
+def test_merge_table_merges_every_occurrence_before_reranking():
     # (abc, a) is ranked before (a, bc): merging only the first (a, bc) and re-ranking would
     # merge abc+a next; GPT-2 merges both occurrences first and ends at [abc, abc].
-    ranks = {("abc", "a"): 0, ("a", "bc"): 1}
-    assert bpe.apply_merges(["a", "bc", "a", "bc"], ranks) == ["abc", "abc"]
+    merges = [("abc", "a"), ("a", "bc")]
+    ranks = {p: i for i, p in enumerate(merges)}
+    assert bpe.MergeTable(merges).apply_symbols(["a", "bc", "a", "bc"]) == ["abc", "abc"]
     assert _gpt2_merge_loop(["a", "bc", "a", "bc"], ranks) == ["abc", "abc"]
 
 
-def test_apply_merges_on_the_real_merges_and_overlapping_runs(gpt2):
-    for word in ["aaaa", "aaaaa", "Ġ" * 7, "ĠSupercalifragilistic", "1234567890", "ĠĠĠĠ"]:
-        assert bpe.apply_merges(word, gpt2.ranks) == _gpt2_merge_loop(word, gpt2.ranks), word
-    assert bpe.apply_merges("", gpt2.ranks) == [] and bpe.apply_merges("x", gpt2.ranks) == ["x"]
+def test_merge_table_on_the_real_merges_and_overlapping_runs(gpt2):
+    ranks = {p: i for i, p in enumerate(gpt2.merges)}
+    words = ["aaaa", "aaaaa", "Ġ" * 7, "ĠSupercalifragilistic", "1234567890", "ĠĠĠĠ"]
+    for word in words + ["Ġz\u4e00Ġq"]:  # "\u4e00" is no byte symbol: unknown, never merged
+        want = _gpt2_merge_loop(word, ranks)
+        assert gpt2.table.apply_symbols(word) == want, word
+    for word in words:  # the ids path encode() takes
+        want = [gpt2.encoder[u] for u in _gpt2_merge_loop(word, ranks)]
+        assert gpt2.table.apply([gpt2.encoder[c] for c in word]) == want, word
+    assert gpt2.table.apply_symbols("") == [] and gpt2.table.apply_symbols("x") == ["x"]
 
 
-@settings(max_examples=300, deadline=None)
+def test_merges_that_make_a_token_the_vocabulary_lacks_are_refused_when_met(gpt2):
+    vocab = {t: i for t, i in gpt2.encoder.items() if t != "Ġthe"}
+    tok = bpe.ByteLevelBPE(vocab, gpt2.merges)
+    assert tok.encode(" cat") == gpt2.encode(" cat")
+    with pytest.raises(ValueError, match="the merges make 'Ġthe', which the vocabulary lacks"):
+        tok.encode("on the mat")
+
+
 @given(st.text())
 def test_byte_chars_maps_every_utf8_byte(text):
     assert bpe.byte_chars(text) == "".join(bpe.BYTE_TO_CHAR[b] for b in text.encode("utf-8"))

@@ -23,7 +23,6 @@ from data_prep.pretraining_shards import (
     iter_text_chunks,
     mask_batch,
     nsp_pairs,
-    ordered_map,
     packed_varints,
     tokenize_chunk,
 )
@@ -244,20 +243,6 @@ def test_chunks_are_bounded_whole_documents(tmp_path, monkeypatch):
         assert chunk.num_bytes < 300 + 2 * longest
     assert [d for c in got if c.file_index == 0 for d in c.documents] == documents
     assert got[0].first_line == 1 and got[1].first_line == got[0].last_line + 1
-
-
-def test_ordered_map_keeps_order_and_a_bounded_window():
-    pulled = []
-
-    def items():
-        for i in range(9):
-            pulled.append(i)
-            yield -i
-
-    results = ordered_map(abs, items(), num_workers=2, window=3)
-    for consumed, value in enumerate(results, start=1):
-        assert value == consumed - 1
-        assert len(pulled) - consumed <= 3  # never more than the window ahead
 
 
 def read_records(paths):

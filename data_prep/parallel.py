@@ -1,0 +1,104 @@
+"""Ordered work over worker processes, with a bounded window (no TensorFlow imported here).
+
+  ordered_map  fn(item) for each item, in order, on `num_workers` processes, at most `window`
+               items taken ahead of the results consumed (memory bounded however long the input)
+  map_texts    encode(text) for each text, in order, the texts sent in batches of about
+               `batch_chars` characters (the tokenizing step of create_lm_data.py)
+
+Used by the streaming pretraining data (data_prep/pretraining_shards.py) and the language-model
+blocks (data_prep/create_lm_data.py). Results never depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+
+
+def start_method() -> str:
+    """fork where this process has not imported TensorFlow (on Linux), else spawn: forking a
+    process with TensorFlow's thread pools running can deadlock the child, while a spawned worker
+    pays a fresh interpreter and its imports (about 0.35 CPU-s each here, a tenth of the default
+    corpus' work at dupe_factor 1)."""
+    return "spawn" if "tensorflow" in sys.modules or sys.platform != "linux" else "fork"
+
+
+def ordered_map(
+    fn: Callable,
+    items: Iterable,
+    num_workers: int,
+    window: int | None = None,
+    initializer: Callable | None = None,
+    initargs: tuple = (),
+) -> Iterator:
+    """fn(item) for each item, in order. With num_workers > 1, on that many processes
+    (start_method), each first running initializer(*initargs), taking at most `window`
+    (default 2 x num_workers) items from `items` ahead of the results consumed, so memory stays
+    bounded however long `items` is. With one worker, initializer and fn run in this process."""
+    if num_workers <= 1:
+        if initializer is not None:
+            initializer(*initargs)
+        yield from map(fn, items)
+        return
+    window = window or 2 * num_workers
+    context = multiprocessing.get_context(start_method())
+    with ProcessPoolExecutor(
+        num_workers, mp_context=context, initializer=initializer, initargs=initargs
+    ) as pool:
+        pending: collections.deque = collections.deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def text_batches(texts: Iterable[str], batch_chars: int) -> Iterator[list[str]]:
+    """Consecutive texts in lists of at least batch_chars characters (the last may hold fewer);
+    every text in exactly one list, in order."""
+    batch: list[str] = []
+    size = 0
+    for text in texts:
+        batch.append(text)
+        size += len(text)
+        if size >= batch_chars:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+_worker_encode = None  # set in each worker process by _set_encode
+
+
+def _set_encode(encode: Callable) -> None:
+    global _worker_encode
+    _worker_encode = encode
+
+
+def _encode_batch(texts: list[str]) -> list:
+    return list(map(_worker_encode, texts))
+
+
+def map_texts(
+    encode: Callable[[str], object],
+    texts: Iterable[str],
+    num_workers: int = 1,
+    batch_chars: int = 1 << 18,
+) -> Iterator:
+    """encode(text) for each text, in order; with num_workers > 1 the texts go to that many
+    processes in batches of about batch_chars characters (ordered_map: at most 2 x num_workers
+    batches in flight). `encode` reaches the workers once, as the pool starts (pickled only where
+    they are spawned: a bound method of a picklable tokenizer)."""
+    if num_workers <= 1:
+        yield from map(encode, texts)
+        return
+    batches = text_batches(texts, batch_chars)
+    for encoded in ordered_map(
+        _encode_batch, batches, num_workers, initializer=_set_encode, initargs=(encode,)
+    ):
+        yield from encoded

@@ -1,0 +1,63 @@
+"""Ordered work on worker processes (data_prep/parallel.py): order kept, a bounded window, and
+results equal to one process's under either start method."""
+
+from __future__ import annotations
+
+import pytest
+
+from data_prep import bpe, parallel
+
+
+def test_ordered_map_keeps_order_and_a_bounded_window():
+    pulled = []
+
+    def items():
+        for i in range(9):
+            pulled.append(i)
+            yield -i
+
+    results = parallel.ordered_map(abs, items(), num_workers=2, window=3)
+    for consumed, value in enumerate(results, start=1):
+        assert value == consumed - 1
+        assert len(pulled) - consumed <= 3  # never more than the window ahead
+
+
+def test_text_batches_hold_every_text_once_in_order():
+    texts = [f"t{i}" * (i % 5) for i in range(23)]  # some empty
+    batches = list(parallel.text_batches(texts, 7))
+    assert [t for b in batches for t in b] == texts
+    assert all(sum(map(len, b)) >= 7 for b in batches[:-1])
+    # a batch closes at the first text that reaches the size: without its last text it is short
+    assert all(sum(map(len, b[:-1])) < 7 for b in batches)
+    assert list(parallel.text_batches([], 7)) == []
+
+
+def test_start_method_forks_only_without_tensorflow(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tensorflow", object())
+    assert parallel.start_method() == "spawn"
+    monkeypatch.delitem(sys.modules, "tensorflow")
+    assert parallel.start_method() == ("fork" if sys.platform == "linux" else "spawn")
+
+
+SENTENCES = [
+    "Shall I compare thee to a summer's day?",
+    "Thou art more lovely and more temperate:",
+    "Rough winds do shake the darling buds of May,",
+    "  and summer's lease hath all too short a date; 1609 \u00e9t\u00e9 \u4e00",
+    "",
+]
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_map_texts_equals_one_process_on_spawned_workers(monkeypatch, workers):
+    # Spawned: the tokenizer is pickled to each worker (ByteLevelBPE as its vocabulary and
+    # merges); forked workers are create_lm_data.py's, tested in tests/test_lm_data.py.
+    monkeypatch.setattr(parallel, "start_method", lambda: "spawn")
+    merges = bpe.learn_bpe(bpe.byte_words(SENTENCES), 60)
+    tok = bpe.ByteLevelBPE(bpe.byte_level_vocab(merges), merges)
+    texts = [SENTENCES[(7 * i) % len(SENTENCES)] * (i % 4) for i in range(40)]
+    want = [tok.encode(t) for t in texts]
+    got = list(parallel.map_texts(tok.encode, iter(texts), workers, batch_chars=90))
+    assert got == want and len(got) == 40
