@@ -318,7 +318,7 @@ class ByteLevelBPE:
 
     def __reduce__(self):
         # Pickled (to spawned workers: data_prep/parallel.py) as its vocabulary and merges alone;
-        # the ranks, the decoder and the word cache are rebuilt, not sent.
+        # the merge table, the decoder and the word cache are rebuilt, not sent.
         return ByteLevelBPE, (self.encoder, self.merges)
 
     @classmethod
@@ -342,7 +342,7 @@ class ByteLevelBPE:
         ids = self._cache.get(piece)
         if ids is None:
             ids = self.table.apply(list(map(self._byte_ids.__getitem__, piece.encode("utf-8"))))
-            if max(ids) >= self.table.num_kept:  # a merge made a token the vocabulary lacks
+            if ids and max(ids) >= self.table.num_kept:  # a token the vocabulary lacks
                 token = self.table.symbols[max(ids)]
                 raise ValueError(f"the merges make {token!r}, which the vocabulary lacks")
             if len(self._cache) < CACHE_ENTRIES:  # bounded: a pathological input cannot eat memory
