@@ -11,6 +11,11 @@ Example (the 8k-merge BPE of data_prep/build_vocab.py --vocab_type=byte_level_bp
   python data_prep/create_seq2seq_data.py --input_file=default_run/corpus/train.txt \\
     --output_file=t5/train.tfrecord --encoder_file=bpe/encoder.json --merges_file=bpe/vocab.bpe \\
     --noising=t5_span --max_seq_length=128 --max_target_length=32 --random_seed=12345
+
+Documents are tokenized on --num_workers processes (data_prep/parallel.map_texts, results in
+corpus order) while this process noises them with the one seeded rng and writes the records
+without TensorFlow, so the workers are forked; the output does not depend on the number of
+workers.
 """
 
 import os
@@ -38,20 +43,28 @@ flags.DEFINE_float("mask_ratio", 0.3, "BART: fraction of tokens masked by infill
 flags.DEFINE_float("poisson_lambda", 3.0, "BART: Poisson mean of the infilled span lengths.")
 flags.DEFINE_integer("num_sentinels", 100, "T5: sentinel tokens after the BPE vocabulary.")
 flags.DEFINE_integer("random_seed", 12345, "Seed of the noising: same seed, same records.")
+flags.DEFINE_integer(
+    "num_workers",
+    None,
+    "Tokenizing processes (default: the cores this process may use). The records do not depend "
+    "on it.",
+)
 flags.mark_flags_as_required(["input_file", "output_file", "encoder_file", "merges_file"])
 flags.register_validator("max_seq_length", lambda n: n >= 3, "must be at least 3")
 flags.register_validator("max_target_length", lambda n: n >= 3, "must be at least 3")
+flags.register_validator("num_workers", lambda n: n is None or n >= 1, "must be at least 1")
 FLAGS = flags.FLAGS
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    import functools
+
     import numpy as np
 
-    from data_prep import features, seq2seq_data
+    from data_prep import files, lm_data, parallel, seq2seq_data
     from data_prep.errors import InputError
-    from data_prep.features import expand_input_files
 
     try:
         settings = seq2seq_data.NoisingSettings(
@@ -68,7 +81,7 @@ def main(argv):
     except ValueError as e:
         raise app.UsageError(str(e)) from None
     try:
-        inputs = expand_input_files(FLAGS.input_file)
+        inputs = files.expand_input_files(FLAGS.input_file)
         # BART's records start with <s> (the released models' layout); T5's have none.
         vocab = seq2seq_data.Seq2SeqVocab.from_files(
             FLAGS.encoder_file, FLAGS.merges_file, FLAGS.num_sentinels,
@@ -77,22 +90,25 @@ def main(argv):
     except InputError as e:
         raise SystemExit(f"create_seq2seq_data: {e}") from None
     outputs = [f.strip() for f in FLAGS.output_file.split(",") if f.strip()]
-    for path in outputs:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    for folder in {os.path.dirname(path) for path in outputs} - {""}:
+        files.makedirs(folder)
+    num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
     stats = {"documents": 0}
     t0 = time.time()
 
     def documents():
-        for sentences in seq2seq_data.read_sentence_documents(inputs):
+        texts = lm_data.read_lm_documents(inputs)  # read_sentence_documents' texts, unsplit
+        encode = functools.partial(seq2seq_data.encode_document, vocab)
+        for sentences in parallel.map_texts(encode, texts, num_workers):
             stats["documents"] += 1
             if stats["documents"] % 500 == 0:
                 logging.info("%d documents, %d instances", stats["documents"], stats["instances"])
-            yield seq2seq_data.encode_sentences(vocab, sentences)
+            yield sentences
 
     rng = np.random.default_rng(FLAGS.random_seed)
     # Written under temporary names and renamed at the end: a failed run leaves no partial file.
     try:
-        n = features.write_atomically(
+        n = files.write_atomically(
             outputs,
             lambda tmp: seq2seq_data.write_seq2seq_tfrecords(
                 seq2seq_data.create_instances(documents(), vocab, settings, rng, stats),
@@ -124,8 +140,8 @@ def main(argv):
         )
     print(
         f"wrote {n} {FLAGS.noising} instances ({stats['documents']} documents, "
-        f"{stats['too_long']} too long dropped, {time.time() - t0:.1f}s) to {', '.join(outputs)}\n"
-        + needs
+        f"{stats['too_long']} too long dropped, {time.time() - t0:.1f}s, {num_workers} "
+        f"worker(s)) to {', '.join(outputs)}\n" + needs
     )
 
 

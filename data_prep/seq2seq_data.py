@@ -15,24 +15,36 @@ encoder.json under those names keep their ids (a RoBERTa / BART vocab.json: <s> 
   create_instances         documents -> instances, pure given the rng
   write_seq2seq_tfrecords  TFRecords with input_ids, input_mask, target_ids, target_mask
   seq2seq_dataset          batches of those four features for training or evaluation
+
+Making records imports no TensorFlow, as data_prep/lm_data.py's blocks (the same bytes as
+tf.train.Example through tf.io.TFRecordWriter, tested; protobuf's serialization took longer than
+the noising here), so create_seq2seq_data.py forks its tokenizing workers. The readers import it
+when called.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tensorflow as tf
 
 from data_prep import bpe, lm_data, noising
 from data_prep.errors import input_error
+from data_prep.files import open_file
+from data_prep.pretraining_shards import frame_records, int64_example, packed_varints
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 PAD, EOS, MASK, BOS = "<pad>", "</s>", "<mask>", "<s>"
 # T5 reserves 100 sentinels (Raffel et al. 2020, its released vocabulary's extra_ids).
 NUM_SENTINELS = 100
 NOISINGS = ("t5_span", "bart_infill")
 FEATURES = ("input_ids", "input_mask", "target_ids", "target_mask")
+WRITE_BATCH = 512  # instances serialized together (packed_varints works on a whole batch)
 
 
 def sentinel_name(i: int) -> str:
@@ -153,6 +165,12 @@ def read_sentence_documents(paths: Sequence[str]) -> Iterator[list[str]]:
 def encode_sentences(vocab: Seq2SeqVocab, sentences: Sequence[str]) -> list[list[int]]:
     """Each sentence's ids, with its line break kept so decoding gives the lines back."""
     return [vocab.encode(s + "\n") for s in sentences]
+
+
+def encode_document(vocab: Seq2SeqVocab, text: str) -> list[list[int]]:
+    """encode_sentences of one of lm_data.read_lm_documents' texts (its sentences joined by
+    line breaks), as read_sentence_documents gives them."""
+    return encode_sentences(vocab, text.split("\n"))
 
 
 def chunk_sentences(sentences: Sequence[Sequence[int]], length: int) -> list[list[list[int]]]:
@@ -321,10 +339,6 @@ def create_instances(
             yield inputs, targets
 
 
-def _padded(ids: Sequence[int], length: int, pad_id: int) -> tuple[list[int], list[int]]:
-    return list(ids) + [pad_id] * (length - len(ids)), [1] * len(ids) + [0] * (length - len(ids))
-
-
 def serialize_seq2seq_example(
     inputs: Sequence[int],
     targets: Sequence[int],
@@ -332,18 +346,42 @@ def serialize_seq2seq_example(
     max_target_length: int,
     pad_id: int,
 ) -> bytes:
-    input_ids, input_mask = _padded(inputs, max_seq_length, pad_id)
-    target_ids, target_mask = _padded(targets, max_target_length, pad_id)
-    values = dict(zip(FEATURES, (input_ids, input_mask, target_ids, target_mask)))
-    feature = {
-        k: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(x) for x in v]))
-        for k, v in values.items()
+    """One instance as a tf.train.Example of the four FEATURES, padded with pad_id."""
+    return serialize_seq2seq_examples(
+        [(inputs, targets)], max_seq_length, max_target_length, pad_id
+    )[0]
+
+
+def serialize_seq2seq_examples(
+    instances: Sequence[tuple[Sequence[int], Sequence[int]]],
+    max_seq_length: int,
+    max_target_length: int,
+    pad_id: int,
+) -> list[bytes]:
+    """serialize_seq2seq_example of each instance, the batch's ids and masks padded in numpy."""
+    n = len(instances)
+    arrays = {
+        "input_ids": np.full((n, max_seq_length), pad_id, np.int64),
+        "input_mask": np.zeros((n, max_seq_length), np.int64),
+        "target_ids": np.full((n, max_target_length), pad_id, np.int64),
+        "target_mask": np.zeros((n, max_target_length), np.int64),
     }
-    example = tf.train.Example(features=tf.train.Features(feature=feature))
-    return example.SerializeToString(deterministic=True)
+    for row, (inputs, targets) in enumerate(instances):
+        for ids, key, limit in (
+            (inputs, "input", max_seq_length),
+            (targets, "target", max_target_length),
+        ):
+            if len(ids) > limit:
+                raise ValueError(f"{len(ids)} {key} ids do not fit the length {limit}")
+            arrays[f"{key}_ids"][row, : len(ids)] = ids
+            arrays[f"{key}_mask"][row, : len(ids)] = 1
+    packed = {key: packed_varints(values) for key, values in arrays.items()}
+    return [int64_example({key: packed[key][row] for key in FEATURES}) for row in range(n)]
 
 
 def seq2seq_feature_spec(max_seq_length: int, max_target_length: int) -> dict:
+    import tensorflow as tf
+
     lengths = (max_seq_length, max_seq_length, max_target_length, max_target_length)
     return {k: tf.io.FixedLenFeature([n], tf.int64) for k, n in zip(FEATURES, lengths)}
 
@@ -355,24 +393,29 @@ def write_seq2seq_tfrecords(
     max_target_length: int,
     pad_id: int,
 ) -> int:
-    """Writes instances round-robin over the output files; returns how many were written."""
-    writers = [tf.io.TFRecordWriter(f) for f in output_files]
+    """Writes instances round-robin over the output files (instance n to file n mod the file
+    count); returns how many were written."""
+    files = []
     n = 0
     try:
-        for inputs, targets in instances:
-            record = serialize_seq2seq_example(
-                inputs, targets, max_seq_length, max_target_length, pad_id
-            )
-            writers[n % len(writers)].write(record)
-            n += 1
+        for path in output_files:
+            files.append(open_file(path, "wb"))  # each opened one is closed below
+        instances = iter(instances)
+        while batch := list(itertools.islice(instances, WRITE_BATCH)):
+            records = serialize_seq2seq_examples(batch, max_seq_length, max_target_length, pad_id)
+            for record in frame_records(records):
+                files[n % len(files)].write(record)
+                n += 1
     finally:
-        for w in writers:
-            w.close()
+        for file in files:
+            file.close()
     return n
 
 
 def read_seq2seq_records(path: str) -> Iterator[tuple[list[int], list[int]]]:
     """The (inputs, targets) of each record, padding removed by the masks."""
+    import tensorflow as tf
+
     for raw in tf.data.TFRecordDataset(path):
         f = tf.train.Example.FromString(raw.numpy()).features.feature
         values = {k: list(f[k].int64_list.value) for k in FEATURES}
@@ -385,6 +428,8 @@ def read_seq2seq_records(path: str) -> Iterator[tuple[list[int], list[int]]]:
 def seq2seq_file_lengths(files: Sequence[str]) -> tuple[int, int, int]:
     """(max_seq_length, max_target_length, largest id) of the first record of each file, which
     must agree; raises InputError naming the file for another kind of record or an empty file."""
+    import tensorflow as tf
+
     found = None
     for path in files:
         for raw in tf.data.TFRecordDataset(path).take(1):
@@ -424,6 +469,8 @@ def seq2seq_dataset(
 ) -> tf.data.Dataset:
     """Batches of the four features as int32 (B, S) and (B, T). Training repeats and shuffles
     with a fixed seed; evaluation is one pass. The remainder is dropped (equal replica slices)."""
+    import tensorflow as tf
+
     records = tf.data.TFRecordDataset(list(files))
     if num_shards > 1:
         records = records.shard(num_shards, shard_index)

@@ -394,6 +394,44 @@ def run_python(code: str):
     return result
 
 
+def run_data_script_alone(script: str, args) -> tuple[str, list]:
+    """A data_prep entrypoint with `args` in a fresh interpreter (run_python): returns its stdout
+    and, as its process ended, [whether TensorFlow was imported, parallel.start_method()], so a
+    test sees that its tokenizing workers were forked."""
+    import json
+
+    code = f"""
+import json, runpy, sys
+sys.argv = {[script, *map(str, args)]!r}
+try:
+    runpy.run_path({script!r}, run_name="__main__")
+except SystemExit as e:
+    assert not e.code, e.code
+from data_prep import parallel
+print(json.dumps(["tensorflow" in sys.modules, parallel.start_method()]))
+"""
+    result = run_python(code)
+    return result.stdout, json.loads(result.stdout.splitlines()[-1])
+
+
+def write_tensorflow_records(examples, output_files) -> None:
+    """Examples ({feature: int ids}) through protobuf's deterministic serialization and
+    tf.io.TFRecordWriter, round-robin over output_files: the reference for data_prep's records,
+    which are written without TensorFlow."""
+    import tensorflow as tf
+
+    writers = [tf.io.TFRecordWriter(str(f)) for f in output_files]
+    for n, example in enumerate(examples):
+        feature = {
+            key: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(i) for i in ids]))
+            for key, ids in example.items()
+        }
+        proto = tf.train.Example(features=tf.train.Features(feature=feature))
+        writers[n % len(writers)].write(proto.SerializeToString(deterministic=True))
+    for w in writers:
+        w.close()
+
+
 def check_group_by_length(
     run, args, output_dir, padding_flag="dynamic_padding", then="--do_eval"
 ) -> Completed:

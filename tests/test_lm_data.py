@@ -1,8 +1,6 @@
 """LM blocks: packing across documents with a separator, TFRecord round trip, file checks, and
 create_lm_data.py's records: protobuf's and TensorFlow's bytes, written without TensorFlow."""
 
-import json
-
 import numpy as np
 import pytest
 
@@ -63,42 +61,28 @@ def test_tfrecords_round_trip_and_bad_files_are_named(tmp_path):
 
 
 def tensorflow_records(blocks, output_files) -> None:
-    """What the blocks' files were before records were written without TensorFlow: protobuf's
-    deterministic serialization through tf.io.TFRecordWriter, round-robin."""
-    import tensorflow as tf
+    """What the blocks' files were before records were written without TensorFlow."""
+    from tests import helpers
 
-    writers = [tf.io.TFRecordWriter(str(f)) for f in output_files]
-    for n, block in enumerate(blocks):
-        ids = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(i) for i in block]))
-        example = tf.train.Example(features=tf.train.Features(feature={"input_ids": ids}))
-        writers[n % len(writers)].write(example.SerializeToString(deterministic=True))
-    for w in writers:
-        w.close()
+    helpers.write_tensorflow_records(({"input_ids": b} for b in blocks), output_files)
 
 
 def test_records_are_tensorflows_bytes(tmp_path, monkeypatch):
+    import tensorflow as tf
+
     rng = np.random.default_rng(3)
     # ids of one, two and three varint bytes (GPT-2's vocabulary reaches 50,256), 11 blocks
     # written 4 at a time so the last batch is short
     blocks = [rng.integers(0, 60_000, 9).astype(np.int32) for _ in range(10)]
     blocks.append(np.array([0, 1, 127, 128, 16383, 16384, 50256, 5, 2], np.int32))
-    for block in blocks:
-        want = tf_example_bytes(block)
-        assert lm_data.serialize_lm_example(block) == want
     monkeypatch.setattr(lm_data, "WRITE_BATCH", 4)
     ours = [tmp_path / "a.tfrecord", tmp_path / "b.tfrecord", tmp_path / "c.tfrecord"]
     theirs = [tmp_path / "ta.tfrecord", tmp_path / "tb.tfrecord", tmp_path / "tc.tfrecord"]
     assert lm_data.write_lm_tfrecords(iter(blocks), [str(f) for f in ours]) == 11
     tensorflow_records(blocks, theirs)
     assert [f.read_bytes() for f in ours] == [f.read_bytes() for f in theirs]
-
-
-def tf_example_bytes(block) -> bytes:
-    import tensorflow as tf
-
-    ids = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(i) for i in block]))
-    example = tf.train.Example(features=tf.train.Features(feature={"input_ids": ids}))
-    return example.SerializeToString(deterministic=True)
+    first = next(iter(tf.data.TFRecordDataset(str(theirs[0])))).numpy()
+    assert lm_data.serialize_lm_example(blocks[0]) == first
 
 
 def test_create_lm_data_forks_its_workers_without_tensorflow_and_equals_one_process(tmp_path):
@@ -119,28 +103,19 @@ def test_create_lm_data_forks_its_workers_without_tensorflow_and_equals_one_proc
     tok = bpe.ByteLevelBPE(bpe.byte_level_vocab(merges), merges)
     enc, mer = tok.save(tmp_path / "bpe")
     outputs = [str(tmp_path / "out" / "a.tfrecord"), str(tmp_path / "out" / "b.tfrecord")]
-    argv = [
-        "create_lm_data.py",
-        f"--input_file={corpus}",
-        f"--output_file={','.join(outputs)}",
-        f"--encoder_file={enc}",
-        f"--merges_file={mer}",
-        "--block_size=64",
-        "--num_workers=2",
-    ]
-    code = f"""
-import json, runpy, sys
-sys.argv = {argv!r}
-try:
-    runpy.run_path("data_prep/create_lm_data.py", run_name="__main__")
-except SystemExit as e:
-    assert not e.code, e.code
-from data_prep import parallel
-print(json.dumps(["tensorflow" in sys.modules, parallel.start_method()]))
-"""
-    result = helpers.run_python(code)
-    assert json.loads(result.stdout.splitlines()[-1]) == [False, "fork"]
-    assert "500 documents" in result.stdout and "2 worker(s)" in result.stdout
+    stdout, (tensorflow_imported, start_method) = helpers.run_data_script_alone(
+        "data_prep/create_lm_data.py",
+        [
+            f"--input_file={corpus}",
+            f"--output_file={','.join(outputs)}",
+            f"--encoder_file={enc}",
+            f"--merges_file={mer}",
+            "--block_size=64",
+            "--num_workers=2",
+        ],
+    )
+    assert not tensorflow_imported and start_method == "fork"
+    assert "500 documents" in stdout and "2 worker(s)" in stdout
     ids = [tok.encode(d) for d in documents]
     theirs = [tmp_path / "ta.tfrecord", tmp_path / "tb.tfrecord"]
     tensorflow_records(lm_data.pack_blocks(ids, 64, tok.encoder["<|endoftext|>"]), theirs)

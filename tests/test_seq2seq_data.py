@@ -1,9 +1,7 @@
 """Encoder-decoder denoising data: the special-id layout, chunking, and create_seq2seq_data's
 records round-tripping back to the corpus text (T5 by reconstruction, BART by its target)."""
 
-import subprocess
-import sys
-from pathlib import Path
+import itertools
 
 import numpy as np
 import pytest
@@ -11,7 +9,6 @@ import pytest
 from data_prep import bpe, noising, seq2seq_data
 from data_prep.errors import InputError
 
-ROOT = Path(__file__).resolve().parents[1]
 CORPUS = (
     "The cat sat on the mat.\nIt was a sunny day.\nThe dog barked twice at noon.\n\n"
     "Birds sing in the early morning.\nA quiet river runs past the old mill.\n"
@@ -112,20 +109,22 @@ def test_degenerate_bart_rates_give_the_original_or_its_permutation(tmp_path):
     assert inputs == [bos] + [t for s in order for t in s] + [eos]
 
 
-def run_create(tmp_path, *extra) -> subprocess.CompletedProcess:
+def run_create(tmp_path, *extra) -> tuple[str, list]:
+    """create_seq2seq_data.py on CORPUS in a fresh interpreter (helpers.run_data_script_alone):
+    its stdout and [TensorFlow imported, the workers' start method]."""
+    from tests import helpers
+
     encoder, merges = tiny_bpe(tmp_path)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(CORPUS, encoding="utf-8")
     args = [
-        sys.executable,
-        str(ROOT / "data_prep/create_seq2seq_data.py"),
         f"--input_file={corpus}",
         f"--encoder_file={encoder}",
         f"--merges_file={merges}",
         "--num_sentinels=10",
         *extra,
     ]
-    return subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    return helpers.run_data_script_alone("data_prep/create_seq2seq_data.py", args)
 
 
 def _in_order(pieces, sequence) -> bool:
@@ -142,17 +141,44 @@ def _in_order(pieces, sequence) -> bool:
 
 
 def test_create_seq2seq_data_round_trips_to_the_corpus(tmp_path):
-    out_t5 = tmp_path / "t5.tfrecord"
-    result = run_create(
-        tmp_path, f"--output_file={out_t5}", "--max_seq_length=13", "--max_target_length=7"
+    from tests import helpers
+
+    out_t5 = [tmp_path / "t5a.tfrecord", tmp_path / "t5b.tfrecord"]
+    stdout, (tensorflow_imported, start_method) = run_create(
+        tmp_path,
+        f"--output_file={out_t5[0]},{out_t5[1]}",
+        "--max_seq_length=13",
+        "--max_target_length=7",
+        "--num_workers=2",
     )
-    assert result.returncode == 0, result.stderr
+    # Written without TensorFlow, its tokenizing workers forked, "2 worker(s)"
+    assert not tensorflow_imported and start_method == "fork" and "2 worker(s)" in stdout
     vocab = seq2seq_data.Seq2SeqVocab.from_files(
         tmp_path / "bpe/encoder.json", tmp_path / "bpe/vocab.bpe", 10
     )
-    assert f"vocab_size >= {vocab.size}" in result.stdout
+    assert f"vocab_size >= {vocab.size}" in stdout
+    # The bytes one process writes through protobuf and TensorFlow, from the same seed
+    documents = seq2seq_data.read_sentence_documents([str(tmp_path / "corpus.txt")])
+    docs = [seq2seq_data.encode_sentences(vocab, d) for d in documents]
+    settings = seq2seq_data.NoisingSettings("t5_span", 13, 7)
+    rng = np.random.default_rng(12345)  # the script's --random_seed default
+    want = []
+    for inputs, targets in seq2seq_data.create_instances(docs, vocab, settings, rng):
+        pad = vocab.pad_id
+        want.append(
+            {
+                "input_ids": inputs + [pad] * (13 - len(inputs)),
+                "input_mask": [1] * len(inputs) + [0] * (13 - len(inputs)),
+                "target_ids": targets + [pad] * (7 - len(targets)),
+                "target_mask": [1] * len(targets) + [0] * (7 - len(targets)),
+            }
+        )
+    theirs = [tmp_path / "ta.tfrecord", tmp_path / "tb.tfrecord"]
+    helpers.write_tensorflow_records(want, theirs)
+    assert [f.read_bytes() for f in out_t5] == [f.read_bytes() for f in theirs]
     texts = []
-    records = list(seq2seq_data.read_seq2seq_records(str(out_t5)))
+    a, b = (list(seq2seq_data.read_seq2seq_records(str(f))) for f in out_t5)
+    records = [r for pair in itertools.zip_longest(a, b) for r in pair if r]  # round-robin
     assert len(records) > 5
     for inputs, targets in records:
         assert len(inputs) <= 13 and len(targets) <= 7
