@@ -61,3 +61,20 @@ def test_map_texts_equals_one_process_on_spawned_workers(monkeypatch, workers):
     want = [tok.encode(t) for t in texts]
     got = list(parallel.map_texts(tok.encode, iter(texts), workers, batch_chars=90))
     assert got == want and len(got) == 40
+
+
+def test_an_error_reading_the_texts_reaches_the_caller_with_workers_running(monkeypatch):
+    # A bad line met while batches are on the workers (create_lm_data.py's InputError for bad
+    # UTF-8): raised to the caller after the results before it, the pool shut down, no hang.
+    monkeypatch.setattr(parallel, "start_method", lambda: "spawn")
+
+    def texts():
+        for i in range(30):
+            yield "x" * i
+        raise ValueError("corpus.txt:31: bad line")
+
+    got = []
+    with pytest.raises(ValueError, match="corpus.txt:31"):
+        for ids in parallel.map_texts(len, texts(), 2, batch_chars=40):
+            got.append(ids)
+    assert got == list(range(len(got))) and len(got) < 30
