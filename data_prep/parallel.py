@@ -3,10 +3,12 @@
   ordered_map  fn(item) for each item, in order, on `num_workers` processes, at most `window`
                items taken ahead of the results consumed (memory bounded however long the input)
   map_texts    encode(text) for each text, in order, the texts sent in batches of about
-               `batch_chars` characters (the tokenizing step of create_lm_data.py)
+               `batch_chars` characters (the tokenizing step of create_lm_data.py and
+               create_seq2seq_data.py)
 
-Used by the streaming pretraining data (data_prep/pretraining_shards.py) and the language-model
-blocks (data_prep/create_lm_data.py). Results never depend on the number of workers.
+Used by the streaming pretraining data (data_prep/pretraining_shards.py), the language-model
+blocks (data_prep/create_lm_data.py) and the denoising records (data_prep/create_seq2seq_data.py).
+Results never depend on the number of workers.
 """
 
 from __future__ import annotations
