@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from absl import app, flags  # noqa: E402
 
-from data_prep import features, tokenization  # noqa: E402
+from data_prep import files, tokenization  # noqa: E402
 from data_prep.errors import input_error  # noqa: E402
 
 flags.DEFINE_string(
@@ -41,8 +41,8 @@ flags.mark_flags_as_required(["input_file", "vocab_file"])
 FLAGS = flags.FLAGS
 
 
-def _corpus_lines(files):
-    for path in files:
+def _corpus_lines(paths):
+    for path in paths:
         for _, text in tokenization.read_utf8_lines(path):
             yield text
 
@@ -50,29 +50,29 @@ def _corpus_lines(files):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    files = features.expand_input_files(FLAGS.input_file)
+    inputs = files.expand_input_files(FLAGS.input_file)
     if FLAGS.vocab_type != "wordpiece":
-        return learn_merges(files)
-    counts = tokenization.count_words(_corpus_lines(files), FLAGS.do_lower_case, progress=True)
+        return learn_merges(inputs)
+    counts = tokenization.count_words(_corpus_lines(inputs), FLAGS.do_lower_case, progress=True)
     if not counts:
-        raise input_error(", ".join(files), "text to learn a vocabulary from", "no words at all")
+        raise input_error(", ".join(inputs), "text to learn a vocabulary from", "no words at all")
     vocab = tokenization.learn_vocab_from_counts(counts, FLAGS.vocab_size, progress=True)
     tokenization.write_vocab(vocab, FLAGS.vocab_file)
     print(f"wrote {len(vocab)} tokens to {FLAGS.vocab_file}")
 
 
-def learn_merges(files) -> None:
+def learn_merges(paths) -> None:
     from tqdm import tqdm
 
     from data_prep import bpe
 
-    lines = list(_corpus_lines(files))
+    lines = list(_corpus_lines(paths))
     if FLAGS.vocab_type == "bpe":
         words = bpe.character_words(w for line in lines for w in line.split())
     else:
         words = bpe.byte_words(lines)
     if not words:
-        raise input_error(", ".join(files), "text to learn merges from", "no words at all")
+        raise input_error(", ".join(paths), "text to learn merges from", "no words at all")
     bar = tqdm(total=FLAGS.num_merges, desc="merges", unit="merge", mininterval=2)
 
     def progress(done, total):
