@@ -24,7 +24,6 @@ Cloze's WordPiece); the best pass is what a long tokenization run sees.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -151,12 +150,14 @@ def byte_level_bpe(corpus, bpe_dir, repeats: int = 3, max_lines=None, num_worker
     pre-tokenizer, on GPT-2's encoder.json / vocab.bpe in `bpe_dir`, measured by
     byte_level_bpe_here in a child process (python -m bench.tokenizer_speed); its ValueError
     (ids differ) or any other failure is raised here as RuntimeError with the child's message."""
+    from data_prep import parallel
+
     args = {
         "corpus": str(corpus),
         "bpe_dir": str(bpe_dir),
         "repeats": repeats,
         "max_lines": max_lines,
-        "num_workers": num_workers or len(os.sched_getaffinity(0)),
+        "num_workers": parallel.worker_count(num_workers),
     }
     cmd = [sys.executable, "-m", "bench.tokenizer_speed", json.dumps(args)]
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)

@@ -18,7 +18,6 @@ the records are written without TensorFlow, so the workers are forked; the outpu
 on the number of workers.
 """
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -78,10 +77,9 @@ def main(argv):
     except InputError as e:
         raise SystemExit(f"create_lm_data: {e}") from None
     outputs = [f.strip() for f in FLAGS.output_file.split(",") if f.strip()]
-    for folder in {os.path.dirname(path) for path in outputs} - {""}:
-        files.makedirs(folder)
+    files.make_parent_folders(outputs)
     eot = vocab[end]
-    num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
+    num_workers = parallel.worker_count(FLAGS.num_workers)
     stats = {"documents": 0, "tokens": 0}
     t0 = time.time()
 

@@ -25,7 +25,6 @@ Example:
     --max_predictions_per_seq=20 --masked_lm_prob=0.15 --random_seed=12345 --dupe_factor=10
 """
 
-import os
 import random
 import shlex
 import sys
@@ -185,7 +184,7 @@ def main(argv):
     # takes longer than streaming the default corpus at --dupe_factor=1.
     from tqdm import tqdm
 
-    from data_prep import files, pretraining_shards
+    from data_prep import files, parallel, pretraining_shards
     from data_prep.errors import InputError
     from data_prep.pretraining_data import MaskingVocab
     from data_prep.tokenization import FullTokenizer, load_vocab
@@ -214,8 +213,7 @@ def main(argv):
     )
 
     output_files = _split(FLAGS.output_file)
-    for folder in {os.path.dirname(path) for path in output_files} - {""}:
-        files.makedirs(folder)
+    files.make_parent_folders(output_files)
     try:
         input_files = files.expand_input_files(FLAGS.input_file)
         vocab = load_vocab(FLAGS.vocab_file)
@@ -255,7 +253,7 @@ def main(argv):
             # The workers tokenize with FullTokenizer: the same ids as InGraphTokenizer (tested)
             # and, for ASCII text, faster than it without TensorFlow's start-up.
             tokenizer = FullTokenizer.from_vocab(vocab, do_lower_case=FLAGS.do_lower_case)
-            num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
+            num_workers = parallel.worker_count(FLAGS.num_workers)
             total = sum(files.file_size(path) for path in input_files)
             inv_vocab = {i: t for t, i in vocab.items()}
             with tqdm(

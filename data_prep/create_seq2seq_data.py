@@ -18,7 +18,6 @@ without TensorFlow, so the workers are forked; the output does not depend on the
 workers.
 """
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -90,9 +89,8 @@ def main(argv):
     except InputError as e:
         raise SystemExit(f"create_seq2seq_data: {e}") from None
     outputs = [f.strip() for f in FLAGS.output_file.split(",") if f.strip()]
-    for folder in {os.path.dirname(path) for path in outputs} - {""}:
-        files.makedirs(folder)
-    num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
+    files.make_parent_folders(outputs)
+    num_workers = parallel.worker_count(FLAGS.num_workers)
     stats = {"documents": 0}
     t0 = time.time()
 

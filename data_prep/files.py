@@ -61,6 +61,12 @@ def makedirs(folder: str) -> None:
         os.makedirs(folder, exist_ok=True)
 
 
+def make_parent_folders(paths: Sequence[str]) -> None:
+    """Creates the folder of each path that names one (the scripts' --output_file lists)."""
+    for folder in {os.path.dirname(path) for path in paths} - {""}:
+        makedirs(folder)
+
+
 def replace_files(temporary: Sequence[str], final: Sequence[str]) -> None:
     """Renames each temporary file onto its final name, replacing what is there."""
     for tmp, path in zip(temporary, final, strict=True):

@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from data_prep.errors import input_error
-from data_prep.files import open_file
-from data_prep.pretraining_shards import frame_records, int64_example, packed_varints
+from data_prep.pretraining_shards import int64_example, packed_varints, write_round_robin
 from data_prep.tokenization import read_utf8_lines
 
 if TYPE_CHECKING:
@@ -72,13 +71,9 @@ def pack_blocks(
             del buffer[:block_size]
 
 
-def serialize_lm_example(block: Sequence[int]) -> bytes:
-    """One block as a tf.train.Example with the int64 feature `input_ids`."""
-    return serialize_lm_examples(np.asarray([block]))[0]
-
-
 def serialize_lm_examples(blocks: np.ndarray) -> list[bytes]:
-    """Each row of a non-negative [n, block_size] id array as serialize_lm_example's record."""
+    """Each row of a non-negative [n, block_size] id array as a tf.train.Example with the int64
+    feature `input_ids`."""
     return [int64_example({"input_ids": ids}) for ids in packed_varints(blocks)]
 
 
@@ -91,20 +86,9 @@ def lm_feature_spec(block_size: int) -> dict:
 def write_lm_tfrecords(blocks: Iterable[np.ndarray], output_files: Sequence[str]) -> int:
     """Writes blocks round-robin over the output files (block n to file n mod the file count);
     returns how many were written."""
-    files = []
-    n = 0
-    try:
-        for path in output_files:
-            files.append(open_file(path, "wb"))  # each opened one is closed below
-        blocks = iter(blocks)
-        while batch := list(itertools.islice(blocks, WRITE_BATCH)):
-            for record in frame_records(serialize_lm_examples(np.stack(batch))):
-                files[n % len(files)].write(record)
-                n += 1
-    finally:
-        for file in files:
-            file.close()
-    return n
+    blocks = iter(blocks)
+    batches = iter(lambda: list(itertools.islice(blocks, WRITE_BATCH)), [])
+    return write_round_robin((serialize_lm_examples(np.stack(b)) for b in batches), output_files)
 
 
 def check_lm_files(files: Sequence[str], block_size: int) -> None:

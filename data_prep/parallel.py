@@ -15,9 +15,15 @@ from __future__ import annotations
 
 import collections
 import multiprocessing
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+
+
+def worker_count(requested: int | None) -> int:
+    """The scripts' --num_workers: `requested`, or without one the cores this process may use."""
+    return requested or len(os.sched_getaffinity(0))
 
 
 def start_method() -> str:

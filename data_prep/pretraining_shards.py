@@ -515,19 +515,30 @@ def packed_varints(values: np.ndarray) -> list[bytes]:
     return [flat[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
 
+def feature_entry_parts(key: bytes, packed: bytes, field: int = 3, length=_varint) -> list[bytes]:
+    """One entry of Features.feature (with its own tag and length) whose Feature holds the packed
+    `value` of an Int64List (field 3) or FloatList (field 2), as parts to join; `length` gives a
+    varint (ExampleEncoder passes its table's lookup)."""
+    lv = length(len(packed))
+    inner = 1 + len(lv) + len(packed)  # the Int64List / FloatList message
+    li = length(inner)
+    feature = 1 + len(li) + inner
+    lf = length(feature)
+    head = b"\x0a" + length(len(key)) + key + b"\x12"  # the entry's key, then its value's tag
+    entry = len(head) + len(lf) + feature
+    tag = b"\x1a" if field == 3 else b"\x12"
+    return [b"\x0a", length(entry), head, lf, tag, li, b"\x0a", lv, packed]
+
+
 def int64_example(features: dict[str, bytes]) -> bytes:
     """A tf.train.Example of int64 list features, each given as its packed varints
     (packed_varints), in the bytes of protobuf's deterministic serialization (map entries in key
     order; the wire format is ExampleEncoder's). For records of a few features, such as the
     language-model blocks of data_prep/lm_data.py."""
-    body = []
-    for key in sorted(features):
-        name, packed = key.encode("utf-8"), features[key]
-        int64_list = b"\x0a" + _varint(len(packed)) + packed
-        feature = b"\x1a" + _varint(len(int64_list)) + int64_list
-        entry = b"\x0a" + _varint(len(name)) + name + b"\x12" + _varint(len(feature)) + feature
-        body.append(b"\x0a" + _varint(len(entry)) + entry)
-    data = b"".join(body)
+    data = b"".join(
+        b"".join(feature_entry_parts(key.encode("utf-8"), features[key]))
+        for key in sorted(features)
+    )
     return b"\x0a" + _varint(len(data)) + data
 
 
@@ -556,7 +567,6 @@ class ExampleEncoder:
         # Every id, position and length this writer meets has its varint in one table lookup.
         size = max(vocab_size, 8 * max_seq_length + 64, 8 * max_predictions_per_seq + 64)
         self._v = tuple(_varint(v) for v in range(size))
-        self._heads = {}  # key -> b"\x0a" len(key) key b"\x12": a map entry up to its value
         self._mask = {}  # length -> input_mask entry
         self._pads = [b"\x00" * n for n in range(max_seq_length + 1)]
         # segment_ids data of a pair: zeros[len(A) + 2] + ones[len(B) + 1]
@@ -577,24 +587,8 @@ class ExampleEncoder:
     def _len(self, n: int) -> bytes:
         return self._v[n] if n < len(self._v) else _varint(n)
 
-    def _head(self, key: bytes) -> bytes:
-        head = self._heads.get(key)
-        if head is None:
-            head = self._heads[key] = b"\x0a" + self._len(len(key)) + key + b"\x12"
-        return head
-
     def _entry_parts(self, key: bytes, packed: bytes, field: int = 3) -> list[bytes]:
-        """A map entry (with its own tag and length) of a Feature holding `packed`, as parts."""
-        length = self._len
-        lv = length(len(packed))
-        inner = 1 + len(lv) + len(packed)  # the Int64List / FloatList message
-        li = length(inner)
-        feature = 1 + len(li) + inner
-        lf = length(feature)
-        head = self._head(key)
-        entry = len(head) + len(lf) + feature
-        tag = b"\x1a" if field == 3 else b"\x12"
-        return [b"\x0a", length(entry), head, lf, tag, li, b"\x0a", lv, packed]
+        return feature_entry_parts(key, packed, field, self._len)
 
     def _packed_head(self, key: bytes, size: int) -> bytes:
         """The bytes of an int64 entry up to its packed values, for `size` bytes of them."""
@@ -708,6 +702,25 @@ def frame_records(records: Sequence[bytes]) -> list[bytes]:
         length = struct.pack("<Q", len(record))
         out.append(b"".join((length, _masked_crc(length), record, _masked_crc(record))))
     return out
+
+
+def write_round_robin(batches: Iterable[Sequence[bytes]], output_files: Sequence[str]) -> int:
+    """Frames the records of each batch and writes record n to output file n mod the file count
+    (the language-model blocks' and the denoising records' layout); returns the records written.
+    Every opened file is closed, also on an error."""
+    files = []
+    n = 0
+    try:
+        for path in output_files:
+            files.append(open_file(path, "wb"))
+        for batch in batches:
+            for record in frame_records(batch):
+                files[n % len(files)].write(record)
+                n += 1
+    finally:
+        for file in files:
+            file.close()
+    return n
 
 
 def decode_example(record: bytes) -> dict[str, list]:

@@ -33,8 +33,7 @@ import numpy as np
 
 from data_prep import bpe, lm_data, noising
 from data_prep.errors import input_error
-from data_prep.files import open_file
-from data_prep.pretraining_shards import frame_records, int64_example, packed_varints
+from data_prep.pretraining_shards import int64_example, packed_varints, write_round_robin
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -339,26 +338,14 @@ def create_instances(
             yield inputs, targets
 
 
-def serialize_seq2seq_example(
-    inputs: Sequence[int],
-    targets: Sequence[int],
-    max_seq_length: int,
-    max_target_length: int,
-    pad_id: int,
-) -> bytes:
-    """One instance as a tf.train.Example of the four FEATURES, padded with pad_id."""
-    return serialize_seq2seq_examples(
-        [(inputs, targets)], max_seq_length, max_target_length, pad_id
-    )[0]
-
-
 def serialize_seq2seq_examples(
     instances: Sequence[tuple[Sequence[int], Sequence[int]]],
     max_seq_length: int,
     max_target_length: int,
     pad_id: int,
 ) -> list[bytes]:
-    """serialize_seq2seq_example of each instance, the batch's ids and masks padded in numpy."""
+    """Each (inputs, targets) as a tf.train.Example of the four FEATURES, padded with pad_id
+    (ids and masks of the whole batch in numpy)."""
     n = len(instances)
     arrays = {
         "input_ids": np.full((n, max_seq_length), pad_id, np.int64),
@@ -395,21 +382,12 @@ def write_seq2seq_tfrecords(
 ) -> int:
     """Writes instances round-robin over the output files (instance n to file n mod the file
     count); returns how many were written."""
-    files = []
-    n = 0
-    try:
-        for path in output_files:
-            files.append(open_file(path, "wb"))  # each opened one is closed below
-        instances = iter(instances)
-        while batch := list(itertools.islice(instances, WRITE_BATCH)):
-            records = serialize_seq2seq_examples(batch, max_seq_length, max_target_length, pad_id)
-            for record in frame_records(records):
-                files[n % len(files)].write(record)
-                n += 1
-    finally:
-        for file in files:
-            file.close()
-    return n
+    instances = iter(instances)
+    batches = iter(lambda: list(itertools.islice(instances, WRITE_BATCH)), [])
+    return write_round_robin(
+        (serialize_seq2seq_examples(b, max_seq_length, max_target_length, pad_id) for b in batches),
+        output_files,
+    )
 
 
 def read_seq2seq_records(path: str) -> Iterator[tuple[list[int], list[int]]]:

@@ -82,7 +82,7 @@ def test_records_are_tensorflows_bytes(tmp_path, monkeypatch):
     tensorflow_records(blocks, theirs)
     assert [f.read_bytes() for f in ours] == [f.read_bytes() for f in theirs]
     first = next(iter(tf.data.TFRecordDataset(str(theirs[0])))).numpy()
-    assert lm_data.serialize_lm_example(blocks[0]) == first
+    assert lm_data.serialize_lm_examples(np.stack(blocks[:1]))[0] == first
 
 
 def test_create_lm_data_forks_its_workers_without_tensorflow_and_equals_one_process(tmp_path):
