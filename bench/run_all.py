@@ -2,8 +2,8 @@
 
 By default the four of issue #9 (pretrain, tokenize, create_data, inference), a few minutes on
 2 cores; --benchmarks=all also finetune and generation, tens of minutes each (measured times in
-the README). results.json's `seconds` and the printed "wall time per benchmark" line give each
-benchmark's time.
+the README), and vocab, a few minutes. results.json's `seconds` and the printed "wall time per
+benchmark" line give each benchmark's time.
   python bench/run_all.py --output_dir=bench/results --default_run_dir=default_run
 
   pretrain     tokens/s of the MLM + NSP train step vs keras-hub BERT, MFU vs the measured
@@ -26,6 +26,8 @@ benchmark's time.
   generation   greedy and beam-search new tokens/s of BART and T5 (t5.greedy_decode,
                t5.beam_search) vs keras-hub's Seq2SeqLM.generate, and GPT-2's greedy
                continuation vs GPT2CausalLM.generate, over the same weights, ids compared
+  vocab        learning BPE merges with build_vocab.py vs subword-nmt (character level, codes
+               identical) and Hugging Face tokenizers' BpeTrainer (byte level)
 Peers are pinned in bench/requirements.txt (the extra peers' in bench/requirements-torch.txt and
 bench/requirements-model-garden.txt). --quick runs tiny sizes (for tests), no figures.
 Inputs: the default run's corpus, vocab and records (run_default.py) when --default_run_dir has
@@ -52,17 +54,18 @@ from absl import app, flags, logging  # noqa: E402
 from training.precision import COMPUTE_DTYPES, PRECISION_NAMES  # noqa: E402
 
 # The four of issue #9 run by default (a few minutes on 2 cores); the fine-tuning step and
-# generation (not in the issue's list, tens of minutes on 2 cores) when named or with `all`.
+# generation (not in the issue's list, tens of minutes on 2 cores) and vocabulary learning when
+# named or with `all`.
 DEFAULT_BENCHMARKS = ["pretrain", "tokenize", "create_data", "inference"]
-BENCHMARKS = [*DEFAULT_BENCHMARKS, "finetune", "generation"]
+BENCHMARKS = [*DEFAULT_BENCHMARKS, "finetune", "generation", "vocab"]
 
 flags.DEFINE_string("output_dir", None, "Folder for results.json and the benchmarks' files.")
 flags.DEFINE_bool("quick", False, "Tiny sizes and few steps: a smoke run, not a measurement.")
 flags.DEFINE_list(
     "benchmarks",
     DEFAULT_BENCHMARKS,
-    f"Which to run, of {BENCHMARKS}, or `all` for every one (the last two are not in the "
-    "default: they take tens of minutes on 2 cores).",
+    f"Which to run, of {BENCHMARKS}, or `all` for every one (the last three are not in the "
+    "default: finetune and generation take tens of minutes on 2 cores).",
 )
 flags.DEFINE_string(
     "default_run_dir", "default_run", "run_default.py's --work_dir: corpus, vocab.txt, data."
@@ -203,6 +206,7 @@ def settings(
                 new_tokens=4,
                 rounds=2,
             ),
+            "vocab": dict(num_merges=40, repeats=1),
         }
     return {
         "pretrain": dict(
@@ -226,6 +230,7 @@ def settings(
             rounds=rounds,
         ),
         "generation": dict(batch=8, source_length=128, new_tokens=32, rounds=rounds),
+        "vocab": dict(num_merges=8000, repeats=2),
     }
 
 
@@ -261,6 +266,7 @@ def run_benchmarks(
         inference,
         pretrain_throughput,
         tokenizer_speed,
+        vocab_learning,
     )
 
     unknown = sorted(set(which) - set(BENCHMARKS))
@@ -364,6 +370,10 @@ def run_benchmarks(
     if "generation" in which:
         begin("generation")
         results["generation"] = generation.run(**s["generation"])
+        save()
+    if "vocab" in which:
+        begin("vocab")
+        results["vocab"] = vocab_learning.run(inputs["corpus"], output_dir / "vocab", **s["vocab"])
         save()
     if "create_data" in which:
         begin("create_data")
@@ -499,6 +509,10 @@ def table(results: dict) -> str:
                 )
         elif t:
             rows.append(f"| {name} | skipped: {t.get('skipped', '')[:60]} | | |")
+    if "vocab" in results:
+        from bench import vocab_learning
+
+        rows.extend(vocab_learning.table_rows(results["vocab"]))
     d = results.get("create_data")
     if d:
         for r in d["scales"]:

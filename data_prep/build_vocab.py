@@ -13,7 +13,10 @@ merges and writes GPT-2's two files, --vocab_file (encoder.json) and vocab.bpe b
       --vocab_file=bpe/encoder.json --num_merges=8000
 """
 
+import functools
+import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 # Run as `python data_prep/build_vocab.py`: the repository root is not on sys.path by itself.
@@ -21,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from absl import app, flags  # noqa: E402
 
-from data_prep import files, tokenization  # noqa: E402
+from data_prep import bpe, files, parallel, tokenization  # noqa: E402
 from data_prep.errors import input_error  # noqa: E402
 
 flags.DEFINE_string(
@@ -37,6 +40,12 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_integer("num_merges", 8000, "BPE: the most merges to learn.")
 flags.DEFINE_integer("min_frequency", 2, "BPE: stop when no pair occurs this often.")
+flags.DEFINE_integer(
+    "num_workers",
+    None,
+    "Processes counting words (default: the cores); the output never depends on it.",
+)
+flags.register_validator("num_workers", lambda n: n is None or n >= 1, "must be at least 1")
 flags.mark_flags_as_required(["input_file", "vocab_file"])
 FLAGS = flags.FLAGS
 
@@ -47,13 +56,26 @@ def _corpus_lines(paths):
             yield text
 
 
+def count_corpus(paths, count, num_workers: int) -> Counter:
+    """count(list of lines) -> Counter summed over the corpus on `num_workers` processes
+    (parallel.count_texts), with a progress bar: characters counted against the files' bytes
+    (exact for ASCII text)."""
+    from tqdm import tqdm
+
+    total = sum(os.path.getsize(p) for p in paths)
+    with tqdm(total=total, unit="B", unit_scale=True, desc="counting", mininterval=2) as bar:
+        return parallel.count_texts(count, _corpus_lines(paths), num_workers, progress=bar.update)
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     inputs = files.expand_input_files(FLAGS.input_file)
+    workers = parallel.worker_count(FLAGS.num_workers)
     if FLAGS.vocab_type != "wordpiece":
-        return learn_merges(inputs)
-    counts = tokenization.count_words(_corpus_lines(inputs), FLAGS.do_lower_case, progress=True)
+        return learn_merges(inputs, workers)
+    count = functools.partial(tokenization.count_words, do_lower_case=FLAGS.do_lower_case)
+    counts = count_corpus(inputs, count, workers)
     if not counts:
         raise input_error(", ".join(inputs), "text to learn a vocabulary from", "no words at all")
     vocab = tokenization.learn_vocab_from_counts(counts, FLAGS.vocab_size, progress=True)
@@ -61,16 +83,13 @@ def main(argv):
     print(f"wrote {len(vocab)} tokens to {FLAGS.vocab_file}")
 
 
-def learn_merges(paths) -> None:
+def learn_merges(paths, workers: int) -> None:
     from tqdm import tqdm
 
-    from data_prep import bpe
-
-    lines = list(_corpus_lines(paths))
     if FLAGS.vocab_type == "bpe":
-        words = bpe.character_words(w for line in lines for w in line.split())
+        words = bpe.character_words(count_corpus(paths, bpe.count_whitespace_words, workers))
     else:
-        words = bpe.byte_words(lines)
+        words = bpe.byte_words(count_corpus(paths, bpe.count_pretokens, workers))
     if not words:
         raise input_error(", ".join(paths), "text to learn merges from", "no words at all")
     bar = tqdm(total=FLAGS.num_merges, desc="merges", unit="merge", mininterval=2)

@@ -5,15 +5,19 @@
   map_texts    encode(text) for each text, in order, the texts sent in batches of about
                `batch_chars` characters (the tokenizing step of create_lm_data.py and
                create_seq2seq_data.py)
+  count_texts  the sum of count(batch) -> Counter over texts in batches (build_vocab.py's
+               word and pre-token counts)
 
 Used by the streaming pretraining data (data_prep/pretraining_shards.py), the language-model
-blocks (data_prep/create_lm_data.py) and the denoising records (data_prep/create_seq2seq_data.py).
+blocks (data_prep/create_lm_data.py), the denoising records (data_prep/create_seq2seq_data.py)
+and vocabulary learning (data_prep/build_vocab.py).
 Results never depend on the number of workers.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import multiprocessing
 import os
 import sys
@@ -110,3 +114,33 @@ def map_texts(
         _encode_batch, batches, num_workers, initializer=_set_encode, initargs=(encode,)
     ):
         yield from encoded
+
+
+# count_texts' default batch: large, so that a worker's Counter, sent back whole, costs little
+# beside the counting.
+COUNT_BATCH_CHARS = 1 << 20
+
+
+def count_texts(
+    count: Callable[[list[str]], collections.Counter],
+    texts: Iterable[str],
+    num_workers: int,
+    batch_chars: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> collections.Counter:
+    """The sum of count(batch) over `texts` cut into batches of about `batch_chars` characters
+    (text_batches; default COUNT_BATCH_CHARS), counted on `num_workers` processes. `count` must
+    be picklable (a module's function or a functools.partial of one); progress(characters), if
+    given, is called after each batch with the batch's characters, line ends included."""
+    counts: collections.Counter = collections.Counter()
+    job = functools.partial(_count_batch, count)
+    batches = text_batches(texts, batch_chars or COUNT_BATCH_CHARS)
+    for part, size in ordered_map(job, batches, num_workers):
+        counts.update(part)
+        if progress is not None:
+            progress(size)
+    return counts
+
+
+def _count_batch(count, texts: list[str]) -> tuple[collections.Counter, int]:
+    return count(texts), sum(len(t) + 1 for t in texts)

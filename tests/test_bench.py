@@ -376,6 +376,10 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         assert f"beam search of 4, {row['size']}" in result.stdout
     assert "Cloze with its key / value cache against without" in result.stdout
 
+    v = r["vocab"]  # its own smoke test below checks the figures
+    assert v["num_merges"] == 40 and v["character_level"]["codes_identical"]
+    assert "BPE merges learned (40, codes identical)" in result.stdout
+
     for label in ("pretrain L2/H36/A3/I37", "WordPiece", "GPT-2 BPE", "create_pretraining_data 2x"):
         assert label in result.stdout
     assert "GPT-2 BPE tokens/s, one process |" in result.stdout
@@ -399,7 +403,7 @@ def _side(instances, seconds, work_seconds, cpu_seconds, rss):
         (
             ["--benchmarks=all"],
             ["peak", "pretrain", "wordpiece", "byte_level_bpe", "inference", "finetune"]
-            + ["generation", "create_data"],
+            + ["generation", "vocab", "create_data"],
         ),
     ],
 )
@@ -408,7 +412,7 @@ def test_the_default_runs_the_issues_four_benchmarks_and_all_adds_the_extras(
 ):
     # The benchmarks themselves replaced by recorders (each has its own smoke run above): which
     # run_all calls, in order, and that results.json keeps each one's wall seconds.
-    from bench import finetune, generation, inference
+    from bench import finetune, generation, inference, vocab_learning
     from data_prep import fetch
 
     ran = []
@@ -426,6 +430,8 @@ def test_the_default_runs_the_issues_four_benchmarks_and_all_adds_the_extras(
     monkeypatch.setattr(inference, "run", recorder("inference"))
     monkeypatch.setattr(finetune, "run", recorder("finetune"))
     monkeypatch.setattr(generation, "run", recorder("generation"))
+    monkeypatch.setattr(vocab_learning, "run", recorder("vocab"))
+    monkeypatch.setattr(vocab_learning, "table_rows", lambda result: [])
     monkeypatch.setattr(
         create_data, "run", recorder("create_data", {"max_seq_length": 32, "scales": []})
     )
@@ -1052,3 +1058,37 @@ def test_the_gpu_lease_script_runs_gpu_mfu_commands_that_fit_the_device_tool(tmp
     assert len(outputs) == len(benchmarks) and len(outputs) + 2 <= 8  # + log, nvidia-smi
     fetch = subprocess.run(["bash", str(script), "fetch"], env=env, capture_output=True, text=True)
     assert "--python-version 3.12" in fetch.stdout and "keras-hub==0.32.0" in fetch.stdout
+
+
+def test_vocab_learning_times_four_commands_and_checks_the_codes_against_subword_nmt(tmp_path):
+    # Tiny: 40 merges of write_default_run's corpus, one timed round after the first passes.
+    from bench import vocab_learning
+
+    corpus = write_default_run(tmp_path / "run") / "corpus" / "train.txt"
+    result = vocab_learning.run(corpus, tmp_path / "work", num_merges=40, repeats=1)
+    c, b = result["character_level"], result["byte_level"]
+    assert c["codes_identical"] and c["merges"] == 40
+    assert b["cloze_merges"] == 40 and 0 < b["hf_merges"] <= 40
+    assert 0 < b["merges_in_common"] <= 40 and 0 <= b["same_first_merges"] <= 40
+    for ratio in (c["ratio"], b["ratio"], *c["round_ratios"], *b["round_ratios"]):
+        assert ratio > 0
+    assert len(result["round_seconds"]) == 1 and len(result["round_seconds"][0]) == 4
+    rows = vocab_learning.table_rows(result)
+    assert len(rows) == 2 and "subword-nmt" in rows[0] and "HF tokenizers" in rows[1]
+    # A codes file that is not subword-nmt's is named with the first line that differs.
+    work = tmp_path / "work"
+    assert (
+        vocab_learning.first_difference(
+            work / "cloze_bpe" / "codes.bpe", work / "subword_nmt" / "codes.bpe"
+        )
+        is None
+    )
+    other = tmp_path / "other.bpe"
+    lines = (work / "cloze_bpe" / "codes.bpe").read_text().splitlines()
+    other.write_text("\n".join([*lines[:3], "x y", *lines[4:]]) + "\n")
+    where = vocab_learning.first_difference(work / "cloze_bpe" / "codes.bpe", other)
+    assert where.startswith("line 4:") and "'x y'" in where
+    short = tmp_path / "short.bpe"
+    short.write_text("\n".join(lines[:3]) + "\n")
+    where = vocab_learning.first_difference(work / "cloze_bpe" / "codes.bpe", short)
+    assert where == f"{len(lines)} lines against 3"

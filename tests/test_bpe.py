@@ -319,6 +319,70 @@ def test_learning_equals_subword_nmt_on_real_text():
     assert len(expected) > 100
 
 
+def _naive_learn(word_counts, num_merges, min_frequency):
+    """The algorithm as stated, recounting every pair of every word at every step: merge the
+    largest (count, pair), stop below min_frequency, replace occurrences left to right."""
+    words = {tuple(w): n for w, n in word_counts.items()}
+    merges = []
+    while len(merges) < num_merges:
+        stats = {}
+        for w, n in words.items():
+            for pair in zip(w, w[1:]):
+                stats[pair] = stats.get(pair, 0) + n
+        if not stats:
+            break
+        count, pair = max((n, p) for p, n in stats.items())
+        if count < min_frequency:
+            break
+        merges.append(pair)
+        merged = {}
+        for w, n in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if w[i : i + 2] == pair:
+                    out.append(pair[0] + pair[1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] = merged.get(tuple(out), 0) + n
+        words = merged
+    return merges
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_learning_equals_the_naive_algorithm_on_overlaps_ties_and_shared_strings(seed):
+    # The incremental learner (a pair index kept lazily, only the pairs beside an occurrence
+    # recounted) against the plain statement of the algorithm, on words that stress it: a
+    # two-letter alphabet (runs like "aaaa" and "abab": overlapping and repeated pairs), small
+    # counts (ties everywhere), and multi-character symbols given in the input, so that a merge
+    # can make a string that is already a symbol ("a" + "ab" = "aab", given as one symbol).
+    rng = np.random.default_rng(seed)
+    alphabet = ["a", "b", "ab", "aab", "c"] if seed % 2 else ["a", "b"]
+    word_counts = {}
+    for _ in range(60):
+        word = tuple(rng.choice(alphabet, size=int(rng.integers(1, 9))))
+        word_counts[word] = word_counts.get(word, 0) + int(rng.integers(1, 4))
+    for min_frequency in (1, 2, 5):
+        want = _naive_learn(word_counts, 80, min_frequency)
+        assert bpe.learn_bpe(word_counts, 80, min_frequency) == want
+    assert len(_naive_learn(word_counts, 80, 1)) > 10
+
+
+def test_counting_paths_agree():
+    # The pre-token counts (ASCII texts by the `re` pattern) give the byte words counting each
+    # text anew gives; a Counter of whitespace words gives the character words of the words.
+    texts = [*HARD, SHAKESPEARE_SONNET, SHAKESPEARE_SONNET]
+    direct = {}
+    for text in texts:
+        for token in bpe.pretokenize(text):
+            direct[tuple(token)] = direct.get(tuple(token), 0) + 1
+    assert bpe.byte_words(texts) == direct
+    assert bpe.byte_words(bpe.count_pretokens(texts)) == direct
+    words = [w for t in texts for w in t.split()]
+    assert bpe.character_words(bpe.count_whitespace_words(texts)) == bpe.character_words(words)
+
+
 def test_learning_degenerate_cases():
     assert bpe.learn_bpe(bpe.character_words(["a"]), 5) == []  # no pair at all
     assert bpe.learn_bpe(bpe.character_words(["ab"]), 5) == []  # one pair, seen once

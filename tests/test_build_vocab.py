@@ -175,25 +175,32 @@ def test_build_vocab_empty_corpus_names_the_files(tmp_path):
     assert not vocab_file.exists()
 
 
-def test_script_learns_byte_level_and_character_bpe(tmp_path):
-    from data_prep import bpe
+def test_script_learns_byte_level_and_character_bpe(tmp_path, monkeypatch):
+    from data_prep import bpe, parallel
 
+    monkeypatch.setattr(parallel, "COUNT_BATCH_CHARS", 3000)  # the corpus in 7 batches
+
+    lines = make_corpus()
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(make_corpus()) + "\n", encoding="utf-8")
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
     for vocab_type, out in (("byte_level_bpe", "bl/encoder.json"), ("bpe", "codes.bpe")):
         result = run_build_vocab(
             f"--input_file={corpus}",
             f"--vocab_type={vocab_type}",
             f"--vocab_file={tmp_path / out}",
             "--num_merges=60",
+            "--num_workers=2",  # words counted on two processes
         )
         assert result.returncode == 0, result.stderr[-2000:]
     tok = bpe.ByteLevelBPE.from_files(
         tmp_path / "bl" / "encoder.json", tmp_path / "bl" / "vocab.bpe"
     )
     assert len(tok.merges) == 60 and len(tok.encoder) == 256 + 60 + 1
+    assert tok.merges == bpe.learn_bpe(bpe.byte_words(lines), 60)  # the counts of one process
     text = "the walker wandered to Zürich café"
     assert tok.decode(tok.encode(text)) == text and len(tok.encode(text)) < len(text.encode())
     merges = bpe.read_merges(tmp_path / "codes.bpe")
     assert len(merges) == 60 and (tmp_path / "codes.bpe").read_text().startswith("#version: 0.2")
+    words = [w for line in lines for w in line.split()]
+    assert merges == bpe.learn_bpe(bpe.character_words(words), 60)
     assert bpe.CharacterBPE(merges).segment("the the") == ["the</w>", "the</w>"]  # most common

@@ -63,6 +63,18 @@ def test_map_texts_equals_one_process_on_spawned_workers(monkeypatch, workers):
     assert got == want and len(got) == 40
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_count_texts_sums_the_batches_on_workers(monkeypatch, method):
+    monkeypatch.setattr(parallel, "start_method", lambda: method)
+    texts = [SENTENCES[(3 * i) % len(SENTENCES)] for i in range(50)]
+    sizes = []
+    got = parallel.count_texts(
+        bpe.count_pretokens, iter(texts), 2, batch_chars=100, progress=sizes.append
+    )
+    assert got == bpe.count_pretokens(texts)
+    assert len(sizes) > 2 and sum(sizes) == sum(len(t) + 1 for t in texts)  # every character
+
+
 def test_an_error_reading_the_texts_reaches_the_caller_with_workers_running(monkeypatch):
     # A bad line met while batches are on the workers (create_lm_data.py's InputError for bad
     # UTF-8): raised to the caller after the results before it, the pool shut down, no hang.
