@@ -57,12 +57,6 @@ def hf_byte_level_merges(corpus, out_dir, num_merges: int, min_frequency: int) -
     tok.model.save(str(out_dir))
 
 
-def _merges_in(path: Path) -> list[tuple[str, ...]]:
-    """The merges of a codes / vocab.bpe / merges.txt file (its "#version" line skipped)."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [tuple(line.split(" ")) for line in lines if line and not line.startswith("#version")]
-
-
 def first_difference(path_a: Path, path_b: Path) -> str | None:
     """None if the two files are byte-identical, else where they first differ (line, texts)."""
     a, b = path_a.read_bytes(), path_b.read_bytes()
@@ -86,7 +80,7 @@ def run(
     """Times the four sides (see the module's docstring); raises ValueError when Cloze's codes
     file differs from subword-nmt's. Returns the report (seconds of every side's best pass,
     ratios, every round's seconds, the byte-level merges Cloze and the peer have in common)."""
-    from data_prep import parallel
+    from data_prep import bpe, parallel
 
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -146,8 +140,8 @@ def run(
     differ = first_difference(codes, out["subword_nmt"] / "codes.bpe")
     if differ is not None:
         raise ValueError(f"{codes}: Cloze's merges differ from subword-nmt's at {differ}")
-    ours = _merges_in(out["cloze_byte_level"] / "vocab.bpe")
-    theirs = _merges_in(out["hf"] / "merges.txt")
+    ours = bpe.read_merges(out["cloze_byte_level"] / "vocab.bpe")
+    theirs = bpe.read_merges(out["hf"] / "merges.txt")
     same_prefix = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
     if same_prefix is None:
         same_prefix = min(len(ours), len(theirs))
@@ -162,7 +156,7 @@ def run(
             "subword_nmt_seconds": best["subword_nmt"],
             "ratio": best["subword_nmt"] / best["cloze_bpe"],
             "codes_identical": True,
-            "merges": len(_merges_in(codes)),
+            "merges": len(bpe.read_merges(codes)),
             "round_ratios": [r["subword_nmt"] / r["cloze_bpe"] for r in rounds],
         },
         "byte_level": {

@@ -219,7 +219,7 @@ def _learn(word_counts, num_merges, min_frequency, progress) -> list[tuple[str, 
                 j = k + 2
                 after_merge = True
             if j < n:
-                if after_merge and new:
+                if after_merge:
                     p = merged << _SHIFT | old[j]
                     delta[p] = delta.get(p, 0) + c
                     where.setdefault(p, []).append(i)
@@ -267,14 +267,15 @@ def count_pretokens(texts: Iterable[str]) -> Counter:
     return counts
 
 
-def byte_words(texts: Iterable[str] | Counter) -> dict[tuple[str, ...], int]:
-    """Counts GPT-2 pre-tokens of texts as tuples of byte characters (or turns a count_pretokens
-    Counter into them: each distinct pre-token is converted once, not each occurrence)."""
-    counts = texts if isinstance(texts, Counter) else count_pretokens(texts)
-    words: dict[tuple[str, ...], int] = {}
-    for token, n in counts.items():
-        words[tuple(byte_chars(token))] = n
-    return words
+def pretoken_words(counts: Counter) -> dict[tuple[str, ...], int]:
+    """count_pretokens' counts as tuples of byte characters (each distinct pre-token converted
+    once, not each occurrence)."""
+    return {tuple(byte_chars(token)): n for token, n in counts.items()}
+
+
+def byte_words(texts: Iterable[str]) -> dict[tuple[str, ...], int]:
+    """Counts GPT-2 pre-tokens of texts as tuples of byte characters."""
+    return pretoken_words(count_pretokens(texts))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ bench/vocab_learning.py, which checks it).
 """
 
 import functools
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -68,7 +67,7 @@ def count_corpus(paths, count, num_workers: int) -> Counter:
     (exact for ASCII text)."""
     from tqdm import tqdm
 
-    total = sum(os.path.getsize(p) for p in paths)
+    total = sum(files.file_size(p) for p in paths)
     with tqdm(total=total, unit="B", unit_scale=True, desc="counting", mininterval=2) as bar:
         return parallel.count_texts(count, _corpus_lines(paths), num_workers, progress=bar.update)
 
@@ -95,7 +94,7 @@ def learn_merges(paths, workers: int) -> None:
     if FLAGS.vocab_type == "bpe":
         words = bpe.character_words(count_corpus(paths, bpe.count_whitespace_words, workers))
     else:
-        words = bpe.byte_words(count_corpus(paths, bpe.count_pretokens, workers))
+        words = bpe.pretoken_words(count_corpus(paths, bpe.count_pretokens, workers))
     if not words:
         raise input_error(", ".join(paths), "text to learn merges from", "no words at all")
     bar = tqdm(total=FLAGS.num_merges, desc="merges", unit="merge", mininterval=2)

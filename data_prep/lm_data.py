@@ -19,7 +19,6 @@ tf.io.TFRecordWriter, tested), so create_lm_data.py forks its tokenizing workers
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -86,9 +85,9 @@ def lm_feature_spec(block_size: int) -> dict:
 def write_lm_tfrecords(blocks: Iterable[np.ndarray], output_files: Sequence[str]) -> int:
     """Writes blocks round-robin over the output files (block n to file n mod the file count);
     returns how many were written."""
-    blocks = iter(blocks)
-    batches = iter(lambda: list(itertools.islice(blocks, WRITE_BATCH)), [])
-    return write_round_robin((serialize_lm_examples(np.stack(b)) for b in batches), output_files)
+    return write_round_robin(
+        blocks, lambda batch: serialize_lm_examples(np.stack(batch)), output_files, WRITE_BATCH
+    )
 
 
 def check_lm_files(files: Sequence[str], block_size: int) -> None:

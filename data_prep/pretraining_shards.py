@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import random
 import struct
 import time
@@ -704,17 +705,24 @@ def frame_records(records: Sequence[bytes]) -> list[bytes]:
     return out
 
 
-def write_round_robin(batches: Iterable[Sequence[bytes]], output_files: Sequence[str]) -> int:
-    """Frames the records of each batch and writes record n to output file n mod the file count
-    (the language-model blocks' and the denoising records' layout); returns the records written.
+def write_round_robin(
+    items: Iterable,
+    serialize: Callable[[list], Sequence[bytes]],
+    output_files: Sequence[str],
+    batch_size: int,
+) -> int:
+    """Serializes `items` batch_size at a time (serialize(list of items) -> one record each),
+    frames the records and writes record n to output file n mod the file count (the
+    language-model blocks' and the denoising records' layout); returns the records written.
     Every opened file is closed, also on an error."""
+    items = iter(items)
     files = []
     n = 0
     try:
         for path in output_files:
             files.append(open_file(path, "wb"))
-        for batch in batches:
-            for record in frame_records(batch):
+        while batch := list(itertools.islice(items, batch_size)):
+            for record in frame_records(serialize(batch)):
                 files[n % len(files)].write(record)
                 n += 1
     finally:

@@ -25,7 +25,6 @@ when called.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -382,11 +381,11 @@ def write_seq2seq_tfrecords(
 ) -> int:
     """Writes instances round-robin over the output files (instance n to file n mod the file
     count); returns how many were written."""
-    instances = iter(instances)
-    batches = iter(lambda: list(itertools.islice(instances, WRITE_BATCH)), [])
     return write_round_robin(
-        (serialize_seq2seq_examples(b, max_seq_length, max_target_length, pad_id) for b in batches),
+        instances,
+        lambda batch: serialize_seq2seq_examples(batch, max_seq_length, max_target_length, pad_id),
         output_files,
+        WRITE_BATCH,
     )
 
 

@@ -377,7 +377,10 @@ def test_run_all_quick_writes_every_figure(tmp_path):
     assert "Cloze with its key / value cache against without" in result.stdout
 
     v = r["vocab"]  # its own smoke test below checks the figures
-    assert v["num_merges"] == 40 and v["character_level"]["codes_identical"]
+    codes = [
+        (out / "vocab" / side / "codes.bpe").read_bytes() for side in ("cloze_bpe", "subword_nmt")
+    ]
+    assert v["num_merges"] == 40 and v["character_level"]["merges"] == 40 and codes[0] == codes[1]
     assert "BPE merges learned (40, codes identical)" in result.stdout
 
     for label in ("pretrain L2/H36/A3/I37", "WordPiece", "GPT-2 BPE", "create_pretraining_data 2x"):
@@ -1067,7 +1070,9 @@ def test_vocab_learning_times_four_commands_and_checks_the_codes_against_subword
     corpus = write_default_run(tmp_path / "run") / "corpus" / "train.txt"
     result = vocab_learning.run(corpus, tmp_path / "work", num_merges=40, repeats=1)
     c, b = result["character_level"], result["byte_level"]
-    assert c["codes_identical"] and c["merges"] == 40
+    work = tmp_path / "work"
+    codes = (work / "cloze_bpe" / "codes.bpe").read_bytes()
+    assert codes == (work / "subword_nmt" / "codes.bpe").read_bytes() and c["merges"] == 40
     assert b["cloze_merges"] == 40 and 0 < b["hf_merges"] <= 40
     assert 0 < b["merges_in_common"] <= 40 and 0 <= b["same_first_merges"] <= 40
     for ratio in (c["ratio"], b["ratio"], *c["round_ratios"], *b["round_ratios"]):
@@ -1076,7 +1081,6 @@ def test_vocab_learning_times_four_commands_and_checks_the_codes_against_subword
     rows = vocab_learning.table_rows(result)
     assert len(rows) == 2 and "subword-nmt" in rows[0] and "HF tokenizers" in rows[1]
     # A codes file that is not subword-nmt's is named with the first line that differs.
-    work = tmp_path / "work"
     assert (
         vocab_learning.first_difference(
             work / "cloze_bpe" / "codes.bpe", work / "subword_nmt" / "codes.bpe"

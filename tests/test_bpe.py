@@ -378,7 +378,7 @@ def test_counting_paths_agree():
         for token in bpe.pretokenize(text):
             direct[tuple(token)] = direct.get(tuple(token), 0) + 1
     assert bpe.byte_words(texts) == direct
-    assert bpe.byte_words(bpe.count_pretokens(texts)) == direct
+    assert bpe.pretoken_words(bpe.count_pretokens(texts)) == direct
     words = [w for t in texts for w in t.split()]
     assert bpe.character_words(bpe.count_whitespace_words(texts)) == bpe.character_words(words)
 
