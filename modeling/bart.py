@@ -215,9 +215,8 @@ def _layer_norm(name: str):
 def _attention(config: BartConfig, heads: int, name: str):
     """Multi-head attention with q / k / v / out biases; keras' layer scales the queries by
     D^-0.5 as BART's BartAttention does. keras-hub's subclass of it (the same variables, the
-    same computation without a cache) adds the key / value cache decoding uses:
-    call(query, value, attention_mask, cache=None, cache_update_index=None) returns
-    (output, cache) when given a cache float (B, 2, K, N, D)."""
+    same computation) is the layer keras-hub's BART is built from; decoding reads its
+    projections through `_cached_attention` and `_key_value_cache`."""
     import keras_hub  # here, not at module level: config checks import this file
 
     return keras_hub.layers.CachedMultiHeadAttention(
@@ -227,6 +226,44 @@ def _attention(config: BartConfig, heads: int, name: str):
         kernel_initializer=keras.initializers.RandomNormal(stddev=config.init_std),
         name=name,
     )
+
+
+def _heads_first(t):
+    return ops.transpose(t, (0, 2, 1, 3))  # (B, L, N, D) -> (B, N, L, D)
+
+
+def _key_value_cache(attention, source) -> list:
+    """[keys, values], each float (B, N, S, D), of source float (B, S, H) under `attention`'s
+    projections (an _attention layer)."""
+    return [
+        _heads_first(attention._key_dense(source)),
+        _heads_first(attention._value_dense(source)),
+    ]
+
+
+def _cached_attention(attention, x, cache, mask, cache_index=None):
+    """An _attention layer's output for queries x float (B, T, H) against cached keys and values
+    ([keys, values], each float (B, N, K, D)), and the cache: with cache_index, x's own keys
+    and values are first written into it there (self-attention); without, it is read as it is
+    (cross-attention). mask bool (B, T, K). Decoding only (no dropout).
+    Why not keras-hub's cached call on the same layer: its cache, one (B, 2, K, N, D) stack,
+    is sliced, transposed to heads first and (self-attention) stacked again, all of it, at every
+    step; heads first and apart, the products read it as stored (the same change as
+    t5.T5Attention's cache: bench/HISTORY.md, 49th). The projections are the layer's own
+    (keras' MultiHeadAttention sublayers, which keras-hub's layer reads the same way)."""
+    query = attention._query_dense(x) * (attention.key_dim**-0.5)  # (B, T, N, D)
+    if cache_index is not None:
+        start = [0, 0, cache_index, 0]
+        keys = ops.slice_update(cache[0], start, _heads_first(attention._key_dense(x)))
+        values = ops.slice_update(cache[1], start, _heads_first(attention._value_dense(x)))
+        cache = [keys, values]
+    keys, values = cache
+    # Masked and normalised in float32, as keras' masked softmax does under a mixed policy.
+    scores = ops.cast(ops.einsum("btnd,bnkd->bntk", query, keys), "float32")
+    scores = ops.where(mask[:, None], scores, -1e9)
+    probs = ops.cast(ops.softmax(scores, axis=-1), values.dtype)
+    context = ops.einsum("bntk,bnkd->btnd", probs, values)
+    return attention._output_dense(context), cache
 
 
 class _FeedForward(keras.layers.Layer):
@@ -282,9 +319,9 @@ class BartDecoderLayer(keras.layers.Layer):
     call(x, encoder_output, self_mask, cross_mask, self_cache, cross_cache, cache_index,
     training): x float (B, T, H); encoder_output float (B, S, H); self_mask bool (B, T, K);
     cross_mask bool (B, T, S). Without caches K = T and the output is float (B, T, H). While
-    decoding, self_cache float (B, 2, K, N, D) gets x's keys and values at cache_index and
-    cross_cache holds the encoder output's (from `cross_cache`); the output is then
-    (float (B, T, H), the updated self_cache).
+    decoding, self_cache ([keys, values], each float (B, N, K, D)) gets x's keys and values at
+    cache_index and cross_cache holds the encoder output's (from `cross_cache`); the output is
+    then (float (B, T, H), the updated self_cache).
     """
 
     def __init__(self, config: BartConfig, **kwargs):
@@ -307,15 +344,9 @@ class BartDecoderLayer(keras.layers.Layer):
         self.final_layer_norm.build(input_shape)
 
     def cross_cache(self, encoder_output):
-        """float (B, 2, S, N, D): the cross-attention keys and values of encoder_output, computed
-        once per decoding. keras-hub's layer fills a cache only through a call, so this runs one
-        with a single zero query (its output is dropped)."""
-        b, s = ops.shape(encoder_output)[0], ops.shape(encoder_output)[1]
-        heads, depth = self.config.decoder_attention_heads, self.encoder_attn.key_dim
-        empty = ops.zeros((b, 2, s, heads, depth), encoder_output.dtype)
-        query = ops.zeros_like(encoder_output[:, :1])  # (B, 1, H)
-        _, cache = self.encoder_attn(query, encoder_output, cache=empty, cache_update_index=0)
-        return cache
+        """[keys, values], each float (B, N, S, D): the cross-attention keys and values of
+        encoder_output, computed once per decoding."""
+        return _key_value_cache(self.encoder_attn, encoder_output)
 
     def call(
         self,
@@ -331,14 +362,12 @@ class BartDecoderLayer(keras.layers.Layer):
         if self_cache is None:
             a = self.self_attn(x, x, attention_mask=self_mask, training=training)
         else:
-            a, self_cache = self.self_attn(
-                x, x, attention_mask=self_mask, cache=self_cache, cache_update_index=cache_index
-            )
+            a, self_cache = _cached_attention(self.self_attn, x, self_cache, self_mask, cache_index)
         x = layers.residual_layer_norm(self.self_attn_layer_norm, x, a, self.dropout, training)
         if cross_cache is None:
             a = self.encoder_attn(x, encoder_output, attention_mask=cross_mask, training=training)
         else:  # the encoder output's keys and values come from the cache
-            a, _ = self.encoder_attn(x, x, attention_mask=cross_mask, cache=cross_cache)
+            a, _ = _cached_attention(self.encoder_attn, x, cross_cache, cross_mask)
         x = layers.residual_layer_norm(self.encoder_attn_layer_norm, x, a, self.dropout, training)
         h = self.ffn(x, training=training)
         x = layers.residual_layer_norm(self.final_layer_norm, x, h, self.dropout, training)
@@ -443,8 +472,9 @@ class BartModel(keras.Model):
 
     def decoder_cache(self, encoder_output, max_length: int) -> dict:
         """The caches for decoding up to max_length positions over encoder_output (B, S, H):
-        "self", zero float (B, 2, max_length, N, D) per decoder layer, and "cross", each
-        layer's cross-attention keys and values of the encoder output, float (B, 2, S, N, D)."""
+        "self", zero keys and values, float (B, N, max_length, D) each, per decoder layer, and
+        "cross", each layer's cross-attention keys and values of the encoder output, float
+        (B, N, S, D) each (`_cached_attention`'s cache)."""
         c = self.config
         if max_length > c.max_position_embeddings:
             raise ValueError(
@@ -452,10 +482,10 @@ class BartModel(keras.Model):
                 f"decoder positions, found {max_length}"
             )
         b, heads = ops.shape(encoder_output)[0], c.decoder_attention_heads
-        zeros = ops.zeros((b, 2, max_length, heads, c.d_model // heads), encoder_output.dtype)
+        zeros = ops.zeros((b, heads, max_length, c.d_model // heads), encoder_output.dtype)
         decoder = self.layers_of(True)
         return {
-            "self": [zeros] * len(decoder),
+            "self": [[zeros, zeros] for _ in decoder],
             "cross": [layer.cross_cache(encoder_output) for layer in decoder],
         }
 
@@ -481,7 +511,7 @@ class BartModel(keras.Model):
             decoder_input_ids, self.decoder_embed_positions, self.decoder_layernorm_embedding,
             training, first,
         )  # fmt: skip
-        keys = ops.arange(t if cache is None else ops.shape(cache["self"][0])[2])
+        keys = ops.arange(t if cache is None else ops.shape(cache["self"][0][0])[2])
         causal = keys[None, :] <= (ops.arange(t) + first)[:, None]  # (T, K) keys at or before
         queries = ops.ones_like(ops.cast(decoder_input_ids, "bool"))[:, :, None]  # (B, T, 1)
         self_mask = ops.logical_and(queries, causal[None])  # (B, T, K)

@@ -102,8 +102,11 @@ class CausalSelfAttention(keras.layers.Layer):
 
     call(x, cache=None, cache_index=0, attention_mask=None, training=False):
       x: float (B, T, H), the new positions cache_index .. cache_index + T - 1.
-      cache: None, or float (B, 2, S, N, D) keys and values of every position so far (S is the
-        cache length, fixed; entries past cache_index + T are ignored by the causal mask).
+      cache: None, or [keys, values], each float (B, N, S, D), of every position so far (S is
+        the cache length, fixed; entries past cache_index + T are ignored by the causal mask).
+        Heads before positions, apart: the products read the cache as stored, where the
+        (B, 2, S, N, D) stack this replaced was sliced, transposed and stacked again, all of
+        it, at every step (t5.T5Attention's cache, the same change: bench/HISTORY.md, 49th).
       attention_mask: None or int (B, S') with 1 for real tokens; S' = S with a cache, else T.
     Returns (output float (B, T, H), the updated cache or None).
     """
@@ -125,13 +128,14 @@ class CausalSelfAttention(keras.layers.Layer):
         n, d = self.n_head, self.n_embd // self.n_head
         qkv = ops.reshape(self.c_attn(x), (b, t, 3, n, d))  # (B, T, 3, N, D)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, T, N, D)
+        keys = "bsnd"
         if cache is not None:
-            start = [0, cache_index, 0, 0]
-            k = ops.slice_update(cache[:, 0], start, k)  # (B, S, N, D)
-            v = ops.slice_update(cache[:, 1], start, v)
-            cache = ops.stack([k, v], axis=1)  # (B, 2, S, N, D)
-        s = ops.shape(k)[1]
-        scores = ops.einsum("btnd,bsnd->bnts", q, k) / math.sqrt(d)  # (B, N, T, S)
+            start = [0, 0, cache_index, 0]
+            k = ops.slice_update(cache[0], start, ops.transpose(k, (0, 2, 1, 3)))  # (B, N, S, D)
+            v = ops.slice_update(cache[1], start, ops.transpose(v, (0, 2, 1, 3)))
+            cache, keys = [k, v], "bnsd"
+        s = ops.shape(k)[keys.index("s")]
+        scores = ops.einsum(f"btnd,{keys}->bnts", q, k) / math.sqrt(d)  # (B, N, T, S)
         query_pos = ops.arange(t) + cache_index  # (T,)
         allowed = ops.arange(s)[None, :] <= query_pos[:, None]  # (T, S): keys at or before
         allowed = allowed[None, None]  # (1, 1, T, S)
@@ -139,7 +143,7 @@ class CausalSelfAttention(keras.layers.Layer):
             allowed = ops.logical_and(allowed, ops.cast(attention_mask, "bool")[:, None, None, :])
         scores = ops.where(allowed, scores, _big_negative(scores.dtype))
         probs = self.attn_dropout(ops.softmax(scores, axis=-1), training=training)
-        context = ops.einsum("bnts,bsnd->btnd", probs, v)  # (B, T, N, D)
+        context = ops.einsum(f"bnts,{keys}->btnd", probs, v)  # (B, T, N, D)
         return self.c_proj(ops.reshape(context, (b, t, self.n_embd))), cache
 
     def get_config(self):
@@ -219,7 +223,8 @@ class GptModel(keras.Model):
     `input_ids` and optionally `input_mask` (1 real, 0 padding; (B, S) with a cache).
     Returns a dict: sequence_output float (B, T, H); encoder_outputs, the L + 1 hidden states
     (embeddings, then every block; the last is sequence_output's input for pre-LN models);
-    cache, the updated per-layer caches (a list of (B, 2, S, N, D)) when a cache was given.
+    cache, the updated per-layer caches ([keys, values] each, as CausalSelfAttention's) when a
+    cache was given.
     """
 
     def __init__(self, config: GptConfig | dict, **kwargs):
@@ -259,8 +264,8 @@ class GptModel(keras.Model):
     def empty_cache(self, batch_size: int, length: int | None = None) -> list:
         """Zero caches for incremental decoding of up to `length` (default n_ctx) positions."""
         c = self.config
-        shape = (batch_size, 2, length or c.n_ctx, c.n_head, c.n_embd // c.n_head)
-        return [ops.zeros(shape, self.compute_dtype) for _ in self.blocks]
+        shape = (batch_size, c.n_head, length or c.n_ctx, c.n_embd // c.n_head)
+        return [[ops.zeros(shape, self.compute_dtype)] * 2 for _ in self.blocks]
 
     def call(self, inputs, cache=None, cache_index=0, training=False):
         ids = inputs["input_ids"]

@@ -132,7 +132,8 @@ def test_cached_decoding_equals_running_the_whole_prefix(family):
     enc = model.encode(x["input_ids"], x["input_mask"])
     _, full = model.decode(x["decoder_input_ids"], enc, x["input_mask"])
     cache = model.decoder_cache(enc, 10)
-    assert np.asarray(cache["self"][0]).shape == (3, 2, 10, 3, 4)
+    # [keys, values] per layer, heads before positions: (B, N, K, D).
+    assert [np.asarray(t).shape for t in cache["self"][0]] == [(3, 3, 10, 4)] * 2
     parts, index = [], 0
     for width in (2, 1, 1, 3, 1, 1, 1):
         ids = x["decoder_input_ids"][:, index : index + width]
