@@ -26,6 +26,7 @@ benchmark" line give each benchmark's time.
   generation   greedy and beam-search new tokens/s of BART and T5 (t5.greedy_decode,
                t5.beam_search) vs keras-hub's Seq2SeqLM.generate, and GPT-2's greedy
                continuation vs GPT2CausalLM.generate, over the same weights, ids compared
+               (--generation_sizes: bart-base, t5-small, gpt2 or some of them)
   vocab        learning BPE merges with build_vocab.py vs subword-nmt (character level, codes
                identical) and Hugging Face tokenizers' BpeTrainer (byte level)
 Peers are pinned in bench/requirements.txt (the extra peers' in bench/requirements-torch.txt and
@@ -117,6 +118,11 @@ flags.DEFINE_integer("rounds", 3, "Timed rounds per side (alternating); the best
 flags.DEFINE_integer("batch_size", 8, "Pretraining batch size.")
 flags.DEFINE_integer("corpus_bytes", 500_000, "create_data: the 1x corpus, cut from the corpus.")
 flags.DEFINE_integer("corpus_scale", 10, "create_data: the larger corpus, in copies of the 1x.")
+flags.DEFINE_list(
+    "generation_sizes",
+    ["bart-base", "t5-small", "gpt2"],
+    "generation: the published shapes to decode with (bench/generation.SIZES), in this order.",
+)
 FLAGS = flags.FLAGS
 
 
@@ -170,6 +176,7 @@ def settings(
     corpus_scale=10,
     finetune_steps=(5, 1),
     finetune_batches=(16, 3),
+    generation_sizes=("bart-base", "t5-small", "gpt2"),
 ):
     """Keyword arguments of each benchmark's run(): tiny ones when quick, else from the flags."""
     if quick:
@@ -229,7 +236,13 @@ def settings(
             epoch_batches=[int(x) for x in finetune_batches],
             rounds=rounds,
         ),
-        "generation": dict(batch=8, source_length=128, new_tokens=32, rounds=rounds),
+        "generation": dict(
+            sizes=tuple(generation_sizes),
+            batch=8,
+            source_length=128,
+            new_tokens=32,
+            rounds=rounds,
+        ),
         "vocab": dict(num_merges=8000, repeats=2),
     }
 
@@ -695,7 +708,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS.output_dir:
         raise app.UsageError("--output_dir is required")
-    from bench import pretrain_throughput
+    from bench import generation, pretrain_throughput
 
     try:
         pretrain_throughput.checked_peers(FLAGS.extra_peers)
@@ -707,6 +720,12 @@ def main(argv):
         )
     except ValueError as e:
         raise app.UsageError(str(e)) from None
+    unknown = sorted(set(FLAGS.generation_sizes) - set(generation.SIZES))
+    if unknown:
+        raise app.UsageError(
+            f"--generation_sizes: expected some of {', '.join(generation.SIZES)}; found "
+            f"{', '.join(unknown)}"
+        )
     s = settings(
         FLAGS.quick,
         FLAGS.sizes,
@@ -717,6 +736,7 @@ def main(argv):
         FLAGS.corpus_scale,
         FLAGS.finetune_steps,
         FLAGS.finetune_batches,
+        FLAGS.generation_sizes,
     )
     results = run_benchmarks(
         Path(FLAGS.output_dir),

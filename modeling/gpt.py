@@ -319,11 +319,16 @@ class GptLM(keras.Model):
         self.encoder.build()
         self.built = True
 
+    def output_logits(self, h):
+        """float32 (B, T, V) logits of hidden states float (B, T, H): the tied output embedding.
+        (This equation: TensorFlow's einsum took about 5x as long with "...h,vh->...v" at
+        (8, 160, 768) x GPT-2's table, eagerly.)"""
+        logits = ops.einsum("bth,vh->btv", h, ops.cast(self.encoder.wte, h.dtype))
+        return ops.cast(logits, "float32")
+
     def call(self, inputs, cache=None, cache_index=0, training=False):
         out = self.encoder(inputs, cache=cache, cache_index=cache_index, training=training)
-        h = out["sequence_output"]
-        logits = ops.einsum("bth,vh->btv", h, ops.cast(self.encoder.wte, h.dtype))
-        result = {"lm_logits": ops.cast(logits, "float32")}  # (B, T, V)
+        result = {"lm_logits": self.output_logits(out["sequence_output"])}  # (B, T, V)
         if cache is not None:
             result["cache"] = out["cache"]
         return result
@@ -497,9 +502,11 @@ def generate(
 
     def cached(tokens, cache, index):
         # The last position's logits (B, V) and the cache; one XLA program per input shape
-        # (the prompt's, then one token's).
-        out = model({"input_ids": tokens}, cache=cache, cache_index=index)
-        return out["lm_logits"][:, -1], out["cache"]
+        # (the prompt's, then one token's). Only the last position goes through the output
+        # embedding: the prompt's others are not needed (at GPT-2 small's 50,257 rows, batch 8
+        # and a 128-id prompt, 79 GFLOP of the prompt pass's 258).
+        out = model.encoder({"input_ids": tokens}, cache=cache, cache_index=index)
+        return model.output_logits(out["sequence_output"][:, -1:])[:, 0], out["cache"]
 
     if use_cache:
         step_fn = layers.compiled_for_decoding(model, "cached", cached)

@@ -473,6 +473,32 @@ def test_run_all_refuses_a_list_that_does_not_match_the_sizes(tmp_path):
     assert "--finetune_steps: 2 values for 1 sizes" in result.stderr and not out.exists()
 
 
+def test_run_all_decodes_the_generation_sizes_named_and_refuses_others(tmp_path, monkeypatch):
+    # --generation_sizes picks the published shapes generation.run decodes with, in that order
+    # (the benchmark itself replaced by a recorder); a shape it does not have is refused, naming
+    # it, before anything is written.
+    from bench import generation
+
+    seen = []
+    empty = {"batch": 8, "source_length": 128, "new_tokens": 32, "sizes": []}
+    monkeypatch.setattr(generation, "run", lambda **k: seen.append(k) or dict(empty))
+    default_run, out = write_default_run(tmp_path / "default_run"), tmp_path / "out"
+    args = [f"--default_run_dir={default_run}", "--benchmarks=generation"]
+    result = helpers.run_main(
+        "bench/run_all.py", [f"--output_dir={out}", *args, "--generation_sizes=gpt2,t5-small"]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [k["sizes"] for k in seen] == [("gpt2", "t5-small")]
+    bad = tmp_path / "bad"
+    result = helpers.run_main(
+        "bench/run_all.py", [f"--output_dir={bad}", *args, "--generation_sizes=gpt2,t5-base"]
+    )
+    assert result.returncode == 1 and len(seen) == 1 and not bad.exists()
+    assert "--generation_sizes: expected some of bart-base, t5-small, gpt2; found t5-base" in (
+        result.stderr
+    )
+
+
 def test_create_data_headline_is_the_wall_clock_ratio_and_memory_is_extrapolated():
     rows = [
         {
