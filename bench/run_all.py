@@ -52,6 +52,7 @@ elif str(REPO) not in sys.path:
 
 from absl import app, flags, logging  # noqa: E402
 
+from bench.generation import SIZES as GENERATION_SIZES  # noqa: E402
 from training.precision import COMPUTE_DTYPES, PRECISION_NAMES  # noqa: E402
 
 # The four of issue #9 run by default (a few minutes on 2 cores); the fine-tuning step and
@@ -120,7 +121,7 @@ flags.DEFINE_integer("corpus_bytes", 500_000, "create_data: the 1x corpus, cut f
 flags.DEFINE_integer("corpus_scale", 10, "create_data: the larger corpus, in copies of the 1x.")
 flags.DEFINE_list(
     "generation_sizes",
-    ["bart-base", "t5-small", "gpt2"],
+    list(GENERATION_SIZES),
     "generation: the published shapes to decode with (bench/generation.SIZES), in this order.",
 )
 FLAGS = flags.FLAGS
@@ -176,7 +177,7 @@ def settings(
     corpus_scale=10,
     finetune_steps=(5, 1),
     finetune_batches=(16, 3),
-    generation_sizes=("bart-base", "t5-small", "gpt2"),
+    generation_sizes=tuple(GENERATION_SIZES),
 ):
     """Keyword arguments of each benchmark's run(): tiny ones when quick, else from the flags."""
     if quick:
@@ -708,7 +709,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS.output_dir:
         raise app.UsageError("--output_dir is required")
-    from bench import generation, pretrain_throughput
+    from bench import pretrain_throughput
 
     try:
         pretrain_throughput.checked_peers(FLAGS.extra_peers)
@@ -720,10 +721,10 @@ def main(argv):
         )
     except ValueError as e:
         raise app.UsageError(str(e)) from None
-    unknown = sorted(set(FLAGS.generation_sizes) - set(generation.SIZES))
+    unknown = sorted(set(FLAGS.generation_sizes) - set(GENERATION_SIZES))
     if unknown:
         raise app.UsageError(
-            f"--generation_sizes: expected some of {', '.join(generation.SIZES)}; found "
+            f"--generation_sizes: expected some of {', '.join(GENERATION_SIZES)}; found "
             f"{', '.join(unknown)}"
         )
     s = settings(

@@ -228,16 +228,12 @@ def _attention(config: BartConfig, heads: int, name: str):
     )
 
 
-def _heads_first(t):
-    return ops.transpose(t, (0, 2, 1, 3))  # (B, L, N, D) -> (B, N, L, D)
-
-
 def _key_value_cache(attention, source) -> list:
     """[keys, values], each float (B, N, S, D), of source float (B, S, H) under `attention`'s
     projections (an _attention layer)."""
     return [
-        _heads_first(attention._key_dense(source)),
-        _heads_first(attention._value_dense(source)),
+        layers.heads_first(attention._key_dense(source)),
+        layers.heads_first(attention._value_dense(source)),
     ]
 
 
@@ -246,17 +242,13 @@ def _cached_attention(attention, x, cache, mask, cache_index=None):
     ([keys, values], each float (B, N, K, D)), and the cache: with cache_index, x's own keys
     and values are first written into it there (self-attention); without, it is read as it is
     (cross-attention). mask bool (B, T, K). Decoding only (no dropout).
-    Why not keras-hub's cached call on the same layer: its cache, one (B, 2, K, N, D) stack,
-    is sliced, transposed to heads first and (self-attention) stacked again, all of it, at every
-    step; heads first and apart, the products read it as stored (the same change as
-    t5.T5Attention's cache: bench/HISTORY.md, 49th). The projections are the layer's own
-    (keras' MultiHeadAttention sublayers, which keras-hub's layer reads the same way)."""
+    Why not keras-hub's cached call on the same layer: its cache is one (B, 2, K, N, D) stack
+    (layers.write_cache says what that cost). The projections are the layer's own (keras'
+    MultiHeadAttention sublayers, which keras-hub's layer reads the same way)."""
     query = attention._query_dense(x) * (attention.key_dim**-0.5)  # (B, T, N, D)
     if cache_index is not None:
-        start = [0, 0, cache_index, 0]
-        keys = ops.slice_update(cache[0], start, _heads_first(attention._key_dense(x)))
-        values = ops.slice_update(cache[1], start, _heads_first(attention._value_dense(x)))
-        cache = [keys, values]
+        new_k, new_v = attention._key_dense(x), attention._value_dense(x)
+        cache = layers.write_cache(cache, cache_index, new_k, new_v)
     keys, values = cache
     # Masked and normalised in float32, as keras' masked softmax does under a mixed policy.
     scores = ops.cast(ops.einsum("btnd,bnkd->bntk", query, keys), "float32")

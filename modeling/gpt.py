@@ -104,9 +104,7 @@ class CausalSelfAttention(keras.layers.Layer):
       x: float (B, T, H), the new positions cache_index .. cache_index + T - 1.
       cache: None, or [keys, values], each float (B, N, S, D), of every position so far (S is
         the cache length, fixed; entries past cache_index + T are ignored by the causal mask).
-        Heads before positions, apart: the products read the cache as stored, where the
-        (B, 2, S, N, D) stack this replaced was sliced, transposed and stacked again, all of
-        it, at every step (t5.T5Attention's cache, the same change: bench/HISTORY.md, 49th).
+        See layers.write_cache.
       attention_mask: None or int (B, S') with 1 for real tokens; S' = S with a cache, else T.
     Returns (output float (B, T, H), the updated cache or None).
     """
@@ -130,10 +128,8 @@ class CausalSelfAttention(keras.layers.Layer):
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, T, N, D)
         keys = "bsnd"
         if cache is not None:
-            start = [0, 0, cache_index, 0]
-            k = ops.slice_update(cache[0], start, ops.transpose(k, (0, 2, 1, 3)))  # (B, N, S, D)
-            v = ops.slice_update(cache[1], start, ops.transpose(v, (0, 2, 1, 3)))
-            cache, keys = [k, v], "bnsd"
+            cache, keys = layers.write_cache(cache, cache_index, k, v), "bnsd"
+            k, v = cache  # (B, N, S, D)
         s = ops.shape(k)[keys.index("s")]
         scores = ops.einsum(f"btnd,{keys}->bnts", q, k) / math.sqrt(d)  # (B, N, T, S)
         query_pos = ops.arange(t) + cache_index  # (T,)

@@ -71,6 +71,24 @@ def compiled_for_decoding(model, name: str, fn):
     return compiled[name]
 
 
+def heads_first(t):
+    """(B, L, N, D) -> (B, N, L, D): the layout of the decoders' key / value caches."""
+    return ops.transpose(t, (0, 2, 1, 3))
+
+
+def write_cache(cache, index, keys, values) -> list:
+    """A decoder's [keys, values] cache (each float (B, N, K, D)) with new keys and values float
+    (B, T, N, D) written at positions index .. index + T - 1 (t5, bart and gpt decoding).
+    Heads first and apart, the score and context products read the cache as stored, where one
+    (B, 2, K, N, D) stack was sliced, transposed and stacked again, all of it, at every step
+    (greedy 1.2-1.5x and beam search 1.8x faster: bench/HISTORY.md, 49th session)."""
+    start = [0, 0, index, 0]
+    return [
+        ops.slice_update(cache[0], start, heads_first(keys)),
+        ops.slice_update(cache[1], start, heads_first(values)),
+    ]
+
+
 def static_size(x):
     """The number of elements of `x` when its whole shape is known while tracing, else None."""
     return None if any(d is None for d in x.shape) else math.prod(x.shape)
