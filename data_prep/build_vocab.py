@@ -55,21 +55,14 @@ flags.mark_flags_as_required(["input_file", "vocab_file"])
 FLAGS = flags.FLAGS
 
 
-def _corpus_lines(paths):
-    for path in paths:
-        for _, text in tokenization.read_utf8_lines(path):
-            yield text
-
-
 def count_corpus(paths, count, num_workers: int) -> Counter:
     """count(list of lines) -> Counter summed over the corpus on `num_workers` processes
-    (parallel.count_texts), with a progress bar: characters counted against the files' bytes
-    (exact for ASCII text)."""
+    (parallel.count_files), with a progress bar over the files' bytes."""
     from tqdm import tqdm
 
     total = sum(files.file_size(p) for p in paths)
     with tqdm(total=total, unit="B", unit_scale=True, desc="counting", mininterval=2) as bar:
-        return parallel.count_texts(count, _corpus_lines(paths), num_workers, progress=bar.update)
+        return parallel.count_files(count, paths, num_workers, progress=bar.update)
 
 
 def main(argv):

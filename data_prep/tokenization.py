@@ -73,6 +73,48 @@ def read_utf8_lines(path: str | os.PathLike, opener=None) -> Iterator[tuple[int,
             yield number, text
 
 
+def utf8_line_ranges(path, piece_bytes: int) -> Iterator[tuple[int, int]]:
+    """(start, end) byte offsets that cut the file at `path` into pieces of about `piece_bytes`,
+    each ending just after a line end (the last at the file's end): read_utf8_range reads them.
+    Only the cut points are read (one line each)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        start = 0
+        while start < size:
+            end = start + piece_bytes
+            if end < size:
+                handle.seek(end - 1)  # a line ending at the cut stays whole in this piece
+                handle.readline()
+                end = handle.tell()
+            yield start, min(end, size)
+            start = end
+
+
+def read_utf8_range(path, start: int, end: int) -> list[str]:
+    """The lines of bytes [start, end) of the file at `path` (a utf8_line_ranges piece) as
+    read_utf8_lines gives them: decoded strictly, line endings and a byte-order mark at the
+    file's start dropped. The piece is decoded whole, in C, where read_utf8_lines decodes line by
+    line; on bad bytes read_utf8_lines reads the file to raise its error (file, line, column)."""
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        data = handle.read(end - start)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        for _ in read_utf8_lines(path):
+            pass
+        raise  # not reached: read_utf8_lines meets the same bytes
+    if start == 0 and text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.split("\n")
+    last = lines.pop()  # "" after a final line end, else the file's last line, which keeps a \r
+    if "\r" in text:
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    if last:
+        lines.append(last)
+    return lines
+
+
 def vocab_difference(vocab_file, other_file) -> str | None:
     """None when the two vocabularies map every token to the same id, else where they first
     differ: "line N: 'a' in <vocab_file>, 'b' in <other_file>" (or which one is longer)."""

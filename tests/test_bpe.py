@@ -369,6 +369,22 @@ def test_learning_equals_the_naive_algorithm_on_overlaps_ties_and_shared_strings
     assert len(_naive_learn(word_counts, 80, 1)) > 10
 
 
+def test_learning_equals_the_naive_algorithm_over_many_merges():
+    # Hundreds of merges over hundreds of words: counts that fall and rise again, so the heap's
+    # entries go stale in both directions (a pair's fallen count is pushed again only when its
+    # stale entry comes up), words edited in place and rebuilt, pairs listed under words that
+    # lost them.
+    rng = np.random.default_rng(7)
+    alphabet = ["a", "b", "c", "d", "ab", "ba", "cd"]
+    word_counts = {}
+    for _ in range(400):
+        word = tuple(rng.choice(alphabet, size=int(rng.integers(1, 14))))
+        word_counts[word] = word_counts.get(word, 0) + int(rng.integers(1, 30))
+    want = _naive_learn(word_counts, 300, 1)
+    assert len(want) > 250
+    assert bpe.learn_bpe(word_counts, 300, 1) == want
+
+
 def test_counting_paths_agree():
     # The pre-token counts (ASCII texts by the `re` pattern) give the byte words counting each
     # text anew gives; a Counter of whitespace words gives the character words of the words.
@@ -388,6 +404,7 @@ def test_learning_degenerate_cases():
     assert bpe.learn_bpe(bpe.character_words(["ab"]), 5) == []  # one pair, seen once
     assert bpe.learn_bpe(bpe.character_words(["ab", "ab"]), 5) == [("a", "b</w>")]
     assert bpe.learn_bpe(bpe.character_words(["ab", "ab"]), 0) == []
+    assert bpe.learn_bpe({}, 5) == []  # no word at all
     # Overlapping pairs: "aaaa" merges left to right into aa aa, counted once per occurrence.
     merges = bpe.learn_bpe(bpe.character_words(["aaaaa"] * 3), 3)
     assert merges[0] == ("a", "a")

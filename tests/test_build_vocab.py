@@ -178,7 +178,7 @@ def test_build_vocab_empty_corpus_names_the_files(tmp_path):
 def test_script_learns_byte_level_and_character_bpe(tmp_path, monkeypatch):
     from data_prep import bpe, parallel
 
-    monkeypatch.setattr(parallel, "COUNT_BATCH_CHARS", 3000)  # the corpus in 7 batches
+    monkeypatch.setattr(parallel, "COUNT_BATCH_BYTES", 3000)  # the corpus in 7 pieces
 
     lines = make_corpus()
     corpus = tmp_path / "corpus.txt"

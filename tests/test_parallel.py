@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from data_prep import bpe, parallel
+from data_prep.errors import InputError
 
 
 def test_ordered_map_keeps_order_and_a_bounded_window():
@@ -64,15 +65,25 @@ def test_map_texts_equals_one_process_on_spawned_workers(monkeypatch, workers):
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_count_texts_sums_the_batches_on_workers(monkeypatch, method):
+def test_count_files_sums_the_pieces_on_workers(tmp_path, monkeypatch, method):
     monkeypatch.setattr(parallel, "start_method", lambda: method)
     texts = [SENTENCES[(3 * i) % len(SENTENCES)] for i in range(50)]
+    paths = [tmp_path / "a.txt", tmp_path / "b.txt"]
+    paths[0].write_text("\n".join(texts[:30]) + "\n", encoding="utf-8")
+    paths[1].write_text("\r\n".join(texts[30:]), encoding="utf-8")  # no final line end
     sizes = []
-    got = parallel.count_texts(
-        bpe.count_pretokens, iter(texts), 2, batch_chars=100, progress=sizes.append
+    got = parallel.count_files(
+        bpe.count_pretokens, map(str, paths), 2, piece_bytes=100, progress=sizes.append
     )
     assert got == bpe.count_pretokens(texts)
-    assert len(sizes) > 2 and sum(sizes) == sum(len(t) + 1 for t in texts)  # every character
+    assert len(sizes) > 4 and sum(sizes) == sum(p.stat().st_size for p in paths)  # every byte
+
+
+def test_a_bad_byte_met_on_a_worker_reaches_the_caller(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"fine text\n" * 40 + b"bad \xff here\n" + b"more\n" * 10)
+    with pytest.raises(InputError, match=r"corpus.txt:41: expected UTF-8 text, found byte 0xff"):
+        parallel.count_files(bpe.count_pretokens, [str(path)], 2, piece_bytes=64)
 
 
 def test_an_error_reading_the_texts_reaches_the_caller_with_workers_running(monkeypatch):

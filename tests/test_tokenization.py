@@ -19,6 +19,8 @@ from data_prep.tokenization import (
     WordpieceTokenizer,
     load_vocab,
     read_utf8_lines,
+    read_utf8_range,
+    utf8_line_ranges,
     write_vocab,
 )
 
@@ -428,6 +430,42 @@ def test_read_utf8_lines(tmp_path):
     assert str(e.value) == f"{path}:3: expected UTF-8 text, found byte 0xff at column 5"
     with pytest.raises(InputError, match="missing.txt"):
         list(read_utf8_lines(tmp_path / "missing.txt"))
+
+
+_RANGE_FILES = [
+    b"\xef\xbb\xbffirst\r\nsecond\n\nlast without newline",
+    b"caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87\n\n\r\nends with a line end\r\n",
+    b"a last line's \\r is kept when no line end follows\r",
+    b"\n\n\n",
+    b"one line",
+    b"\xef\xbb\xbf\n\xef\xbb\xbfonly the file's first mark goes\n",
+]
+
+
+@pytest.mark.parametrize("data", _RANGE_FILES)
+def test_line_ranges_read_the_lines_read_utf8_lines_reads(tmp_path, data):
+    # Pieces of every size from one byte up (cut points inside a line, inside a multi-byte
+    # character, inside a \r\n): each piece ends after a line end, and the pieces' lines, read
+    # whole, are the file's lines.
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(data)
+    want = [text for _, text in read_utf8_lines(path)]
+    for piece_bytes in range(1, len(data) + 2):
+        ranges = list(utf8_line_ranges(path, piece_bytes))
+        assert [s for s, _ in ranges] == [0] + [e for _, e in ranges[:-1]]
+        assert ranges[-1][1] == len(data)
+        assert all(data[e - 1 : e] == b"\n" for _, e in ranges[:-1])
+        assert [t for s, e in ranges for t in read_utf8_range(path, s, e)] == want, piece_bytes
+
+
+def test_a_line_range_with_bad_bytes_names_the_line_and_column(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"ok\nfine\n\xc3\xa9t\xc3\xa9x\xff!\nmore\n")
+    (start, end), *_ = utf8_line_ranges(path, 8)  # "ok\nfine\n" then the rest
+    assert read_utf8_range(path, start, end) == ["ok", "fine"]
+    with pytest.raises(InputError) as e:
+        read_utf8_range(path, end, path.stat().st_size)
+    assert str(e.value) == f"{path}:3: expected UTF-8 text, found byte 0xff at column 5"
 
 
 def test_write_vocab_is_atomic(tmp_path):
