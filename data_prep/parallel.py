@@ -38,6 +38,17 @@ def start_method() -> str:
     return "spawn" if "tensorflow" in sys.modules or sys.platform != "linux" else "fork"
 
 
+def worker_pool(
+    num_workers: int, initializer: Callable | None = None, initargs: tuple = ()
+) -> ProcessPoolExecutor:
+    """A pool of `num_workers` processes started by start_method(), each first running
+    initializer(*initargs) (inherited, not pickled, where they fork)."""
+    context = multiprocessing.get_context(start_method())
+    return ProcessPoolExecutor(
+        num_workers, mp_context=context, initializer=initializer, initargs=initargs
+    )
+
+
 def ordered_map(
     fn: Callable,
     items: Iterable,
@@ -56,10 +67,7 @@ def ordered_map(
         yield from map(fn, items)
         return
     window = window or 2 * num_workers
-    context = multiprocessing.get_context(start_method())
-    with ProcessPoolExecutor(
-        num_workers, mp_context=context, initializer=initializer, initargs=initargs
-    ) as pool:
+    with worker_pool(num_workers, initializer, initargs) as pool:
         pending: collections.deque = collections.deque()
         for item in items:
             pending.append(pool.submit(fn, item))

@@ -105,20 +105,27 @@ def test_cased_vocab_keeps_case_and_accents(corpus):
     assert {"É", "Z", "ü", "##ü", "中"} <= set(vocab)
 
 
-def test_same_vocab_as_tensorflow_text_learner(corpus):
-    # The fast rewrite against the library it replaces, argument for argument.
+@pytest.mark.parametrize("num_workers", [1, 3])
+def test_same_vocab_as_tensorflow_text_learner(corpus, num_workers):
+    # The fast rewrite against the library it replaces, argument for argument, its passes on
+    # one process or dealt among three (spawned here, as this process has TensorFlow; forked
+    # in test_build_vocab_smoke).
     from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as lib
 
     counts = sorted(count_words(corpus, True).items(), key=lambda kv: (-kv[1], kv[0]))
     for vocab_size, lower_thresh in ((240, 1), (400, 2)):
         expected = lib.learn(counts, vocab_size, list(RESERVED_TOKENS), lower_thresh=lower_thresh)
-        got = _learn_like_tf_text(counts, vocab_size, RESERVED_TOKENS, lower_thresh=lower_thresh)
+        got = _learn_like_tf_text(
+            counts, vocab_size, RESERVED_TOKENS, lower_thresh=lower_thresh, num_workers=num_workers
+        )
         assert got == expected, vocab_size
 
 
 def test_learn_errors():
     with pytest.raises(ValueError, match="no words"):
         learn_vocab_from_counts({}, 100)
+    with pytest.raises(ValueError, match="the word '##ab' starts with the joiner '##'"):
+        learn_vocab_from_counts({"ab": 5, "##ab": 2}, 100)
     with pytest.raises(ValueError, match="cannot hold the 5 reserved tokens and the 3 distinct"):
         learn_vocab_from_counts({"abc": 3}, 10)
 
@@ -152,6 +159,7 @@ def test_build_vocab_smoke(tmp_path, corpus):
             f"--vocab_file={vocab_file}",
             "--vocab_size=240",
             "--do_lower_case=True",
+            "--num_workers=2",  # counted and learned on two (forked) processes
         ],
     )
     assert not tensorflow_imported
