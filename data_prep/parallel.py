@@ -7,10 +7,12 @@
                create_seq2seq_data.py)
   count_files  the sum of count(lines) -> Counter over pieces of text files, each read by a
                worker (build_vocab.py's word and pre-token counts)
+  worker_pool  the processes themselves, for work that is not a map (the WordPiece learner's
+               passes, tokenization._learn_like_tf_text)
 
 Used by the streaming pretraining data (data_prep/pretraining_shards.py), the language-model
 blocks (data_prep/create_lm_data.py), the denoising records (data_prep/create_seq2seq_data.py)
-and vocabulary learning (data_prep/build_vocab.py).
+and vocabulary learning (data_prep/build_vocab.py, data_prep/tokenization.py).
 Results never depend on the number of workers.
 """
 

@@ -104,7 +104,7 @@ def read_utf8_range(path, start: int, end: int) -> list[str]:
     except UnicodeDecodeError:
         for _ in read_utf8_lines(path):
             pass
-        raise  # not reached: read_utf8_lines meets the same bytes
+        raise  # only if the file changed meanwhile: read_utf8_lines meets the same bytes
     if start == 0 and text.startswith("\ufeff"):
         text = text[1:]
     lines = text.split("\n")
