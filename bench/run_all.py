@@ -214,7 +214,7 @@ def settings(
                 new_tokens=4,
                 rounds=2,
             ),
-            "vocab": dict(num_merges=40, repeats=1),
+            "vocab": dict(num_merges=40, repeats=1, wordpiece_vocab_size=200),
         }
     return {
         "pretrain": dict(

@@ -14,6 +14,15 @@ on the same corpus (one sentence a line), the same number of merges and minimum 
 passes are timed in alternating rounds (bench/timing.py: a first pass of each side, whose output
 is checked, then `repeats` rounds) and each ratio is the peer's best pass over Cloze's.
 
+Then WordPiece, learner against learner in this process, one process each, on the same ranked
+word counts of the corpus (tokenization.count_words, lower-cased, counted once untimed):
+  cloze_wordpiece    tokenization._learn_like_tf_text   build_vocab.py's learner
+  tf_text_wordpiece  tensorflow-text's                  the algorithm it reimplements: the
+                     wordpiece_tokenizer_learner_lib    vocabularies must be identical (else
+                     .learn (pure Python)               ValueError)
+at `wordpiece_vocab_size` with build_vocab.py's arguments, timed the same way with
+`wordpiece_repeats` rounds (the library takes about 90 s a pass on the default corpus).
+
   python -m bench.vocab_learning --corpus=default_run/corpus/train.txt --work_dir=/tmp/vocab
 """
 
@@ -69,6 +78,44 @@ def first_difference(path_a: Path, path_b: Path) -> str | None:
     return f"{len(lines_a)} lines against {len(lines_b)}"
 
 
+def wordpiece_learners(corpus, vocab_size: int, repeats: int) -> dict:
+    """The WordPiece sides (see the module's docstring); raises ValueError when the two
+    vocabularies differ, naming the first place."""
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as lib
+
+    from data_prep import tokenization
+
+    lines = (text for _, text in tokenization.read_utf8_lines(corpus))
+    counts = tokenization.count_words(lines, do_lower_case=True)
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    reserved = list(tokenization.RESERVED_TOKENS)
+    fns = {
+        "cloze_wordpiece": lambda: tokenization._learn_like_tf_text(ranked, vocab_size, reserved),
+        "tf_text_wordpiece": lambda: lib.learn(ranked, vocab_size, reserved, lower_thresh=1),
+    }
+    first, rounds = timing.alternating_rounds(fns, repeats)
+    ours, theirs = first["cloze_wordpiece"][0], first["tf_text_wordpiece"][0]
+    if ours != theirs:
+        at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+        where = f"token {at}: {ours[at]!r} against {theirs[at]!r}" if at is not None else ""
+        raise ValueError(
+            f"{corpus}: Cloze's WordPiece vocabulary differs from tensorflow-text's at "
+            f"{where or f'its length, {len(ours)} against {len(theirs)}'}"
+        )
+    best = timing.best_seconds(rounds)
+    return {
+        "vocab_size": vocab_size,
+        "words": len(ranked),
+        "tokens": len(ours),
+        "identical": True,
+        "cloze_seconds": best["cloze_wordpiece"],
+        "tf_text_seconds": best["tf_text_wordpiece"],
+        "ratio": best["tf_text_wordpiece"] / best["cloze_wordpiece"],
+        "round_ratios": [r["tf_text_wordpiece"] / r["cloze_wordpiece"] for r in rounds],
+        "round_seconds": rounds,
+    }
+
+
 def run(
     corpus,
     work_dir,
@@ -76,9 +123,12 @@ def run(
     min_frequency: int = 2,
     repeats: int = 2,
     num_workers: int | None = None,
+    wordpiece_vocab_size: int = 8000,
+    wordpiece_repeats: int = 1,
 ) -> dict:
-    """Times the four sides (see the module's docstring); raises ValueError when Cloze's codes
-    file differs from subword-nmt's. Returns the report (seconds of every side's best pass,
+    """Times the four commands and the two WordPiece learners (see the module's docstring);
+    raises ValueError when Cloze's codes file differs from subword-nmt's or its WordPiece
+    vocabulary from tensorflow-text's. Returns the report (seconds of every side's best pass,
     ratios, every round's seconds, the byte-level merges Cloze and the peer have in common)."""
     from data_prep import bpe, parallel
 
@@ -172,12 +222,13 @@ def run(
             "round_ratios": [r["hf_tokenizers"] / r["cloze_byte_level"] for r in rounds],
         },
         "round_seconds": rounds,
+        "wordpiece": wordpiece_learners(corpus, wordpiece_vocab_size, wordpiece_repeats),
     }
 
 
 def table_rows(result: dict) -> list[str]:
     """The README-style rows of run()'s report."""
-    c, b = result["character_level"], result["byte_level"]
+    c, b, w = result["character_level"], result["byte_level"], result["wordpiece"]
     return [
         f"| BPE merges learned ({c['merges']:,}, codes identical): build_vocab.py | "
         f"{c['cloze_seconds']:.2f} s | subword-nmt {c['subword_nmt_seconds']:.2f} s | "
@@ -185,6 +236,9 @@ def table_rows(result: dict) -> list[str]:
         f"| byte-level BPE merges learned ({b['cloze_merges']:,}; {b['merges_in_common']:,} in "
         f"common with the peer's): build_vocab.py | {b['cloze_seconds']:.2f} s | HF tokenizers "
         f"{b['hf_tokenizers_seconds']:.2f} s | {b['ratio']:.2f} |",
+        f"| WordPiece vocabulary learned ({w['tokens']:,} tokens, identical; one process each): "
+        f"tokenization's learner | {w['cloze_seconds']:.2f} s | tensorflow-text "
+        f"{w['tf_text_seconds']:.2f} s | {w['ratio']:.2f} |",
     ]
 
 
@@ -199,6 +253,8 @@ def main(argv):
         min_frequency=f.min_frequency,
         repeats=f.repeats,
         num_workers=f.num_workers,
+        wordpiece_vocab_size=f.wordpiece_vocab_size,
+        wordpiece_repeats=f.wordpiece_repeats,
     )
     if f.output_file:
         Path(f.output_file).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -219,6 +275,10 @@ if __name__ == "__main__":
         flags.DEFINE_integer("repeats", 2, "Timed rounds after the first pass of each side.")
         flags.DEFINE_integer(
             "num_workers", None, "Counting processes of build_vocab.py and subword-nmt (cores)."
+        )
+        flags.DEFINE_integer("wordpiece_vocab_size", 8000, "The WordPiece learners' target.")
+        flags.DEFINE_integer(
+            "wordpiece_repeats", 1, "Timed rounds of the WordPiece learners after their first."
         )
         flags.DEFINE_string("output_file", None, "Where to write the JSON report.")
         flags.mark_flags_as_required(["corpus", "work_dir"])

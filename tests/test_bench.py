@@ -1094,8 +1094,10 @@ def test_vocab_learning_times_four_commands_and_checks_the_codes_against_subword
     from bench import vocab_learning
 
     corpus = write_default_run(tmp_path / "run") / "corpus" / "train.txt"
-    result = vocab_learning.run(corpus, tmp_path / "work", num_merges=40, repeats=1)
-    c, b = result["character_level"], result["byte_level"]
+    result = vocab_learning.run(
+        corpus, tmp_path / "work", num_merges=40, repeats=1, wordpiece_vocab_size=200
+    )
+    c, b, w = result["character_level"], result["byte_level"], result["wordpiece"]
     work = tmp_path / "work"
     codes = (work / "cloze_bpe" / "codes.bpe").read_bytes()
     assert codes == (work / "subword_nmt" / "codes.bpe").read_bytes() and c["merges"] == 40
@@ -1104,8 +1106,16 @@ def test_vocab_learning_times_four_commands_and_checks_the_codes_against_subword
     for ratio in (c["ratio"], b["ratio"], *c["round_ratios"], *b["round_ratios"]):
         assert ratio > 0
     assert len(result["round_seconds"]) == 1 and len(result["round_seconds"][0]) == 4
+    # The WordPiece learners gave the same vocabulary (else run raised): all the tiny corpus
+    # holds (92 tokens), under the target.
+    assert w["identical"] and 50 < w["tokens"] <= 200 and w["ratio"] > 0
+    assert len(w["round_seconds"]) == 1 and set(w["round_seconds"][0]) == {
+        "cloze_wordpiece",
+        "tf_text_wordpiece",
+    }
     rows = vocab_learning.table_rows(result)
-    assert len(rows) == 2 and "subword-nmt" in rows[0] and "HF tokenizers" in rows[1]
+    assert len(rows) == 3 and "subword-nmt" in rows[0] and "HF tokenizers" in rows[1]
+    assert "tensorflow-text" in rows[2] and f"{w['tokens']:,} tokens" in rows[2]
     # A codes file that is not subword-nmt's is named with the first line that differs.
     assert (
         vocab_learning.first_difference(
@@ -1122,3 +1132,23 @@ def test_vocab_learning_times_four_commands_and_checks_the_codes_against_subword
     short.write_text("\n".join(lines[:3]) + "\n")
     where = vocab_learning.first_difference(work / "cloze_bpe" / "codes.bpe", short)
     assert where == f"{len(lines)} lines against 3"
+
+
+def test_vocab_learning_refuses_a_wordpiece_vocabulary_that_is_not_the_librarys(
+    tmp_path, monkeypatch
+):
+    # Cloze's learner made to differ from tensorflow-text's at one token: the report is
+    # refused, naming the corpus and the first token that differs.
+    from bench import vocab_learning
+    from data_prep import tokenization
+
+    corpus = write_default_run(tmp_path / "run") / "corpus" / "train.txt"
+    real = tokenization._learn_like_tf_text
+
+    def one_token_off(*args, **kwargs):
+        vocab = real(*args, **kwargs)
+        return [*vocab[:7], "zzz-not-learned", *vocab[8:]]
+
+    monkeypatch.setattr(tokenization, "_learn_like_tf_text", one_token_off)
+    with pytest.raises(ValueError, match=r"differs from tensorflow-text's at token 7: 'zzz-not"):
+        vocab_learning.wordpiece_learners(corpus, 200, repeats=1)
