@@ -28,7 +28,8 @@ benchmark" line give each benchmark's time.
                continuation vs GPT2CausalLM.generate, over the same weights, ids compared
                (--generation_sizes: bart-base, t5-small, gpt2 or some of them)
   vocab        learning BPE merges with build_vocab.py vs subword-nmt (character level, codes
-               identical) and Hugging Face tokenizers' BpeTrainer (byte level)
+               identical) and Hugging Face tokenizers' BpeTrainer (byte level), and WordPiece
+               with Cloze's learner vs tensorflow-text's (vocabularies identical)
 Peers are pinned in bench/requirements.txt (the extra peers' in bench/requirements-torch.txt and
 bench/requirements-model-garden.txt). --quick runs tiny sizes (for tests), no figures.
 Inputs: the default run's corpus, vocab and records (run_default.py) when --default_run_dir has

@@ -66,16 +66,22 @@ def hf_byte_level_merges(corpus, out_dir, num_merges: int, min_frequency: int) -
     tok.model.save(str(out_dir))
 
 
+def first_unequal(xs, ys) -> int | None:
+    """The first index where the two sequences hold different items, None where one is a
+    prefix of the other."""
+    return next((i for i, (x, y) in enumerate(zip(xs, ys)) if x != y), None)
+
+
 def first_difference(path_a: Path, path_b: Path) -> str | None:
     """None if the two files are byte-identical, else where they first differ (line, texts)."""
     a, b = path_a.read_bytes(), path_b.read_bytes()
     if a == b:
         return None
     lines_a, lines_b = a.decode("utf-8").splitlines(), b.decode("utf-8").splitlines()
-    for number, (x, y) in enumerate(zip(lines_a, lines_b), start=1):
-        if x != y:
-            return f"line {number}: {x!r} against {y!r}"
-    return f"{len(lines_a)} lines against {len(lines_b)}"
+    at = first_unequal(lines_a, lines_b)
+    if at is None:
+        return f"{len(lines_a)} lines against {len(lines_b)}"
+    return f"line {at + 1}: {lines_a[at]!r} against {lines_b[at]!r}"
 
 
 def wordpiece_learners(corpus, vocab_size: int, repeats: int) -> dict:
@@ -96,11 +102,14 @@ def wordpiece_learners(corpus, vocab_size: int, repeats: int) -> dict:
     first, rounds = timing.alternating_rounds(fns, repeats)
     ours, theirs = first["cloze_wordpiece"][0], first["tf_text_wordpiece"][0]
     if ours != theirs:
-        at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
-        where = f"token {at}: {ours[at]!r} against {theirs[at]!r}" if at is not None else ""
+        at = first_unequal(ours, theirs)
+        where = (
+            f"its length, {len(ours)} against {len(theirs)}"
+            if at is None
+            else f"token {at}: {ours[at]!r} against {theirs[at]!r}"
+        )
         raise ValueError(
-            f"{corpus}: Cloze's WordPiece vocabulary differs from tensorflow-text's at "
-            f"{where or f'its length, {len(ours)} against {len(theirs)}'}"
+            f"{corpus}: Cloze's WordPiece vocabulary differs from tensorflow-text's at {where}"
         )
     best = timing.best_seconds(rounds)
     return {
@@ -192,7 +201,7 @@ def run(
         raise ValueError(f"{codes}: Cloze's merges differ from subword-nmt's at {differ}")
     ours = bpe.read_merges(out["cloze_byte_level"] / "vocab.bpe")
     theirs = bpe.read_merges(out["hf"] / "merges.txt")
-    same_prefix = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+    same_prefix = first_unequal(ours, theirs)
     if same_prefix is None:
         same_prefix = min(len(ours), len(theirs))
     return {
@@ -216,9 +225,7 @@ def run(
             "cloze_merges": len(ours),
             "hf_merges": len(theirs),
             "merges_in_common": len(set(ours) & set(theirs)),
-            "same_first_merges": min(len(ours), len(theirs))
-            if same_prefix is None
-            else same_prefix,
+            "same_first_merges": same_prefix,
             "round_ratios": [r["hf_tokenizers"] / r["cloze_byte_level"] for r in rounds],
         },
         "round_seconds": rounds,

@@ -26,6 +26,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 
+from data_prep import tokenization
+
 
 def worker_count(requested: int | None) -> int:
     """The scripts' --num_workers: `requested`, or without one the cores this process may use."""
@@ -144,8 +146,6 @@ def count_files(
     process sends only their offsets, where sending the lines themselves cost it more than a
     tenth of the counting on the default corpus. `count` must be picklable (a module's function
     or a functools.partial of one); progress(bytes), if given, is called after each piece."""
-    from data_prep import tokenization
-
     counts: collections.Counter = collections.Counter()
     pieces = (
         (path, start, end)
@@ -160,7 +160,5 @@ def count_files(
 
 
 def _count_piece(count, piece: tuple[str, int, int]) -> tuple[collections.Counter, int]:
-    from data_prep import tokenization
-
     path, start, end = piece
     return count(tokenization.read_utf8_range(path, start, end)), end - start

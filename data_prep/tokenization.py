@@ -78,6 +78,8 @@ def utf8_line_ranges(path, piece_bytes: int) -> Iterator[tuple[int, int]]:
     """(start, end) byte offsets that cut the file at `path` into pieces of about `piece_bytes`,
     each ending just after a line end (the last at the file's end): read_utf8_range reads them.
     Only the cut points are read (one line each)."""
+    if piece_bytes < 1:
+        raise ValueError(f"piece_bytes must be positive, found {piece_bytes}")
     size = os.path.getsize(path)
     with open(path, "rb") as handle:
         start = 0
@@ -804,8 +806,8 @@ def _set_learner_words(words) -> None:
     _learner_words = words
 
 
-def _learner_share(share: int, shares: int, *tokens):
-    return _piece_counts(_learner_words[share::shares], *tokens)
+def _learner_share(share: int, shares: int, *args):
+    return _piece_counts(_learner_words[share::shares], *args)
 
 
 def _learn_like_tf_text(
@@ -889,11 +891,12 @@ def _learn_like_tf_text(
             tokens.setdefault(ch, 1)
         return tokens
 
-    def refine(heads: dict[str, int], tails: dict[str, int], thresh: int, pool):
+    def refine(heads: dict[str, int], tails: dict[str, int], thresh: int):
+        """_piece_counts over every word: this process's share (`own`) here, the other shares
+        on `pool`'s processes (both set below, before the search)."""
         args = (heads, tails, max(map(len, heads)), max(map(len, tails)), thresh)
-        shares = num_workers if pool is not None else 1
         futures = [pool.submit(_learner_share, share, shares, *args) for share in range(1, shares)]
-        head_counts, tail_counts = _piece_counts(filtered[::shares], *args)
+        head_counts, tail_counts = _piece_counts(own, *args)
         for future in futures:
             more_heads, more_tails = future.result()
             head_counts.update(more_heads)  # each word in one share
@@ -901,10 +904,10 @@ def _learn_like_tf_text(
                 tail_counts[token] += count
         return head_counts, tail_counts
 
-    def learn_with_thresh(thresh: int, pool) -> list[str]:
+    def learn_with_thresh(thresh: int) -> list[str]:
         heads, tails = kept(first_heads, thresh), kept(first_tails, thresh)
         for _ in range(1, num_iterations):
-            head_counts, tail_counts = refine(heads, tails, thresh, pool)
+            head_counts, tail_counts = refine(heads, tails, thresh)
             heads, tails = kept(head_counts, thresh), kept(tail_counts, thresh)
         tokens = {**heads, **{joiner + t: c for t, c in tails.items()}}
         vocab = list(reserved_tokens) + chars
@@ -920,10 +923,12 @@ def _learn_like_tf_text(
             pool = stack.enter_context(
                 parallel.worker_pool(num_workers - 1, _set_learner_words, (filtered,))
             )
+        shares = num_workers if pool is not None else 1
+        own = filtered[::shares]  # this process's share of every pass
         while True:
             thresh = (upper + lower) // 2
             t0 = time.perf_counter()
-            vocab = learn_with_thresh(thresh, pool)
+            vocab = learn_with_thresh(thresh)
             if log:
                 log(
                     f"threshold {thresh}: {len(vocab)} tokens (target {vocab_size}) in "

@@ -458,6 +458,13 @@ def test_line_ranges_read_the_lines_read_utf8_lines_reads(tmp_path, data):
         assert [t for s, e in ranges for t in read_utf8_range(path, s, e)] == want, piece_bytes
 
 
+def test_line_ranges_refuse_a_piece_size_below_one_byte(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"a\nb\n")
+    with pytest.raises(ValueError, match="piece_bytes must be positive, found 0"):
+        list(utf8_line_ranges(path, 0))
+
+
 def test_a_line_range_with_bad_bytes_names_the_line_and_column(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_bytes(b"ok\nfine\n\xc3\xa9t\xc3\xa9x\xff!\nmore\n")
