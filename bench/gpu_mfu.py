@@ -305,10 +305,20 @@ def train_state(model, batch):
     return optimizer, state
 
 
+def applied_updates(optimizer, opt_vars):
+    """How many updates the optimizer state `opt_vars` has applied: the inner optimizer's
+    iteration count, which a LossScaleOptimizer leaves as it was on a step it skips (a
+    non-finite gradient), while its own step counter moves on."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    index = [id(v) for v in optimizer.variables].index(id(inner.iterations))
+    return int(opt_vars[index])
+
+
 def time_model(model, batch, steps, repeats, profile_dir, profile_steps):
     """Builds the state, compiles, then returns the best seconds per step over `repeats` windows
-    of `steps` steps, the last loss (a finite loss shows the step really trained), and with
-    `profile_dir` the summary of `profile_steps` more steps traced there (else None)."""
+    of `steps` steps, the last loss (a finite loss shows the step really trained), the timed
+    steps fp16's loss scaling skipped (None without loss scaling), and with `profile_dir` the
+    summary of `profile_steps` more steps traced there (else None)."""
     import jax
 
     optimizer, state = train_state(model, batch)
@@ -317,6 +327,7 @@ def time_model(model, batch, steps, repeats, profile_dir, profile_steps):
     for _ in range(3):  # compile + warm up
         state, loss = step(state, batch)
     loss.block_until_ready()
+    applied = applied_updates(optimizer, state[2])
     best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
@@ -324,6 +335,9 @@ def time_model(model, batch, steps, repeats, profile_dir, profile_steps):
             state, loss = step(state, batch)
         loss.block_until_ready()
         best = min(best, (time.perf_counter() - t) / steps)
+    skipped = None
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        skipped = repeats * steps - (applied_updates(optimizer, state[2]) - applied)
     profile = None
     if profile_dir:
         Path(profile_dir).mkdir(parents=True, exist_ok=True)
@@ -334,7 +348,7 @@ def time_model(model, batch, steps, repeats, profile_dir, profile_steps):
                 state, loss = step(state, batch)
             loss.block_until_ready()
         profile = summarize_perfetto_trace(str(profile_dir), profile_steps)
-    return best, float(loss), profile
+    return best, float(loss), skipped, profile
 
 
 def time_worker(peer, steps, repeats):
@@ -394,10 +408,13 @@ def run(
         for side, model in models.items():
             t0 = time.perf_counter()
             where = Path(profile_dir) / f"{name}_b{batch}_{side}" if profile_dir else None
-            seconds, loss, profile = time_model(model, data, steps, repeats, where, profile_steps)
+            seconds, loss, skipped, profile = time_model(
+                model, data, steps, repeats, where, profile_steps
+            )
+            skips = "" if skipped is None else f", {skipped} timed steps skipped"
             print(
                 f"{name} b{batch} s{seq} {side}: {seconds * 1e3:.2f} ms/step "
-                f"({time.perf_counter() - t0:.0f} s with compile)",
+                f"({time.perf_counter() - t0:.0f} s with compile{skips})",
                 flush=True,
             )
             row[side] = {
@@ -407,6 +424,8 @@ def run(
                 "mfu": flops / seconds / peak,
                 "final_loss": loss,
             }
+            if skipped is not None:  # named as the PyTorch side's
+                row[side]["overflow_steps"] = skipped
             if profile is not None:
                 row[side]["profile"] = profile
                 hlo = (where / "compiled_step.hlo.txt").read_text()

@@ -851,9 +851,10 @@ import numpy as np
 from bench import gpu_mfu
 
 out = {}
-result = gpu_mfu.run(gpu_mfu.TINY_SIZES[:1], "fp16", steps=1, repeats=1, peak_n=64)
+result = gpu_mfu.run(gpu_mfu.TINY_SIZES[:1], "fp16", steps=2, repeats=1, peak_n=64)
 out["peak_dtype"] = result["matmul_peak_dtype"]
-out["rows"] = [[r["policy"], r["cloze"]["final_loss"], r["keras_hub"]["final_loss"]]
+out["rows"] = [[r["policy"], r["cloze"]["final_loss"], r["keras_hub"]["final_loss"],
+                r["cloze"]["overflow_steps"], r["keras_hub"]["overflow_steps"]]
                for r in result["rows"]]
 gpu_mfu.set_precision("fp16")
 _, layers, hidden, heads, inner, batch, seq, predictions = gpu_mfu.TINY_SIZES[0]
@@ -872,13 +873,15 @@ def one_step(value):
     changed = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
                   for a, b in zip(new, trainable))
     m = np.concatenate([np.ravel(np.asarray(new_vars[k], np.float32)) for k in moments])
-    return float(new_vars[scale]), changed, m, float(loss)
+    applied = gpu_mfu.applied_updates(optimizer, new_vars) - gpu_mfu.applied_updates(optimizer, v)
+    return float(new_vars[scale]), changed, m, float(loss), applied
 
 overflow = one_step(2.0**100)
-out["overflow"] = [overflow[0], overflow[1], overflow[3]]
+out["overflow"] = [overflow[0], overflow[1], overflow[3], overflow[4]]
 low, high = one_step(1.0), one_step(1024.0)
 out["scales"] = [low[0], high[0]]
 out["changed"] = [low[1], high[1]]
+out["applied"] = [low[4], high[4]]
 big = np.abs(high[2]) > 1e-3 * np.abs(high[2]).max()
 out["moment_ratio"] = [float(np.median(low[2][big] / high[2][big])), float(big.sum())]
 print(json.dumps(out))
@@ -892,7 +895,7 @@ def test_gpu_mfu_fp16_trains_both_sides_with_dynamic_loss_scaling(tmp_path):
     # (the weights unchanged) and halves the scale; a finite step unscales the gradient, so
     # the first moments (0.1 x gradient) are the same at scale 1 and 1024. Left scaled, the
     # gradient would give moments 1024x larger at 1024; never scaled, it would not overflow at
-    # 2^100.
+    # 2^100. A skipped step applies no update (the count the bench reports as overflow_steps).
     env = {**os.environ, "KERAS_BACKEND": "jax"}
     done = subprocess.run(
         [sys.executable, "-c", _GPU_FP16], env=env, capture_output=True, text=True,
@@ -901,12 +904,14 @@ def test_gpu_mfu_fp16_trains_both_sides_with_dynamic_loss_scaling(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["peak_dtype"] == "float16" and out["optimizer"] == "LossScaleOptimizer"
-    ((policy, cloze_loss, hub_loss),) = out["rows"]
+    ((policy, cloze_loss, hub_loss, cloze_skipped, hub_skipped),) = out["rows"]
     assert policy == "mixed_float16" and np.isfinite(cloze_loss) and np.isfinite(hub_loss)
-    halved, changed, loss = out["overflow"]
-    assert halved == 2.0**99 and changed == 0.0 and np.isfinite(loss)
+    for skipped in (cloze_skipped, hub_skipped):  # of the 2 timed steps
+        assert isinstance(skipped, int) and 0 <= skipped <= 2
+    halved, changed, loss, applied = out["overflow"]
+    assert halved == 2.0**99 and changed == 0.0 and np.isfinite(loss) and applied == 0
     assert out["scales"] == [1.0, 1024.0]  # finite steps leave the scale (growth after 2000)
-    assert min(out["changed"]) > 0
+    assert min(out["changed"]) > 0 and out["applied"] == [1, 1]
     ratio, compared = out["moment_ratio"]
     assert compared > 100 and ratio == pytest.approx(1.0, abs=0.01)
 
