@@ -433,6 +433,7 @@ def run(
                     hlo, side, config, batch, seq, preds, peak,
                     result["memory_bytes_per_s"], seconds,
                 )  # fmt: skip
+            save(output_file, result, row)
         row["ratio_cloze_over_keras_hub"] = (
             row["cloze"]["tokens_per_second"] / row["keras_hub"]["tokens_per_second"]
         )
@@ -463,12 +464,22 @@ def run(
             row[f"ratio_cloze_over_{kind}"] = (
                 row["cloze"]["tokens_per_second"] / row[kind]["tokens_per_second"]
             )
+            save(output_file, result, row)
         print(json.dumps(row), flush=True)
         result["rows"].append(row)
-        if output_file:  # after every size, so a run cut short keeps what it measured
-            Path(output_file).write_text(json.dumps(result, indent=1) + "\n")
+        save(output_file, result)
         keras.backend.clear_session()
     return result
+
+
+def save(output_file, result, row=None):
+    """Writes `result` to `output_file` (if one is named), with `row`, the size being measured,
+    as its last row so far: run() saves after every side and every size, so a command cut by
+    its time limit keeps every side it timed (the fifty-first session's lease lost a row whose
+    keras-hub side outran the limit, with Cloze's side timed)."""
+    if output_file:
+        rows = result["rows"] + ([dict(row)] if row is not None else [])
+        Path(output_file).write_text(json.dumps({**result, "rows": rows}, indent=1) + "\n")
 
 
 def measured_rows(path) -> dict:
@@ -606,6 +617,10 @@ def selected_sizes(args) -> list:
     """The rows the parsed flags ask for: --tiny's or the default sizes, those --sizes names,
     one row per size at --batch where it is given."""
     sizes = TINY_SIZES if args.tiny else SIZES
+    known = list(dict.fromkeys(s[0] for s in sizes))
+    unknown = [n for n in (args.sizes or "").split(",") if n and n not in known]
+    if unknown:  # else a misspelt name times nothing
+        raise ValueError(f"--sizes: unknown {unknown}; expected names from {known}")
     sizes = [s for s in sizes if not args.sizes or s[0] in args.sizes.split(",")]
     if args.batch:  # one row per size at this batch
         sizes = list(dict.fromkeys((*s[:5], args.batch, *s[6:]) for s in sizes))
