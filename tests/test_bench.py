@@ -1124,6 +1124,7 @@ def test_the_gpu_lease_script_runs_gpu_mfu_commands_that_fit_the_device_tool(tmp
     assert done.returncode == 0, done.stderr
     install, *benchmarks = done.stdout.strip().splitlines()
     assert install.startswith("python3 -m pip install --no-deps --no-index ")
+    assert "--target /tmp/gpu_lease_site " in install  # a folder of their own, then on the path
     assert len(benchmarks) >= 3
     seconds, outputs = 0, set()
     for line in benchmarks:
