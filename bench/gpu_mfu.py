@@ -184,7 +184,7 @@ def jax_train_step(model, optimizer):
 
     index = None  # of the dynamic scale in the optimizer's state, where it has one
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        index = [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))
+        index = state_index(optimizer, optimizer.dynamic_scale)
 
     def compute_loss(trainable, non_trainable, batch, scale):
         outputs, non_trainable = model.stateless_call(
@@ -305,13 +305,18 @@ def train_state(model, batch):
     return optimizer, state
 
 
+def state_index(optimizer, variable) -> int:
+    """Where `variable` (one of the optimizer's) sits in its stateless state, the values of
+    optimizer.variables in order."""
+    return [id(v) for v in optimizer.variables].index(id(variable))
+
+
 def applied_updates(optimizer, opt_vars):
     """How many updates the optimizer state `opt_vars` has applied: the inner optimizer's
     iteration count, which a LossScaleOptimizer leaves as it was on a step it skips (a
     non-finite gradient), while its own step counter moves on."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)
-    index = [id(v) for v in optimizer.variables].index(id(inner.iterations))
-    return int(opt_vars[index])
+    return int(opt_vars[state_index(optimizer, inner.iterations)])
 
 
 def time_model(model, batch, steps, repeats, profile_dir, profile_steps):
@@ -327,7 +332,8 @@ def time_model(model, batch, steps, repeats, profile_dir, profile_steps):
     for _ in range(3):  # compile + warm up
         state, loss = step(state, batch)
     loss.block_until_ready()
-    applied = applied_updates(optimizer, state[2])
+    scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    applied = applied_updates(optimizer, state[2]) if scaling else None
     best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
@@ -336,7 +342,7 @@ def time_model(model, batch, steps, repeats, profile_dir, profile_steps):
         loss.block_until_ready()
         best = min(best, (time.perf_counter() - t) / steps)
     skipped = None
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+    if scaling:
         skipped = repeats * steps - (applied_updates(optimizer, state[2]) - applied)
     profile = None
     if profile_dir:
@@ -478,7 +484,7 @@ def save(output_file, result, row=None):
     its time limit keeps every side it timed (the fifty-first session's lease lost a row whose
     keras-hub side outran the limit, with Cloze's side timed)."""
     if output_file:
-        rows = result["rows"] + ([dict(row)] if row is not None else [])
+        rows = result["rows"] + ([row] if row is not None else [])
         Path(output_file).write_text(json.dumps({**result, "rows": rows}, indent=1) + "\n")
 
 
@@ -618,10 +624,11 @@ def selected_sizes(args) -> list:
     one row per size at --batch where it is given."""
     sizes = TINY_SIZES if args.tiny else SIZES
     known = list(dict.fromkeys(s[0] for s in sizes))
-    unknown = [n for n in (args.sizes or "").split(",") if n and n not in known]
+    names = [n for n in (args.sizes or "").split(",") if n]
+    unknown = [n for n in names if n not in known]
     if unknown:  # else a misspelt name times nothing
         raise ValueError(f"--sizes: unknown {unknown}; expected names from {known}")
-    sizes = [s for s in sizes if not args.sizes or s[0] in args.sizes.split(",")]
+    sizes = [s for s in sizes if not names or s[0] in names]
     if args.batch:  # one row per size at this batch
         sizes = list(dict.fromkeys((*s[:5], args.batch, *s[6:]) for s in sizes))
     return sizes

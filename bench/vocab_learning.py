@@ -116,7 +116,6 @@ def wordpiece_learners(corpus, vocab_size: int, repeats: int) -> dict:
         "vocab_size": vocab_size,
         "words": len(ranked),
         "tokens": len(ours),
-        "identical": True,
         "cloze_seconds": best["cloze_wordpiece"],
         "tf_text_seconds": best["tf_text_wordpiece"],
         "ratio": best["tf_text_wordpiece"] / best["cloze_wordpiece"],

@@ -862,7 +862,7 @@ model = gpu_mfu.build_models(layers, hidden, heads, inner, seq)["cloze"]
 data = gpu_mfu.make_batch(batch, seq, predictions)
 optimizer, (trainable, fixed, opt_vars) = gpu_mfu.train_state(model, data)
 out["optimizer"] = type(optimizer).__name__
-scale = [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))
+scale = gpu_mfu.state_index(optimizer, optimizer.dynamic_scale)
 moments = [k for k, v in enumerate(optimizer.variables) if "momentum" in v.path]
 step = gpu_mfu.jax_train_step(model, optimizer)
 
