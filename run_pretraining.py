@@ -120,6 +120,16 @@ flags.DEFINE_bool(
     "default records' 10% padding made BERT-base's step 1.03-1.07x faster and L4/H256's not "
     "(bench/HISTORY.md); fine-tuning gains more. Not with --use_xla or TPUs (static shapes).",
 )
+flags.DEFINE_bool(
+    "xla_weight_gradients",
+    False,
+    "Take every dense layer's kernel gradient (x^T dy over the batch's tokens) as an XLA-compiled "
+    "dot; the rest of the step stays TensorFlow's. For CPUs where TensorFlow's oneDNN kernels "
+    "are on (its default on AVX-512 VNNI / BF16 CPUs; TF_ENABLE_ONEDNN_OPTS=1 elsewhere), whose "
+    "matmul runs these products slowly at small widths: on 2 AVX2 cores with oneDNN on the "
+    "L4/H256 step was 1.08-1.12x faster, BERT-base's 1.03x (bench/HISTORY.md); unmeasured on "
+    "AVX-512 and accelerators. --precision=fp32 only; nothing changes under --use_xla.",
+)
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 flags.DEFINE_enum(
     "on_nonfinite",
@@ -557,6 +567,14 @@ def build_model(strategy, make_model):
                 bert.set_remove_padding(model, True, xla)
             except ValueError as e:
                 raise app.UsageError(f"--remove_padding: {e}") from None
+        if FLAGS.xla_weight_gradients:
+            from modeling import layers
+
+            try:
+                names = layers.set_xla_weight_gradients(model)
+            except ValueError as e:
+                raise app.UsageError(f"--xla_weight_gradients: {e}") from None
+            logging.info("--xla_weight_gradients: %d dense layers' kernel gradients", len(names))
         optimizer = optimization.create_optimizer(
             FLAGS.learning_rate,
             FLAGS.num_train_steps,

@@ -385,16 +385,18 @@ def build_trainers(
     seed: int = 12345,
     parallel_micro_batches: int = 1,
     encoder_branches: int = 1,
+    xla_weight_gradients: bool = False,
 ) -> dict:
     """{"cloze": Trainer, "keras_hub": Trainer} of `config`, built seeded under `precision`,
-    both with the same Trainer settings (use_xla, parallel_micro_batches). `encoder_branches`:
-    Cloze's encoder runs its layers in that many row slices (bert.run_layer_stack), an option of
-    Cloze's model that keras-hub's backbone has no counterpart of; with more than 1 a third
-    trainer, "cloze_plain", is Cloze without it (same weights), so one run measures the option's
-    own gain with the host's load alike for all three."""
+    both with the same Trainer settings (use_xla, parallel_micro_batches). Cloze's options,
+    which keras-hub's backbone has no counterpart of: `encoder_branches`, its encoder's layers
+    in that many row slices (bert.run_layer_stack), and `xla_weight_gradients`, its dense
+    layers' kernel gradients as XLA dots (layers.set_xla_weight_gradients). With either, a
+    third trainer, "cloze_plain", is Cloze without them (same weights), so one run measures the
+    options' own gain with the host's load alike for all three."""
     import keras
 
-    from modeling import bert
+    from modeling import bert, layers
     from training import distribute, optimization
 
     # run_pretraining's default --distribution_strategy=one_device (first GPU, else the CPU).
@@ -404,13 +406,15 @@ def build_trainers(
         cloze = bert.BertPretrainer(config, "nsp")
         cloze.build()
         bert.set_encoder_branches(cloze, encoder_branches)
+        if xla_weight_gradients:
+            layers.set_xla_weight_gradients(cloze)
         keras.utils.set_random_seed(seed)
         hub = KerasHubPretrainer(config)
         trainers = {
             "cloze": _trainer(strategy, cloze, precision, use_xla, parallel_micro_batches),
             "keras_hub": _trainer(strategy, hub, precision, use_xla, parallel_micro_batches),
         }
-        if encoder_branches > 1:
+        if encoder_branches > 1 or xla_weight_gradients:
             keras.utils.set_random_seed(seed)
             plain = bert.BertPretrainer(config, "nsp")
             plain.build()
@@ -531,6 +535,7 @@ def run(
     parallel_micro_batches: int = 1,
     encoder_branches: int = 1,
     precision_peak: dict | None = None,
+    xla_weight_gradients: bool = False,
     extra_peers=(),
     peer_python: str | None = None,
 ) -> dict:
@@ -542,8 +547,8 @@ def run(
     (module docstring); unused in fp32. `round_peak`: keyword arguments of the
     matmul_peak_flops measured before every round (ROUND_PEAK when None; see the module
     docstring). `parallel_micro_batches`: the Trainer option, on both sides alike.
-    `encoder_branches`: Cloze's encoder option (build_trainers), on Cloze's side only.
-    `extra_peers`: names of WORKER_PEERS (hf_torch, model_garden) also timed in the same
+    `encoder_branches`, `xla_weight_gradients`: Cloze's options (build_trainers), on Cloze's
+    side only. `extra_peers`: names of WORKER_PEERS (hf_torch, model_garden) also timed in the same
     alternating rounds (WorkerPeer; under `peer_python` when given).
     """
     from bench import flops
@@ -573,6 +578,7 @@ def run(
             use_xla,
             parallel_micro_batches=parallel_micro_batches,
             encoder_branches=encoder_branches,
+            xla_weight_gradients=xla_weight_gradients,
         )
         data = synthetic_batch(batch, seq, predictions, vocab_size)
         try:
@@ -642,12 +648,12 @@ def run(
             row[f"ratio_{kind}_rounds"] = [
                 h / c for c, h in zip(row["cloze"]["step_s_rounds"], row[kind]["step_s_rounds"])
             ]
-        if "cloze_plain" in row:  # the encoder branches' own gain, round by round
-            row["branches_gain_rounds"] = [
+        if "cloze_plain" in row:  # Cloze's options' own gain, round by round
+            row["options_gain_rounds"] = [
                 p / c
                 for c, p in zip(row["cloze"]["step_s_rounds"], row["cloze_plain"]["step_s_rounds"])
             ]
-            row["branches_gain"] = float(np.median(row["branches_gain_rounds"]))
+            row["options_gain"] = float(np.median(row["options_gain_rounds"]))
         results.append(row)
         del trainers
     return {
@@ -658,6 +664,7 @@ def run(
         "use_xla": use_xla,
         "parallel_micro_batches": parallel_micro_batches,
         "encoder_branches": encoder_branches,
+        "xla_weight_gradients": xla_weight_gradients,
         "rounds": rounds,
         "peak": peak,
         "precision_peak": precision_peak,

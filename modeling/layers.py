@@ -232,6 +232,9 @@ class Dense(keras.layers.Layer):
         self.use_bias = use_bias
         self._act = dense_activation(activation) if activation else None
         self._fused_act = fused_activation(activation) if activation else None
+        # An execution setting, like jit_compile: not config, not checkpointed
+        # (set_xla_weight_gradients sets it).
+        self.xla_weight_gradient = False
 
     def build(self, input_shape):
         self.kernel = self.add_weight(
@@ -272,7 +275,10 @@ class Dense(keras.layers.Layer):
 
         kernel = ops.cast(self.kernel, x.dtype)  # autocast under a mixed policy
         flat = tf.reshape(x, (-1, kernel.shape[0]))
-        y = tf.linalg.matmul(flat, kernel)
+        if self.xla_weight_gradient and not in_xla_context():  # XLA compiles it all there
+            y = matmul_xla_weight_gradient(flat, tf.convert_to_tensor(kernel))
+        else:
+            y = tf.linalg.matmul(flat, kernel)
         if self.bias is not None:
             y = tf.nn.bias_add(y, ops.cast(self.bias, y.dtype))
         return tf.reshape(y, tf.concat([tf.shape(x)[:-1], [self.units]], axis=0))
@@ -288,6 +294,65 @@ class Dense(keras.layers.Layer):
             "initializer_range": self.initializer_range,
             "use_bias": self.use_bias,
         }
+
+
+_XLA_WEIGHT_GRADIENT = {}
+
+
+def matmul_xla_weight_gradient(flat, kernel):
+    """`flat @ kernel`, float (R, I) x (I, O) -> (R, O), whose kernel gradient `flat^T @ dy` is
+    an XLA-compiled dot (TensorFlow); the product and the rows' gradient `dy @ kernel^T` stay
+    TensorFlow's MatMul. The same values up to float rounding (tested).
+
+    Why by hand: TensorFlow's oneDNN MatMul (on by default on AVX-512 VNNI / BF16 CPUs) runs
+    the weight gradients, contractions over the R = B*S rows, slowly at the small model's shapes,
+    and Grappler folds an explicit transpose back into that same kernel (tenth session); XLA's
+    CPU dot is another kernel. Measured on 2 AVX2 cores with TF_ENABLE_ONEDNN_OPTS=1 (52nd
+    session, bench/HISTORY.md): R = 1024, (I, O) = (1024, 256) 68 -> 95 GFLOP/s, (256, 1024)
+    74 -> 113, (256, 768) 111 -> 121; without oneDNN, TensorFlow's own kernel is as fast as
+    XLA's (91 / 86, 126 / 119). set_xla_weight_gradients turns it on.
+    """
+    import tensorflow as tf
+
+    if "fn" not in _XLA_WEIGHT_GRADIENT:
+        (weight_gradient,) = xla_kernels(lambda a, dy: tf.linalg.matmul(a, dy, transpose_a=True))
+
+        @tf.custom_gradient
+        def product(rows, weights):
+            def grad(dy):
+                return tf.linalg.matmul(dy, weights, transpose_b=True), weight_gradient(rows, dy)
+
+            return tf.linalg.matmul(rows, weights), grad
+
+        _XLA_WEIGHT_GRADIENT["fn"] = product
+    return _XLA_WEIGHT_GRADIENT["fn"](flat, kernel)
+
+
+def set_xla_weight_gradients(model, on: bool = True) -> list:
+    """Sets every Dense inside `model` to take its kernel gradient as an XLA-compiled dot
+    (matmul_xla_weight_gradient; off: TensorFlow's MatMul) and returns the names of the layers
+    set. An execution setting: not part of the config or the checkpoint. Under XLA (--use_xla,
+    TPUs) the whole step is compiled and this changes nothing. Raises ValueError on another
+    backend, where `model` holds no Dense, or where one computes in other than float32 (XLA's
+    CPU dots in bfloat16 / float16 are unmeasured here)."""
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "XLA weight gradients: needs Keras' TensorFlow backend, found "
+            f"{keras.backend.backend()!r}"
+        )
+    found = [m for m in model._flatten_layers() if isinstance(m, Dense)]
+    if not found:
+        raise ValueError(f"XLA weight gradients: {type(model).__name__} holds no Dense layer")
+    if on:
+        other = sorted({m.compute_dtype for m in found} - {"float32"})
+        if other:
+            raise ValueError(
+                f"XLA weight gradients: {type(model).__name__} computes in {', '.join(other)}; "
+                "expected float32 (--precision=fp32)"
+            )
+    for m in found:
+        m.xla_weight_gradient = on
+    return [m.name for m in found]
 
 
 def _dropout_rng_alg():

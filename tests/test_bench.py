@@ -178,6 +178,7 @@ def test_run_all_quick_writes_every_figure(tmp_path):
             f"--output_dir={out}",
             "--parallel_micro_batches=3",  # the quick batch of 3 as 3 parts, both sides
             "--encoder_branches=2",  # Cloze's encoder (pretrain and inference) in 2 branches
+            "--xla_weight_gradients",  # Cloze's dense layers' kernel gradients (pretrain)
             # Relative to the working folder, as a user types it: create_data's sides run in
             # their own folder and must still find the corpus and vocabulary.
             f"--default_run_dir={os.path.relpath(default_run, REPO)}",
@@ -195,16 +196,17 @@ def test_run_all_quick_writes_every_figure(tmp_path):
     p = r["pretrain"]
     assert p["peak"]["flops_per_s"] > 0
     assert p["parallel_micro_batches"] == 3 and "3 parallel micro-batches" in result.stdout
-    assert p["encoder_branches"] == 2 and "Cloze in 2 encoder branches" in result.stdout
-    for row in p["sizes"]:  # Cloze without the branches, timed in the same rounds
+    assert p["encoder_branches"] == 2 and p["xla_weight_gradients"] is True
+    assert "Cloze in 2 encoder branches and with XLA weight gradients tokens/s" in result.stdout
+    for row in p["sizes"]:  # Cloze without its options, timed in the same rounds
         gains = [
             plain / branched
             for branched, plain in zip(
                 row["cloze"]["step_s_rounds"], row["cloze_plain"]["step_s_rounds"]
             )
         ]
-        assert row["branches_gain_rounds"] == pytest.approx(gains) and len(gains) == p["rounds"]
-        assert row["branches_gain"] == pytest.approx(float(np.median(gains)))
+        assert row["options_gain_rounds"] == pytest.approx(gains) and len(gains) == p["rounds"]
+        assert row["options_gain"] == pytest.approx(float(np.median(gains)))
 
     # Each gain row (a median of the rounds' ratios) prints the rounds it came from.
     def gain_rows_end_with_their_rounds(row_text, gains):
@@ -214,8 +216,8 @@ def test_run_all_quick_writes_every_figure(tmp_path):
             assert line.endswith("(rounds " + ", ".join(f"{x:.2f}" for x in rounds) + ") |")
 
     gain_rows_end_with_their_rounds(
-        "Cloze with its encoder branches against without",
-        [row["branches_gain_rounds"] for row in p["sizes"]],
+        "Cloze in 2 encoder branches and with XLA weight gradients against without",
+        [row["options_gain_rounds"] for row in p["sizes"]],
     )
     for row in p["sizes"]:
         for side in ("cloze", "keras_hub"):
@@ -645,6 +647,28 @@ def test_encoder_branches_apply_to_clozes_side_only():
     hub = trainers["keras_hub"].task.model.model  # the Keras model inside the wrapper
     assert not any(hasattr(x, "parallel_branches") for x in hub._flatten_layers())
     assert {name: t.parallel for name, t in trainers.items()} == dict.fromkeys(trainers, 1)
+
+
+def test_xla_weight_gradients_apply_to_clozes_side_only():
+    # Cloze's dense layers alone; Cloze without the option beside it, same weights.
+    from modeling import layers
+
+    config = pretrain_throughput.parse_size("L1/H12/A3/I17", vocab_size=53, max_seq_length=7)
+    trainers = pretrain_throughput.build_trainers(config, "fp32", False, xla_weight_gradients=True)
+
+    def settings(name):
+        model = trainers[name].task.model
+        dense = [d for d in model._flatten_layers() if isinstance(d, layers.Dense)]
+        return {d.xla_weight_gradient for d in dense}
+
+    assert settings("cloze") == {True} and settings("cloze_plain") == {False}
+    assert trainers["cloze"].task.model.encoder.parallel_branches == 1
+    for a, b in zip(
+        trainers["cloze"].task.model.get_weights(), trainers["cloze_plain"].task.model.get_weights()
+    ):
+        np.testing.assert_array_equal(a, b)
+    hub = trainers["keras_hub"].task.model.model
+    assert not any(isinstance(x, layers.Dense) for x in hub._flatten_layers())
 
 
 def test_time_trainers_without_a_peak_logs_each_round():

@@ -501,6 +501,20 @@ def test_speed_flags_train_and_log(setup, tmp_path):
         [*common(d, config, tmp_path / "y", 2), "--do_train", "--parallel_micro_batches=4"], False
     )
     assert bad.returncode != 0 and "does not split into --parallel_micro_batches=4" in bad.stderr
+    # Every dense layer's kernel gradient as an XLA dot (11 layers at 2 encoder layers); fp32 only.
+    out = tmp_path / "xla_wg"
+    job = run([*common(d, config, out, 2), "--do_train", "--xla_weight_gradients"])
+    assert "--xla_weight_gradients: 11 dense layers' kernel gradients" in job.stderr
+    log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2] and all(r["loss"] > 0 for r in log)
+    bad = run(
+        [*common(d, config, tmp_path / "v", 2), "--do_train", "--precision=bf16"]
+        + ["--xla_weight_gradients"],
+        False,
+    )
+    assert bad.returncode != 0 and "--xla_weight_gradients: XLA weight gradients: " in bad.stderr
+    assert "computes in bfloat16; expected float32 (--precision=fp32)" in bad.stderr
+    assert not list((tmp_path / "v").glob("ckpt-*"))
     bad = run([*common(d, config, tmp_path / "z", 2), "--do_train", "--encoder_branches=0"], False)
     assert bad.returncode != 0 and "--encoder_branches=0: encoder branches: expected" in bad.stderr
     bad = run(
