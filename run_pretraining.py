@@ -127,8 +127,9 @@ flags.DEFINE_bool(
     "dot; the rest of the step stays TensorFlow's. For CPUs where TensorFlow's oneDNN kernels "
     "are on (its default on AVX-512 VNNI / BF16 CPUs; TF_ENABLE_ONEDNN_OPTS=1 elsewhere), whose "
     "matmul runs these products slowly at small widths: on 2 AVX2 cores with oneDNN on the "
-    "L4/H256 step was 1.08-1.12x faster, BERT-base's 1.03x (bench/HISTORY.md); unmeasured on "
-    "AVX-512 and accelerators. --precision=fp32 only; nothing changes under --use_xla.",
+    "L4/H256 step was 1.22x faster, BERT-base's 0.95-1.07x; with oneDNN off it was slower "
+    "(0.9x; bench/HISTORY.md); unmeasured on AVX-512 and accelerators. --precision=fp32 only; "
+    "nothing changes under --use_xla.",
 )
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 flags.DEFINE_enum(
@@ -575,6 +576,12 @@ def build_model(strategy, make_model):
             except ValueError as e:
                 raise app.UsageError(f"--xla_weight_gradients: {e}") from None
             logging.info("--xla_weight_gradients: %d dense layers' kernel gradients", len(names))
+            if not layers.onednn_enabled():
+                logging.warning(
+                    "--xla_weight_gradients with TensorFlow's oneDNN kernels off: it is for "
+                    "oneDNN's MatMul (TF_ENABLE_ONEDNN_OPTS=1); without it the small step was "
+                    "0.9x as fast on 2 AVX2 cores (bench/HISTORY.md)"
+                )
         optimizer = optimization.create_optimizer(
             FLAGS.learning_rate,
             FLAGS.num_train_steps,

@@ -676,7 +676,8 @@ def run(
 
 
 def onednn_enabled() -> bool:
-    """Whether this TensorFlow process runs its oneDNN CPU kernels (see the module docstring)."""
-    from tensorflow.python.util import _pywrap_util_port
+    """Whether this TensorFlow process runs its oneDNN CPU kernels (see the module docstring and
+    modeling/layers.onednn_enabled)."""
+    from modeling import layers
 
-    return bool(_pywrap_util_port.IsMklEnabled())
+    return layers.onednn_enabled()

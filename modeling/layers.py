@@ -310,7 +310,8 @@ def matmul_xla_weight_gradient(flat, kernel):
     CPU dot is another kernel. Measured on 2 AVX2 cores with TF_ENABLE_ONEDNN_OPTS=1 (52nd
     session, bench/HISTORY.md): R = 1024, (I, O) = (1024, 256) 68 -> 95 GFLOP/s, (256, 1024)
     74 -> 113, (256, 768) 111 -> 121; without oneDNN, TensorFlow's own kernel is as fast as
-    XLA's (91 / 86, 126 / 119). set_xla_weight_gradients turns it on.
+    XLA's (91 / 86, 126 / 119), and in the L4/H256 step this form was slower (0.9x).
+    set_xla_weight_gradients turns it on.
     """
     import tensorflow as tf
 
@@ -326,6 +327,15 @@ def matmul_xla_weight_gradient(flat, kernel):
 
         _XLA_WEIGHT_GRADIENT["fn"] = product
     return _XLA_WEIGHT_GRADIENT["fn"](flat, kernel)
+
+
+def onednn_enabled() -> bool:
+    """Whether this TensorFlow process runs its oneDNN CPU kernels: TensorFlow's default on CPUs
+    with AVX-512 VNNI / BF16 or AMX, elsewhere only with TF_ENABLE_ONEDNN_OPTS=1 set before it
+    loads (TF_ENABLE_ONEDNN_OPTS=0 turns them off)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def set_xla_weight_gradients(model, on: bool = True) -> list:

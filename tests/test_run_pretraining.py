@@ -9,7 +9,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from modeling import flops
+from modeling import flops, layers
 from tests import helpers
 from tests.conftest import ROOT
 from training import distribute
@@ -505,6 +505,9 @@ def test_speed_flags_train_and_log(setup, tmp_path):
     out = tmp_path / "xla_wg"
     job = run([*common(d, config, out, 2), "--do_train", "--xla_weight_gradients"])
     assert "--xla_weight_gradients: 11 dense layers' kernel gradients" in job.stderr
+    # A warning where TensorFlow's oneDNN kernels are off (the option is for them).
+    warned = "--xla_weight_gradients with TensorFlow's oneDNN kernels off" in job.stderr
+    assert warned == (not layers.onednn_enabled())
     log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log] == [1, 2] and all(r["loss"] > 0 for r in log)
     bad = run(
