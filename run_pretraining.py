@@ -127,7 +127,7 @@ flags.DEFINE_bool(
     "dot; the rest of the step stays TensorFlow's. For CPUs where TensorFlow's oneDNN kernels "
     "are on (its default on AVX-512 VNNI / BF16 CPUs; TF_ENABLE_ONEDNN_OPTS=1 elsewhere), whose "
     "matmul runs these products slowly at small widths: on 2 AVX2 cores with oneDNN on the "
-    "L4/H256 step was 1.22x faster, BERT-base's 0.95-1.07x; with oneDNN off it was slower "
+    "L4/H256 step was 1.13-1.22x faster, BERT-base's 0.97-1.08x; with oneDNN off it was slower "
     "(0.9x; bench/HISTORY.md); unmeasured on AVX-512 and accelerators. --precision=fp32 only; "
     "nothing changes under --use_xla.",
 )
