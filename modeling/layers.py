@@ -342,7 +342,10 @@ def set_xla_weight_gradients(model, on: bool = True) -> list:
     """Sets every Dense inside `model` to take its kernel gradient as an XLA-compiled dot
     (matmul_xla_weight_gradient; off: TensorFlow's MatMul) and returns the names of the layers
     set. An execution setting: not part of the config or the checkpoint. Under XLA (--use_xla,
-    TPUs) the whole step is compiled and this changes nothing. Raises ValueError on another
+    TPUs) the whole step is compiled and this changes nothing. Products taken from a Dense's
+    kernel outside its call keep TensorFlow's gradient: the last encoder layer's query and
+    key / value projections at the output positions (SelfAttention splits the fused Q/K/V
+    kernel there), about 1% of the small step's FLOPs. Raises ValueError on another
     backend, where `model` holds no Dense, or where one computes in other than float32 (XLA's
     CPU dots in bfloat16 / float16 are unmeasured here)."""
     if keras.backend.backend() != "tensorflow":

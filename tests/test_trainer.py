@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from data_prep import features
-from modeling import bert, flops
+from modeling import bert, flops, layers
 from tests import helpers
 from training import optimization, tasks, trainer
 
@@ -43,6 +43,7 @@ def build(
     parallel=1,
     branches=1,
     remove_padding=False,
+    xla_weight_gradients=False,
 ):
     keras.utils.set_random_seed(seed)
     with strategy.scope(), optimization.dtype_policy(precision):
@@ -50,6 +51,8 @@ def build(
         model.build()
         bert.set_encoder_branches(model, branches)
         bert.set_remove_padding(model, remove_padding)
+        if xla_weight_gradients:
+            layers.set_xla_weight_gradients(model)
         opt = optimization.create_optimizer(learning_rate, steps, 2, optimizer=optimizer)
         opt = optimization.with_loss_scaling(opt, precision, initial_scale)
         opt.build(model.trainable_variables)
@@ -789,6 +792,32 @@ def test_encoder_branches_train_as_one_pass(data_file, reference, where, monkeyp
     else:
         assert set(count) == {2, 1} and count[2] == count[1], count
         assert count[2] % (2 * layers_n) == 0, count
+
+
+@pytest.mark.parametrize("where", ["one_device", "mirrored", "xla", "accumulation"])
+def test_xla_weight_gradients_train_as_the_plain_step(data_file, reference, where, monkeypatch):
+    # Every Dense's kernel gradient as an XLA-compiled dot (--xla_weight_gradients): the same
+    # rows and weights as the plain step (1e-4, as the other speed options: Adam turns float32
+    # rounding of two matmul kernels into small weight differences), on one device, Mirrored
+    # over two CPUs, inside 3 micro-batches of 2, and under XLA, where the whole step is
+    # compiled and the Dense layers take the plain path (no custom gradient traced).
+    whole = reference(where)
+    calls = []
+    product = layers.matmul_xla_weight_gradient
+
+    def counted(flat, kernel):
+        calls.append(flat.shape)
+        return product(flat, kernel)
+
+    monkeypatch.setattr(layers, "matmul_xla_weight_gradient", counted)
+    fit = build(strategy_for(where), helpers.tiny_config(), xla_weight_gradients=True,
+                **where_args(where))  # fmt: skip
+    assert_train_alike(train(fit, data_file), whole, rows_rtol=1e-4)
+    if where == "xla":
+        assert not calls
+    else:  # traced for every Dense the step calls: 4 a layer, the heads' 3, less the last
+        # layer's Q/K/V, whose kernel is split to project queries at the output positions alone
+        assert calls and len(calls) % (4 * helpers.tiny_config().num_hidden_layers + 2) == 0
 
 
 @pytest.mark.parametrize("where", ["one_device", "mirrored", "accumulation", "branches"])
