@@ -105,6 +105,14 @@ flags.DEFINE_integer(
     "1.05x faster and the encoder's inference 1.06-1.16x; BERT-base's not (README).",
 )
 flags.DEFINE_bool(
+    "xla_weight_gradients",
+    False,
+    "Take every dense layer's kernel gradient as an XLA-compiled dot, as run_pretraining's flag: "
+    "for CPUs with TensorFlow's oneDNN kernels on; a first probe there (full batches of 32 x 128, "
+    "2 AVX2 cores, TF_ENABLE_ONEDNN_OPTS=1) made an L4/H256 classifier's step 1.11x faster and "
+    "BERT-base's 1.01x (bench/HISTORY.md). --precision=fp32 only.",
+)
+flags.DEFINE_bool(
     "remove_padding",
     False,
     "Run the encoder's layers (BERT, RoBERTa, ALBERT, ELECTRA) on each batch's real tokens "
@@ -300,7 +308,7 @@ def main(argv):
     import tensorflow as tf
 
     from data_prep import features
-    from modeling import albert, bert, elmo, finetuning, tagging, xlnet
+    from modeling import albert, bert, elmo, finetuning, layers, tagging, xlnet
     from training import distribute, finetune_tasks, optimization, trainer
 
     if is_xlnet:
@@ -359,6 +367,11 @@ def main(argv):
                 bert.set_remove_padding(model, True)  # a TPUStrategy's scope refuses it
             except ValueError as e:
                 raise app.UsageError(f"--remove_padding: {e}") from None
+        if FLAGS.xla_weight_gradients:
+            try:  # logs the layers' count, and warns where oneDNN is off
+                layers.set_xla_weight_gradients(model)
+            except ValueError as e:
+                raise app.UsageError(f"--xla_weight_gradients: {e}") from None
         optimizer = finetune_tasks.create_finetuning_optimizer(
             FLAGS.learning_rate,
             max(num_train_steps, 1),

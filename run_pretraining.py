@@ -571,17 +571,10 @@ def build_model(strategy, make_model):
         if FLAGS.xla_weight_gradients:
             from modeling import layers
 
-            try:
-                names = layers.set_xla_weight_gradients(model)
+            try:  # logs the layers' count, and warns where oneDNN is off
+                layers.set_xla_weight_gradients(model)
             except ValueError as e:
                 raise app.UsageError(f"--xla_weight_gradients: {e}") from None
-            logging.info("--xla_weight_gradients: %d dense layers' kernel gradients", len(names))
-            if not layers.onednn_enabled():
-                logging.warning(
-                    "--xla_weight_gradients with TensorFlow's oneDNN kernels off: it is for "
-                    "oneDNN's MatMul (TF_ENABLE_ONEDNN_OPTS=1); without it the small step was "
-                    "0.9x as fast on 2 AVX2 cores (bench/HISTORY.md)"
-                )
         optimizer = optimization.create_optimizer(
             FLAGS.learning_rate,
             FLAGS.num_train_steps,

@@ -219,13 +219,15 @@ def test_user_tsv_task_trains_evaluates_and_predicts_under_mirrored(
     bad = helpers.run_main("run_classifier.py", [*args, "--do_eval", "--encoder_branches=0"])
     assert bad.returncode == 1 and "--encoder_branches=0: encoder branches: expected" in bad.stderr
     # The encoder's layers in 2 row slices of each replica's batch of 2 (run_layer_stack), each
-    # on its real tokens alone.
+    # on its real tokens alone, every dense layer's kernel gradient an XLA dot.
     run = helpers.run_main(
         "run_classifier.py",
         [*args, "--train_batch_size=4", "--do_train", "--do_eval", "--do_predict"]
-        + ["--encoder_branches=2", "--remove_padding"],
+        + ["--encoder_branches=2", "--remove_padding", "--xla_weight_gradients"],
     )
     assert run.returncode == 0, run.stderr[-4000:]
+    # 4 a layer at 2 layers, the pooler and the classifier
+    assert "--xla_weight_gradients: 10 dense layers' kernel gradients" in run.stderr
     assert "--remove_padding: encoder run on each batch's real tokens" in run.stderr
     assert "the logged FLOP/s count the products they run" in run.stderr
     assert built and built[-1].num_replicas_in_sync == 2
