@@ -330,6 +330,7 @@ def run(
     if not len(steps) == len(epoch_batches) == len(sizes):
         raise ValueError(f"{len(steps)} / {len(epoch_batches)} step counts for {len(sizes)} sizes")
     from data_prep import tokenization
+    from modeling import layers
 
     extra_peers = pretrain_throughput.checked_peers(extra_peers)
     tokenizer = tokenization.FullTokenizer(str(vocab), True)  # read once for both workloads
@@ -389,7 +390,7 @@ def run(
         "rounds": rounds,
         "vocab_size": vocab_size,
         "workloads": data,
-        "onednn": pretrain_throughput.onednn_enabled(),
+        "onednn": layers.onednn_enabled(),
         "sizes": results,
     }
 

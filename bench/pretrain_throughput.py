@@ -552,6 +552,7 @@ def run(
     alternating rounds (WorkerPeer; under `peer_python` when given).
     """
     from bench import flops
+    from modeling import layers
 
     steps = [steps] * len(sizes) if isinstance(steps, int) else list(steps)
     if len(steps) != len(sizes):
@@ -669,15 +670,7 @@ def run(
         "peak": peak,
         "precision_peak": precision_peak,
         "round_peak": round_peak,
-        "onednn": onednn_enabled(),
+        "onednn": layers.onednn_enabled(),
         "sizes": results,
         "extra_peers": peer_info,
     }
-
-
-def onednn_enabled() -> bool:
-    """Whether this TensorFlow process runs its oneDNN CPU kernels (see the module docstring and
-    modeling/layers.onednn_enabled)."""
-    from modeling import layers
-
-    return layers.onednn_enabled()

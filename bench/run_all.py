@@ -480,7 +480,7 @@ def table(results: dict) -> str:
                     if p.get("parallel_micro_batches", 1) > 1
                     else ""
                 )
-                + (f", Cloze {cloze_options(p)}" if cloze_options(p) else "")
+                + (f", Cloze {options}" if (options := cloze_options(p)) else "")
                 + " tokens/s "
                 f"(MFU) | {c['tokens_per_s']:,.0f} ({mfu['c']}) | keras-hub "
                 f"{k['tokens_per_s']:,.0f} ({mfu['k']}) | {r['ratio']:.2f} |"
@@ -502,7 +502,7 @@ def table(results: dict) -> str:
                 )
             if "options_gain" in r:
                 rows.append(
-                    f"| the same, Cloze {cloze_options(p)} against without, tokens/s "
+                    f"| the same, Cloze {options} against without, tokens/s "
                     f"(median of the rounds' ratios) | {c['tokens_per_s']:,.0f} | Cloze without "
                     f"{r['cloze_plain']['tokens_per_s']:,.0f} | {r['options_gain']:.2f} (rounds "
                     f"{rounds(r['options_gain_rounds'])}) |"

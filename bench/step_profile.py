@@ -187,13 +187,14 @@ def run(
     import tensorflow as tf
 
     from bench import pretrain_throughput
+    from modeling import layers
 
     config = pretrain_throughput.parse_size(size, max_seq_length=seq)
     trainers = pretrain_throughput.build_trainers(config, precision, use_xla)
     data = pretrain_throughput.synthetic_batch(batch, seq, predictions, config.vocab_size)
     out = {"size": size, "batch": batch, "seq": seq, "predictions": predictions, "steps": steps}
     out["precision"] = precision
-    out["onednn"] = pretrain_throughput.onednn_enabled()
+    out["onednn"] = layers.onednn_enabled()
     for name, fit in trainers.items():
         iterator = iter(tf.data.Dataset.from_tensors(data).repeat())
         fit.train_steps(iterator, 1)  # trace and compile outside the profile

@@ -1175,11 +1175,20 @@ def test_dense_as_matmul_and_bias_add_equals_the_float64_formula(shape, xla_weig
     assert len(xla_calls(graph)) == int(xla_weight_gradient)
 
 
-def test_xla_weight_gradients_leave_the_pretraining_loss_and_gradients():
+def test_xla_weight_gradients_leave_the_pretraining_loss_and_gradients(monkeypatch):
     # The pretraining task's loss and every variable's gradient with every Dense's kernel
     # gradient as an XLA dot, against the plain path: loss 1e-6 relative, gradients 1e-5 of
     # their largest entry (float32 rounding of two matmul kernels; a transposed or dropped
-    # product is off by O(1) of it). Then off again: the plain path's values, bit for bit.
+    # product is off by O(1) of it). The product really ran for each Dense the step calls
+    # (counted). Then off again: the plain path's values, bit for bit, and no such call.
+    calls = []
+    product = layers.matmul_xla_weight_gradient
+
+    def counted(flat, kernel):
+        calls.append(flat.shape)
+        return product(flat, kernel)
+
+    monkeypatch.setattr(layers, "matmul_xla_weight_gradient", counted)
     config = tiny_config()
     keras.utils.set_random_seed(7)
     model = bert.BertPretrainer(config)
@@ -1191,15 +1200,19 @@ def test_xla_weight_gradients_leave_the_pretraining_loss_and_gradients():
     # Per encoder layer Q/K/V, attention output, intermediate, output; the pooler, NSP head and
     # the MLM head's transform.
     assert len(names) == 4 * config.num_hidden_layers + 3
+    assert not calls
     xla_loss, xla_grads = loss_and_grads(model, batch)
+    # Every Dense but the last layer's Q/K/V, split to project queries at the masked positions.
+    assert len(calls) == 4 * config.num_hidden_layers + 2
     assert xla_loss == pytest.approx(loss, rel=1e-6) and set(xla_grads) == set(grads)
     for path, want in grads.items():
         scale = max(np.abs(want).max(), 1e-3)
         np.testing.assert_allclose(xla_grads[path], want, atol=1e-5 * scale, err_msg=path)
-    assert [m for m in model._flatten_layers() if getattr(m, "xla_weight_gradient", False)]
     layers.set_xla_weight_gradients(model, False)
+    called = len(calls)
     again, again_grads = loss_and_grads(model, batch)
     assert again == loss and all((again_grads[p] == g).all() for p, g in grads.items())
+    assert len(calls) == called
 
 
 def test_xla_weight_gradients_refuse_what_they_cannot_run():
