@@ -308,7 +308,7 @@ def main(argv):
     import tensorflow as tf
 
     from data_prep import features
-    from modeling import albert, bert, elmo, finetuning, layers, tagging, xlnet
+    from modeling import albert, bert, elmo, finetuning, tagging, xlnet
     from training import distribute, finetune_tasks, optimization, trainer
 
     if is_xlnet:
@@ -357,21 +357,12 @@ def main(argv):
         else:
             model = finetuning.BertClassifier(config, task.num_outputs, pooling=FLAGS.pooling)
         model.build()
-        if FLAGS.encoder_branches != 1:
-            try:
-                bert.set_encoder_branches(model, FLAGS.encoder_branches)
-            except ValueError as e:
-                raise app.UsageError(f"--encoder_branches={FLAGS.encoder_branches}: {e}") from None
-        if FLAGS.remove_padding:
-            try:
-                bert.set_remove_padding(model, True)  # a TPUStrategy's scope refuses it
-            except ValueError as e:
-                raise app.UsageError(f"--remove_padding: {e}") from None
-        if FLAGS.xla_weight_gradients:
-            try:  # logs the layers' count, and warns where oneDNN is off
-                layers.set_xla_weight_gradients(model)
-            except ValueError as e:
-                raise app.UsageError(f"--xla_weight_gradients: {e}") from None
+        try:  # a TPUStrategy's scope refuses --remove_padding
+            bert.set_execution_options(
+                model, FLAGS.encoder_branches, FLAGS.remove_padding, FLAGS.xla_weight_gradients
+            )
+        except ValueError as e:
+            raise app.UsageError(str(e)) from None
         optimizer = finetune_tasks.create_finetuning_optimizer(
             FLAGS.learning_rate,
             max(num_train_steps, 1),

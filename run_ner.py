@@ -143,6 +143,13 @@ flags.DEFINE_integer(
     "flag: the same outputs up to float rounding and dropout masks (README). Not for ELMo.",
 )
 flags.DEFINE_bool(
+    "xla_weight_gradients",
+    False,
+    "Take every dense layer's kernel gradient as an XLA-compiled dot, as run_pretraining's flag: "
+    "for CPUs with TensorFlow's oneDNN kernels on (README). With --feature_cache, the tagger's "
+    "own. --precision=fp32 only.",
+)
+flags.DEFINE_bool(
     "remove_padding",
     False,
     "Run the Transformer encoder's layers (BERT, ALBERT, ELECTRA; also when it computes "
@@ -235,10 +242,8 @@ def _with_layer_features(
         with strategy.scope():
             extractor = tagging.all_layer_features(config)
             extractor.build()
-        if branches > 1:  # an ELMo extractor was refused before
-            bert.set_encoder_branches(extractor, branches)
-        if remove_padding:  # likewise
-            bert.set_remove_padding(extractor, True)
+        # (an ELMo extractor and a TPU were refused before)
+        bert.set_execution_options(extractor, branches, remove_padding)
         loaded, _ = trainer.init_from_checkpoint(extractor, ckpt)
         batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
         values = finetune_tasks.Predictor(strategy, extractor)(batches)[: encoded.num_windows]
@@ -494,10 +499,15 @@ def main(argv):
             lstm_layers=settings["lstm_layers"],
         )
         model.build()
-        if branches > 1 and not cached:  # a cached run's tagger holds no encoder
-            bert.set_encoder_branches(model, branches)
-        if FLAGS.remove_padding and not cached:  # TPUs and ELMo were refused before
-            bert.set_remove_padding(model, True)
+        try:  # a cached run's tagger holds no encoder; TPUs and ELMo were refused before
+            bert.set_execution_options(
+                model,
+                1 if cached else branches,
+                FLAGS.remove_padding and not cached,
+                FLAGS.xla_weight_gradients,
+            )
+        except ValueError as e:  # e.g. a tagger in bf16
+            raise app.UsageError(str(e)) from None
         optimizer = finetune_tasks.create_finetuning_optimizer(
             FLAGS.learning_rate,
             max(num_train_steps, 1),

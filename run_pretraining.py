@@ -553,28 +553,18 @@ def build_model(strategy, make_model):
         with optimization.dtype_policy(FLAGS.precision):
             model = make_model()
             model.build()
-        if FLAGS.encoder_branches != 1:
-            from modeling import bert
+        from modeling import bert
 
-            try:
-                bert.set_encoder_branches(model, FLAGS.encoder_branches)
-            except ValueError as e:
-                raise app.UsageError(f"--encoder_branches={FLAGS.encoder_branches}: {e}") from None
-        if FLAGS.remove_padding:
-            from modeling import bert
-
-            xla = "--use_xla compiles static shapes" if FLAGS.use_xla else ""
-            try:  # a TPUStrategy's scope refuses it too
-                bert.set_remove_padding(model, True, xla)
-            except ValueError as e:
-                raise app.UsageError(f"--remove_padding: {e}") from None
-        if FLAGS.xla_weight_gradients:
-            from modeling import layers
-
-            try:  # logs the layers' count, and warns where oneDNN is off
-                layers.set_xla_weight_gradients(model)
-            except ValueError as e:
-                raise app.UsageError(f"--xla_weight_gradients: {e}") from None
+        try:  # a TPUStrategy's scope refuses --remove_padding too
+            bert.set_execution_options(
+                model,
+                FLAGS.encoder_branches,
+                FLAGS.remove_padding,
+                FLAGS.xla_weight_gradients,
+                "--use_xla compiles static shapes" if FLAGS.use_xla else "",
+            )
+        except ValueError as e:
+            raise app.UsageError(str(e)) from None
         optimizer = optimization.create_optimizer(
             FLAGS.learning_rate,
             FLAGS.num_train_steps,

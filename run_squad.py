@@ -85,6 +85,12 @@ flags.DEFINE_integer(
     "1.05x faster and the encoder's inference 1.06-1.16x; BERT-base's not (README).",
 )
 flags.DEFINE_bool(
+    "xla_weight_gradients",
+    False,
+    "Take every dense layer's kernel gradient as an XLA-compiled dot, as run_pretraining's flag: "
+    "for CPUs with TensorFlow's oneDNN kernels on (README). --precision=fp32 only.",
+)
+flags.DEFINE_bool(
     "remove_padding",
     False,
     "Run the encoder's layers (BERT, RoBERTa, ALBERT, ELECTRA) on each batch's real tokens "
@@ -234,16 +240,12 @@ def main(argv):
     with strategy.scope(), optimization.dtype_policy(FLAGS.precision):
         model = span_qa.BertSpanQA(config)
         model.build()
-        if FLAGS.encoder_branches != 1:
-            try:
-                bert.set_encoder_branches(model, FLAGS.encoder_branches)
-            except ValueError as e:
-                raise app.UsageError(f"--encoder_branches={FLAGS.encoder_branches}: {e}") from None
-        if FLAGS.remove_padding:
-            try:
-                bert.set_remove_padding(model, True)  # a TPUStrategy's scope refuses it
-            except ValueError as e:
-                raise app.UsageError(f"--remove_padding: {e}") from None
+        try:  # a TPUStrategy's scope refuses --remove_padding
+            bert.set_execution_options(
+                model, FLAGS.encoder_branches, FLAGS.remove_padding, FLAGS.xla_weight_gradients
+            )
+        except ValueError as e:
+            raise app.UsageError(str(e)) from None
         optimizer = optimization.create_optimizer(
             FLAGS.learning_rate, max(num_train_steps, 1), num_warmup_steps
         )

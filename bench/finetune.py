@@ -51,6 +51,11 @@ started worker have taken a step (their memory at its largest): a further one st
 the kernel's MemAvailable holds MEMORY_MARGIN times the largest started worker's peak, else it
 is skipped, with the reason in the size's `skipped_peers`, and the run goes on without it.
 
+With xla_weight_gradients (run_classifier's --xla_weight_gradients: the dense layers' kernel
+gradients as XLA dots, for oneDNN's CPU kernels), Cloze's sides take the option and one more
+side, cloze_plain, times Cloze's classifier without it on the full batch and on the epochs'
+cut batches, so the option's own gain is measured in the same rounds.
+
 Dropout's masks differ between a cut and a full batch (other shapes draw other bits); the
 logits and gradients without dropout are the same (tests/test_finetuning.py).
 """
@@ -179,13 +184,17 @@ def _trainer(strategy, model, precision: str):
     return trainer.Trainer(strategy, finetune_tasks.classification_task(model), optimizer)
 
 
-def build_trainers(config, precision: str = "fp32", seed: int = 12345) -> dict:
+def build_trainers(
+    config, precision: str = "fp32", seed: int = 12345, xla_weight_gradients: bool = False
+) -> dict:
     """{"cloze", "keras_hub", "cloze_unpadded"} Trainers of a 2-class classifier of `config`,
     seeded, under run_classifier's default strategy (one device); the last is Cloze's with
-    --remove_padding (a model of its own: the setting is read when a step is traced)."""
+    --remove_padding (a model of its own: the setting is read when a step is traced). With
+    `xla_weight_gradients` (run_classifier's --xla_weight_gradients), both Cloze models take
+    the option, and "cloze_plain", Cloze's classifier without it, is added."""
     import keras
 
-    from modeling import bert, finetuning
+    from modeling import bert, finetuning, layers
     from training import distribute, optimization
 
     strategy = distribute.get_strategy("one_device")
@@ -199,11 +208,19 @@ def build_trainers(config, precision: str = "fp32", seed: int = 12345) -> dict:
         unpadded = finetuning.BertClassifier(config, 2)
         unpadded.build()
         bert.set_remove_padding(unpadded, True)
-        return {
+        out = {
             "cloze": _trainer(strategy, cloze, precision),
             "keras_hub": _trainer(strategy, hub, precision),
             "cloze_unpadded": _trainer(strategy, unpadded, precision),
         }
+        if xla_weight_gradients:
+            for model in (cloze, unpadded):  # before their first step traces
+                layers.set_xla_weight_gradients(model)
+            keras.utils.set_random_seed(seed)
+            plain = finetuning.BertClassifier(config, 2)
+            plain.build()
+            out["cloze_plain"] = _trainer(strategy, plain, precision)
+        return out
 
 
 # A further worker is started only where the memory available is this many times the largest
@@ -312,6 +329,7 @@ def run(
     log=None,
     extra_peers=(),
     peer_python: str | None = None,
+    xla_weight_gradients: bool = False,
 ) -> dict:
     """The benchmark: per size, the full-batch step (tokens/s) and the GLUE-like epochs of
     `workloads` (examples/s) of both sides, and their ratios (Cloze / keras-hub).
@@ -320,7 +338,10 @@ def run(
     int for all sizes). The models' vocabulary is `vocab`'s, as run_classifier's.
     `extra_peers`: of pretrain_throughput.WORKER_PEERS (FINETUNE_PEERS: each has a classifier),
     in bench/peer_worker.py processes under `peer_python`, timed in the same rounds on the full
-    batch, and those of EPOCH_PEERS on the epochs too (module docstring)."""
+    batch, and those of EPOCH_PEERS on the epochs too (module docstring).
+    `xla_weight_gradients`: Cloze's option (build_trainers), on Cloze's sides; Cloze's classifier
+    without it is timed on the full batch and the epochs' dynamic padding as `cloze_plain`
+    (`options_gain`: Cloze with the option / without)."""
     import tensorflow as tf
 
     log = print if log is None else log
@@ -339,7 +360,7 @@ def run(
     results = []
     for spec, n, m in zip(sizes, steps, epoch_batches):
         config = pretrain_throughput.parse_size(spec, vocab_size, seq)
-        trainers = build_trainers(config, precision)
+        trainers = build_trainers(config, precision, xla_weight_gradients=xla_weight_gradients)
         fixed = classifier_batch(batch, seq, vocab_size)
         full = tf.data.Dataset.from_tensors(fixed).repeat()
         # Every position of the full batch is real: nothing for --remove_padding to skip.
@@ -391,6 +412,7 @@ def run(
         "vocab_size": vocab_size,
         "workloads": data,
         "onednn": layers.onednn_enabled(),
+        "xla_weight_gradients": xla_weight_gradients,
         "sizes": results,
     }
 
@@ -413,14 +435,27 @@ def _size_row(spec, n, m, batch, seq, sides, times, overflows) -> dict:
             row["full"][f"ratio_{kind}_rounds"] = [
                 h / c for c, h in zip(times["cloze"], times[kind])
             ]
+    _options_gain(row["full"], times)
     return row
+
+
+def _options_gain(figures: dict, times: dict) -> None:
+    """Cloze with its options against without (`cloze_plain`), where that side was timed: the
+    median of the rounds' ratios, as the pretrain benchmark's options_gain (the two sides
+    alternate, so a round's pair shares the machine's state)."""
+    if "cloze_plain" in times:
+        figures["options_gain_rounds"] = [
+            p / c for c, p in zip(times["cloze"], times["cloze_plain"])
+        ]
+        figures["options_gain"] = float(np.median(figures["options_gain_rounds"]))
 
 
 def _epochs(path, trainers, peers, batch, seq, m, rounds, vocab, label, log) -> dict:
     """One workload's epoch figures (examples/s): Cloze (dynamic padding; full length; grouped
     by length; with --remove_padding; grouped with --remove_padding) against keras-hub, and
     against each worker side in `peers` on the same batches (its collator pads them to the
-    lengths Cloze cuts them to, which is checked)."""
+    lengths Cloze cuts them to, which is checked); with `trainers`' "cloze_plain", Cloze
+    without its options on Cloze's batches too."""
     from data_prep import features
 
     def batches(dynamic_padding: bool, groups: int = 0):
@@ -449,6 +484,8 @@ def _epochs(path, trainers, peers, batch, seq, m, rounds, vocab, label, log) -> 
             m,
         ),
     }
+    if "cloze_plain" in trainers:  # Cloze without its options, on Cloze's batches
+        sides["cloze_plain"] = (trainers["cloze_plain"], batches(True), m)
     cut = {g: _cut_lengths(path, batch, seq, m, g) for g in (0, LENGTH_GROUP_BATCHES)}
     for kind, peer in peers.items():
         for side, groups in ((kind, 0), (f"{kind}_grouped", LENGTH_GROUP_BATCHES)):
@@ -487,6 +524,7 @@ def _epochs(path, trainers, peers, batch, seq, m, rounds, vocab, label, log) -> 
         ):
             e[key] = e[ours]["per_s"] / e[theirs]["per_s"]
             e[f"{key}_rounds"] = [t / c for c, t in zip(times[ours], times[theirs])]
+    _options_gain(e, times)
     e["cut_lengths"] = cut[0]
     e["cut_lengths_grouped"] = cut[LENGTH_GROUP_BATCHES]
     return e

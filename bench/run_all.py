@@ -95,8 +95,9 @@ flags.DEFINE_integer(
 flags.DEFINE_bool(
     "xla_weight_gradients",
     False,
-    "Cloze's dense layers take their kernel gradients as XLA dots (run_pretraining's flag), in "
-    "the pretrain benchmark; Cloze's side only (fp32).",
+    "Cloze's dense layers take their kernel gradients as XLA dots (run_pretraining's and "
+    "run_classifier's flag), in the pretrain and finetune benchmarks; Cloze's sides, and Cloze "
+    "without it timed in the same rounds (fp32).",
 )
 flags.DEFINE_list(
     "extra_peers",
@@ -387,6 +388,7 @@ def run_benchmarks(
             log=logging.info,
             extra_peers=tuple(extra_peers),
             peer_python=peer_python,
+            xla_weight_gradients=xla_weight_gradients,
             **s["finetune"],
         )
         save()
@@ -422,8 +424,8 @@ def rounds(ratios) -> str:
 
 
 def cloze_options(p: dict) -> str:
-    """Cloze's options in a pretrain result, in words ("" without any): what its side ran with
-    and its `cloze_plain` side without."""
+    """Cloze's options in a pretrain or finetune result, in words ("" without any): what its
+    sides ran with and its `cloze_plain` side without."""
     said = []
     if p.get("encoder_branches", 1) > 1:
         said.append(f"in {p['encoder_branches']} encoder branches")
@@ -625,6 +627,16 @@ def table(results: dict) -> str:
     return "\n".join(rows)
 
 
+def options_row(options: str, figures: dict, unit: str) -> str:
+    """The fine-tuning table's row of Cloze with its `options` (cloze_options' words) against
+    Cloze without them, from a full-batch or epoch entry holding options_gain."""
+    return (
+        f"| the same, Cloze {options} against without, {unit} (median of the rounds' ratios) | "
+        f"{figures['cloze']['per_s']:,.1f} | Cloze without {figures['cloze_plain']['per_s']:,.1f} "
+        f"| {figures['options_gain']:.2f} (rounds {rounds(figures['options_gain_rounds'])}) |"
+    )
+
+
 def finetune_rows(f: dict) -> list:
     """The fine-tuning benchmark's table rows (bench/finetune.py's result)."""
     from bench import finetune, pretrain_throughput
@@ -633,11 +645,15 @@ def finetune_rows(f: dict) -> list:
     for r in f["sizes"]:
         full = r["full"]
         rows.append(
-            f"| fine-tune {r['size']} b{f['batch']} s{f['seq']} {f['precision']}, a full batch, "
-            f"tokens/s | {full['cloze']['per_s']:,.0f} | keras-hub BertTextClassifier "
-            f"{full['keras_hub']['per_s']:,.0f} | {full['ratio']:.2f} (rounds "
+            f"| fine-tune {r['size']} b{f['batch']} s{f['seq']} {f['precision']}"
+            + (", oneDNN" if f.get("onednn") else "")
+            + (f", Cloze {options}" if (options := cloze_options(f)) else "")
+            + f", a full batch, tokens/s | {full['cloze']['per_s']:,.0f} | keras-hub "
+            f"BertTextClassifier {full['keras_hub']['per_s']:,.0f} | {full['ratio']:.2f} (rounds "
             f"{rounds(full['ratio_rounds'])}) |"
         )
+        if "options_gain" in full:
+            rows.append(options_row(options, full, "tokens/s"))
         for kind, reason in r.get("skipped_peers", {}).items():
             model = finetune.FINETUNE_PEERS[kind]
             rows.append(f"| the same against {model} | skipped: {reason} | | |")
@@ -664,6 +680,8 @@ def finetune_rows(f: dict) -> list:
                 f"{e['keras_hub']['per_s']:,.1f} | {e['ratio']:.2f} (rounds "
                 f"{rounds(e['ratio_rounds'])}) |"
             )
+            if "options_gain" in e:
+                rows.append(options_row(options, e, "examples/s"))
             rows.append(
                 f"| the same, Cloze's dynamic padding against full-length batches | "
                 f"{e['cloze']['per_s']:,.1f} | Cloze at {f['seq']} "

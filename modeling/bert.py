@@ -489,6 +489,35 @@ def set_remove_padding(model, remove_padding: bool, static_shapes: str = "") -> 
     return names
 
 
+def set_execution_options(
+    model,
+    encoder_branches: int = 1,
+    remove_padding: bool = False,
+    xla_weight_gradients: bool = False,
+    static_shapes: str = "",
+) -> None:
+    """The entrypoints' --encoder_branches, --remove_padding and --xla_weight_gradients on a
+    built `model` (set_encoder_branches, set_remove_padding with `static_shapes`,
+    layers.set_xla_weight_gradients); each left alone at its default. Raises ValueError whose
+    message starts with the flag, e.g. "--encoder_branches=0: ...", which the entrypoints
+    report as a usage error."""
+    checks = (
+        (encoder_branches != 1, f"--encoder_branches={encoder_branches}",
+         lambda: set_encoder_branches(model, encoder_branches)),
+        (remove_padding, "--remove_padding",
+         lambda: set_remove_padding(model, True, static_shapes)),
+        # logs the layers' count, and warns where oneDNN is off
+        (xla_weight_gradients, "--xla_weight_gradients",
+         lambda: layers.set_xla_weight_gradients(model)),
+    )  # fmt: skip
+    for wanted, flag, apply in checks:
+        if wanted:
+            try:
+                apply()
+            except ValueError as e:
+                raise ValueError(f"{flag}: {e}") from None
+
+
 def unpadded_rows(model, mask):
     """The rows the encoders inside `model` run their layers' per-position work at on a batch
     of `mask` (int (..., S), every sequence's input_mask), as float32: each branch slice's

@@ -178,7 +178,7 @@ def test_run_all_quick_writes_every_figure(tmp_path):
             f"--output_dir={out}",
             "--parallel_micro_batches=3",  # the quick batch of 3 as 3 parts, both sides
             "--encoder_branches=2",  # Cloze's encoder (pretrain and inference) in 2 branches
-            "--xla_weight_gradients",  # Cloze's dense layers' kernel gradients (pretrain)
+            "--xla_weight_gradients",  # Cloze's dense layers' kernel gradients (pretrain, finetune)
             # Relative to the working folder, as a user types it: create_data's sides run in
             # their own folder and must still find the corpus and vocabulary.
             f"--default_run_dir={os.path.relpath(default_run, REPO)}",
@@ -350,13 +350,45 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         assert e["ratio_grouped_unpadded"] == pytest.approx(both / e["keras_hub"]["per_s"])
         assert e["grouped_remove_padding_gain"] == pytest.approx(both / e["cloze_grouped"]["per_s"])
         assert f"fine-tune L2/H36/A3/I37 b3, {name} (" in result.stdout
-    assert "fine-tune L2/H36/A3/I37 b3 s17 fp32, a full batch" in result.stdout
+    # --xla_weight_gradients: Cloze's sides with it, Cloze's classifier without it beside them
+    # on the full batch and on each epoch's cut batches.
+    assert f["xla_weight_gradients"] is True
+    timed = [full, *(row[name] for name, w in f["workloads"].items() if "skipped" not in w)]
+    for figures in timed:
+        gains = [
+            p / c
+            for c, p in zip(
+                figures["cloze"]["seconds_rounds"], figures["cloze_plain"]["seconds_rounds"]
+            )
+        ]
+        assert figures["options_gain_rounds"] == pytest.approx(gains) and len(gains) == 2
+        assert figures["options_gain"] == pytest.approx(float(np.median(gains)))
+    # (results.json sorts the workloads by name; the table has them in the benchmark's order)
+    printed = [
+        line.rsplit("(rounds ", 1)[1]
+        for line in result.stdout.splitlines()
+        if "the same, Cloze with XLA weight gradients against without" in line
+    ]
+    assert sorted(printed) == sorted(
+        ", ".join(f"{x:.2f}" for x in figures["options_gain_rounds"]) + ") |" for figures in timed
+    )
+    onednn = ", oneDNN" if f["onednn"] else ""
+    assert (
+        f"fine-tune L2/H36/A3/I37 b3 s17 fp32{onednn}, Cloze with XLA weight gradients, a full "
+        "batch" in result.stdout
+    )
     assert "Cloze's dynamic padding against full-length batches" in result.stdout
     assert "the same, Cloze with --group_by_length (cut to " in result.stdout
     assert "the same, Cloze with --remove_padding (the same cut batches" in result.stdout
     assert "the same, Cloze with both --group_by_length and --remove_padding |" in result.stdout
-    # The unpadded side is the same network (its own copy, set to run on the real tokens).
-    assert "cloze_unpadded" not in full and row["params"].keys() == {"cloze", "keras_hub"}
+    # The unpadded side is the same network (its own copy, set to run on the real tokens), as is
+    # Cloze's without the option.
+    assert "cloze_unpadded" not in full and row["params"].keys() == {
+        "cloze",
+        "keras_hub",
+        "cloze_plain",
+    }
+    assert row["params"]["cloze_plain"] == row["params"]["cloze"]
 
     g = r["generation"]
     assert [row["size"] for row in g["sizes"]] == ["bart-tiny", "t5-tiny", "gpt2-tiny"]
@@ -667,6 +699,22 @@ def test_xla_weight_gradients_apply_to_clozes_side_only():
         trainers["cloze"].task.model.get_weights(), trainers["cloze_plain"].task.model.get_weights()
     ):
         np.testing.assert_array_equal(a, b)
+    # The fine-tuning benchmark's: both of Cloze's classifiers, and Cloze's without it added.
+    from bench import finetune
+
+    config = pretrain_throughput.parse_size("L1/H12/A3/I17", vocab_size=53, max_seq_length=7)
+    tuning = finetune.build_trainers(config, "fp32", xla_weight_gradients=True)
+    kinds = {
+        name: {d.xla_weight_gradient for d in t.task.model._flatten_layers()
+               if isinstance(d, layers.Dense)}
+        for name, t in tuning.items() if name != "keras_hub"
+    }  # fmt: skip
+    assert kinds == {"cloze": {True}, "cloze_unpadded": {True}, "cloze_plain": {False}}
+    for a, b in zip(
+        tuning["cloze"].task.model.get_weights(), tuning["cloze_plain"].task.model.get_weights()
+    ):
+        np.testing.assert_array_equal(a, b)
+    assert "cloze_plain" not in finetune.build_trainers(config, "fp32")
 
 
 def test_time_trainers_without_a_peak_logs_each_round():

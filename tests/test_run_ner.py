@@ -302,7 +302,7 @@ def families(files, tmp_path_factory):
 
     def albert_then_elmo():
         tuned = run(args("albert", root / "albert", "--learning_rate=5e-3", "--encoder_branches=2",
-                         "--remove_padding"))  # fmt: skip
+                         "--remove_padding", "--xla_weight_gradients"))  # fmt: skip
         # ELMo's downstream tagger: the scalar mix of the biLM's cached layers, then a tagger.
         bilm = run(args("elmo", root / "elmo", "--feature_mode=sum_all", "--learning_rate=5e-2",
                         f"--feature_cache={root / 'elmo_cache'}", "--do_predict"))  # fmt: skip
@@ -323,6 +323,8 @@ def test_an_albert_checkpoint_fine_tunes(families):
     out = families["root"] / "albert"
     assert "initialised the encoder from" in families["albert"].stderr
     assert "--remove_padding: encoder run on each batch's real tokens" in families["albert"].stderr
+    # ALBERT's embedding projection, its 2 shared inner layers' 4 each, the pooler, the tagger's
+    assert "--xla_weight_gradients: 11 dense layers' kernel gradients" in families["albert"].stderr
     assert 0 <= results(out / "eval_results.txt")["f1"] <= 1
     saved = json.loads((out / "model_config.json").read_text())
     assert saved["bert_config"]["inner_group_num"] == 2  # read as ALBERT, not as BERT

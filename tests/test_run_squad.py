@@ -521,10 +521,12 @@ def test_training_on_cut_windows_equals_whole_windows_with_the_masked_loss(files
     grouped = tmp_path / "grouped"
     done = helpers.check_group_by_length(
         lambda argv, ok=True: run(argv),
-        [*common(files, grouped, files["sample"]), "--remove_padding"],
+        [*common(files, grouped, files["sample"]), "--remove_padding", "--xla_weight_gradients"],
         grouped, padding_flag="train_dynamic_padding", then=None,
     )  # fmt: skip
     assert "--remove_padding: encoder run on each batch's real tokens" in done.stderr
+    # 4 a layer at 2 layers, the (frozen) pooler and the span head
+    assert "--xla_weight_gradients: 10 dense layers' kernel gradients" in done.stderr
     assert done.returncode == 0, done.stderr[-4000:]
     assert json.loads((grouped / "run_settings.json").read_text())["group_by_length"] is True
     assert tf.train.latest_checkpoint(str(grouped)).endswith("ckpt-2")

@@ -1628,3 +1628,39 @@ def test_set_encoder_branches_finds_every_encoder_and_refuses_models_without_one
             bert.set_encoder_branches(pretrainer, bad)
     with pytest.raises(ValueError, match="holds no encoder that runs in branches"):
         bert.set_encoder_branches(gpt_tiny(), 2)
+
+
+def test_execution_options_set_each_flag_and_name_it_in_their_errors():
+    """bert.set_execution_options, the entrypoints' three speed flags in one call: defaults
+    leave the model alone, each option sets what its own setter sets, and an error starts with
+    the flag as the command line spells it."""
+    from modeling import layers
+    from tests.test_gpt import tiny as gpt_tiny
+
+    def dense(model):
+        return [
+            m.xla_weight_gradient for m in model._flatten_layers() if isinstance(m, layers.Dense)
+        ]
+
+    model = bert.BertPretrainer(tiny_config())
+    model.build()
+    bert.set_execution_options(model)
+    assert (model.encoder.parallel_branches, model.encoder.remove_padding) == (1, False)
+    assert not any(dense(model))
+    bert.set_execution_options(model, 2, True, True)
+    assert (model.encoder.parallel_branches, model.encoder.remove_padding) == (2, True)
+    assert len(dense(model)) == 11 and all(dense(model))  # 4 a layer at 2 layers, the heads' 3
+    layers.set_xla_weight_gradients(model, False)
+    bert.set_remove_padding(model, False)
+    with pytest.raises(ValueError, match=r"^--encoder_branches=0: encoder branches: expected"):
+        bert.set_execution_options(model, 0)
+    with pytest.raises(ValueError, match=r"^--remove_padding: remove padding: --use_xla compiles"):
+        bert.set_execution_options(model, remove_padding=True,
+                                   static_shapes="--use_xla compiles static shapes")  # fmt: skip
+    assert not model.encoder.remove_padding  # refused before anything was set
+    plain = keras.Sequential([keras.layers.Dense(2)])  # Keras' Dense, not Cloze's
+    bert.set_execution_options(plain)  # nothing asked: nothing refused
+    with pytest.raises(ValueError, match=r"^--xla_weight_gradients: XLA weight gradients: Seq"):
+        bert.set_execution_options(plain, xla_weight_gradients=True)
+    with pytest.raises(ValueError, match=r"^--encoder_branches=2: encoder branches: GptLM"):
+        bert.set_execution_options(gpt_tiny(), 2)
