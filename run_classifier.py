@@ -108,9 +108,9 @@ flags.DEFINE_bool(
     "xla_weight_gradients",
     False,
     "Take every dense layer's kernel gradient as an XLA-compiled dot, as run_pretraining's flag: "
-    "for CPUs with TensorFlow's oneDNN kernels on; a first probe there (full batches of 32 x 128, "
-    "2 AVX2 cores, TF_ENABLE_ONEDNN_OPTS=1) made an L4/H256 classifier's step 1.11x faster and "
-    "BERT-base's 1.01x (bench/HISTORY.md). --precision=fp32 only.",
+    "for CPUs with TensorFlow's oneDNN kernels on; there (2 AVX2 cores, TF_ENABLE_ONEDNN_OPTS=1, "
+    "batch 32) an L4/H256 classifier trained 1.06-1.22x faster, BERT-base's 0.91-1.06x (README). "
+    "--precision=fp32 only.",
 )
 flags.DEFINE_bool(
     "remove_padding",
