@@ -109,7 +109,7 @@ flags.DEFINE_bool(
     False,
     "Take every dense layer's kernel gradient as an XLA-compiled dot, as run_pretraining's flag: "
     "for CPUs with TensorFlow's oneDNN kernels on; there (2 AVX2 cores, TF_ENABLE_ONEDNN_OPTS=1, "
-    "batch 32) an L4/H256 classifier trained 1.06-1.22x faster, BERT-base's 0.91-1.06x (README). "
+    "batch 32) an L4/H256 classifier trained 1.03-1.22x faster, BERT-base's 0.91-1.06x (README). "
     "--precision=fp32 only.",
 )
 flags.DEFINE_bool(
