@@ -344,8 +344,8 @@ def set_xla_weight_gradients(model, on: bool = True) -> list:
     (matmul_xla_weight_gradient; off: TensorFlow's MatMul) and returns the names of the layers
     set, logging their count when set on (and a warning where oneDNN is off, where the option
     made the small step slower). An execution setting: not part of the config or the
-    checkpoint. Under XLA (--use_xla,
-    TPUs) the whole step is compiled and this changes nothing. Products taken from a Dense's
+    checkpoint. Under XLA (--use_xla, TPUs) the whole step is compiled and this changes
+    nothing. Products taken from a Dense's
     kernel outside its call keep TensorFlow's gradient: the last encoder layer's query and
     key / value projections at the output positions (SelfAttention splits the fused Q/K/V
     kernel there), about 1% of the small step's FLOPs. Raises ValueError on another

@@ -28,6 +28,22 @@ TINY = dict(
 )
 
 
+def count_xla_weight_gradient_calls(monkeypatch) -> list:
+    """Wraps layers.matmul_xla_weight_gradient (--xla_weight_gradients' product) for the test:
+    the returned list gets the rows' shape of every call, each call traced by a Dense."""
+    from modeling import layers
+
+    calls = []
+    product = layers.matmul_xla_weight_gradient
+
+    def counted(flat, kernel):
+        calls.append(flat.shape)
+        return product(flat, kernel)
+
+    monkeypatch.setattr(layers, "matmul_xla_weight_gradient", counted)
+    return calls
+
+
 def tiny_config(**changes) -> bert.BertConfig:
     return bert.BertConfig(**{**TINY, **changes})
 

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from bench import pretrain_throughput, step_profile
 from modeling import bert, layers
+from tests import helpers
 from tests.test_bert import copy_into_keras_hub
 from training import optimization, tasks
 
@@ -1181,14 +1182,7 @@ def test_xla_weight_gradients_leave_the_pretraining_loss_and_gradients(monkeypat
     # their largest entry (float32 rounding of two matmul kernels; a transposed or dropped
     # product is off by O(1) of it). The product really ran for each Dense the step calls
     # (counted). Then off again: the plain path's values, bit for bit, and no such call.
-    calls = []
-    product = layers.matmul_xla_weight_gradient
-
-    def counted(flat, kernel):
-        calls.append(flat.shape)
-        return product(flat, kernel)
-
-    monkeypatch.setattr(layers, "matmul_xla_weight_gradient", counted)
+    calls = helpers.count_xla_weight_gradient_calls(monkeypatch)
     config = tiny_config()
     keras.utils.set_random_seed(7)
     model = bert.BertPretrainer(config)

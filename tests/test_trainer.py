@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from data_prep import features
-from modeling import bert, flops, layers
+from modeling import bert, flops
 from tests import helpers
 from training import optimization, tasks, trainer
 
@@ -49,10 +49,7 @@ def build(
     with strategy.scope(), optimization.dtype_policy(precision):
         model = bert.BertPretrainer(config)
         model.build()
-        bert.set_encoder_branches(model, branches)
-        bert.set_remove_padding(model, remove_padding)
-        if xla_weight_gradients:
-            layers.set_xla_weight_gradients(model)
+        bert.set_execution_options(model, branches, remove_padding, xla_weight_gradients)
         opt = optimization.create_optimizer(learning_rate, steps, 2, optimizer=optimizer)
         opt = optimization.with_loss_scaling(opt, precision, initial_scale)
         opt.build(model.trainable_variables)
@@ -802,14 +799,7 @@ def test_xla_weight_gradients_train_as_the_plain_step(data_file, reference, wher
     # over two CPUs, inside 3 micro-batches of 2, and under XLA, where the whole step is
     # compiled and the Dense layers take the plain path (no custom gradient traced).
     whole = reference(where)
-    calls = []
-    product = layers.matmul_xla_weight_gradient
-
-    def counted(flat, kernel):
-        calls.append(flat.shape)
-        return product(flat, kernel)
-
-    monkeypatch.setattr(layers, "matmul_xla_weight_gradient", counted)
+    calls = helpers.count_xla_weight_gradient_calls(monkeypatch)
     fit = build(strategy_for(where), helpers.tiny_config(), xla_weight_gradients=True,
                 **where_args(where))  # fmt: skip
     assert_train_alike(train(fit, data_file), whole, rows_rtol=1e-4)
