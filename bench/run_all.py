@@ -27,6 +27,10 @@ benchmark" line give each benchmark's time.
                t5.beam_search) vs keras-hub's Seq2SeqLM.generate, and GPT-2's greedy
                continuation vs GPT2CausalLM.generate, over the same weights, ids compared
                (--generation_sizes: bart-base, t5-small, gpt2 or some of them)
+  lm_training  the training step of the same three shapes: GPT-2 next-token prediction, BART
+               denoising and T5 span corruption, tokens/s vs keras-hub's GPT2CausalLM,
+               BartSeq2SeqLM and T5Seq2SeqLM through the same Trainer and loss, and Cloze's
+               loss terms against its own (B, T, V) logits
   vocab        learning BPE merges with build_vocab.py vs subword-nmt (character level, codes
                identical) and Hugging Face tokenizers' BpeTrainer (byte level), and WordPiece
                with Cloze's learner vs tensorflow-text's (vocabularies identical)
@@ -60,7 +64,7 @@ from training.precision import COMPUTE_DTYPES, PRECISION_NAMES  # noqa: E402
 # generation (not in the issue's list, tens of minutes on 2 cores) and vocabulary learning when
 # named or with `all`.
 DEFAULT_BENCHMARKS = ["pretrain", "tokenize", "create_data", "inference"]
-BENCHMARKS = [*DEFAULT_BENCHMARKS, "finetune", "generation", "vocab"]
+BENCHMARKS = [*DEFAULT_BENCHMARKS, "finetune", "generation", "lm_training", "vocab"]
 
 flags.DEFINE_string("output_dir", None, "Folder for results.json and the benchmarks' files.")
 flags.DEFINE_bool("quick", False, "Tiny sizes and few steps: a smoke run, not a measurement.")
@@ -130,7 +134,8 @@ flags.DEFINE_integer("corpus_scale", 10, "create_data: the larger corpus, in cop
 flags.DEFINE_list(
     "generation_sizes",
     list(GENERATION_SIZES),
-    "generation: the published shapes to decode with (bench/generation.SIZES), in this order.",
+    "generation and lm_training: the published shapes to decode with and to train "
+    "(bench/generation.SIZES), in this order.",
 )
 FLAGS = flags.FLAGS
 
@@ -222,6 +227,9 @@ def settings(
                 new_tokens=4,
                 rounds=2,
             ),
+            "lm_training": dict(
+                sizes=("bart-tiny", "t5-tiny", "gpt2-tiny"), batch=2, seq=9, steps=1, rounds=2
+            ),
             "vocab": dict(num_merges=40, repeats=1, wordpiece_vocab_size=200),
         }
     return {
@@ -251,6 +259,9 @@ def settings(
             source_length=128,
             new_tokens=32,
             rounds=rounds,
+        ),
+        "lm_training": dict(
+            sizes=tuple(generation_sizes), batch=8, seq=128, steps=2, rounds=rounds
         ),
         "vocab": dict(num_merges=8000, repeats=2),
     }
@@ -287,6 +298,7 @@ def run_benchmarks(
         generation,
         host,
         inference,
+        lm_training,
         pretrain_throughput,
         tokenizer_speed,
         vocab_learning,
@@ -395,6 +407,12 @@ def run_benchmarks(
     if "generation" in which:
         begin("generation")
         results["generation"] = generation.run(**s["generation"])
+        save()
+    if "lm_training" in which:
+        begin("lm_training")
+        results["lm_training"] = lm_training.run(
+            precision=precision, log=logging.info, **s["lm_training"]
+        )
         save()
     if "vocab" in which:
         begin("vocab")
@@ -624,7 +642,33 @@ def table(results: dict) -> str:
                 f"BeamSampler {m['keras_hub']['tokens_per_s']:,.0f} | {m['ratio']:.2f} (rounds "
                 f"{rounds(m['ratio_rounds'])}) |"
             )
+    t = results.get("lm_training")
+    if t:
+        rows.extend(lm_training_rows(t))
     return "\n".join(rows)
+
+
+def lm_training_rows(t: dict) -> list:
+    """The table's rows of the lm_training benchmark: per size, Cloze against keras-hub's task
+    model, and Cloze's loss terms against its own logits."""
+    from bench.lm_training import PEERS
+
+    rows = []
+    for r in t["sizes"]:
+        targets = f" + {r['targets']} targets" if r["targets"] else ""
+        rows.append(
+            f"| training step {r['size']} b{t['batch']}, {t['seq']} ids{targets}, "
+            f"{t['precision']}, tokens/s | {r['cloze']['tokens_per_s']:,.0f} | keras-hub "
+            f"{PEERS[r['family']]} {r['keras_hub']['tokens_per_s']:,.0f} | {r['ratio']:.2f} "
+            f"(rounds {rounds(r['ratio_rounds'])}) |"
+        )
+        rows.append(
+            f"| the same, Cloze's loss terms against its (B, T, V) logits (median of the rounds' "
+            f"ratios) | {r['cloze']['tokens_per_s']:,.0f} | Cloze from its logits "
+            f"{r['cloze_logits']['tokens_per_s']:,.0f} | {r['head_gain']:.2f} (rounds "
+            f"{rounds(r['head_gain_rounds'])}) |"
+        )
+    return rows
 
 
 def options_row(options: str, figures: dict, unit: str) -> str:

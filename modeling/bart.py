@@ -24,7 +24,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from modeling import bert, layers, t5
+from modeling import bert, heads, layers, t5
 
 # fairseq's LearnedPositionalEmbedding numbers positions from padding_idx + 1 = 2, so the released
 # BART tables have max_position_embeddings + 2 rows and position 0 reads row 2 (Hugging Face's
@@ -490,8 +490,10 @@ class BartModel(keras.Model):
         cache=None,
         cache_index=None,
         training=False,
+        with_logits=True,
     ):
-        """float (B, T, H) decoder states and float32 (B, T, V) logits.
+        """float (B, T, H) decoder states and float32 (B, T, V) logits (None without
+        with_logits), as t5.T5Model.decode.
 
         With cache (from `decoder_cache`) and cache_index, decoder_input_ids are the positions
         cache_index .. cache_index + T - 1 after those already cached, and the updated cache
@@ -521,17 +523,27 @@ class BartModel(keras.Model):
                     cross_cache=cache["cross"][i], cache_index=cache_index, **kw,
                 )  # fmt: skip
                 new_self.append(layer_cache)
-        # Tied output embedding plus the vocabulary bias (BartForConditionalGeneration.lm_head).
-        table = ops.cast(self.shared, x.dtype)
-        # In float32: under a mixed policy the product is bfloat16 / float16, and the bias float32
-        # in and out of a Keras call (TensorFlow refuses a sum of the two dtypes).
-        logits = ops.cast(ops.einsum("bth,vh->btv", x, table), "float32") + self.final_logits_bias
+        logits = self.output_logits(x) if with_logits else None
         if cache is not None:
             return x, logits, {"self": new_self, "cross": cache["cross"]}
         return x, logits
 
-    def call(self, inputs, training=False):
-        return t5.encoder_decoder_outputs(self, inputs, training)
+    def output_logits(self, x):
+        """float32 (B, T, V) logits of decoder states float (B, T, H): the tied output embedding
+        plus the vocabulary bias (BartForConditionalGeneration.lm_head)."""
+        table = ops.cast(self.shared, x.dtype)
+        # In float32: under a mixed policy the product is bfloat16 / float16, and the bias float32
+        # in and out of a Keras call (TensorFlow refuses a sum of the two dtypes).
+        return ops.cast(ops.einsum("bth,vh->btv", x, table), "float32") + self.final_logits_bias
+
+    def output_xent_and_hits(self, x, labels):
+        """float32 (B, T) cross-entropy and argmax hits of output_logits(x) against int (B, T)
+        labels, without the logits (heads.tied_xent_and_hits: vocabulary-major, the bias and
+        the softmax in float32)."""
+        return heads.tied_xent_and_hits(x, self.shared, self.final_logits_bias, labels)
+
+    def call(self, inputs, training=False, lm_terms=False):
+        return t5.encoder_decoder_outputs(self, inputs, training, lm_terms)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

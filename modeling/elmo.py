@@ -34,7 +34,7 @@ import numpy as np
 from keras import ops
 
 from data_prep.errors import InputError
-from modeling import bert, layers
+from modeling import bert, heads, layers
 from modeling.tagging import ScalarMix
 
 # ---------------------------------------------------------------------------------------------
@@ -528,8 +528,12 @@ class ElmoBiLM(keras.Model):
 class ElmoLM(keras.Model):
     """The pretraining model: the biLM and the softmax both directions share (sec. 3.1).
 
-    call(inputs, training) -> dict of float32 (B, S, V): forward_logits (position t scores token
-    t + 1) and backward_logits (position t scores token t - 1).
+    call(inputs, training, lm_terms=False) -> dict of float32 (B, S, V): forward_logits
+    (position t scores token t + 1) and backward_logits (position t scores token t - 1). With
+    lm_terms (training), forward_xent, forward_hits, backward_xent and backward_hits float32
+    (B, S - 1) instead: each prediction's cross-entropy and argmax hit (the forward LM's at
+    positions 0 .. S - 2, the backward LM's at 1 .. S - 1), without the (B, S, V) logits
+    (heads.tied_xent_and_hits: vocabulary-major).
     """
 
     def __init__(self, config: ElmoConfig | dict, **kwargs):
@@ -559,8 +563,21 @@ class ElmoLM(keras.Model):
         out = ops.einsum("bsp,vp->bsv", h, self.softmax_weights) + self.softmax_bias
         return ops.cast(out, "float32")  # (B, S, V)
 
-    def call(self, inputs, training=False):
+    def call(self, inputs, training=False, lm_terms=False):
         out = self.encoder(inputs, training=training)
+        if lm_terms:
+            ids, result = inputs["input_ids"], {}
+            # Dropout on the whole sequences, forward first, as logits() draws its masks.
+            forward = self.output_dropout(out["forward"][-1], training=training)[:, :-1]
+            backward = self.output_dropout(out["backward"][-1], training=training)[:, 1:]
+            for name, h, labels in (
+                ("forward", forward, ids[:, 1:]),
+                ("backward", backward, ids[:, :-1]),
+            ):
+                result[f"{name}_xent"], result[f"{name}_hits"] = heads.tied_xent_and_hits(
+                    h, self.softmax_weights, self.softmax_bias, labels
+                )
+            return result
         return {
             "forward_logits": self.logits(out["forward"][-1], training),
             "backward_logits": self.logits(out["backward"][-1], training),

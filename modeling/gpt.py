@@ -19,7 +19,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from modeling import bert, layers
+from modeling import bert, heads, layers
 
 # ---------------------------------------------------------------------------------------------
 # Config
@@ -215,8 +215,9 @@ class GptBlock(keras.layers.Layer):
 class GptModel(keras.Model):
     """Token + learned position embeddings, n_layer blocks, and (pre-LN) a final LayerNorm.
 
-    call(inputs, cache=None, cache_index=0, training=False): inputs a dict with int (B, T)
-    `input_ids` and optionally `input_mask` (1 real, 0 padding; (B, S) with a cache).
+    call(inputs, cache=None, cache_index=0, training=False, word_table=None): inputs a dict with
+    int (B, T) `input_ids` and optionally `input_mask` (1 real, 0 padding; (B, S) with a cache);
+    word_table a view of wte to look the ids up in (a tied head's, heads.tied_table_views).
     Returns a dict: sequence_output float (B, T, H); encoder_outputs, the L + 1 hidden states
     (embeddings, then every block; the last is sequence_output's input for pre-LN models);
     cache, the updated per-layer caches ([keys, values] each, as CausalSelfAttention's) when a
@@ -263,12 +264,13 @@ class GptModel(keras.Model):
         shape = (batch_size, c.n_head, length or c.n_ctx, c.n_embd // c.n_head)
         return [[ops.zeros(shape, self.compute_dtype)] * 2 for _ in self.blocks]
 
-    def call(self, inputs, cache=None, cache_index=0, training=False):
+    def call(self, inputs, cache=None, cache_index=0, training=False, word_table=None):
         ids = inputs["input_ids"]
         mask = inputs.get("input_mask")
         positions = ops.arange(ops.shape(ids)[1]) + cache_index  # (T,)
         dtype = self.compute_dtype
-        x = layers.lookup_rows(self.wte, ids, dtype)  # (B, T, H)
+        table = self.wte if word_table is None else word_table
+        x = layers.lookup_rows(table, ids, dtype)  # (B, T, H)
         x = x + layers.lookup_rows(self.wpe, positions, dtype)[None]
         x = self.drop(x, training=training)  # (B, T, H)
         outputs, new_cache = [x], []
@@ -301,8 +303,11 @@ class GptModel(keras.Model):
 class GptLM(keras.Model):
     """The language model: the backbone and the transposed token embedding (tied, both papers).
 
-    call(inputs, cache=None, cache_index=0, training=False) -> dict with lm_logits float32
-    (B, T, V) (and cache when given). Position t's logits predict token t + 1.
+    call(inputs, cache=None, cache_index=0, training=False, lm_terms=False) -> dict with
+    lm_logits float32 (B, T, V) (and cache when given). Position t's logits predict token t + 1.
+    With lm_terms (training, no cache), lm_xent and lm_hits float32 (B, T - 1) instead: each
+    position's next-token cross-entropy and argmax hit, computed without the (B, T, V) logits
+    (next_token_terms).
     """
 
     def __init__(self, config: GptConfig | dict, **kwargs):
@@ -322,7 +327,12 @@ class GptLM(keras.Model):
         logits = ops.einsum("bth,vh->btv", h, ops.cast(self.encoder.wte, h.dtype))
         return ops.cast(logits, "float32")
 
-    def call(self, inputs, cache=None, cache_index=0, training=False):
+    def call(self, inputs, cache=None, cache_index=0, training=False, lm_terms=False):
+        if lm_terms:
+            if cache is not None:
+                raise ValueError("GptLM: lm_terms are for training, without a cache")
+            out = next_token_terms(self.encoder, inputs, training)
+            return {"lm_xent": out["lm_xent"], "lm_hits": out["lm_hits"]}
         out = self.encoder(inputs, cache=cache, cache_index=cache_index, training=training)
         result = {"lm_logits": self.output_logits(out["sequence_output"])}  # (B, T, V)
         if cache is not None:
@@ -343,8 +353,9 @@ class GptClassifier(keras.Model):
     `start text [delim text] extract`; a linear layer reads the last block's vector at the
     extract token (the last real token), and the LM logits come along for the auxiliary loss.
 
-    call(inputs, training) with int (B, T) input_ids and input_mask (right padding) returns a
-    dict: logits float32 (B, C) and lm_logits float32 (B, T, V).
+    call(inputs, training, lm_terms=False) with int (B, T) input_ids and input_mask (right
+    padding) returns a dict: logits float32 (B, C) and lm_logits float32 (B, T, V); with
+    lm_terms, lm_xent and lm_hits float32 (B, T - 1) instead of lm_logits (next_token_terms).
     """
 
     def __init__(self, config: GptConfig | dict, num_classes: int, dropout_rate=0.1, **kwargs):
@@ -361,14 +372,17 @@ class GptClassifier(keras.Model):
         self.classifier.build((None, self.config.n_embd))
         self.built = True
 
-    def call(self, inputs, training=False):
-        out = self.encoder(inputs, training=training)
-        h = out["sequence_output"]  # (B, T, H)
+    def call(self, inputs, training=False, lm_terms=False):
+        if lm_terms:
+            out = next_token_terms(self.encoder, inputs, training)
+            h = out.pop("sequence_output")
+        else:
+            h = self.encoder(inputs, training=training)["sequence_output"]  # (B, T, H)
+            out = {"lm_logits": self.lm.output_logits(h)}
         last = ops.sum(ops.cast(inputs["input_mask"], "int32"), axis=1) - 1  # (B,)
         extract = ops.take_along_axis(h, last[:, None, None], axis=1)[:, 0]  # (B, H)
         logits = self.classifier(self.dropout(extract, training=training))
-        lm_logits = ops.einsum("bth,vh->btv", h, ops.cast(self.encoder.wte, h.dtype))
-        return {"logits": ops.cast(logits, "float32"), "lm_logits": ops.cast(lm_logits, "float32")}
+        return {"logits": ops.cast(logits, "float32"), **out}
 
     def get_config(self):
         return {
@@ -381,6 +395,24 @@ class GptClassifier(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def next_token_terms(encoder: GptModel, inputs: dict, training=False) -> dict:
+    """The next-token loss terms of `encoder` with its tied output embedding, without the
+    (B, T, V) logits: a dict of lm_xent and lm_hits float32 (B, T - 1), position t's
+    cross-entropy and argmax hit against token t + 1 (GptLM.call's lm_logits would give the
+    same up to float rounding), and sequence_output float (B, T, H).
+
+    The vocabulary projection is most of a small GPT's step (GPT-2's 50,257 tokens at every
+    position): heads.tied_xent_and_hits runs it as one vocabulary-major matmul and the softmax
+    down its columns, and the lookup's and the head's gradients meet in one pass over the table
+    (heads.tied_table_views).
+    """
+    (lookup_table,), table = heads.tied_table_views(encoder.wte, encoder.compute_dtype)
+    h = encoder(inputs, training=training, word_table=lookup_table)["sequence_output"]
+    ids = inputs["input_ids"]
+    xent, hits = heads.tied_xent_and_hits(h[:, :-1], table, None, ids[:, 1:])
+    return {"lm_xent": xent, "lm_hits": hits, "sequence_output": h}
 
 
 def to_keras_hub(model: GptLM):

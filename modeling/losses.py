@@ -228,12 +228,18 @@ def causal_lm_sums(logits, input_ids, input_mask=None):
     scalars loss_sum, correct and weight (the number of predictions, B * (T - 1) when unpadded).
     """
     targets = input_ids[:, 1:]  # (B, T-1)
-    logits = ops.cast(logits[:, :-1], "float32")  # (B, T-1, V)
+    ce, hits = softmax_xent_and_hits(logits[:, :-1], targets)  # (B, T-1) each
+    return causal_lm_sums_of(ce, hits, input_mask)
+
+
+def causal_lm_sums_of(xent, hits, input_mask=None):
+    """causal_lm_sums from each position's next-token cross-entropy and hits, float (B, T-1)
+    each, as a GPT returns them in training (gpt.next_token_terms); input_mask (B, T) or None."""
     if input_mask is None:
-        weights = ops.ones(ops.shape(targets), "float32")
+        weights = ops.ones(ops.shape(xent), "float32")
     else:
         weights = ops.cast(input_mask[:, 1:], "float32")
-    return masked_lm_sums(logits, targets, weights)
+    return masked_lm_sums_of(xent, hits, weights)
 
 
 def replaced_token_sums(logits, labels, input_mask):

@@ -21,7 +21,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from modeling import bert, layers
+from modeling import bert, heads, layers
 
 FEED_FORWARD = ("relu", "gated-relu", "gated-gelu")
 
@@ -427,8 +427,10 @@ class T5Model(keras.Model):
         cache=None,
         cache_index=None,
         training=False,
+        with_logits=True,
     ):
-        """float (B, T, H) decoder states and float32 (B, T, V) logits.
+        """float (B, T, H) decoder states and float32 (B, T, V) logits (None without
+        with_logits: a loss then reads the states through output_xent_and_hits).
 
         With cache (from `decoder_cache`) and cache_index, decoder_input_ids are the positions
         cache_index .. cache_index + T - 1 after those already cached, and the updated cache
@@ -459,18 +461,31 @@ class T5Model(keras.Model):
             )
             new_self.append(layer_cache)
         x = self.dropout(self.decoder_norm(x), training=training)
+        logits = self.output_logits(x) if with_logits else None
+        if cache is not None:
+            return x, logits, {"self": new_self, "cross": cache["cross"]}
+        return x, logits
+
+    def _projection(self, x):
+        """The output projection's rows and (V, H) table for decoder states x (B, T, H)."""
         if self.config.tie_word_embeddings:
             # Tied output embedding: T5 rescales by d_model^-0.5 first (mesh_tensorflow).
-            table = ops.cast(self.shared, x.dtype)
-            logits = ops.einsum("bth,vh->btv", x * self.config.d_model**-0.5, table)
-        else:
-            logits = ops.einsum("bth,vh->btv", x, self.lm_head)
-        if cache is not None:
-            return x, ops.cast(logits, "float32"), {"self": new_self, "cross": cache["cross"]}
-        return x, ops.cast(logits, "float32")
+            return x * self.config.d_model**-0.5, ops.cast(self.shared, x.dtype)
+        return x, ops.cast(self.lm_head, x.dtype)
 
-    def call(self, inputs, training=False):
-        return encoder_decoder_outputs(self, inputs, training)
+    def output_logits(self, x):
+        """float32 (B, T, V) logits of decoder states float (B, T, H)."""
+        rows, table = self._projection(x)
+        return ops.cast(ops.einsum("bth,vh->btv", rows, table), "float32")
+
+    def output_xent_and_hits(self, x, labels):
+        """float32 (B, T) cross-entropy and argmax hits of output_logits(x) against int (B, T)
+        labels, without the logits (heads.tied_xent_and_hits: vocabulary-major)."""
+        rows, table = self._projection(x)
+        return heads.tied_xent_and_hits(rows, table, None, labels)
+
+    def call(self, inputs, training=False, lm_terms=False):
+        return encoder_decoder_outputs(self, inputs, training, lm_terms)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}
@@ -480,9 +495,13 @@ class T5Model(keras.Model):
         return cls(**config)
 
 
-def encoder_decoder_outputs(model, inputs: dict, training=False) -> dict:
+def encoder_decoder_outputs(model, inputs: dict, training=False, lm_terms=False) -> dict:
     """The `call` of an encoder-decoder with encode / decode (T5Model, bart.BartModel): the
-    encoder once, then the teacher-forced decoder over it."""
+    encoder once, then the teacher-forced decoder over it. Returns encoder_output,
+    decoder_output and lm_logits float32 (B, T, V); with lm_terms (training), lm_xent and
+    lm_hits float32 (B, T) against inputs' target_ids instead of lm_logits: the loss terms
+    without the logits (output_xent_and_hits; the vocabulary projection at every target is
+    most of a small model's step)."""
     enc = model.encode(inputs["input_ids"], inputs["input_mask"], training=training)
     dec, logits = model.decode(
         inputs["decoder_input_ids"],
@@ -490,8 +509,14 @@ def encoder_decoder_outputs(model, inputs: dict, training=False) -> dict:
         inputs["input_mask"],
         inputs.get("decoder_mask"),
         training=training,
+        with_logits=not lm_terms,
     )
-    return {"encoder_output": enc, "decoder_output": dec, "lm_logits": logits}
+    out = {"encoder_output": enc, "decoder_output": dec}
+    if lm_terms:
+        out["lm_xent"], out["lm_hits"] = model.output_xent_and_hits(dec, inputs["target_ids"])
+    else:
+        out["lm_logits"] = logits
+    return out
 
 
 def to_keras_hub(model: T5Model):

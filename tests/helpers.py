@@ -247,6 +247,35 @@ def check_classifier_at_precision(make, inputs: dict, labels, precision: str):
     check_at_precision(make, forward, precision, {"logits": "float32"})
 
 
+def check_loss_paths_agree(model, fast, plain, sums_rtol: float = 1e-6) -> None:
+    """A model's training loss path that skips the (B, T, V) logits (`fast`: its lm_terms)
+    against the logits path it replaces (`plain`): each a no-argument callable returning
+    (a dict of float32 loss sums, the scalar loss) run under a GradientTape. The same sums and
+    the same gradient to every trainable variable: rtol 1e-5 and atol 1e-6, or 1e-5 of the
+    variable's largest gradient entry where that is larger (a tied table's entries sum terms
+    of both signs from its lookups and its projection, added in another order). Attention's
+    key biases get zero gradients up to rounding; every other variable a non-zero one (a tiny
+    model's first query kernels: below 1e-6)."""
+    import tensorflow as tf
+
+    def run(fn):
+        with tf.GradientTape() as tape:
+            sums, loss = fn()
+        grads = tape.gradient(loss, model.trainable_variables)
+        return {k: np.asarray(v) for k, v in sums.items()}, [tf.convert_to_tensor(g) for g in grads]
+
+    (sums, grads), (want_sums, want_grads) = run(fast), run(plain)
+    assert sums.keys() == want_sums.keys()
+    for name in want_sums:
+        np.testing.assert_allclose(sums[name], want_sums[name], rtol=sums_rtol, atol=1e-6)
+    for var, got, want in zip(model.trainable_variables, grads, want_grads):
+        largest = np.abs(want.numpy()).max()
+        assert largest > 0 or "key" in var.path, var.path
+        np.testing.assert_allclose(
+            got.numpy(), want.numpy(), rtol=1e-5, atol=max(1e-6, 1e-5 * largest), err_msg=var.path
+        )
+
+
 def encoder_decoder_batch(b=3, s=7, t=5, seed=0, padded=((0, 5),), vocab_size=23):
     """Random int32 encoder ids (B, S) with `padded` rows cut at (row, length), and decoder
     inputs (B, T); ids from 2 up, so that 0 / 1 stay free for pad / eos."""

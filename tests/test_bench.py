@@ -410,6 +410,23 @@ def test_run_all_quick_writes_every_figure(tmp_path):
         assert f"beam search of 4, {row['size']}" in result.stdout
     assert "Cloze with its key / value cache against without" in result.stdout
 
+    t = r["lm_training"]
+    assert [row["size"] for row in t["sizes"]] == ["bart-tiny", "t5-tiny", "gpt2-tiny"]
+    assert t["precision"] == "fp32" and t["batch"] == 2 and t["seq"] == 9
+    for row in t["sizes"]:
+        for side in ("cloze", "cloze_logits", "keras_hub"):
+            assert row[side]["tokens_per_s"] > 0 and len(row[side]["step_s_rounds"]) == 2
+        # Cloze's loss terms and its logits train the same model; keras-hub's has its shapes
+        # (Cloze's BART adds Hugging Face's final_logits_bias, 97, and its 2 offset rows of
+        # each position table, 2 x 2 x 16).
+        params = {side: row[side]["params"] for side in ("cloze", "cloze_logits", "keras_hub")}
+        extra = 97 + 64 if row["family"] == "bart" else 0
+        assert params["cloze"] == params["cloze_logits"] == params["keras_hub"] + extra
+        assert row["tokens_per_step"] == 2 * (9 + {"bart": 9, "t5": 2, "gpt": 0}[row["family"]])
+        assert row["head_gain"] == pytest.approx(float(np.median(row["head_gain_rounds"])))
+        assert f"| training step {row['size']} b2, 9 ids" in result.stdout
+    assert "keras-hub T5Seq2SeqLM" in result.stdout and "Cloze from its logits" in result.stdout
+
     v = r["vocab"]  # its own smoke test below checks the figures
     codes = [
         (out / "vocab" / side / "codes.bpe").read_bytes() for side in ("cloze_bpe", "subword_nmt")
@@ -440,7 +457,7 @@ def _side(instances, seconds, work_seconds, cpu_seconds, rss):
         (
             ["--benchmarks=all"],
             ["peak", "pretrain", "wordpiece", "byte_level_bpe", "inference", "finetune"]
-            + ["generation", "vocab", "create_data"],
+            + ["generation", "lm_training", "vocab", "create_data"],
         ),
     ],
 )
@@ -449,7 +466,7 @@ def test_the_default_runs_the_issues_four_benchmarks_and_all_adds_the_extras(
 ):
     # The benchmarks themselves replaced by recorders (each has its own smoke run above): which
     # run_all calls, in order, and that results.json keeps each one's wall seconds.
-    from bench import finetune, generation, inference, vocab_learning
+    from bench import finetune, generation, inference, lm_training, vocab_learning
     from data_prep import fetch
 
     ran = []
@@ -467,6 +484,7 @@ def test_the_default_runs_the_issues_four_benchmarks_and_all_adds_the_extras(
     monkeypatch.setattr(inference, "run", recorder("inference"))
     monkeypatch.setattr(finetune, "run", recorder("finetune"))
     monkeypatch.setattr(generation, "run", recorder("generation"))
+    monkeypatch.setattr(lm_training, "run", recorder("lm_training", {"sizes": []}))
     monkeypatch.setattr(vocab_learning, "run", recorder("vocab"))
     monkeypatch.setattr(vocab_learning, "table_rows", lambda result: [])
     monkeypatch.setattr(

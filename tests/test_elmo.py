@@ -248,6 +248,29 @@ def test_bilm_sums_score_the_next_and_the_previous_token():
     assert sums["weight"] == 2 * B * (S - 1)
 
 
+@pytest.mark.parametrize("char_cnn", [True, False], ids=["char_cnn", "token_embedding"])
+def test_lm_terms_equal_the_logits_path_in_loss_and_every_gradient(char_cnn):
+    # ElmoLM's lm_terms (heads.tied_xent_and_hits on the shared softmax, without the (B, S, V)
+    # logits of either direction) against bilm_sums of both directions' logits, the path they
+    # replace in training: the same sums and gradients to every weight.
+    model = lm(char_cnn)
+    x = ids(7)
+
+    def fast():
+        out = model({"input_ids": x}, lm_terms=True)
+        assert "forward_logits" not in out and out["backward_xent"].shape == (B, S - 1)
+        terms = (out[f"{d}_{k}"] for d in ("forward", "backward") for k in ("xent", "hits"))
+        sums = bilm_tasks.bilm_sums_of(*terms)
+        return sums, sums["loss_sum"]
+
+    def plain():
+        out = model({"input_ids": x})
+        sums = bilm_tasks.bilm_sums(out["forward_logits"], out["backward_logits"], x)
+        return sums, sums["loss_sum"]
+
+    helpers.check_loss_paths_agree(model, fast, plain)
+
+
 def test_models_round_trip_their_configs():
     model = lm()
     clone = elmo.ElmoLM.from_config(model.get_config())

@@ -7,6 +7,7 @@ import json
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
 from data_prep.errors import InputError
 from modeling import gpt
@@ -170,6 +171,46 @@ def test_classifier_reads_the_extract_token_and_round_trips_its_config():
     np.testing.assert_allclose(again["logits"][1], out["logits"][1], atol=1e-6)
     clone = gpt.GptClassifier.from_config(model.get_config())
     assert clone.get_config() == model.get_config()
+
+
+@pytest.mark.parametrize("which", ["lm_pre_ln", "lm_post_ln", "classifier"])
+def test_lm_terms_equal_the_logits_path_in_loss_and_every_gradient(which):
+    # lm_terms (gpt.next_token_terms: the vocabulary-major head without the (B, T, V) logits,
+    # wte's lookup and head gradients met in one pass) against causal_lm_sums of lm_logits,
+    # the path they replace in training: the same sums and gradients to every weight, with a
+    # padded row (its padded targets weigh 0).
+    from modeling import losses
+
+    if which == "classifier":
+        keras.utils.set_random_seed(0)
+        model = gpt.GptClassifier(gpt.GptConfig(**TINY), num_classes=5)
+        model.build()
+    else:
+        model = tiny(layer_norm_position=which[3:-3])
+    x = ids()
+    mask = np.ones_like(x)
+    mask[1, 4:] = 0
+    inputs = {"input_ids": x, "input_mask": mask}
+
+    def with_logits(out, sums):  # the classifier's own loss rides along
+        return sums, sums["loss_sum"] + (ops.sum(out["logits"][:, 1]) if "logits" in out else 0)
+
+    def fast():
+        out = model(inputs, lm_terms=True)
+        assert "lm_logits" not in out and out["lm_xent"].shape == (3, 6)
+        return with_logits(out, losses.causal_lm_sums_of(out["lm_xent"], out["lm_hits"], mask))
+
+    def plain():
+        out = model(inputs)
+        sums = losses.causal_lm_sums(out["lm_logits"], x, mask)
+        assert float(sums["weight"]) == 3 * 6 - 3
+        return with_logits(out, sums)
+
+    helpers.check_loss_paths_agree(model, fast, plain)
+    assert any(v.path.endswith("wte") for v in model.trainable_variables)
+    if which != "classifier":  # (the classifier takes no cache)
+        with pytest.raises(ValueError, match="without a cache"):
+            model(inputs, cache=model.encoder.empty_cache(3, 7), lm_terms=True)
 
 
 def test_lm_data_script_and_gpt_pretraining_end_to_end(tmp_path):

@@ -782,12 +782,15 @@ def force_fused_xent(monkeypatch, fused: bool) -> list:
     return calls
 
 
+@pytest.mark.parametrize("biased", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("fused", [False, True], ids=["tf_ops", "xla_kernels"])
-def test_tied_xent_and_hits_equal_the_float64_formulas_and_the_logits_path(monkeypatch, fused):
+def test_tied_xent_and_hits_equal_the_float64_formulas_and_the_logits_path(
+    monkeypatch, fused, biased
+):
     # heads.tied_xent_and_hits (vocabulary-major logits, hand-written gradient; its XLA kernels
     # or TensorFlow ops) against float64 numpy: cross-entropy, argmax hits, and the gradients to
     # the rows, the table and the bias under a non-uniform upstream gradient; and against the
-    # logits path it replaces.
+    # logits path it replaces. Without a bias (GPT's, T5's heads) the TF ops run at every size.
     from modeling import heads, losses
 
     calls = force_fused_xent(monkeypatch, fused)
@@ -797,17 +800,19 @@ def test_tied_xent_and_hits_equal_the_float64_formulas_and_the_logits_path(monke
     table = tf.constant(rng.normal(size=(11, 4)).astype("float32"))
     bias = tf.constant(rng.normal(size=(11,)).astype("float32"))
     x64, t64, b64 = (a.numpy().astype("float64") for a in (x, table, bias))
+    if not biased:
+        bias, b64 = None, 0.0
     logits64 = x64 @ t64.T + b64  # (2, 3, 11)
     labels = rng.integers(0, 11, (2, 3)).astype("int32")
     labels[0, :2] = logits64[0, :2].argmax(-1)  # some certain hits
     labels = tf.constant(labels)
     upstream = rng.uniform(0.1, 2.0, (2, 3))
+    sources = [x, table] + ([bias] if biased else [])
     with tf.GradientTape(persistent=True) as tape:
-        tape.watch([x, table, bias])
+        tape.watch(sources)
         ce, hits = heads.tied_xent_and_hits(x, table, bias, labels)
-        plain_ce, plain_hits = losses.softmax_xent_and_hits(
-            heads.tied_logits(x, table) + bias, labels
-        )
+        plain_logits = heads.tied_logits(x, table) + (bias if biased else 0.0)
+        plain_ce, plain_hits = losses.softmax_xent_and_hits(plain_logits, labels)
     shifted = logits64 - logits64.max(-1, keepdims=True)
     softmax = np.exp(shifted) / np.exp(shifted).sum(-1, keepdims=True)
     one_hot = np.eye(11)[labels.numpy()]
@@ -823,13 +828,15 @@ def test_tied_xent_and_hits_equal_the_float64_formulas_and_the_logits_path(monke
         "table": np.einsum("bpv,bpe->ve", d_logits, x64),
         "bias": d_logits.sum((0, 1)),
     }
+    if not biased:
+        del want["bias"]
     up = tf.constant(upstream.astype("float32"))
-    got = dict(zip(want, tape.gradient(ce, [x, table, bias], output_gradients=up)))
-    plain = dict(zip(want, tape.gradient(plain_ce, [x, table, bias], output_gradients=up)))
+    got = dict(zip(want, tape.gradient(ce, sources, output_gradients=up)))
+    plain = dict(zip(want, tape.gradient(plain_ce, sources, output_gradients=up)))
     for name in want:
         np.testing.assert_allclose(got[name].numpy(), want[name], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got[name].numpy(), plain[name].numpy(), rtol=1e-5, atol=1e-6)
-    assert calls == (["float32"] if fused else [])
+    assert calls == (["float32"] if fused and biased else [])
     for bad in (11, -1):  # past the vocabulary, negative
         with pytest.raises(tf.errors.InvalidArgumentError):
             heads.tied_xent_and_hits(x, table, bias, tf.fill((2, 3), bad))

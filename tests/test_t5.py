@@ -119,6 +119,39 @@ def _family(name, factor):
     return model
 
 
+@pytest.mark.parametrize("family", ["t5", "t5_untied", "bart"])
+def test_lm_terms_equal_the_logits_path_in_loss_and_every_gradient(family):
+    # lm_terms (output_xent_and_hits: heads.tied_xent_and_hits, vocabulary-major, without the
+    # (B, T, V) logits; BART's bias inside) against masked_lm_sums of lm_logits, the path they
+    # replace in seq2seq training: the same sums and gradients to every weight, with padded
+    # targets (weight 0) and padded sources.
+    from modeling import losses
+
+    if family == "t5_untied":
+        model = tiny(tie_word_embeddings=False)
+        helpers.scramble_weights(model, 1.0)
+    else:
+        model = _family(family, 1.0)
+    x = batch()
+    targets = np.roll(x["decoder_input_ids"], -1, axis=1)
+    target_mask = np.ones_like(targets)
+    target_mask[2, 3:] = 0
+    inputs = x | {"target_ids": targets}
+
+    def fast():
+        out = model(inputs, lm_terms=True)
+        assert "lm_logits" not in out and out["lm_xent"].shape == (3, 5)
+        sums = losses.masked_lm_sums_of(out["lm_xent"], out["lm_hits"], target_mask)
+        return sums, sums["loss_sum"]
+
+    def plain():
+        sums = losses.masked_lm_sums(model(x)["lm_logits"], targets, target_mask)
+        assert float(sums["weight"]) == 13
+        return sums, sums["loss_sum"]
+
+    helpers.check_loss_paths_agree(model, fast, plain)
+
+
 @pytest.mark.parametrize("family", ["t5", "t5_gated", "bart"])
 def test_cached_decoding_equals_running_the_whole_prefix(family):
     """The key / value cache: two positions, then one or three at a time, give the logits of

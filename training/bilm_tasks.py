@@ -6,9 +6,8 @@ See training/trainer.py for the contract (sums_fn, loss_terms, metrics).
 from __future__ import annotations
 
 import tensorflow as tf
-from keras import ops
 
-from modeling import flops, losses
+from modeling import elmo, flops, losses
 from training.trainer import Task, float_shape
 
 
@@ -17,12 +16,19 @@ def bilm_sums(forward_logits, backward_logits, input_ids) -> dict:
 
     forward_logits, backward_logits float (B, S, V): position t of the forward LM scores token
     t + 1, of the backward LM token t - 1; input_ids int (B, S), packed blocks without padding.
-    Flipping the time axis turns the backward LM into next-token prediction, so both use
-    losses.causal_lm_sums. Returns float32 scalars forward_* and backward_* (loss_sum, correct,
-    weight) and their totals loss_sum and weight.
+    Returns float32 scalars forward_* and backward_* (loss_sum, correct, weight) and their
+    totals loss_sum and weight (bilm_sums_of).
     """
-    forward = losses.causal_lm_sums(forward_logits, input_ids)
-    backward = losses.causal_lm_sums(ops.flip(backward_logits, axis=1), ops.flip(input_ids, axis=1))
+    forward = losses.softmax_xent_and_hits(forward_logits[:, :-1], input_ids[:, 1:])
+    backward = losses.softmax_xent_and_hits(backward_logits[:, 1:], input_ids[:, :-1])
+    return bilm_sums_of(*forward, *backward)
+
+
+def bilm_sums_of(forward_xent, forward_hits, backward_xent, backward_hits) -> dict:
+    """bilm_sums from each prediction's cross-entropy and hits, float (B, S - 1) each, as
+    elmo.ElmoLM returns them with lm_terms (every prediction counts: no padding)."""
+    forward = losses.causal_lm_sums_of(forward_xent, forward_hits)
+    backward = losses.causal_lm_sums_of(backward_xent, backward_hits)
     sums = {f"forward_{k}": v for k, v in forward.items()}
     sums |= {f"backward_{k}": v for k, v in backward.items()}
     # Both directions make B * (S - 1) predictions, so the pooled mean is their average:
@@ -37,7 +43,13 @@ def bilm_task(model) -> Task:
     cross-entropy over both directions' predictions. Perplexities are exp(*_lm_loss)."""
 
     def sums_fn(batch, training):
-        out = model({"input_ids": batch["input_ids"]}, training=training)
+        inputs = {"input_ids": batch["input_ids"]}
+        if isinstance(model, elmo.ElmoLM):  # the loss terms without the (B, S, V) logits
+            out = model(inputs, training=training, lm_terms=True)
+            return bilm_sums_of(
+                *(out[f"{d}_{k}"] for d in ("forward", "backward") for k in ("xent", "hits"))
+            )
+        out = model(inputs, training=training)
         return bilm_sums(out["forward_logits"], out["backward_logits"], batch["input_ids"])
 
     metrics = {"lm_loss": ("loss_sum", "weight")}

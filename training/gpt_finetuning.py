@@ -122,9 +122,10 @@ def gpt_classification_task(model, lm_coef: float = LM_COEF) -> Task:
 
     def sums_fn(batch, training):
         inputs = {"input_ids": batch["input_ids"], "input_mask": batch["input_mask"]}
-        out = model(inputs, training=training)
+        # The LM terms without the (B, T, V) logits (gpt.next_token_terms).
+        out = model(inputs, training=training, lm_terms=True)
         cls = losses.classification_sums(out["logits"], batch["label_ids"])
-        lm = losses.causal_lm_sums(out["lm_logits"], batch["input_ids"], batch["input_mask"])
+        lm = losses.causal_lm_sums_of(out["lm_xent"], out["lm_hits"], batch["input_mask"])
         return {f"cls_{k}": v for k, v in cls.items()} | {f"lm_{k}": v for k, v in lm.items()}
 
     def flops_fn(batch):

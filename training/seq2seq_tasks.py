@@ -24,19 +24,25 @@ def seq2seq_task(model) -> Task:
     """Mean cross-entropy over the real target tokens (every target token is predicted, </s>
     included; Raffel et al. 2020 sec. 3.1.4, Lewis et al. 2020 sec. 2.2). `model` a
     t5.T5Model or bart.BartModel (each config names its decoder start). Metrics: target_loss,
-    target_accuracy (argmax == target, teacher forced); perplexity is exp(target_loss)."""
+    target_accuracy (argmax == target, teacher forced); perplexity is exp(target_loss). Cloze's
+    models return the loss terms, not the (B, T, V) logits (their lm_terms); another model with
+    only lm_logits is scored from those."""
+    terms = isinstance(model, t5.T5Model | bart.BartModel)
 
     def sums_fn(batch, training):
-        out = model(
-            {
-                "input_ids": batch["input_ids"],
-                "input_mask": batch["input_mask"],
-                "decoder_input_ids": decoder_input_ids(
-                    batch["target_ids"], model.config.decoder_start_token_id
-                ),
-            },
-            training=training,
-        )
+        inputs = {
+            "input_ids": batch["input_ids"],
+            "input_mask": batch["input_mask"],
+            "decoder_input_ids": decoder_input_ids(
+                batch["target_ids"], model.config.decoder_start_token_id
+            ),
+        }
+        if terms:
+            out = model(
+                inputs | {"target_ids": batch["target_ids"]}, training=training, lm_terms=True
+            )
+            return losses.masked_lm_sums_of(out["lm_xent"], out["lm_hits"], batch["target_mask"])
+        out = model(inputs, training=training)
         return losses.masked_lm_sums(out["lm_logits"], batch["target_ids"], batch["target_mask"])
 
     config = getattr(model, "config", None)

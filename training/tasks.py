@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from modeling import albert, bert, flops, losses
+from modeling import albert, bert, flops, gpt, losses
 from training.trainer import Task, float_shape, rows_per_sequence
 
 # Metric names of the sentence-level objectives; "next_sentence" keeps the original BERT names.
@@ -92,10 +92,16 @@ def bert_pretraining_task(model) -> Task:
 
 def causal_lm_task(model) -> Task:
     """Next-token prediction on language-model blocks (GPT, Radford et al. 2018 sec. 3.1): mean
-    cross-entropy over every position but the last. Perplexity is exp(lm_loss)."""
+    cross-entropy over every position but the last. Perplexity is exp(lm_loss). The model
+    returns the loss terms, not the (B, T, V) logits (gpt.GptLM's lm_terms); another model
+    with only lm_logits is scored from those."""
 
     def sums_fn(batch, training):
-        out = model({"input_ids": batch["input_ids"]}, training=training)
+        inputs = {"input_ids": batch["input_ids"]}
+        if isinstance(model, gpt.GptLM):
+            out = model(inputs, training=training, lm_terms=True)
+            return losses.causal_lm_sums_of(out["lm_xent"], out["lm_hits"])
+        out = model(inputs, training=training)
         return losses.causal_lm_sums(out["lm_logits"], batch["input_ids"])
 
     def denominators_fn(batch):
@@ -106,13 +112,15 @@ def causal_lm_task(model) -> Task:
         b, s = tf.unstack(float_shape(batch))
         return 3.0 * b * flops.causal_lm_flops(model.config, s)
 
+    # Counted for a GPT config; another model (the bench's keras-hub one) logs no FLOP/s.
+    counted = isinstance(getattr(model, "config", None), gpt.GptConfig)
     return Task(
         model=model,
         sums_fn=sums_fn,
         loss_terms=[("loss_sum", "weight")],
         metrics={"lm_loss": ("loss_sum", "weight"), "lm_accuracy": ("correct", "weight")},
         denominators_fn=denominators_fn,
-        flops_fn=flops_fn,
+        flops_fn=flops_fn if counted else None,
     )
 
 
