@@ -236,6 +236,7 @@ def run(
     head's own gain]} (module docstring). `specs`: name -> bench/generation-style spec (its
     SIZES and QUICK_SIZES when None)."""
     from bench import generation, pretrain_throughput
+    from modeling import layers
 
     specs = specs or {**generation.SIZES, **generation.QUICK_SIZES}
     out = {
@@ -245,6 +246,7 @@ def run(
         "rounds": rounds,
         "precision": precision,
         "dropout": DROPOUT,
+        "onednn": layers.onednn_enabled(),  # as the pretrain benchmark's: it moves the ratios
         "sizes": [],
     }
     for name in sizes:

@@ -20,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 from bench import create_data, flops, host, pretrain_throughput, timing, tokenizer_speed
+from modeling import layers
 from tests import helpers
 
 REPO = Path(__file__).resolve().parents[1]
@@ -413,6 +414,7 @@ def test_run_all_quick_writes_every_figure(tmp_path):
     t = r["lm_training"]
     assert [row["size"] for row in t["sizes"]] == ["bart-tiny", "t5-tiny", "gpt2-tiny"]
     assert t["precision"] == "fp32" and t["batch"] == 2 and t["seq"] == 9
+    assert t["onednn"] is layers.onednn_enabled()
     for row in t["sizes"]:
         for side in ("cloze", "cloze_logits", "keras_hub"):
             assert row[side]["tokens_per_s"] > 0 and len(row[side]["step_s_rounds"]) == 2
