@@ -37,6 +37,8 @@ import dataclasses
 
 import numpy as np
 
+from bench.pretrain_throughput import ModelHolder
+
 DROPOUT = 0.1
 
 # keras-hub's task model of each family, as the table names it.
@@ -50,24 +52,13 @@ class StartOnly:
     decoder_start_token_id: int
 
 
-class KerasHubLM:
+class KerasHubLM(ModelHolder):
     """keras-hub's task model with the outputs the tasks read (lm_logits), fed from a batch."""
 
     def __init__(self, lm, family: str, start_id: int | None):
         self.model, self.family = lm, family
         if start_id is not None:
             self.config = StartOnly(start_id)
-
-    @property
-    def trainable_variables(self):
-        return self.model.trainable_variables
-
-    @property
-    def non_trainable_variables(self):
-        return self.model.non_trainable_variables
-
-    def count_params(self) -> int:
-        return self.model.count_params()
 
     def __call__(self, inputs, training=False):
         import tensorflow as tf
@@ -86,15 +77,12 @@ class KerasHubLM:
         return {"lm_logits": self.model(feed, training=training)}
 
 
-class LogitsOnly:
+class LogitsOnly(ModelHolder):
     """A Cloze model called without lm_terms: the tasks then score its lm_logits."""
 
     def __init__(self, model):
         self.model = model
         self.config = model.config
-
-    def __getattr__(self, name):  # trainable_variables, count_params, ...
-        return getattr(self.model, name)
 
     def __call__(self, inputs, training=False):
         return self.model(inputs, training=training)
@@ -178,7 +166,7 @@ def build_models(spec: dict, seq: int, target_length: int, seed: int = 0) -> dic
     return {"cloze": cloze, "keras_hub": KerasHubLM(hub, family, start)}
 
 
-def target_length(family: str, seq: int) -> int:
+def targets_per_example(family: str, seq: int) -> int:
     """The targets per example of a family's batch (module docstring); GPT has none."""
     return {"gpt": 0, "bart": seq, "t5": seq // 4}[family]
 
@@ -252,7 +240,7 @@ def run(
     for name in sizes:
         spec = specs[name]
         family = spec["family"]
-        targets = target_length(family, seq)
+        targets = targets_per_example(family, seq)
         trainers = build_trainers(spec, seq, targets, precision)
         data = batch_of(spec, batch, seq, targets)
         times, _, overflows = pretrain_throughput.time_trainers(

@@ -374,6 +374,8 @@ class BartModel(keras.Model):
     (B, T) `decoder_input_ids` (the targets shifted right after decoder_start_token_id) and
     optionally `decoder_mask`. Returns a dict: encoder_output float (B, S, H), decoder_output
     float (B, T, H), lm_logits float32 (B, T, V). S and T at most max_position_embeddings.
+    With lm_terms and int (B, T) `target_ids` in inputs: lm_xent and lm_hits float32 (B, T)
+    instead of lm_logits, as t5.T5Model's.
     """
 
     def __init__(self, config: BartConfig | dict, **kwargs):

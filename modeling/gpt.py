@@ -158,12 +158,13 @@ class CausalSelfAttention(keras.layers.Layer):
         qkv = ops.reshape(self.c_attn(x), (b, t, 3, n, d))  # (B, T, 3, N, D)
         q, k, v = layers.split_leading(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3)  # (B, N, T, D)
         scores = ops.einsum("bntd,bnsd->bnts", q * (1.0 / math.sqrt(d)), k)  # (B, N, T, T)
-        later = ops.arange(t)[None, :] > ops.arange(t)[:, None]  # (T, T): keys after the query
-        bias = ops.cast(later, scores.dtype) * _big_negative(scores.dtype)
-        scores = scores + bias[None, None]
+        # Keys after the query, or padding: one bias of _big_negative (never twice: a sum of two
+        # would leave float16's range).
+        blocked = (ops.arange(t)[None, :] > ops.arange(t)[:, None])[None, None]  # (1, 1, T, T)
         if attention_mask is not None:
-            hidden = 1.0 - ops.cast(attention_mask, scores.dtype)[:, None, None, :]  # (B,1,1,T)
-            scores = scores + hidden * _big_negative(scores.dtype)
+            padding = ops.logical_not(ops.cast(attention_mask, "bool"))[:, None, None, :]
+            blocked = ops.logical_or(blocked, padding)  # (B, 1, T, T)
+        scores = scores + ops.cast(blocked, scores.dtype) * _big_negative(scores.dtype)
         probs = self.attn_dropout(ops.softmax(scores, axis=-1), training=training)
         context = ops.einsum("bnts,bnsd->bntd", probs, v)  # (B, N, T, D)
         context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (b, t, self.n_embd))

@@ -119,7 +119,7 @@ def tied_xent_and_hits(x, embedding_table, bias, labels):
     that was 0.4-3% faster steps, alternating single steps of both forms in one process. Hits as
     softmax_xent_and_hits: a label whose logit equals its column's maximum.
 
-    Without a bias (bias None: GPT's, T5's and XLNet's heads, whose every position is predicted)
+    Without a bias (bias None: GPT's and T5's heads, which predict at every position)
     the softmax runs as losses.xent_and_hits_tf down the float32 columns. At every position
     this replaced an einsum "bth,vh->btv" to (B, T, V) logits and the row-wise loss: GPT's
     training step at L4/H256, GPT-2's 50,257 tokens, batch 8 x 128, on 2 AVX2 cores went

@@ -352,7 +352,9 @@ class T5Model(keras.Model):
     call(inputs, training) with int (B, S) `input_ids`, `input_mask` (encoder side) and int
     (B, T) `decoder_input_ids` (the targets shifted right, starting with decoder_start_token_id)
     and optionally `decoder_mask`. Returns a dict: encoder_output float (B, S, H),
-    decoder_output float (B, T, H), lm_logits float32 (B, T, V).
+    decoder_output float (B, T, H), lm_logits float32 (B, T, V). call(inputs, training,
+    lm_terms=True) with int (B, T) `target_ids` in inputs: lm_xent and lm_hits float32 (B, T)
+    instead of lm_logits (encoder_decoder_outputs).
     """
 
     def __init__(self, config: T5Config | dict, **kwargs):
