@@ -72,6 +72,50 @@ def keras_hub_inputs(input_ids, input_mask, start_id: int, new_tokens: int) -> d
     }
 
 
+def cloze_config(spec: dict, dropout: float = 0.0, width: int = 1024):
+    """Cloze's config of a size spec (SIZES, QUICK_SIZES) with `dropout` wherever the family
+    has one: GPT's GptConfig (n_ctx `width`), BART's BartConfig (max_position_embeddings
+    `width`; attention_dropout too, as keras-hub's layers drop attention probabilities) or
+    T5's T5Config."""
+    from modeling import bart, gpt, t5
+
+    if spec["family"] == "gpt":
+        return gpt.GptConfig(
+            n_vocab=spec["vocab"],
+            n_ctx=width,
+            n_embd=spec["hidden"],
+            n_head=spec["heads"],
+            n_layer=spec["layers"],
+            n_inner=spec["ffn"],
+            embd_pdrop=dropout,
+            attn_pdrop=dropout,
+            resid_pdrop=dropout,
+        )
+    if spec["family"] == "bart":
+        return bart.BartConfig(
+            vocab_size=spec["vocab"],
+            max_position_embeddings=width,
+            encoder_layers=spec["layers"],
+            decoder_layers=spec["layers"],
+            encoder_attention_heads=spec["heads"],
+            decoder_attention_heads=spec["heads"],
+            encoder_ffn_dim=spec["ffn"],
+            decoder_ffn_dim=spec["ffn"],
+            d_model=spec["hidden"],
+            dropout=dropout,
+            attention_dropout=dropout,
+        )
+    return t5.T5Config(
+        vocab_size=spec["vocab"],
+        d_model=spec["hidden"],
+        d_kv=spec["d_kv"],
+        d_ff=spec["ffn"],
+        num_layers=spec["layers"],
+        num_heads=spec["heads"],
+        dropout_rate=dropout,
+    )
+
+
 def build(spec: dict, source_length: int, new_tokens: int, seed: int = 0):
     """(Cloze model, keras-hub Seq2SeqLM or GPT2CausalLM compiled with the greedy sampler,
     decoder start id or None for GPT) holding the same weights."""
@@ -82,18 +126,7 @@ def build(spec: dict, source_length: int, new_tokens: int, seed: int = 0):
 
     keras.utils.set_random_seed(seed)
     if spec["family"] == "gpt":
-        config = gpt.GptConfig(
-            n_vocab=spec["vocab"],
-            n_ctx=max(1024, source_length + new_tokens),
-            n_embd=spec["hidden"],
-            n_head=spec["heads"],
-            n_layer=spec["layers"],
-            n_inner=spec["ffn"],
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            resid_pdrop=0.0,
-        )
-        model = gpt.GptLM(config)
+        model = gpt.GptLM(cloze_config(spec, width=max(1024, source_length + new_tokens)))
         model.build()
         scramble_weights(model, spec["scale"], seed)
         lm = keras_hub.models.GPT2CausalLM(backbone=gpt.to_keras_hub(model), preprocessor=None)
@@ -116,16 +149,7 @@ def build(spec: dict, source_length: int, new_tokens: int, seed: int = 0):
         )
         lm = keras_hub.models.BartSeq2SeqLM(backbone=backbone, preprocessor=None)
     else:
-        config = t5.T5Config(
-            vocab_size=spec["vocab"],
-            d_model=spec["hidden"],
-            d_kv=spec["d_kv"],
-            d_ff=spec["ffn"],
-            num_layers=spec["layers"],
-            num_heads=spec["heads"],
-            dropout_rate=0.0,
-        )
-        model = t5.T5Model(config)
+        model = t5.T5Model(cloze_config(spec))
         model.build()
         scramble_weights(model, spec["scale"], seed)
         lm = keras_hub.models.T5Seq2SeqLM(backbone=t5.to_keras_hub(model), preprocessor=None)

@@ -94,6 +94,7 @@ def build_models(spec: dict, seq: int, target_length: int, seed: int = 0) -> dic
     import keras
     import keras_hub
 
+    from bench import generation
     from modeling import bart, gpt, t5
 
     family, width = spec["family"], max(1024, seq, target_length)
@@ -106,54 +107,16 @@ def build_models(spec: dict, seq: int, target_length: int, seed: int = 0) -> dic
         dropout=DROPOUT,
     )
     keras.utils.set_random_seed(seed)
+    config = generation.cloze_config(spec, DROPOUT, width)
+    cloze = {"gpt": gpt.GptLM, "bart": bart.BartModel, "t5": t5.T5Model}[family](config)
+    keras.utils.set_random_seed(seed)
     if family == "gpt":
-        config = gpt.GptConfig(
-            n_vocab=spec["vocab"],
-            n_ctx=width,
-            n_embd=spec["hidden"],
-            n_head=spec["heads"],
-            n_layer=spec["layers"],
-            n_inner=spec["ffn"],
-            embd_pdrop=DROPOUT,
-            attn_pdrop=DROPOUT,
-            resid_pdrop=DROPOUT,
-        )
-        cloze = gpt.GptLM(config)
-        keras.utils.set_random_seed(seed)
         backbone = keras_hub.models.GPT2Backbone(**hub_shape, max_sequence_length=width)
         hub = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
-        start = None
     elif family == "bart":
-        config = bart.BartConfig(
-            vocab_size=spec["vocab"],
-            max_position_embeddings=width,
-            encoder_layers=spec["layers"],
-            decoder_layers=spec["layers"],
-            encoder_attention_heads=spec["heads"],
-            decoder_attention_heads=spec["heads"],
-            encoder_ffn_dim=spec["ffn"],
-            decoder_ffn_dim=spec["ffn"],
-            d_model=spec["hidden"],
-            dropout=DROPOUT,
-            attention_dropout=DROPOUT,
-        )
-        cloze = bart.BartModel(config)
-        keras.utils.set_random_seed(seed)
         backbone = keras_hub.models.BartBackbone(**hub_shape, max_sequence_length=width)
         hub = keras_hub.models.BartSeq2SeqLM(backbone=backbone, preprocessor=None)
-        start = config.decoder_start_token_id
     else:
-        config = t5.T5Config(
-            vocab_size=spec["vocab"],
-            d_model=spec["hidden"],
-            d_kv=spec["d_kv"],
-            d_ff=spec["ffn"],
-            num_layers=spec["layers"],
-            num_heads=spec["heads"],
-            dropout_rate=DROPOUT,
-        )
-        cloze = t5.T5Model(config)
-        keras.utils.set_random_seed(seed)
         backbone = keras_hub.models.T5Backbone(
             **hub_shape,
             key_value_dim=spec["d_kv"],
@@ -161,7 +124,7 @@ def build_models(spec: dict, seq: int, target_length: int, seed: int = 0) -> dic
             use_gated_activation=False,  # T5's relu feed-forward, T5Config's default
         )
         hub = keras_hub.models.T5Seq2SeqLM(backbone=backbone, preprocessor=None)
-        start = config.decoder_start_token_id
+    start = None if family == "gpt" else config.decoder_start_token_id
     cloze.build()
     return {"cloze": cloze, "keras_hub": KerasHubLM(hub, family, start)}
 
