@@ -126,14 +126,13 @@ class CausalSelfAttention(keras.layers.Layer):
         n, d = self.n_head, self.n_embd // self.n_head
         if cache is None:
             return self._uncached(x, attention_mask, training), None
+        # Decoding: x's keys and values written into the cache, the queries against all of it.
         qkv = ops.reshape(self.c_attn(x), (b, t, 3, n, d))  # (B, T, 3, N, D)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, T, N, D)
-        keys = "bsnd"
-        if cache is not None:
-            cache, keys = layers.write_cache(cache, cache_index, k, v), "bnsd"
-            k, v = cache  # (B, N, S, D)
-        s = ops.shape(k)[keys.index("s")]
-        scores = ops.einsum(f"btnd,{keys}->bnts", q, k) / math.sqrt(d)  # (B, N, T, S)
+        cache = layers.write_cache(cache, cache_index, k, v)
+        k, v = cache  # (B, N, S, D)
+        s = ops.shape(k)[2]
+        scores = ops.einsum("btnd,bnsd->bnts", q, k) / math.sqrt(d)  # (B, N, T, S)
         query_pos = ops.arange(t) + cache_index  # (T,)
         allowed = ops.arange(s)[None, :] <= query_pos[:, None]  # (T, S): keys at or before
         allowed = allowed[None, None]  # (1, 1, T, S)
@@ -141,7 +140,7 @@ class CausalSelfAttention(keras.layers.Layer):
             allowed = ops.logical_and(allowed, ops.cast(attention_mask, "bool")[:, None, None, :])
         scores = ops.where(allowed, scores, _big_negative(scores.dtype))
         probs = self.attn_dropout(ops.softmax(scores, axis=-1), training=training)
-        context = ops.einsum(f"bnts,{keys}->btnd", probs, v)  # (B, T, N, D)
+        context = ops.einsum("bnts,bnsd->btnd", probs, v)  # (B, T, N, D)
         return self.c_proj(ops.reshape(context, (b, t, self.n_embd))), cache
 
     def _uncached(self, x, attention_mask, training):
