@@ -128,8 +128,9 @@ flags.DEFINE_bool(
     "are on (its default on AVX-512 VNNI / BF16 CPUs; TF_ENABLE_ONEDNN_OPTS=1 elsewhere), whose "
     "matmul runs these products slowly at small widths: on 2 AVX2 cores with oneDNN on the "
     "L4/H256 step was 1.13-1.22x faster, BERT-base's 0.97-1.08x; with oneDNN off it was slower "
-    "(0.9x; bench/HISTORY.md); unmeasured on AVX-512 and accelerators. --precision=fp32 only; "
-    "nothing changes under --use_xla.",
+    "(0.9x; bench/HISTORY.md); on an Intel AVX-512 host, whose oneDNN weight gradients run at "
+    "full rate, 1.01x / 0.99x; unmeasured on AMD AVX-512 hosts and accelerators. "
+    "--precision=fp32 only; nothing changes under --use_xla.",
 )
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 flags.DEFINE_enum(

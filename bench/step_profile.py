@@ -7,12 +7,20 @@ the gradient tape, optimizer = ops of the AdamW update, xla = XLA-compiled kerne
 GELU and AdamW's one-pass update of the large variables, whose trace events carry no name scope;
 other = clipping, the finiteness check, metrics). Shares are of the summed op time on the
 executor threads, which with two cores can exceed the wall time; they say what to make cheaper,
-not how long a step takes.
+not how long a step takes (and an op's time includes waiting for busy cores: see
+--one_op_at_a_time below).
 
   python -m bench.step_profile --size=L4/H256/A4/I1024 --steps=3 --output=/tmp/profile.json
 
 --precision=bf16 (or fp16) profiles both sides built under that mixed policy, as the
 pretraining benchmark's --precision does; each side's compute dtype is in the result.
+
+--one_op_at_a_time sets TensorFlow's inter-op parallelism to 1 before anything runs, so ops
+run one after another, each on all cores. Then op time adds up to the wall time, and
+`outside_ops_s_per_step` (wall minus op time: the executor, XLA kernel calls) means something.
+Why: with ops in parallel on 2 cores, an op's traced time includes waiting for busy cores. In
+the fifty-fifth session the global norm's L2Loss ops read 7% of BERT-base's op time that way;
+a step without them was no faster.
 
 summarize_perfetto_trace reads the other profiler format used here: the Perfetto trace of
 jax.profiler, for bench/gpu_mfu.py's step under Keras' JAX backend (on a lent GPU).
@@ -172,6 +180,8 @@ def profile_steps(fit, iterator, steps: int, logdir: str) -> dict:
     result = breakdown(read_op_events(files[-1]))
     result["profiled_wall_s_per_step"] = wall
     result["op_s_per_step"] = result["total_op_s"] / steps
+    # Meaningful with ops one at a time (run's one_op_at_a_time); negative when they overlap.
+    result["outside_ops_s_per_step"] = wall - result["op_s_per_step"]
     return result
 
 
@@ -183,9 +193,19 @@ def run(
     steps: int,
     use_xla: bool,
     precision: str = "fp32",
+    one_op_at_a_time: bool = False,
 ) -> dict:
     import tensorflow as tf
 
+    if one_op_at_a_time:
+        try:
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError as e:  # TensorFlow's runtime already started in this process
+            raise RuntimeError(
+                "step_profile --one_op_at_a_time: TensorFlow has already run something in this "
+                "process, so its inter-op parallelism cannot change; run it in a fresh process "
+                f"({e})"
+            ) from e
     from bench import pretrain_throughput
     from modeling import layers
 
@@ -195,6 +215,8 @@ def run(
     out = {"size": size, "batch": batch, "seq": seq, "predictions": predictions, "steps": steps}
     out["precision"] = precision
     out["onednn"] = layers.onednn_enabled()
+    # 0: TensorFlow's default (as many as it picks); 1 under one_op_at_a_time.
+    out["inter_op_threads"] = tf.config.threading.get_inter_op_parallelism_threads()
     for name, fit in trainers.items():
         iterator = iter(tf.data.Dataset.from_tensors(data).repeat())
         fit.train_steps(iterator, 1)  # trace and compile outside the profile
@@ -212,6 +234,11 @@ def format_table(result: dict) -> str:
         lines.append(
             f"{name}: {r['op_s_per_step']:.3f} op-s per step, "
             f"{r['profiled_wall_s_per_step']:.3f} s wall per step (profiled)"
+            + (
+                f", {r['outside_ops_s_per_step']:.3f} s outside ops"
+                if result.get("inter_op_threads") == 1
+                else ""
+            )
         )
         for group in ("by_phase", "by_type"):
             cells = ", ".join(f"{k} {v['share']:.1%}" for k, v in r[group].items())
@@ -228,10 +255,22 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--use_xla", action="store_true")
     p.add_argument("--precision", choices=PRECISION_NAMES, default="fp32")
+    p.add_argument(
+        "--one_op_at_a_time",
+        action="store_true",
+        help="inter-op parallelism 1: op times add up to the wall time (module docstring)",
+    )
     p.add_argument("--output", default="")
     args = p.parse_args()
     result = run(
-        args.size, args.batch, args.seq, args.predictions, args.steps, args.use_xla, args.precision
+        args.size,
+        args.batch,
+        args.seq,
+        args.predictions,
+        args.steps,
+        args.use_xla,
+        args.precision,
+        args.one_op_at_a_time,
     )
     print(format_table(result))
     if args.output:

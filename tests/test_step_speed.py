@@ -8,6 +8,7 @@ sizes (batch 3, length 7, hidden 12, 3 heads, intermediate 17) so a swapped axis
 from __future__ import annotations
 
 import collections
+import json
 import math
 import os
 
@@ -213,6 +214,30 @@ def test_step_profile_builds_both_sides_at_the_precision_asked():
     for side in ("cloze", "keras_hub"):
         assert result[side]["compute_dtype"] == "bfloat16"
         assert result[side]["by_phase"]["backward"]["s"] > 0
+
+
+def test_step_profile_one_op_at_a_time_adds_op_time_up_to_the_wall_time(tmp_path):
+    # `python -m bench.step_profile --one_op_at_a_time`: in a fresh process TensorFlow runs one
+    # op at a time, so each side's op time fits inside its wall time and the rest is reported.
+    out = tmp_path / "profile.json"
+    _python_under(
+        "tensorflow", "-m", "bench.step_profile", "--size=L1/H32/A2/I64", "--batch=2",
+        "--seq=16", "--predictions=2", "--steps=2", "--one_op_at_a_time", f"--output={out}",
+    )  # fmt: skip
+    result = json.loads(out.read_text())
+    assert result["inter_op_threads"] == 1
+    for side in ("cloze", "keras_hub"):
+        r = result[side]
+        assert r["outside_ops_s_per_step"] >= 0, r
+        assert r["outside_ops_s_per_step"] == pytest.approx(
+            r["profiled_wall_s_per_step"] - r["op_s_per_step"]
+        )
+    # Once this process has run TensorFlow: a clear refusal, its threading left as it was.
+    assert float(tf.constant(1.0) + 1.0) == 2.0  # the runtime has started
+    before = tf.config.threading.get_inter_op_parallelism_threads()
+    with pytest.raises(RuntimeError, match="fresh process"):
+        step_profile.run("L1/H32/A2/I64", 2, 16, 2, 1, False, "fp32", one_op_at_a_time=True)
+    assert tf.config.threading.get_inter_op_parallelism_threads() == before
 
 
 def test_op_types_lose_the_onednn_prefix():
