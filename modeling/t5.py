@@ -664,20 +664,44 @@ def greedy_decode(
 class _Beams:
     """One source's beam search state: the live hypotheses (token lists from the decoder start,
     summed log-probabilities), each one's row among the source's cache rows, and the finished
-    ones with GNMT's length penalty ((5 + len) / 6) ** alpha applied."""
+    ones with GNMT's length penalty ((5 + len) / 6) ** alpha applied.
 
-    def __init__(self, start_id: int, num_beams: int, eos_id: int, alpha: float):
+    The search is done when no hypothesis is live, or when num_beams have finished and no live
+    one can still beat the worst of the num_beams best finished: a live score can only fall
+    with more tokens, so its best is that score over the largest penalty it could reach by
+    max_length (tensor2tensor's beam search, which T5 decoded with, stops the same way). Then
+    the best finished hypothesis is the result. A search that runs out of steps also ranks its
+    live hypotheses, cut at max_length.
+    Why not stop at num_beams finished: low-scoring hypotheses that end early fill that count
+    while the best one is still live, and a live hypothesis ranked as if it had ended wins on
+    the end token's missing log-probability (a trained copy model's beam gave its sequence
+    without the end token, where greedy decoding ended it; fifty-fifth session)."""
+
+    def __init__(self, start_id: int, num_beams: int, eos_id: int, alpha: float, max_length: int):
         self.live: list[tuple[list[int], float]] = [([start_id], 0.0)]
         self.parents = [0]
         self.finished: list[tuple[list[int], float]] = []
         self.num_beams, self.eos_id, self.alpha = num_beams, eos_id, alpha
+        self.max_length = max_length
+
+    def _penalty(self, tokens: int) -> float:
+        return ((5 + tokens) / 6) ** self.alpha
 
     def _penalised(self, prefix, score):
-        return prefix, score / ((5 + len(prefix) - 1) / 6) ** self.alpha
+        return prefix, score / self._penalty(len(prefix) - 1)
 
     @property
     def done(self) -> bool:
-        return not self.live or len(self.finished) >= self.num_beams
+        if not self.live:
+            return True
+        if len(self.finished) < self.num_beams:
+            return False
+        kept = sorted((score for _, score in self.finished), reverse=True)[self.num_beams - 1]
+        largest = max(self._penalty(len(p) - 1) for p, _ in self.live)
+        best_live = max(score for _, score in self.live) / max(
+            largest, self._penalty(self.max_length)
+        )
+        return best_live <= kept
 
     def advance(self, logp: np.ndarray) -> None:
         """logp: float (len(live), V) log-probabilities of each live hypothesis' next token."""
@@ -701,8 +725,10 @@ class _Beams:
                 break
 
     def best(self) -> list[int]:
-        """The best hypothesis' tokens after the decoder start."""
-        ranked = self.finished + [self._penalised(p, s) for p, s in self.live]
+        """The best hypothesis' tokens after the decoder start (class docstring)."""
+        ranked = list(self.finished)
+        if not self.done:  # out of steps: the live ones count, cut at max_length
+            ranked += [self._penalised(p, s) for p, s in self.live]
         return max(ranked, key=lambda x: x[1])[0][1:]
 
 
@@ -725,7 +751,9 @@ def beam_search(
     c = model.config
     ids, mask = np.asarray(input_ids), np.asarray(input_mask)
     b, k = ids.shape[0], num_beams
-    searches = [_Beams(c.decoder_start_token_id, k, c.eos_token_id, alpha) for _ in range(b)]
+    searches = [
+        _Beams(c.decoder_start_token_id, k, c.eos_token_id, alpha, max_length) for _ in range(b)
+    ]
     if use_cache:
         _, state = _start(model, ids, mask, max_length)  # the encoder output is in the cache
         state = reorder_cache(state, np.repeat(np.arange(b), k))  # k rows per source

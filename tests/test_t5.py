@@ -221,6 +221,34 @@ def test_mixed_precision_logits_stay_float32_near_it_and_the_cache_agrees(family
     np.testing.assert_allclose(cached, full, atol=4 * rounding * scale)
 
 
+def test_beam_search_goes_on_while_a_live_hypothesis_can_still_win():
+    """At step 2 two hypotheses end (the weak branch's first choice, the strong branch's second)
+    and fill num_beams=2 finished while the strongest is live. The search goes on, since that
+    one's score over the largest length penalty could still beat them, and returns it with its
+    end token. Stopping at num_beams finished returned [2, 2]: live, without the end token,
+    ranked as if it had ended."""
+    eos, alpha, max_length = 1, 0.6, 5
+
+    def logp(*rows):  # next-token probabilities over a vocabulary of 4, one row per live one
+        return np.log(np.array(rows, np.float64))
+
+    search = t5._Beams(0, 2, eos, alpha, max_length)
+    search.advance(logp([0.0001, 0.1, 0.5999, 0.3]))  # [2] and [3] live
+    assert [p for p, _ in search.live] == [[0, 2], [0, 3]] and not search.finished
+    search.advance(logp([0.04, 0.05, 0.9, 0.01], [0.05, 0.9, 0.03, 0.02]))
+    assert sorted(p for p, _ in search.finished) == [[0, 2, 1], [0, 3, 1]]  # two finished ...
+    assert [p for p, _ in search.live][0] == [0, 2, 2] and not search.done  # ... it could win
+    search.advance(logp([0.02, 0.95, 0.02, 0.01], [0.02, 0.95, 0.02, 0.01]))
+    assert search.best() == [2, 2, eos]
+    # What is live now ([2, 2, 0] and the like) can reach at most its score over the penalty at
+    # max_length, below the second-best finished ([3, 1]): done.
+    assert search.done
+    # Out of steps, the live hypotheses count too (cut at max_length): the best one wins.
+    short = t5._Beams(0, 2, eos, alpha, 1)
+    short.advance(logp([0.0001, 0.1, 0.5999, 0.3]))
+    assert not short.done and short.best() == [2]
+
+
 def test_batched_beam_search_equals_one_source_at_a_time_when_sources_finish_apart():
     """The cached beam search decodes the batch together (num_beams rows per source): with an
     end token the scrambled model produces at different steps, sources finish apart, some
