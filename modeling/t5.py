@@ -697,11 +697,10 @@ class _Beams:
         if len(self.finished) < self.num_beams:
             return False
         kept = sorted((score for _, score in self.finished), reverse=True)[self.num_beams - 1]
-        largest = max(self._penalty(len(p) - 1) for p, _ in self.live)
-        best_live = max(score for _, score in self.live) / max(
-            largest, self._penalty(self.max_length)
-        )
-        return best_live <= kept
+        tokens = len(self.live[0][0]) - 1  # every live hypothesis has had the same steps
+        # The largest penalty still reachable: at max_length (at the current length if alpha < 0).
+        penalty = max(self._penalty(tokens), self._penalty(self.max_length))
+        return max(score for _, score in self.live) / penalty <= kept
 
     def advance(self, logp: np.ndarray) -> None:
         """logp: float (len(live), V) log-probabilities of each live hypothesis' next token."""

@@ -220,18 +220,15 @@ def test_step_profile_one_op_at_a_time_adds_op_time_up_to_the_wall_time(tmp_path
     # `python -m bench.step_profile --one_op_at_a_time`: in a fresh process TensorFlow runs one
     # op at a time, so each side's op time fits inside its wall time and the rest is reported.
     out = tmp_path / "profile.json"
-    _python_under(
+    printed = _python_under(
         "tensorflow", "-m", "bench.step_profile", "--size=L1/H32/A2/I64", "--batch=2",
         "--seq=16", "--predictions=2", "--steps=2", "--one_op_at_a_time", f"--output={out}",
     )  # fmt: skip
     result = json.loads(out.read_text())
     assert result["inter_op_threads"] == 1
     for side in ("cloze", "keras_hub"):
-        r = result[side]
-        assert r["outside_ops_s_per_step"] >= 0, r
-        assert r["outside_ops_s_per_step"] == pytest.approx(
-            r["profiled_wall_s_per_step"] - r["op_s_per_step"]
-        )
+        assert result[side]["outside_ops_s_per_step"] >= 0, result[side]
+        assert f"{result[side]['outside_ops_s_per_step']:.3f} s outside ops" in printed, printed
     # Once this process has run TensorFlow: a clear refusal, its threading left as it was.
     assert float(tf.constant(1.0) + 1.0) == 2.0  # the runtime has started
     before = tf.config.threading.get_inter_op_parallelism_threads()
