@@ -133,6 +133,42 @@ def test_decoder_never_sees_later_targets_and_encoder_ignores_padding():
     assert np.abs(np.asarray(model(real)["lm_logits"])[0] - base[0]).max() > 1e-5
 
 
+@pytest.mark.parametrize(("act", "plain_op"), [("gelu", "Erfc"), ("gelu_new", "Tanh")])
+def test_feed_forward_gelu_runs_as_xla_kernels_in_training_with_equal_values_and_gradients(
+    act, plain_op
+):
+    # Training goes through layers.fused_activation's kernels (no Erfc / Tanh op of TensorFlow's
+    # left in the graph), decoding and export through keras' gelu; the two agree in values and
+    # in the gradients of the input and of both dense layers. relu has no fused form.
+    import tensorflow as tf
+
+    assert (
+        bart._FeedForward(bart.BartConfig(**TINY, activation_function="relu"), 17)._fused_act
+        is None
+    )
+    keras.utils.set_random_seed(3)
+    ffn = bart._FeedForward(bart.BartConfig(**TINY, activation_function=act), 17, name="ffn")
+    x = tf.constant(np.random.default_rng(0).normal(scale=2.0, size=(2, 3, 12)).astype("float32"))
+    ffn.build(x.shape)
+
+    def op_types(training):
+        graph = tf.function(lambda v: ffn(v, training=training)).get_concrete_function(x).graph
+        return {op.type for op in graph.get_operations()}
+
+    assert plain_op not in op_types(True) and plain_op in op_types(False)
+    upstream = tf.constant(np.random.default_rng(1).normal(size=(2, 3, 12)).astype("float32"))
+    results = []
+    for training in (True, False):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = ffn(x, training=training)
+            loss = tf.reduce_sum(y * upstream)
+        grads = tape.gradient(loss, [x, ffn.fc1.kernel, ffn.fc1.bias, ffn.fc2.kernel])
+        results.append([y, *grads])
+    for fused, plain in zip(*results):
+        np.testing.assert_allclose(fused.numpy(), plain.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_config_json_round_trip_unknown_keys_and_keras_config(tmp_path):
     config = bart.BartConfig(**TINY)
     path = tmp_path / "bart.json"
