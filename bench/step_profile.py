@@ -3,8 +3,9 @@
 Profiles a few train steps of Cloze's BertPretrainer and of keras-hub's BERT (the same two
 Trainers as bench/pretrain_throughput.py) and sums the TensorFlow ops' own execution time from
 the trace, by op type (MatMul, Mul, Transpose, ...) and by phase (forward, backward = ops under
-the gradient tape, optimizer = ops of the AdamW update, xla = XLA-compiled kernels: the fused
-GELU and AdamW's one-pass update of the large variables, whose trace events carry no name scope;
+the gradient tape, optimizer = ops of the AdamW update, xla = calls of XLA-compiled kernels:
+the fused GELU, LayerNorm and cross-entropy and AdamW's one-pass update of the large variables,
+each call with its whole time (read_op_events), named after its call op in top_ops;
 other = clipping, the finiteness check, metrics). Shares are of the summed op time on the
 executor threads, which with two cores can exceed the wall time; they say what to make cheaper,
 not how long a step takes (and an op's time includes waiting for busy cores: see
@@ -17,7 +18,7 @@ pretraining benchmark's --precision does; each side's compute dtype is in the re
 
 --one_op_at_a_time sets TensorFlow's inter-op parallelism to 1 before anything runs, so ops
 run one after another, each on all cores. Then op time adds up to the wall time, and
-`outside_ops_s_per_step` (wall minus op time: the executor, XLA kernel calls) means something.
+`outside_ops_s_per_step` (wall minus op time: the executor's own work) means something.
 Why: with ops in parallel on 2 cores, an op's traced time includes waiting for busy cores. In
 the fifty-fifth session the global norm's L2Loss ops read 7% of BERT-base's op time that way;
 a step without them was no faster.
@@ -64,26 +65,76 @@ def op_type_of(traced_type: str) -> str:
     return traced_type
 
 
+def _string_stats(event, stat_names: dict) -> dict:
+    """A trace event's stats whose values are strings (inline or by reference), by stat name."""
+    out = {}
+    for stat in event.stats:
+        value = stat.str_value
+        if not value and stat.ref_value:
+            value = stat_names.get(stat.ref_value, "")
+        out[stat_names.get(stat.metadata_id, "")] = value
+    return out
+
+
 def read_op_events(xplane_path: str):
     """Yields (op name, op type, seconds) of every TensorFlow op execution in a profiler
-    XSpace file (`*.xplane.pb`). TF ops are the trace events named "name:Type"; the executor's
-    own bookkeeping events (ExecutorState::Process, ...) have no colon and are left out. XLA's
-    CPU kernels run inline as events named after their HLO fusion ("add_multiply_fusion", each
-    followed by an "end: ..." marker): yielded as ("xla/<name>", "XlaFusion", seconds). Types
-    lose oneDNN's `_Mkl` prefix (op_type_of)."""
+    XSpace file (`*.xplane.pb`), from the executor threads' lines (tf_Compute).
+
+    Synchronous ops are the trace events named "name:Type"; the executor's own bookkeeping
+    events (ExecutorState::Process, ...) have no colon and are left out. Asynchronous ops have
+    no such event: an "ExecutorState::ProcessAsync::Start" event carries their name and kernel
+    type as stats and lasts until the op is done. A call of an XLA-compiled function (the fused
+    GELU, LayerNorm, cross-entropy and AdamW kernels) is one: the executor thread runs the
+    compiled program, part of its thunks on the intra-op threads, and waits for them. Each is
+    yielded as ("xla/<op name>", "XlaCall", seconds), with all of that time; other asynchronous
+    ops (the input pipeline's IteratorGetNext) under their kernel type. XLA's fusions run inside
+    a call trace as events named after their HLO ("add_multiply_fusion"); those inside a call
+    are part of its time, and any outside one (under --use_xla) is yielded as
+    ("xla/<name>", "XlaFusion", seconds). Types lose oneDNN's `_Mkl` prefix (op_type_of).
+
+    Why the calls and not only the fusions: until the fifty-sixth session only the fusions on
+    the executor threads were counted, so an XLA call's thunks on the intra-op threads and its
+    wait for them read as time outside ops (at L4/H256 about 20 of the 27 ms that
+    --one_op_at_a_time put there).
+    """
+    import bisect
+
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
     with open(xplane_path, "rb") as f:
         space.ParseFromString(f.read())
     for plane in space.planes:
+        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
         for line in plane.lines:
             if not line.name.startswith("tf_Compute"):
                 continue
-            for event in line.events:
-                name = plane.event_metadata[event.metadata_id].name
+            events = sorted(line.events, key=lambda e: e.offset_ps)
+            names = [plane.event_metadata[e.metadata_id].name for e in events]
+            executions = [
+                e.offset_ps
+                for e, name in zip(events, names)
+                if name == "CpuExecutable::ExecuteAsyncOnStream"
+            ]
+            calls = []  # (start, end) of the XLA calls
+            for event, name in zip(events, names):
+                if name != "ExecutorState::ProcessAsync::Start":
+                    continue
+                start, end = event.offset_ps, event.offset_ps + event.duration_ps
+                stats = _string_stats(event, stat_names)
+                i = bisect.bisect_left(executions, start)
+                if i < len(executions) and executions[i] <= end:
+                    calls.append((start, end))
+                    yield f"xla/{stats.get('name', '?')}", "XlaCall", event.duration_ps / 1e12
+                else:
+                    op_type = op_type_of(stats.get("kernel_type") or "AsyncOp")
+                    yield stats.get("name", "?"), op_type, event.duration_ps / 1e12
+            call_starts = [c[0] for c in calls]
+            for event, name in zip(events, names):
                 if ":" not in name and "fusion" in name:
-                    yield f"xla/{name}", "XlaFusion", event.duration_ps / 1e12
+                    i = bisect.bisect_right(call_starts, event.offset_ps) - 1
+                    if i < 0 or calls[i][1] < event.offset_ps:  # not inside a call
+                        yield f"xla/{name}", "XlaFusion", event.duration_ps / 1e12
                 if ":" not in name or "::" in name or name.startswith("end: "):
                     continue
                 op_name, op_type = name.rsplit(":", 1)

@@ -229,12 +229,84 @@ def test_step_profile_one_op_at_a_time_adds_op_time_up_to_the_wall_time(tmp_path
     for side in ("cloze", "keras_hub"):
         assert result[side]["outside_ops_s_per_step"] >= 0, result[side]
         assert f"{result[side]['outside_ops_s_per_step']:.3f} s outside ops" in printed, printed
+    # Cloze's XLA kernels are counted by call, under the call op's name: the vocabulary-sized
+    # table's one-pass AdamW update among them.
+    assert result["cloze"]["by_phase"]["xla"]["s"] > 0
+    assert any(
+        op.startswith("xla/") and "adam_w" in op and op.endswith(":XlaCall")
+        for op in result["cloze"]["top_ops"]
+    ), result["cloze"]["top_ops"]
     # Once this process has run TensorFlow: a clear refusal, its threading left as it was.
     assert float(tf.constant(1.0) + 1.0) == 2.0  # the runtime has started
     before = tf.config.threading.get_inter_op_parallelism_threads()
     with pytest.raises(RuntimeError, match="fresh process"):
         step_profile.run("L1/H32/A2/I64", 2, 16, 2, 1, False, "fp32", one_op_at_a_time=True)
     assert tf.config.threading.get_inter_op_parallelism_threads() == before
+
+
+def _xspace_file(tmp_path, events) -> str:
+    """An XSpace file with one executor line (tf_Compute) of `events`: (name, start us,
+    duration us, {stat: string value}) each."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    line = plane.lines.add(name="tf_Compute/1")
+    plane.lines.add(name="tf_numa_-1_Eigen/2").events.add(metadata_id=1, duration_ps=10**9)
+    ids = {}
+    for name, start, duration, stats in events:
+        if name not in ids:
+            ids[name] = len(ids) + 1
+            plane.event_metadata[ids[name]].name = name
+        event = line.events.add(
+            metadata_id=ids[name], offset_ps=start * 10**6, duration_ps=duration * 10**6
+        )
+        for key, value in stats.items():
+            stat_id = 1000 + sorted({"name", "kernel_type"}).index(key)
+            plane.stat_metadata[stat_id].name = key
+            event.stats.add(metadata_id=stat_id, str_value=value)
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    return str(path)
+
+
+def test_read_op_events_counts_xla_calls_whole_and_their_fusions_once(tmp_path):
+    # An XLA call is an asynchronous op: its ProcessAsync::Start event lasts the whole call
+    # (its fusions on this thread, its thunks elsewhere, the wait) and is named by stats. The
+    # fusion inside it is not counted again; one outside any call is; another asynchronous op
+    # keeps its kernel type; synchronous "name:Type" ops and bookkeeping as before.
+    path = _xspace_file(
+        tmp_path,
+        [
+            ("ExecutorState::Process", 0, 100, {}),
+            ("enc/MatMul:_MklMatMul", 1, 10, {}),
+            (
+                "ExecutorState::ProcessAsync::Start",
+                20,
+                30,
+                {"name": "enc/layer_0/PartitionedCall", "kernel_type": "PartitionedCall"},
+            ),
+            ("CpuExecutable::ExecuteAsyncOnStream", 21, 28, {}),
+            ("add_multiply_fusion", 22, 5, {}),
+            ("end: add_multiply_fusion", 27, 0, {}),
+            (
+                "ExecutorState::ProcessAsync::Start",
+                60,
+                4,
+                {"name": "IteratorGetNext", "kernel_type": "IteratorGetNext"},
+            ),
+            ("select_fusion", 70, 3, {}),
+        ],
+    )
+    got = sorted(
+        (name, kind, round(s * 1e6, 6)) for name, kind, s in step_profile.read_op_events(path)
+    )
+    assert got == [
+        ("IteratorGetNext", "IteratorGetNext", 4.0),
+        ("enc/MatMul", "MatMul", 10.0),
+        ("xla/enc/layer_0/PartitionedCall", "XlaCall", 30.0),
+        ("xla/select_fusion", "XlaFusion", 3.0),
+    ]
 
 
 def test_op_types_lose_the_onednn_prefix():
