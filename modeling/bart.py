@@ -268,7 +268,8 @@ class _FeedForward(keras.layers.Layer):
     feed-forwards do (the same formula, computed in float32); elsewhere (decoding, a SavedModel)
     as keras' gelu. Why: TensorFlow runs GELU as about ten element-wise ops each way over the
     (B*L, F) activations. Measured in bench/lm_training.py's bart-base step on 2 AVX-512 cores
-    (56th session, alternating rounds in one process): 1.00-1.06x, median 1.02x.
+    (fifty-sixth session): 0.97-1.07x in three probes of alternating rounds in one process
+    (medians 1.01-1.05x); the benchmark went from 0.98x to 1.03x keras-hub (bench/HISTORY.md).
     """
 
     def __init__(self, config: BartConfig, ffn_dim: int, **kwargs):
