@@ -36,7 +36,7 @@ from __future__ import annotations
 from absl import app, flags, logging
 
 from modeling import flops
-from training.precision import PRECISION_NAMES
+from training.precision import CPU_SPEED_NOTE, PRECISION_NAMES
 
 flags.DEFINE_string(
     "bert_config_file",
@@ -76,7 +76,8 @@ flags.DEFINE_enum(
     "Compute precision: fp32, or mixed precision with float32 variables, softmax and losses: "
     "bf16 (mixed_bfloat16) or fp16 (mixed_float16 with dynamic loss scaling; an overflow step "
     "halves the scale and is not applied, and is not a non-finite step for --on_nonfinite). "
-    "A resume with another precision is refused (fp16's checkpoints hold the loss scale).",
+    "A resume with another precision is refused (fp16's checkpoints hold the loss scale)."
+    + CPU_SPEED_NOTE,
 )
 flags.DEFINE_enum(
     "optimizer",

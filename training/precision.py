@@ -18,10 +18,17 @@ COMPUTE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # The values, fp32 first: every --precision flag's choices.
 PRECISION_NAMES = tuple(POLICIES)
 
+# Appended to every --precision help: what the benchmarks found on CPUs (README, issue #9).
+CPU_SPEED_NOTE = (
+    " On a CPU bf16 pays only where bfloat16 products are fast: on AMD AVX-512 BF16 hosts the "
+    "pretraining step ran 1.1-1.4x faster than fp32, on an Intel AVX-512 host without AMX "
+    "(bfloat16 products at half the float32 rate) slower."
+)
+
 # The help of the fine-tuning scripts' --precision.
 FINETUNE_PRECISION_HELP = (
     "Compute precision, as run_pretraining's flag: fp32, or mixed precision with float32 "
     "variables, softmax, losses and logits: bf16 (mixed_bfloat16) or fp16 (mixed_float16 with "
     "dynamic loss scaling; an overflow step halves the scale and is not applied). Checkpoints "
     "hold float32 weights at every precision; a resume with another precision is refused."
-)
+) + CPU_SPEED_NOTE
