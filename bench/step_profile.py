@@ -94,7 +94,7 @@ def read_op_events(xplane_path: str):
 
     Why the calls and not only the fusions: until the fifty-sixth session only the fusions on
     the executor threads were counted, so an XLA call's thunks on the intra-op threads and its
-    wait for them read as time outside ops (at L4/H256 about 20 of the 27 ms that
+    wait for them read as time outside ops (at L4/H256, 23 of the 27 ms that
     --one_op_at_a_time put there).
     """
     import bisect

@@ -37,9 +37,6 @@ ACTIVATIONS = {
     "gelu_new": lambda x: keras.activations.gelu(x, approximate=True),
     "relu": keras.activations.relu,
 }
-# The same GELUs under layers.fused_activation's names: in training the feed-forward's GELU runs
-# as its two XLA kernels (values and gradient; see _FeedForward).
-FUSED_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu"}
 # BART's LayerNorm epsilon (torch.nn.LayerNorm's default, kept by fairseq and Hugging Face).
 LAYER_NORM_EPSILON = 1e-5
 
@@ -278,8 +275,11 @@ class _FeedForward(keras.layers.Layer):
         self.fc1 = _dense(ffn_dim, config, "fc1")
         self.fc2 = _dense(config.d_model, config, "fc2")
         self.activation_dropout = layers.Dropout(config.activation_dropout)
-        fused_name = FUSED_ACTIVATIONS.get(config.activation_function)
-        self._fused_act = layers.fused_activation(fused_name) if fused_name else None
+        from modeling import checkpoints  # here, not at module level, as BartConfig's loader
+
+        # Hugging Face's activation names (BART's) under Cloze's: None where there is no kernel.
+        act = checkpoints.HF_TO_CLOZE_ACTIVATION[config.activation_function]
+        self._fused_act = layers.fused_activation(act)
 
     def build(self, input_shape):
         self.fc1.build(input_shape)

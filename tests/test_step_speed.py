@@ -248,25 +248,30 @@ def test_step_profile_one_op_at_a_time_adds_op_time_up_to_the_wall_time(tmp_path
 
 def _xspace_file(tmp_path, events) -> str:
     """An XSpace file with one executor line (tf_Compute) of `events`: (name, start us,
-    duration us, {stat: string value}) each."""
+    duration us, {stat: string value}) each; an intra-op thread's line repeats them, and only
+    the executor line's count."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
     plane = space.planes.add(name="/host:CPU")
-    line = plane.lines.add(name="tf_Compute/1")
-    plane.lines.add(name="tf_numa_-1_Eigen/2").events.add(metadata_id=1, duration_ps=10**9)
-    ids = {}
+    executor, intra_op = (
+        plane.lines.add(name="tf_Compute/1"),
+        plane.lines.add(name="tf_numa_-1_Eigen/2"),
+    )
+    event_ids, stat_ids = {}, {}
     for name, start, duration, stats in events:
-        if name not in ids:
-            ids[name] = len(ids) + 1
-            plane.event_metadata[ids[name]].name = name
-        event = line.events.add(
-            metadata_id=ids[name], offset_ps=start * 10**6, duration_ps=duration * 10**6
-        )
-        for key, value in stats.items():
-            stat_id = 1000 + sorted({"name", "kernel_type"}).index(key)
-            plane.stat_metadata[stat_id].name = key
-            event.stats.add(metadata_id=stat_id, str_value=value)
+        if name not in event_ids:
+            event_ids[name] = len(event_ids) + 1
+            plane.event_metadata[event_ids[name]].name = name
+        for line in (executor, intra_op):
+            event = line.events.add(
+                metadata_id=event_ids[name], offset_ps=start * 10**6, duration_ps=duration * 10**6
+            )
+            for key, value in stats.items():
+                if key not in stat_ids:
+                    stat_ids[key] = 1000 + len(stat_ids)
+                    plane.stat_metadata[stat_ids[key]].name = key
+                event.stats.add(metadata_id=stat_ids[key], str_value=value)
     path = tmp_path / "host.xplane.pb"
     path.write_bytes(space.SerializeToString())
     return str(path)
