@@ -290,6 +290,13 @@ class CharCnnEncoder(keras.layers.Layer):
             ).char_cnn
         self.char_cnn, self.projection_dim = char_cnn, projection_dim
         c = char_cnn
+        # Under float16 where it would run on oneDNN's reference kernels (a convolution's weight
+        # gradient, a fused 2-D MatMul + bias: layers.float16_on_onednn_cpu, 600x float32's
+        # time), the convolutions, highway layers and projection compute in float32; the
+        # embedding and the LSTMs keep the policy.
+        inner = {}
+        if self.compute_dtype == "float16" and layers.float16_on_onednn_cpu():
+            inner = {"dtype": "float32"}
         self.char_embedding = keras.layers.Embedding(
             c.n_characters,
             c.embedding.dim,
@@ -297,17 +304,19 @@ class CharCnnEncoder(keras.layers.Layer):
             name="char_embedding",
         )
         for i, (width, count) in enumerate(c.filters):
-            setattr(self, f"conv_{i}", keras.layers.Conv1D(count, width, name=f"conv_{i}"))
+            conv = keras.layers.Conv1D(count, width, name=f"conv_{i}", **inner)
+            setattr(self, f"conv_{i}", conv)
         f = c.num_filters
         for i in range(c.n_highway):
-            setattr(self, f"highway_transform_{i}", keras.layers.Dense(f, name=f"transform_{i}"))
+            transform = keras.layers.Dense(f, name=f"transform_{i}", **inner)
+            setattr(self, f"highway_transform_{i}", transform)
             # A negative gate bias starts each highway layer close to carrying its input
             # (Srivastava et al. 2015, sec. 2.2; bilm-tf initialises it to -2).
             gate = keras.layers.Dense(
-                f, bias_initializer=keras.initializers.Constant(-2.0), name=f"gate_{i}"
+                f, bias_initializer=keras.initializers.Constant(-2.0), name=f"gate_{i}", **inner
             )
             setattr(self, f"highway_gate_{i}", gate)
-        self.projection = keras.layers.Dense(projection_dim, name="projection")
+        self.projection = keras.layers.Dense(projection_dim, name="projection", **inner)
 
     def build(self, input_shape=None):
         c = self.char_cnn
@@ -335,7 +344,8 @@ class CharCnnEncoder(keras.layers.Layer):
             transform = ops.relu(getattr(self, f"highway_transform_{i}")(h))
             gate = ops.sigmoid(getattr(self, f"highway_gate_{i}")(h))
             h = gate * transform + (1.0 - gate) * h
-        return ops.reshape(self.projection(h), (b, s, self.projection_dim))  # (B, S, P)
+        out = ops.reshape(self.projection(h), (b, s, self.projection_dim))  # (B, S, P)
+        return ops.cast(out, self.compute_dtype)  # float32 inside under float16 (__init__)
 
     def get_config(self):
         return {

@@ -158,8 +158,12 @@ class CausalSelfAttention(keras.layers.Layer):
         q, k, v = layers.split_leading(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3)  # (B, N, T, D)
         scores = ops.einsum("bntd,bnsd->bnts", q * (1.0 / math.sqrt(d)), k)  # (B, N, T, T)
         # Keys after the query, or padding: one bias of _big_negative (never twice: a sum of two
-        # would leave float16's range).
-        blocked = (ops.arange(t)[None, :] > ops.arange(t)[:, None])[None, None]  # (1, 1, T, T)
+        # would leave float16's range). Without padding the bias is (T, T), not (1, 1, T, T):
+        # TensorFlow's oneDNN build fuses the score product, scale and a (1, 1, T, T) addend
+        # into a matmul that only oneDNN's reference code runs, 330x slower (992 against 3 ms
+        # for GPT-2's (8, 12, 128, 64) scores, 2 AVX-512 cores, 57th session; every other
+        # addend shape tried ran its fast kernel).
+        blocked = ops.arange(t)[None, :] > ops.arange(t)[:, None]  # (T, T)
         if attention_mask is not None:
             padding = ops.logical_not(ops.cast(attention_mask, "bool"))[:, None, None, :]
             blocked = ops.logical_or(blocked, padding)  # (B, 1, T, T)

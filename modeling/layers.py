@@ -280,9 +280,17 @@ class Dense(keras.layers.Layer):
             y = matmul_xla_weight_gradient(flat, tf.convert_to_tensor(kernel))
         else:
             y = tf.linalg.matmul(flat, kernel)
-        if self.bias is not None:
-            y = tf.nn.bias_add(y, ops.cast(self.bias, y.dtype))
-        return tf.reshape(y, tf.concat([tf.shape(x)[:-1], [self.units]], axis=0))
+        shape = tf.concat([tf.shape(x)[:-1], [self.units]], axis=0)
+        if self.bias is None:
+            return tf.reshape(y, shape)
+        bias = ops.cast(self.bias, y.dtype)
+        if y.dtype == tf.float16 and float16_on_onednn_cpu():
+            # No fused kernel (see float16_on_onednn_cpu): the bias added to a rank-3 view, as
+            # Grappler fuses MatMul + BiasAdd (or + Add) only on the MatMul's own output and
+            # drops a reshape that keeps the shape.
+            y = tf.reshape(y, tf.concat([[1], tf.shape(y)], axis=0)) + bias
+            return tf.reshape(y, shape)
+        return tf.reshape(tf.nn.bias_add(y, bias), shape)
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:-1], self.units)
@@ -337,6 +345,25 @@ def onednn_enabled() -> bool:
     from tensorflow.python.util import _pywrap_util_port
 
     return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def float16_on_onednn_cpu() -> bool:
+    """Whether float16 work here runs on TensorFlow's oneDNN CPU kernels (onednn_enabled, no GPU
+    visible), where some of it has only oneDNN's reference code: Cloze keeps float16 away from
+    those kernels there (Dense's bias, ELMo's character convolutions).
+
+    Why: on CPUs with AVX512-FP16 (Intel Sapphire Rapids' flags) TensorFlow runs float16 on
+    oneDNN, and without AMX oneDNN has no float16 kernel for two things Cloze's models did
+    (ONEDNN_VERBOSE names them `ref:any`; 57th session, 2 cores): the fused inner product that
+    Grappler makes of MatMul + BiasAdd, 2.5 s for a (1024, 256) x (256, 1024) product with its
+    bias, 600x the plain MatMul and an Add; and a convolution's weight gradient, 7.4 s against
+    11 ms in float32 (bfloat16 21 ms) for a 256-filter width-5 Conv1D over (1024, 50, 16). The
+    L4/H256 pretraining step under --precision=fp16 took 28 s there, keras-hub's 0.24 s (its
+    Dense adds the bias to the 3-D product, which Grappler does not fuse).
+    """
+    import tensorflow as tf
+
+    return onednn_enabled() and not tf.config.list_logical_devices("GPU")
 
 
 def set_xla_weight_gradients(model, on: bool = True) -> list:

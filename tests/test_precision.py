@@ -3,6 +3,7 @@ float32 weights built under the mixed policy give finite float32 outputs near fl
 equal to them: the policy took) and finite float32 gradients. The fine-tuning heads are tested
 beside their families (test_t5, test_xlnet, test_elmo, and each run_* script's test)."""
 
+import keras
 import pytest
 
 from tests import helpers, table_gradients, test_elmo
@@ -36,3 +37,169 @@ def test_pretraining_models_run_near_float32_under_mixed_policies(name, precisio
     # training, taken without the logits: bert.py); every other family's are float32.
     dtype = "compute" if name == "bert" else "float32"
     helpers.check_at_precision(make, forward, precision, dict.fromkeys(keys, dtype))
+
+
+# Each family's tiny model, trained one step and run for inference in tf.functions, at every
+# precision, in a fresh process with Grappler on (the test processes turn it off: conftest.py)
+# and oneDNN's log of every primitive it runs. A line per family and precision after its runs.
+_ONEDNN_SCAN = """
+import keras, tensorflow as tf
+from tests import helpers, table_gradients, test_precision
+for name in ("bert", "gpt", "xlnet", "t5", "bart", "elmo"):
+    for precision in ("fp32", "bf16", "fp16"):
+        make, inputs, keys = test_precision._family(name)
+        keras.utils.set_random_seed(0)
+        model = make()
+        if precision != "fp32":
+            model = helpers.at_precision(make, model, precision)
+
+        @tf.function
+        def train():
+            with tf.GradientTape() as tape:
+                out = model(inputs, training=True)
+                loss = sum(table_gradients.loss_of(out, k) for k in keys)
+            return tape.gradient(loss, model.trainable_variables)
+
+        train()
+        tf.function(lambda: model(inputs, training=False))()
+        print("SCANNED", name, precision, flush=True)
+"""
+
+
+def test_no_family_runs_onednn_reference_kernels():
+    """Where TensorFlow runs its oneDNN CPU kernels, no family's training or inference step, at
+    any precision, runs a primitive only oneDNN's reference code implements (ONEDNN_VERBOSE
+    names it `ref:...`): those took 330-600x their fast kernels' time on an AVX512-FP16 host
+    (layers.float16_on_onednn_cpu; GPT's causal bias, gpt.py). Grappler makes most of these
+    fusions, so the steps run with it on, as in real runs. Without the three mends this fails
+    there (57th session: Dense's fused bias and ELMo's convolutions under fp16, GPT's
+    (1, 1, T, T) bias at inference)."""
+    import os
+    import subprocess
+    import sys
+
+    from modeling import layers
+    from tests.conftest import ROOT
+
+    if not layers.onednn_enabled():
+        pytest.skip("TensorFlow's oneDNN kernels are off here (TF_ENABLE_ONEDNN_OPTS)")
+    env = {**os.environ, "CLOZE_TEST_GRAPPLER": "1", "ONEDNN_VERBOSE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", _ONEDNN_SCAN], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    found, pending, ran, scanned = {}, [], 0, []
+    for line in result.stdout.splitlines():
+        fields = line.split(",")
+        if line.startswith("SCANNED"):  # the oneDNN lines above it are this family's
+            scanned.append(tuple(line.split()[1:]))
+            found.update({(*scanned[-1], primitive): text for primitive, text in pending})
+            pending = []
+        elif line.startswith("onednn_verbose") and len(fields) > 6 and fields[3] == "exec":
+            ran += 1
+            if fields[6].startswith("ref"):  # the implementation's name
+                pending.append((fields[5], line[:300]))
+    assert len(scanned) == 18 and ran > 100, (scanned, ran)  # every step ran on oneDNN
+    assert not found and not pending, (found, pending)
+
+
+def _grappler_op_types(fn, spec) -> set:
+    """Op types of fn's graph, traced on the CPU, after Grappler's default passes (run here
+    explicitly: the test processes turn it off for their own functions)."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
+    from tensorflow.python.grappler import tf_optimizer
+
+    def placed(x):
+        with tf.device("/device:CPU:0"):
+            return fn(x)
+
+    concrete = tf.function(placed).get_concrete_function(spec)
+    graph = concrete.graph
+    meta = tf.compat.v1.train.export_meta_graph(graph_def=graph.as_graph_def(), graph=graph)
+    fetch = meta_graph_pb2.CollectionDef()
+    fetch.node_list.value.extend(t.op.name for t in concrete.outputs)
+    meta.collection_def["train_op"].CopyFrom(fetch)
+    optimized = tf_optimizer.OptimizeGraph(config_pb2.ConfigProto(), meta)
+    return {n.op for n in optimized.node} | {
+        n.op for f in optimized.library.function for n in f.node_def
+    }
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("shape", [(None, 16), (None, 5, 16)])
+def test_float16_dense_keeps_its_bias_out_of_the_fused_matmul(shape, training, monkeypatch):
+    """layers.Dense under float16 where that runs on oneDNN (layers.float16_on_onednn_cpu): no
+    _FusedMatMul after Grappler, whose oneDNN kernel has no float16 code there; float32 keeps
+    the fusion (the test sees one when it is there); the values and the input's and kernel's
+    gradients are the plain MatMul + BiasAdd's bit for bit, the bias' within float16 rounding."""
+    import numpy as np
+    import tensorflow as tf
+
+    from modeling import layers
+
+    def dense(dtype):
+        layer = layers.Dense(8, "gelu", dtype=dtype)
+        layer.build(shape)
+        return layer
+
+    spec32, spec16 = tf.TensorSpec(shape, "float32"), tf.TensorSpec(shape, "float16")
+    d32 = dense("float32")
+    assert "_FusedMatMul" in _grappler_op_types(lambda x: d32(x, training=training), spec32)
+    monkeypatch.setattr(layers, "float16_on_onednn_cpu", lambda: True)
+    d16 = dense("float16")
+    assert "_FusedMatMul" not in _grappler_op_types(lambda x: d16(x, training=training), spec16)
+    # Unmended, the float16 graph fuses the same way where oneDNN is on (this test's control).
+    monkeypatch.setattr(layers, "float16_on_onednn_cpu", lambda: False)
+    if layers.onednn_enabled():
+        assert "_FusedMatMul" in _grappler_op_types(lambda x: d16(x, training=training), spec16)
+    monkeypatch.setattr(layers, "float16_on_onednn_cpu", lambda: True)
+
+    x = tf.cast(tf.random.stateless_normal((4, *shape[1:]), [1, 2]), "float16")
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        got = d16(x)  # eager: no Grappler, the mended form itself
+    grads = tape.gradient(got, [x, d16.kernel, d16.bias])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        flat = tf.reshape(x, (-1, 16))
+        want = tf.nn.bias_add(
+            tf.linalg.matmul(flat, tf.cast(d16.kernel, "float16")), tf.cast(d16.bias, "float16")
+        )
+        want = tf.reshape(layers.dense_activation("gelu")(want), got.shape)
+    want_grads = tape.gradient(want, [x, d16.kernel, d16.bias])
+    np.testing.assert_array_equal(got, want)
+    # The bias' gradient is a column Sum, not BiasAddGrad: another order of the float16 sums
+    # (found 1 ulp apart); the others are the same products.
+    np.testing.assert_array_equal(grads[0], want_grads[0])
+    np.testing.assert_array_equal(grads[1], want_grads[1])
+    np.testing.assert_allclose(grads[2], want_grads[2], rtol=2e-3)
+
+
+@pytest.mark.parametrize("onednn_float16", [False, True])
+def test_elmo_char_cnn_computes_in_float32_where_float16_hits_onednn_reference_code(
+    onednn_float16, monkeypatch
+):
+    """ELMo's character CNN under fp16: where float16 would run on oneDNN's reference kernels
+    (a convolution's weight gradient: 7.4 s against 11 ms; layers.float16_on_onednn_cpu), its
+    convolutions, highway layers and projection compute in float32 and it still returns the
+    policy's float16; elsewhere they keep the policy. Its embedding always keeps it."""
+    import numpy as np
+
+    from modeling import elmo, layers
+    from training import optimization
+
+    monkeypatch.setattr(layers, "float16_on_onednn_cpu", lambda: onednn_float16)
+    with optimization.dtype_policy("fp16"):
+        model = test_elmo.lm()
+    cnn = [m for m in model._flatten_layers() if isinstance(m, elmo.CharCnnEncoder)]
+    assert len(cnn) == 1
+    inner = [m for m in cnn[0]._flatten_layers(include_self=False)]
+    want = "float32" if onednn_float16 else "float16"
+    assert {m.compute_dtype for m in inner if m.name != "char_embedding"} == {want}
+    assert [m.compute_dtype for m in inner if m.name == "char_embedding"] == ["float16"]
+    out = model({"input_ids": test_elmo.ids()}, training=False)
+    dtype_of = keras.backend.standardize_dtype
+    assert {dtype_of(out[k].dtype) for k in ("forward_logits", "backward_logits")} == {"float32"}
+    chars = np.random.default_rng(0).integers(0, 262, (2, 3, 9)).astype("int32")  # (B, S, C)
+    assert dtype_of(cnn[0](chars).dtype) == "float16"

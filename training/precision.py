@@ -22,7 +22,8 @@ PRECISION_NAMES = tuple(POLICIES)
 CPU_SPEED_NOTE = (
     " On a CPU bf16 pays only where bfloat16 products are fast: on AMD AVX-512 BF16 hosts the "
     "pretraining step ran 1.1-1.4x faster than fp32, on an Intel AVX-512 host without AMX "
-    "(bfloat16 products at half the float32 rate) slower."
+    "(bfloat16 products at half the float32 rate) slower; fp16 (for GPUs without bfloat16) "
+    "ran slower than fp32 on every CPU measured."
 )
 
 # The help of the fine-tuning scripts' --precision.
