@@ -291,9 +291,9 @@ class CharCnnEncoder(keras.layers.Layer):
         self.char_cnn, self.projection_dim = char_cnn, projection_dim
         c = char_cnn
         # Under float16 where it would run on oneDNN's reference kernels (a convolution's weight
-        # gradient, a fused 2-D MatMul + bias: layers.float16_on_onednn_cpu, 600x float32's
-        # time), the convolutions, highway layers and projection compute in float32; the
-        # embedding and the LSTMs keep the policy.
+        # gradient, 7.4 s against float32's 11 ms, and the highway layers' fused 2-D MatMul +
+        # bias: layers.float16_on_onednn_cpu), the convolutions, highway layers and projection
+        # compute in float32; the embedding and the LSTMs keep the policy.
         inner = {}
         if self.compute_dtype == "float16" and layers.float16_on_onednn_cpu():
             inner = {"dtype": "float32"}
