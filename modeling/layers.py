@@ -348,9 +348,11 @@ def onednn_enabled() -> bool:
 
 
 def float16_on_onednn_cpu() -> bool:
-    """Whether float16 work here runs on TensorFlow's oneDNN CPU kernels (onednn_enabled, no GPU
-    visible), where some of it has only oneDNN's reference code: Cloze keeps float16 away from
-    those kernels there (Dense's bias, ELMo's character convolutions).
+    """Whether float16 work here may run on TensorFlow's oneDNN CPU kernels (onednn_enabled, no
+    GPU visible), where some of it has only oneDNN's reference code: Cloze keeps float16 away
+    from those kernels there (Dense's bias, ELMo's character convolutions). TensorFlow sends
+    float16 to oneDNN only on CPUs with AVX512-FP16 (or AMX-FP16), which Python cannot ask it
+    about; elsewhere the mended forms compute the same values by the plain kernels.
 
     Why: on CPUs with AVX512-FP16 (Intel Sapphire Rapids' flags) TensorFlow runs float16 on
     oneDNN, and without AMX oneDNN has no float16 kernel for two things Cloze's models did
