@@ -347,12 +347,28 @@ def onednn_enabled() -> bool:
     return bool(_pywrap_util_port.IsMklEnabled())
 
 
+def onednn_takes(dtype: str) -> bool:
+    """Whether TensorFlow's oneDNN build sends `dtype` work ("float32", "bfloat16", "float16")
+    to oneDNN on this CPU when oneDNN is on (its own check, by CPU feature: float32 always,
+    bfloat16 with AVX-512 or AVX-NE-CONVERT, float16 with AVX512-FP16, AMX-FP16 or
+    AVX-NE-CONVERT); elsewhere that dtype runs on TensorFlow's Eigen kernels. True where this
+    TensorFlow does not expose the check (a private module), the cautious answer for the mends
+    that read it."""
+    import tensorflow as tf
+
+    try:
+        from tensorflow.python.util import _pywrap_utils
+
+        return bool(_pywrap_utils.IsDataTypeSupportedByOneDNNOnThisCPU(tf.as_dtype(dtype)))
+    except (ImportError, AttributeError, TypeError):
+        return True
+
+
 def float16_on_onednn_cpu() -> bool:
-    """Whether float16 work here may run on TensorFlow's oneDNN CPU kernels (onednn_enabled, no
-    GPU visible), where some of it has only oneDNN's reference code: Cloze keeps float16 away
-    from those kernels there (Dense's bias, ELMo's character convolutions). TensorFlow sends
-    float16 to oneDNN only on CPUs with AVX512-FP16 (or AMX-FP16), which Python cannot ask it
-    about; elsewhere the mended forms compute the same values by the plain kernels.
+    """Whether float16 work here runs on TensorFlow's oneDNN CPU kernels (onednn_enabled,
+    onednn_takes("float16"), no GPU visible), where some of it has only oneDNN's reference
+    code: Cloze keeps float16 away from those kernels there (Dense's bias, ELMo's character
+    convolutions); elsewhere it runs the plain forms.
 
     Why: on CPUs with AVX512-FP16 (Intel Sapphire Rapids' flags) TensorFlow runs float16 on
     oneDNN, and without AMX oneDNN has no float16 kernel for two things Cloze's models did
@@ -365,7 +381,9 @@ def float16_on_onednn_cpu() -> bool:
     """
     import tensorflow as tf
 
-    return onednn_enabled() and not tf.config.list_logical_devices("GPU")
+    return (
+        onednn_enabled() and onednn_takes("float16") and not tf.config.list_logical_devices("GPU")
+    )
 
 
 def set_xla_weight_gradients(model, on: bool = True) -> list:

@@ -39,14 +39,15 @@ def test_pretraining_models_run_near_float32_under_mixed_policies(name, precisio
     helpers.check_at_precision(make, forward, precision, dict.fromkeys(keys, dtype))
 
 
-# Each family's tiny model, trained one step and run for inference in tf.functions, at every
-# precision, in a fresh process with Grappler on (the test processes turn it off: conftest.py)
-# and oneDNN's log of every primitive it runs. A line per family and precision after its runs.
+# Each family's tiny model, trained one step and run for inference in tf.functions, at each
+# precision named in argv, in a fresh process with Grappler on (the test processes turn it off:
+# conftest.py) and oneDNN's log of every primitive it runs. A line per family and precision
+# after its runs.
 _ONEDNN_SCAN = """
-import keras, tensorflow as tf
+import sys, keras, tensorflow as tf
 from tests import helpers, table_gradients, test_precision
 for name in ("bert", "gpt", "xlnet", "t5", "bart", "elmo"):
-    for precision in ("fp32", "bf16", "fp16"):
+    for precision in sys.argv[1:]:
         make, inputs, keys = test_precision._family(name)
         keras.utils.set_random_seed(0)
         model = make()
@@ -68,19 +69,23 @@ for name in ("bert", "gpt", "xlnet", "t5", "bart", "elmo"):
 
 def test_no_family_runs_onednn_reference_kernels():
     """On TensorFlow's oneDNN CPU kernels, no family's training or inference step, at any
-    precision, runs a primitive only oneDNN's reference code implements (ONEDNN_VERBOSE names
-    it `ref:...`): those took 330-600x their fast kernels' time on an AVX512-FP16 host
-    (layers.float16_on_onednn_cpu; GPT's causal bias, gpt.py). Grappler makes most of these
-    fusions, so the steps run with it on, as in real runs. The process turns oneDNN on
-    (TensorFlow's default only on AVX-512 CPUs; on AVX2 ones users turn it on with
-    TF_ENABLE_ONEDNN_OPTS=1, and TensorFlow then sends it float32 work alone) and hides any GPU.
-    Without the three mends this fails on the AVX512-FP16 host (57th session: Dense's fused
-    bias and ELMo's convolutions under fp16, GPT's (1, 1, T, T) bias at inference)."""
+    precision TensorFlow sends to oneDNN on this CPU (layers.onednn_takes: float32 always,
+    bfloat16 on AVX-512 CPUs, float16 on AVX512-FP16 ones), runs a primitive only oneDNN's
+    reference code implements (ONEDNN_VERBOSE names it `ref:...`): those took 330-600x their
+    fast kernels' time on an AVX512-FP16 host (layers.float16_on_onednn_cpu; GPT's causal
+    bias, gpt.py). Grappler makes most of these fusions, so the steps run with it on, as in
+    real runs. The process turns oneDNN on (TensorFlow's default only on AVX-512 CPUs; users
+    of AVX2 ones turn it on with TF_ENABLE_ONEDNN_OPTS=1) and hides any GPU. Without the three
+    mends this fails on the AVX512-FP16 host (57th session: Dense's fused bias and ELMo's
+    convolutions under fp16, GPT's (1, 1, T, T) bias at inference). 43 s there; with oneDNN
+    capped to AVX2's or AMD AVX-512's kernels (ONEDNN_MAX_CPU_ISA, their precisions alone)
+    the same scan found nothing either (58th)."""
     import os
     import platform
     import subprocess
     import sys
 
+    from modeling import layers
     from tests.conftest import ROOT
 
     if platform.machine().lower() not in ("x86_64", "amd64"):
@@ -92,8 +97,15 @@ def test_no_family_runs_onednn_reference_kernels():
         "TF_ENABLE_ONEDNN_OPTS": "1",
         "CUDA_VISIBLE_DEVICES": "-1",
     }
+    names = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+    precisions = [p for p, dtype in names.items() if layers.onednn_takes(dtype)]
+    assert precisions[0] == "fp32", precisions
     result = subprocess.run(
-        [sys.executable, "-c", _ONEDNN_SCAN], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-c", _ONEDNN_SCAN, *precisions],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     found, pending, ran, scanned = {}, [], 0, []
@@ -107,8 +119,31 @@ def test_no_family_runs_onednn_reference_kernels():
             ran += 1
             if fields[6].startswith("ref"):  # the implementation's name
                 pending.append((fields[5], line[:300]))
-    assert len(scanned) == 18 and ran > 100, (scanned, ran)  # every step ran on oneDNN
+    assert len(scanned) == 6 * len(precisions) and ran > 100, (scanned, ran)  # ran on oneDNN
     assert not found and not pending, (found, pending)
+
+
+def test_onednn_takes_follows_the_cpu_flags(monkeypatch):
+    """layers.onednn_takes is TensorFlow's own answer, which this checks against Linux's CPU
+    flags by the rule TensorFlow's util.cc states; where the check is missing it answers True
+    (the cautious answer for the float16 mends)."""
+    import platform
+
+    from modeling import layers
+
+    if platform.system() != "Linux" or platform.machine().lower() != "x86_64":
+        pytest.skip("reads /proc/cpuinfo's x86 flags")
+    with open("/proc/cpuinfo") as f:
+        flags = set(next(line for line in f if line.startswith("flags")).split(":")[1].split())
+    assert layers.onednn_takes("float32")
+    assert layers.onednn_takes("bfloat16") == bool({"avx512f", "avx_ne_convert"} & flags)
+    fp16 = "avx512bw" in flags and bool({"avx512_fp16", "amx_fp16"} & flags)
+    assert layers.onednn_takes("float16") == (fp16 or "avx_ne_convert" in flags)
+
+    from tensorflow.python.util import _pywrap_utils
+
+    monkeypatch.delattr(_pywrap_utils, "IsDataTypeSupportedByOneDNNOnThisCPU")
+    assert layers.onednn_takes("float16") and layers.onednn_takes("bfloat16")
 
 
 def _grappler_op_types(fn, spec) -> set:
@@ -151,6 +186,7 @@ def test_float16_dense_keeps_its_bias_out_of_the_fused_matmul(shape, training, m
         layer.build(shape)
         return layer
 
+    here = layers.float16_on_onednn_cpu()
     spec32, spec16 = tf.TensorSpec(shape, "float32"), tf.TensorSpec(shape, "float16")
     d32 = dense("float32")
     assert "_FusedMatMul" in _grappler_op_types(lambda x: d32(x, training=training), spec32)
@@ -167,6 +203,8 @@ def test_float16_dense_keeps_its_bias_out_of_the_fused_matmul(shape, training, m
     monkeypatch.setattr(layers, "float16_on_onednn_cpu", lambda: False)
     unmended = _grappler_op_types(lambda x: d16(x, training=training), spec16)
     assert ("_FusedMatMul" in unmended) == ("_FusedMatMul" in _grappler_op_types(plain, spec16))
+    if here:  # where the mend applies by itself, the unmended graph has the hazard
+        assert "_FusedMatMul" in unmended
     monkeypatch.setattr(layers, "float16_on_onednn_cpu", lambda: True)
 
     x = tf.cast(tf.random.stateless_normal((4, *shape[1:]), [1, 2]), "float16")
