@@ -350,10 +350,10 @@ def onednn_enabled() -> bool:
 def onednn_takes(dtype: str) -> bool:
     """Whether TensorFlow's oneDNN build sends `dtype` work ("float32", "bfloat16", "float16")
     to oneDNN on this CPU when oneDNN is on (its own check, by CPU feature: float32 always,
-    bfloat16 with AVX-512 or AVX-NE-CONVERT, float16 with AVX512-FP16, AMX-FP16 or
-    AVX-NE-CONVERT); elsewhere that dtype runs on TensorFlow's Eigen kernels. True where this
-    TensorFlow does not expose the check (a private module), the cautious answer for the mends
-    that read it."""
+    bfloat16 with AVX-512F or AVX-NE-CONVERT, float16 with AVX512-BW and AVX512-FP16 or
+    AMX-FP16, or AVX-NE-CONVERT); elsewhere that dtype runs on TensorFlow's Eigen kernels.
+    True where this TensorFlow does not expose the check (a private module), the cautious answer
+    for the mends that read it."""
     import tensorflow as tf
 
     try:
