@@ -10,6 +10,7 @@ puzzle. Shapes use B batch, S length, H hidden, N heads, D head depth, I interme
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import keras
@@ -364,6 +365,7 @@ def onednn_takes(dtype: str) -> bool:
         return True
 
 
+@functools.cache  # fixed for the process: the oneDNN switch, the CPU and the devices seen
 def float16_on_onednn_cpu() -> bool:
     """Whether float16 work here runs on TensorFlow's oneDNN CPU kernels (onednn_enabled,
     onednn_takes("float16"), no GPU visible), where some of it has only oneDNN's reference

@@ -87,6 +87,7 @@ def test_no_family_runs_onednn_reference_kernels():
 
     from modeling import layers
     from tests.conftest import ROOT
+    from training.precision import COMPUTE_DTYPES
 
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip(f"oneDNN's x86 kernels are scanned; this machine is {platform.machine()}")
@@ -97,8 +98,7 @@ def test_no_family_runs_onednn_reference_kernels():
         "TF_ENABLE_ONEDNN_OPTS": "1",
         "CUDA_VISIBLE_DEVICES": "-1",
     }
-    names = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-    precisions = [p for p, dtype in names.items() if layers.onednn_takes(dtype)]
+    precisions = [p for p, dtype in COMPUTE_DTYPES.items() if layers.onednn_takes(dtype)]
     assert precisions[0] == "fp32", precisions
     result = subprocess.run(
         [sys.executable, "-c", _ONEDNN_SCAN, *precisions],
