@@ -246,24 +246,28 @@ def test_step_profile_one_op_at_a_time_adds_op_time_up_to_the_wall_time(tmp_path
     assert tf.config.threading.get_inter_op_parallelism_threads() == before
 
 
-def _xspace_file(tmp_path, events) -> str:
+def _xspace_file(tmp_path, events, other_executor_events=()) -> str:
     """An XSpace file with one executor line (tf_Compute) of `events`: (name, start us,
     duration us, {stat: string value}) each; an intra-op thread's line repeats them, and only
-    the executor line's count."""
+    the executor line's count. `other_executor_events` go on a second executor line."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
     plane = space.planes.add(name="/host:CPU")
-    executor, intra_op = (
+    executor, intra_op, other_executor = (
         plane.lines.add(name="tf_Compute/1"),
         plane.lines.add(name="tf_numa_-1_Eigen/2"),
+        plane.lines.add(name="tf_Compute/3"),
     )
     event_ids, stat_ids = {}, {}
-    for name, start, duration, stats in events:
+    for name, start, duration, stats, lines in [
+        *((*e, (executor, intra_op)) for e in events),
+        *((*e, (other_executor,)) for e in other_executor_events),
+    ]:
         if name not in event_ids:
             event_ids[name] = len(event_ids) + 1
             plane.event_metadata[event_ids[name]].name = name
-        for line in (executor, intra_op):
+        for line in lines:
             event = line.events.add(
                 metadata_id=event_ids[name], offset_ps=start * 10**6, duration_ps=duration * 10**6
             )
@@ -304,6 +308,13 @@ def test_read_op_events_counts_xla_calls_whole_and_their_fusions_once(tmp_path):
             ),
             ("select_fusion", 70, 3, {}),
         ],
+        # Another executor thread: a fusion that starts there during the call above is the
+        # call's (not counted again); one after every call is counted; a synchronous op counts.
+        other_executor_events=[
+            ("multiply_fusion", 40, 6, {}),
+            ("exp_fusion", 80, 2, {}),
+            ("enc/Softmax:Softmax", 90, 1, {}),
+        ],
     )
     got = sorted(
         (name, kind, round(s * 1e6, 6)) for name, kind, s in step_profile.read_op_events(path)
@@ -311,7 +322,9 @@ def test_read_op_events_counts_xla_calls_whole_and_their_fusions_once(tmp_path):
     assert got == [
         ("IteratorGetNext", "IteratorGetNext", 4.0),
         ("enc/MatMul", "MatMul", 10.0),
+        ("enc/Softmax", "Softmax", 1.0),
         ("xla/enc/layer_0/PartitionedCall", "XlaCall", 30.0),
+        ("xla/exp_fusion", "XlaFusion", 2.0),
         ("xla/select_fusion", "XlaFusion", 3.0),
     ]
 
