@@ -89,9 +89,9 @@ def read_op_events(xplane_path: str):
     yielded as ("xla/<op name>", "XlaCall", seconds), with all of that time; other asynchronous
     ops (the input pipeline's IteratorGetNext) under their kernel type. XLA's fusions run inside
     a call trace as events named after their HLO ("add_multiply_fusion"); those inside a call
-    (on any executor thread: a call's fusion can start on another one) are part of its time,
-    and any outside every call (under --use_xla) is yielded as ("xla/<name>", "XlaFusion",
-    seconds). Types lose oneDNN's `_Mkl` prefix (op_type_of).
+    are part of its time, and any outside one (under --use_xla) is yielded as
+    ("xla/<name>", "XlaFusion", seconds). An XLA execution whose call's events the profiler
+    lost is yielded as a call named "xla/?". Types lose oneDNN's `_Mkl` prefix (op_type_of).
 
     Why the calls and not only the fusions: until the fifty-sixth session only the fusions on
     the executor threads were counted, so an XLA call's thunks on the intra-op threads and its
@@ -107,49 +107,50 @@ def read_op_events(xplane_path: str):
         space.ParseFromString(f.read())
     for plane in space.planes:
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
-        calls = []  # (start, end) of the XLA calls on every executor line of the plane
-        fusions = []  # (start, name, seconds) of every fusion event on those lines
         for line in plane.lines:
             if not line.name.startswith("tf_Compute"):
                 continue
             events = sorted(line.events, key=lambda e: e.offset_ps)
             names = [plane.event_metadata[e.metadata_id].name for e in events]
             executions = [
-                e.offset_ps
+                (e.offset_ps, e.offset_ps + e.duration_ps)
                 for e, name in zip(events, names)
                 if name == "CpuExecutable::ExecuteAsyncOnStream"
             ]
+            execution_starts = [start for start, _ in executions]
+            calls = []  # (start, end) of the XLA calls
             for event, name in zip(events, names):
-                if name == "ExecutorState::ProcessAsync::Start":
-                    start, end = event.offset_ps, event.offset_ps + event.duration_ps
-                    stats = _string_stats(event, stat_names)
-                    i = bisect.bisect_left(executions, start)
-                    if i < len(executions) and executions[i] <= end:
-                        calls.append((start, end))
-                        yield f"xla/{stats.get('name', '?')}", "XlaCall", event.duration_ps / 1e12
-                    else:
-                        op_type = op_type_of(stats.get("kernel_type") or "AsyncOp")
-                        yield stats.get("name", "?"), op_type, event.duration_ps / 1e12
-                elif ":" not in name and "fusion" in name:
-                    fusions.append((event.offset_ps, name, event.duration_ps / 1e12))
-                elif ":" in name and "::" not in name and not name.startswith("end: "):
-                    op_name, op_type = name.rsplit(":", 1)
-                    yield op_name, op_type_of(op_type), event.duration_ps / 1e12
-        # Each fusion is tested against the calls of every executor line, not only its own: in
-        # one CI run a step whose only XLA work is calls (tests/test_step_speed.py) had a fusion
-        # outside every call of its own line, the likeliest cause a call's fusion starting on
-        # another executor thread. The calls' union, as sorted disjoint spans:
-        spans = []
-        for start, end in sorted(calls):
-            if spans and start <= spans[-1][1]:
-                spans[-1][1] = max(spans[-1][1], end)
-            else:
-                spans.append([start, end])
-        span_starts = [s[0] for s in spans]
-        for start, name, seconds in fusions:
-            i = bisect.bisect_right(span_starts, start) - 1
-            if i < 0 or spans[i][1] < start:  # inside no call
-                yield f"xla/{name}", "XlaFusion", seconds
+                if name != "ExecutorState::ProcessAsync::Start":
+                    continue
+                start, end = event.offset_ps, event.offset_ps + event.duration_ps
+                stats = _string_stats(event, stat_names)
+                i = bisect.bisect_left(execution_starts, start)
+                if i < len(executions) and execution_starts[i] <= end:
+                    calls.append((start, end))
+                    yield f"xla/{stats.get('name', '?')}", "XlaCall", event.duration_ps / 1e12
+                else:
+                    op_type = op_type_of(stats.get("kernel_type") or "AsyncOp")
+                    yield stats.get("name", "?"), op_type, event.duration_ps / 1e12
+            # An execution outside every call: the profiler lost its call's events (seen on a
+            # busy machine in a trace's first step: the execution and its fusions recorded, the
+            # executor's Process and ProcessAsync::Start around them not). It is a call of its
+            # own, its op name unknown.
+            call_starts = [start for start, _ in calls]
+            for start, end in executions:
+                i = bisect.bisect_right(call_starts, start) - 1
+                if i < 0 or calls[i][1] < start:
+                    yield "xla/?", "XlaCall", (end - start) / 1e12
+                    calls.insert(i + 1, (start, end))
+                    call_starts.insert(i + 1, start)
+            for event, name in zip(events, names):
+                if ":" not in name and "fusion" in name:
+                    i = bisect.bisect_right(call_starts, event.offset_ps) - 1
+                    if i < 0 or calls[i][1] < event.offset_ps:  # not inside a call
+                        yield f"xla/{name}", "XlaFusion", event.duration_ps / 1e12
+                if ":" not in name or "::" in name or name.startswith("end: "):
+                    continue
+                op_name, op_type = name.rsplit(":", 1)
+                yield op_name, op_type_of(op_type), event.duration_ps / 1e12
 
 
 def breakdown(events, top: int = 12) -> dict:

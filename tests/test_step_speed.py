@@ -200,8 +200,6 @@ def test_profile_breakdown_sums_op_types_and_phases(tmp_path):
     # The gradient's matmul runs under the tape's name scope: the backward phase.
     assert any("gradient_tape" in n for n, t, _ in events if t == "MatMul")
     assert result["by_phase"]["backward"]["s"] > 0
-    # The whole trace on failure: which fusion, and what ran beside it (a fusion on another
-    # executor thread than its call's once read as outside it in CI).
     assert {t for n, t, _ in events if n.startswith("xla/")} == {"XlaCall"}, events
     assert not any("fusion" in n for n, _, _ in events), events
     assert "end" not in {n for n, _, _ in events}  # XLA's end-of-kernel markers are not ops
@@ -248,28 +246,24 @@ def test_step_profile_one_op_at_a_time_adds_op_time_up_to_the_wall_time(tmp_path
     assert tf.config.threading.get_inter_op_parallelism_threads() == before
 
 
-def _xspace_file(tmp_path, events, other_executor_events=()) -> str:
+def _xspace_file(tmp_path, events) -> str:
     """An XSpace file with one executor line (tf_Compute) of `events`: (name, start us,
     duration us, {stat: string value}) each; an intra-op thread's line repeats them, and only
-    the executor line's count. `other_executor_events` go on a second executor line."""
+    the executor line's count."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
     plane = space.planes.add(name="/host:CPU")
-    executor, intra_op, other_executor = (
+    executor, intra_op = (
         plane.lines.add(name="tf_Compute/1"),
         plane.lines.add(name="tf_numa_-1_Eigen/2"),
-        plane.lines.add(name="tf_Compute/3"),
     )
     event_ids, stat_ids = {}, {}
-    for name, start, duration, stats, lines in [
-        *((*e, (executor, intra_op)) for e in events),
-        *((*e, (other_executor,)) for e in other_executor_events),
-    ]:
+    for name, start, duration, stats in events:
         if name not in event_ids:
             event_ids[name] = len(event_ids) + 1
             plane.event_metadata[event_ids[name]].name = name
-        for line in lines:
+        for line in (executor, intra_op):
             event = line.events.add(
                 metadata_id=event_ids[name], offset_ps=start * 10**6, duration_ps=duration * 10**6
             )
@@ -287,7 +281,9 @@ def test_read_op_events_counts_xla_calls_whole_and_their_fusions_once(tmp_path):
     # An XLA call is an asynchronous op: its ProcessAsync::Start event lasts the whole call
     # (its fusions on this thread, its thunks elsewhere, the wait) and is named by stats. The
     # fusion inside it is not counted again; one outside any call is; another asynchronous op
-    # keeps its kernel type; synchronous "name:Type" ops and bookkeeping as before.
+    # keeps its kernel type; synchronous "name:Type" ops and bookkeeping as before. An
+    # execution whose call's events the profiler lost (it did, in a trace's first step on a busy
+    # machine) is a call of its own, its fusion not counted again.
     path = _xspace_file(
         tmp_path,
         [
@@ -309,12 +305,9 @@ def test_read_op_events_counts_xla_calls_whole_and_their_fusions_once(tmp_path):
                 {"name": "IteratorGetNext", "kernel_type": "IteratorGetNext"},
             ),
             ("select_fusion", 70, 3, {}),
-        ],
-        # Another executor thread: a fusion that starts there during the call above is the
-        # call's (not counted again); one after every call is counted; a synchronous op counts.
-        other_executor_events=[
-            ("multiply_fusion", 40, 6, {}),
-            ("exp_fusion", 80, 2, {}),
+            ("CpuExecutable::ExecuteAsyncOnStream", 80, 8, {}),
+            ("add_add_fusion", 81, 2, {}),
+            ("end: add_add_fusion", 83, 0, {}),
             ("enc/Softmax:Softmax", 90, 1, {}),
         ],
     )
@@ -325,8 +318,8 @@ def test_read_op_events_counts_xla_calls_whole_and_their_fusions_once(tmp_path):
         ("IteratorGetNext", "IteratorGetNext", 4.0),
         ("enc/MatMul", "MatMul", 10.0),
         ("enc/Softmax", "Softmax", 1.0),
+        ("xla/?", "XlaCall", 8.0),
         ("xla/enc/layer_0/PartitionedCall", "XlaCall", 30.0),
-        ("xla/exp_fusion", "XlaFusion", 2.0),
         ("xla/select_fusion", "XlaFusion", 3.0),
     ]
 
