@@ -94,6 +94,7 @@ def main(argv):
     logging.info("%s: %d lines, %d tokens", FLAGS.input_file, len(lines), int(lengths.sum()))
 
     import numpy as np
+    from tqdm import tqdm
 
     from modeling import albert, bert, elmo
     from training import distribute, finetune_tasks, trainer
@@ -142,6 +143,7 @@ def main(argv):
     ids = encoded.features["input_ids"]
     n, b = len(lines), FLAGS.batch_size
     step = 64 * b  # lines per prediction call: bounds the memory the outputs take
+    bar = tqdm(total=n, desc="extracting", unit=" lines", mininterval=2.0)
     for start in range(0, n, step):
         part = {k: v[start : start + step] for k, v in encoded.features.items()}
         batches = glue.eval_batches(part, b, workers, worker_index)
@@ -157,7 +159,8 @@ def main(argv):
                     tuple(layers),
                 )
             )
-        logging.info("%d / %d lines", min(start + step, n), n)
+        bar.update(min(step, n - start))
+    bar.close()
     writer.close()
     for path in (FLAGS.output_file, FLAGS.npz_file):
         if path:

@@ -382,16 +382,16 @@ def main(argv):
     output_dir = FLAGS.output_dir
     best = finetune_tasks.BestCheckpoint(os.path.join(output_dir, "best"), model)
 
-    def outputs(encoded, batch_size):
+    def outputs(encoded, batch_size, desc):
         n = len(encoded.features["label_ids"])
         batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
         if trim:
             batches = batches.map(features.trim_to_longest)
-        return predictor(batches)[:n]
+        return predictor(batches, desc=desc)[:n]
 
     def dev_metrics(data, encoded) -> dict:
         return finetune_tasks.output_metrics(
-            outputs(encoded, FLAGS.eval_batch_size),
+            outputs(encoded, FLAGS.eval_batch_size, f"evaluating {data.split.name}"),
             glue.label_values(task, data.examples),
             task.metrics,
             regression=task.kind == glue.REGRESSION,
@@ -517,7 +517,8 @@ def main(argv):
             trainer.restore_model_weights(model, best.prefix)
             logging.info("predicting with the best dev checkpoint %s", best.prefix)
         for data, encoded in tests:
-            texts = glue.prediction_texts(task, outputs(encoded, FLAGS.predict_batch_size))
+            scores = outputs(encoded, FLAGS.predict_batch_size, f"predicting {data.split.name}")
+            texts = glue.prediction_texts(task, scores)
             path = os.path.join(output_dir, data.split.submission)
             glue.write_submission(path, [ex.index for ex in data.examples], texts)
             logging.info("wrote %d predictions to %s", len(texts), path)

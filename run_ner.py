@@ -246,7 +246,8 @@ def _with_layer_features(
         bert.set_execution_options(extractor, branches, remove_padding)
         loaded, _ = trainer.init_from_checkpoint(extractor, ckpt)
         batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
-        values = finetune_tasks.Predictor(strategy, extractor)(batches)[: encoded.num_windows]
+        predictor = finetune_tasks.Predictor(strategy, extractor)
+        values = predictor(batches, desc=f"{split} encoder outputs")[: encoded.num_windows]
         values = np.asarray(values, np.float32)  # (W, S, L + 1, H)
         feature_files.write_layer_cache(path, key, values)
         logging.info("%s: encoder outputs %s of %s written to %s", split, values.shape, loaded,
@@ -529,17 +530,18 @@ def main(argv):
     output_dir = FLAGS.output_dir
     best = finetune_tasks.BestCheckpoint(os.path.join(output_dir, "best"), model)
 
-    def predict(encoded, batch_size):
-        """(tags per sentence, logits (W, S, C)) of one encoded set."""
+    def predict(encoded, batch_size, desc):
+        """(tags per sentence, logits (W, S, C)) of one encoded set; desc names its progress
+        bar."""
         batches = glue.eval_batches(encoded.features, batch_size, workers, worker_index)
         if trim:
             batches = batches.map(features.trim_to_longest)
-        logits = predictor(batches)[: encoded.num_windows]
+        logits = predictor(batches, desc=desc)[: encoded.num_windows]
         return conll.reassemble(encoded, np.argmax(logits, axis=-1), labels), logits
 
-    def score(sentences, encoded, batch_size):
+    def score(sentences, encoded, batch_size, desc):
         """(flat results, full scores, predicted tags) against the gold tags."""
-        tags, logits = predict(encoded, batch_size)
+        tags, logits = predict(encoded, batch_size, desc)
         scores = ner_eval.evaluate([x.tags for x in sentences], tags)
         f = encoded.features
         loss = ner_eval.tagging_loss(logits, f["label_ids"], f["label_weights"])
@@ -549,7 +551,9 @@ def main(argv):
 
     def eval_fn() -> dict:
         step = int(optimizer.iterations.numpy())
-        results, scores, tags = score(dev_sentences, dev_enc, FLAGS.eval_batch_size)
+        results, scores, tags = score(
+            dev_sentences, dev_enc, FLAGS.eval_batch_size, "evaluating dev"
+        )
         last_eval.update(step=step, results=results, scores=scores, tags=tags)
         # The untrained model at step 0 is no candidate: its random tags can score a sliver of
         # F1 above a trained model that has so far learnt only O, and would then be kept.
@@ -659,7 +663,9 @@ def main(argv):
     if FLAGS.do_eval:
         step = int(optimizer.iterations.numpy())
         if last_eval.get("step") != step:
-            results, scores, tags = score(dev_sentences, dev_enc, FLAGS.eval_batch_size)
+            results, scores, tags = score(
+                dev_sentences, dev_enc, FLAGS.eval_batch_size, "evaluating dev"
+            )
             last_eval.update(step=step, results=results, scores=scores, tags=tags)
         results = dict(last_eval["results"], global_step=step)
         if best.info:
@@ -673,14 +679,16 @@ def main(argv):
             logging.info("predicting with the best dev checkpoint %s", best.prefix)
         labelled = test.columns > 1
         if labelled:
-            results, scores, tags = score(test_sentences, test_enc, FLAGS.predict_batch_size)
+            results, scores, tags = score(
+                test_sentences, test_enc, FLAGS.predict_batch_size, "predicting test"
+            )
             path = os.path.join(output_dir, "test_results.txt")
             with open(path + ".tmp", "w") as f:
                 f.writelines(f"{k} = {results[k]}\n" for k in sorted(results))
             os.replace(path + ".tmp", path)
             logging.info("test entity F1 %.4f (%s)", results["f1"], path)
         else:
-            tags, scores = predict(test_enc, FLAGS.predict_batch_size)[0], None
+            tags, scores = predict(test_enc, FLAGS.predict_batch_size, "predicting test")[0], None
         write_outputs("test", test_sentences, tags, scores)
 
 

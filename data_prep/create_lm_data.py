@@ -58,6 +58,8 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from tqdm import tqdm
+
     from data_prep import bpe, files, lm_data, parallel, tokenization
     from data_prep.errors import InputError, input_error
 
@@ -82,9 +84,12 @@ def main(argv):
     num_workers = parallel.worker_count(FLAGS.num_workers)
     stats = {"documents": 0, "tokens": 0}
     t0 = time.time()
+    # A bar over the input files' bytes (read as the workers are fed): rate and time left.
+    total = sum(files.file_size(path) for path in inputs)
+    bar = tqdm(total=total, desc="encoding", unit="B", unit_scale=True, mininterval=2.0)
 
     def documents():
-        texts = lm_data.read_lm_documents(inputs)
+        texts = lm_data.read_lm_documents(inputs, progress=bar.update)
         for ids in parallel.map_texts(encode, texts, num_workers):
             stats["documents"] += 1
             stats["tokens"] += len(ids)
@@ -103,6 +108,8 @@ def main(argv):
         )
     except InputError as e:
         raise SystemExit(f"create_lm_data: {e}") from None
+    finally:
+        bar.close()
     if blocks == 0:
         raise SystemExit(
             f"create_lm_data: {FLAGS.input_file}: expected at least {FLAGS.block_size} tokens "

@@ -61,6 +61,7 @@ def main(argv):
     import functools
 
     import numpy as np
+    from tqdm import tqdm
 
     from data_prep import files, lm_data, parallel, seq2seq_data
     from data_prep.errors import InputError
@@ -93,9 +94,13 @@ def main(argv):
     num_workers = parallel.worker_count(FLAGS.num_workers)
     stats = {"documents": 0}
     t0 = time.time()
+    # A bar over the input files' bytes (read as the workers are fed): rate and time left.
+    total = sum(files.file_size(path) for path in inputs)
+    bar = tqdm(total=total, desc="encoding", unit="B", unit_scale=True, mininterval=2.0)
 
     def documents():
-        texts = lm_data.read_lm_documents(inputs)  # read_sentence_documents' texts, unsplit
+        # read_sentence_documents' texts, unsplit
+        texts = lm_data.read_lm_documents(inputs, progress=bar.update)
         encode = functools.partial(seq2seq_data.encode_document, vocab)
         for sentences in parallel.map_texts(encode, texts, num_workers):
             stats["documents"] += 1
@@ -118,6 +123,8 @@ def main(argv):
         )
     except InputError as e:
         raise SystemExit(f"create_seq2seq_data: {e}") from None
+    finally:
+        bar.close()
     if n == 0:
         raise SystemExit(
             f"create_seq2seq_data: {FLAGS.input_file}: expected text for at least one instance "

@@ -19,7 +19,7 @@ tf.io.TFRecordWriter, tested), so create_lm_data.py forks its tokenizing workers
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,14 +34,20 @@ if TYPE_CHECKING:
 WRITE_BATCH = 512  # blocks serialized together: packed_varints works on a whole batch at once
 
 
-def read_lm_documents(paths: Sequence[str]) -> Iterator[str]:
+def read_lm_documents(
+    paths: Sequence[str], progress: Callable[[int], None] | None = None
+) -> Iterator[str]:
     """Yields each document of the corpus files as one text, its sentences joined by "\\n".
 
     A file's end also ends a document. Bad UTF-8 raises InputError naming the file and line.
+    progress(n), if given, is called with each line's size in UTF-8 bytes (its line ending
+    counted as one byte), for a progress bar over the files' sizes.
     """
     for path in paths:
         current: list[str] = []
         for _, line in read_utf8_lines(path):
+            if progress is not None:
+                progress(len(line.encode("utf-8")) + 1)
             if line.strip():
                 current.append(line.strip())
             elif current:

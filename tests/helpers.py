@@ -440,10 +440,10 @@ def run_python(code: str):
     return result
 
 
-def run_data_script_alone(script: str, args) -> tuple[str, list]:
-    """A data_prep entrypoint with `args` in a fresh interpreter (run_python): returns its stdout
-    and, as its process ended, [whether TensorFlow was imported, parallel.start_method()], so a
-    test sees that its tokenizing workers were forked."""
+def run_data_script_alone(script: str, args) -> tuple[str, list, str]:
+    """A data_prep entrypoint with `args` in a fresh interpreter (run_python): returns its stdout,
+    [whether TensorFlow was imported, parallel.start_method()] as its process ended (so a test
+    sees that its tokenizing workers were forked), and its stderr."""
     import json
 
     code = f"""
@@ -457,7 +457,7 @@ from data_prep import parallel
 print(json.dumps(["tensorflow" in sys.modules, parallel.start_method()]))
 """
     result = run_python(code)
-    return result.stdout, json.loads(result.stdout.splitlines()[-1])
+    return result.stdout, json.loads(result.stdout.splitlines()[-1]), result.stderr
 
 
 def write_tensorflow_records(examples, output_files) -> None:

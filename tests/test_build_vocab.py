@@ -152,7 +152,7 @@ def test_build_vocab_smoke(tmp_path, corpus):
     vocab_file = tmp_path / "out" / "vocab.txt"
     # The real command line, in a fresh interpreter that never imports TensorFlow (its start-up
     # was a quarter of learning 8,000 GPT-2 merges on the default corpus)
-    stdout, (tensorflow_imported, _) = helpers.run_data_script_alone(
+    stdout, (tensorflow_imported, _), _ = helpers.run_data_script_alone(
         "data_prep/build_vocab.py",
         [
             f"--input_file={tmp_path}/part*.txt",

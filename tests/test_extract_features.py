@@ -3,6 +3,7 @@
 features, bad input; run_ner.py's per-window encoder-output cache and its in-memory batches."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -62,6 +63,8 @@ def test_json_lines_in_the_original_format(extracted):
     values = [v for r in records for f in r["features"] for x in f["layers"] for v in x["values"]]
     assert all(round(v, 6) == v for v in values)
     assert "1 of 5 examples were longer than max_seq_length=9" in extracted["stderr"]
+    # Its progress bar over the lines, done: count, rate, time left.
+    assert re.search(r"extracting: 100%.* 5/5 \[[0-9:]+<00:00, .* lines/s\]", extracted["stderr"])
 
 
 def test_npz_round_trips_with_the_json_lines_and_equals_the_encoder(extracted):

@@ -3,6 +3,7 @@ trips, init from a pretraining checkpoint, layer-wise learning rates, prediction
 MirroredStrategy, the best-checkpoint keeper and the weighted task sums."""
 
 import json
+import re
 
 import keras
 import numpy as np
@@ -180,6 +181,24 @@ def test_predictor_under_mirrored_keeps_row_order():
     dataset = tf.data.Dataset.from_tensor_slices(x).batch(4, drop_remainder=True)
     got = finetune_tasks.Predictor(strategy, model)(dataset)
     np.testing.assert_allclose(got, model({k: v[:8] for k, v in x.items()}), atol=1e-5)
+
+
+def test_predictor_shows_a_progress_bar_when_given_a_name(capsys):
+    # run_classifier and run_ner name their evaluation and prediction passes: a bar of batches
+    # with its total, rate and time left on stderr; unnamed (the library's default), nothing.
+    model = build(finetuning.BertClassifier, 3)
+    x = inputs((10, S), seed=5)
+    predictor = finetune_tasks.Predictor(tf.distribute.OneDeviceStrategy("/cpu:0"), model)
+    three = tf.data.Dataset.from_tensor_slices(x).batch(4)
+    quiet = predictor(three)
+    assert capsys.readouterr().err == ""
+    np.testing.assert_array_equal(predictor(three, desc="evaluating dev"), quiet)
+    err = capsys.readouterr().err
+    assert re.search(r"evaluating dev: 100%.* 3/3 \[[0-9:]+<00:00, .* batches/s\]", err), err
+    # A dataset of unknown length: the bar counts without a total.
+    predictor(three.filter(lambda batch: True), desc="predicting test")
+    err = capsys.readouterr().err
+    assert re.search(r"predicting test: 3 batches \[", err), err
 
 
 def test_best_checkpoint_never_takes_a_worse_score(tmp_path):

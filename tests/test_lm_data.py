@@ -1,8 +1,11 @@
 """LM blocks: packing across documents with a separator, TFRecord round trip, file checks, and
 create_lm_data.py's records: protobuf's and TensorFlow's bytes, written without TensorFlow."""
 
+import re
+
 import numpy as np
 import pytest
+from tqdm import tqdm
 
 from data_prep import lm_data
 from data_prep.errors import InputError
@@ -23,11 +26,17 @@ def test_documents_come_from_the_corpus_format(tmp_path):
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text("One .\nTwo .\n\n\nThree .\n", encoding="utf-8")
     b.write_text("Four .\n", encoding="utf-8")
-    assert list(lm_data.read_lm_documents([str(a), str(b)])) == [
+    sizes = []  # the progress callback: each line's bytes, line ending and blank lines too
+    assert list(lm_data.read_lm_documents([str(a), str(b)], progress=sizes.append)) == [
         "One .\nTwo .",
         "Three .",
         "Four .",
     ]
+    assert sizes == [6, 6, 1, 1, 8, 7] and sum(sizes) == a.stat().st_size + b.stat().st_size
+    b.write_text("\u00e9t\u00e9 .\n", encoding="utf-8")  # two-byte characters
+    sizes.clear()
+    assert list(lm_data.read_lm_documents([str(b)], progress=sizes.append)) == ["\u00e9t\u00e9 ."]
+    assert sizes == [b.stat().st_size] == [8]
     a.write_bytes(b"ok\n\xff\n")
     with pytest.raises(InputError, match="a.txt:2"):
         list(lm_data.read_lm_documents([str(a)]))
@@ -103,7 +112,7 @@ def test_create_lm_data_forks_its_workers_without_tensorflow_and_equals_one_proc
     tok = bpe.ByteLevelBPE(bpe.byte_level_vocab(merges), merges)
     enc, mer = tok.save(tmp_path / "bpe")
     outputs = [str(tmp_path / "out" / "a.tfrecord"), str(tmp_path / "out" / "b.tfrecord")]
-    stdout, (tensorflow_imported, start_method) = helpers.run_data_script_alone(
+    stdout, (tensorflow_imported, start_method), stderr = helpers.run_data_script_alone(
         "data_prep/create_lm_data.py",
         [
             f"--input_file={corpus}",
@@ -116,6 +125,9 @@ def test_create_lm_data_forks_its_workers_without_tensorflow_and_equals_one_proc
     )
     assert not tensorflow_imported and start_method == "fork"
     assert "500 documents" in stdout and "2 worker(s)" in stdout
+    # The progress bar over the corpus' bytes, done (tqdm's last line: size, rate, time left)
+    size = tqdm.format_sizeof(corpus.stat().st_size)
+    assert re.search(rf"encoding: 100%.*{size}/{size} \[[0-9:]+<00:00, .*B/s\]", stderr), stderr
     ids = [tok.encode(d) for d in documents]
     theirs = [tmp_path / "ta.tfrecord", tmp_path / "tb.tfrecord"]
     tensorflow_records(lm_data.pack_blocks(ids, 64, tok.encoder["<|endoftext|>"]), theirs)

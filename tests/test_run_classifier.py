@@ -132,6 +132,9 @@ def finished(job):
 def test_pair_classification_mnli_with_ax(smoke):
     out, expected, (result,) = finished(smoke["mnli"])
     assert "examples/s" in result.stderr and "were truncated" in result.stderr
+    # Each evaluation and prediction pass shows its progress bar (batches, rate, time left).
+    for name in ("evaluating matched", "evaluating mismatched", "predicting ax"):
+        assert re.search(rf"{name}: 100%.*\[[0-9:]+<00:00, .* batches/s\]", result.stderr), name
     # The log's FLOP/s: 3 passes of modeling/flops.py's count per example (3 classes, the last
     # layer at [CLS]), the batches cut to 8 or 13 positions, and its share of --peak_tflops.
     per_example = [

@@ -159,6 +159,8 @@ def test_finetune_eval_and_labelled_test(smoke, files):
     log = trained.stderr
     assert "tag scheme iob1 (detected)" in log and "IOB1 tags converted to BIO" in log
     assert "split into overlapping windows" in log and "examples/s" in log
+    for name in ("evaluating dev", "predicting test"):  # each pass's progress bar
+        assert re.search(rf"{name}: 100%.*\[[0-9:]+<00:00, .* batches/s\]", log), name
     # The log's FLOP/s: 3 passes of modeling/flops.py's count per example (the encoder and the
     # tag layer at every position), the batches cut to 8 or 11 positions; no --peak_tflops.
     tags = len(json.loads((out / "model_config.json").read_text())["labels"])

@@ -2,6 +2,7 @@
 records round-tripping back to the corpus text (T5 by reconstruction, BART by its target)."""
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -109,9 +110,9 @@ def test_degenerate_bart_rates_give_the_original_or_its_permutation(tmp_path):
     assert inputs == [bos] + [t for s in order for t in s] + [eos]
 
 
-def run_create(tmp_path, *extra) -> tuple[str, list]:
+def run_create(tmp_path, *extra) -> tuple[str, list, str]:
     """create_seq2seq_data.py on CORPUS in a fresh interpreter (helpers.run_data_script_alone):
-    its stdout and [TensorFlow imported, the workers' start method]."""
+    its stdout, [TensorFlow imported, the workers' start method] and its stderr."""
     from tests import helpers
 
     encoder, merges = tiny_bpe(tmp_path)
@@ -144,7 +145,7 @@ def test_create_seq2seq_data_round_trips_to_the_corpus(tmp_path):
     from tests import helpers
 
     out_t5 = [tmp_path / "t5a.tfrecord", tmp_path / "t5b.tfrecord"]
-    stdout, (tensorflow_imported, start_method) = run_create(
+    stdout, (tensorflow_imported, start_method), stderr = run_create(
         tmp_path,
         f"--output_file={out_t5[0]},{out_t5[1]}",
         "--max_seq_length=13",
@@ -153,6 +154,7 @@ def test_create_seq2seq_data_round_trips_to_the_corpus(tmp_path):
     )
     # Written without TensorFlow, its tokenizing workers forked, "2 worker(s)"
     assert not tensorflow_imported and start_method == "fork" and "2 worker(s)" in stdout
+    assert re.search(r"encoding: 100%.*\[[0-9:]+<00:00, .*B/s\]", stderr), stderr  # its bar
     vocab = seq2seq_data.Seq2SeqVocab.from_files(
         tmp_path / "bpe/encoder.json", tmp_path / "bpe/vocab.bpe", 10
     )

@@ -226,12 +226,25 @@ class Predictor:
 
         self._step = step
 
-    def __call__(self, dataset) -> np.ndarray:
+    def __call__(self, dataset, desc: str | None = None) -> np.ndarray:
         """dataset: batches of dicts with the MODEL_INPUTS (other keys are ignored).
-        Returns the concatenated float32 outputs, e.g. (N, C)."""
+        Returns the concatenated float32 outputs, e.g. (N, C). `desc`: show a progress bar
+        (batches, their rate and the time left) under that name on stderr."""
+        from tqdm import tqdm
+
+        # Negative where tf.data does not know it (tqdm then counts without a total).
+        total = int(dataset.cardinality()) if desc is not None else -1
+        bar = tqdm(
+            dataset,
+            desc=desc,
+            total=total if total >= 0 else None,
+            unit=" batches",
+            mininterval=2.0,
+            disable=desc is None,
+        )
         # Once around the loop, not per batch: only a call that traces registers anything.
         with layers.custom_gradients_released():  # a trace's graph is not kept for good
-            outputs = [self._step(model_inputs(batch)).numpy() for batch in dataset]
+            outputs = [self._step(model_inputs(batch)).numpy() for batch in bar]
         if not outputs:
             raise ValueError("prediction saw no batch")
         return np.concatenate(outputs, axis=0)
