@@ -40,19 +40,26 @@ def read_lm_documents(
     """Yields each document of the corpus files as one text, its sentences joined by "\\n".
 
     A file's end also ends a document. Bad UTF-8 raises InputError naming the file and line.
-    progress(n), if given, is called with each line's size in UTF-8 bytes (its line ending
-    counted as one byte), for a progress bar over the files' sizes.
+    progress(n), if given, is called before each document with the UTF-8 bytes of the lines
+    read since the last call (each line ending counted as one byte), and at each file's end,
+    for a progress bar over the files' sizes.
     """
     for path in paths:
         current: list[str] = []
+        read = 0
         for _, line in read_utf8_lines(path):
             if progress is not None:
-                progress(len(line.encode("utf-8")) + 1)
+                read += (len(line) if line.isascii() else len(line.encode("utf-8"))) + 1
             if line.strip():
                 current.append(line.strip())
             elif current:
+                if progress is not None:
+                    progress(read)
+                    read = 0
                 yield "\n".join(current)
                 current = []
+        if progress is not None and read:
+            progress(read)
         if current:
             yield "\n".join(current)
 
