@@ -59,10 +59,7 @@ FLAGS = flags.FLAGS
 def count_corpus(paths, count, num_workers: int) -> Counter:
     """count(list of lines) -> Counter summed over the corpus on `num_workers` processes
     (parallel.count_files), with a progress bar over the files' bytes."""
-    from tqdm import tqdm
-
-    total = sum(files.file_size(p) for p in paths)
-    with tqdm(total=total, unit="B", unit_scale=True, desc="counting", mininterval=2) as bar:
+    with files.bytes_bar(paths, "counting") as bar:
         return parallel.count_files(count, paths, num_workers, progress=bar.update)
 
 

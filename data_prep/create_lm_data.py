@@ -58,8 +58,6 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from tqdm import tqdm
-
     from data_prep import bpe, files, lm_data, parallel, tokenization
     from data_prep.errors import InputError, input_error
 
@@ -84,9 +82,7 @@ def main(argv):
     num_workers = parallel.worker_count(FLAGS.num_workers)
     stats = {"documents": 0, "tokens": 0}
     t0 = time.time()
-    # A bar over the input files' bytes (read as the workers are fed): rate and time left.
-    total = sum(files.file_size(path) for path in inputs)
-    bar = tqdm(total=total, desc="encoding", unit="B", unit_scale=True, mininterval=2.0)
+    bar = files.bytes_bar(inputs, "encoding")  # advanced as the workers are fed
 
     def documents():
         texts = lm_data.read_lm_documents(inputs, progress=bar.update)

@@ -254,11 +254,8 @@ def main(argv):
             # and, for ASCII text, faster than it without TensorFlow's start-up.
             tokenizer = FullTokenizer.from_vocab(vocab, do_lower_case=FLAGS.do_lower_case)
             num_workers = parallel.worker_count(FLAGS.num_workers)
-            total = sum(files.file_size(path) for path in input_files)
             inv_vocab = {i: t for t, i in vocab.items()}
-            with tqdm(
-                desc="streaming", total=total, unit="B", unit_scale=True, smoothing=0.1
-            ) as bar:
+            with files.bytes_bar(input_files, "streaming", smoothing=0.1) as bar:
                 made = 0
 
                 def progress(num_bytes, num_records):

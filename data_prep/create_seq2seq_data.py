@@ -61,7 +61,6 @@ def main(argv):
     import functools
 
     import numpy as np
-    from tqdm import tqdm
 
     from data_prep import files, lm_data, parallel, seq2seq_data
     from data_prep.errors import InputError
@@ -94,9 +93,7 @@ def main(argv):
     num_workers = parallel.worker_count(FLAGS.num_workers)
     stats = {"documents": 0}
     t0 = time.time()
-    # A bar over the input files' bytes (read as the workers are fed): rate and time left.
-    total = sum(files.file_size(path) for path in inputs)
-    bar = tqdm(total=total, desc="encoding", unit="B", unit_scale=True, mininterval=2.0)
+    bar = files.bytes_bar(inputs, "encoding")  # advanced as the workers are fed
 
     def documents():
         # read_sentence_documents' texts, unsplit

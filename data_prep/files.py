@@ -54,6 +54,17 @@ def file_size(path: str) -> int:
     return _gfile().stat(path).length if is_url(path) else os.path.getsize(path)
 
 
+def bytes_bar(paths: Sequence[str], desc: str, **options):
+    """A progress bar (tqdm, on stderr) over the total size of the files at `paths`, in bytes:
+    the rate and the time left of a data script that reads them (update it with the bytes
+    read). `options` go to tqdm."""
+    from tqdm import tqdm
+
+    options.setdefault("mininterval", 2.0)
+    total = sum(file_size(path) for path in paths)
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, **options)
+
+
 def makedirs(folder: str) -> None:
     if is_url(folder):
         _gfile().makedirs(folder)
