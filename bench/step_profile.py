@@ -135,13 +135,11 @@ def read_op_events(xplane_path: str):
             # busy machine in a trace's first step: the execution and its fusions recorded, the
             # executor's Process and ProcessAsync::Start around them not). It is a call of its
             # own, its op name unknown.
+            orphans = [(s, e) for s, e in executions if not any(a <= s <= b for a, b in calls)]
+            for start, end in orphans:
+                yield "xla/?", "XlaCall", (end - start) / 1e12
+            calls = sorted(calls + orphans)
             call_starts = [start for start, _ in calls]
-            for start, end in executions:
-                i = bisect.bisect_right(call_starts, start) - 1
-                if i < 0 or calls[i][1] < start:
-                    yield "xla/?", "XlaCall", (end - start) / 1e12
-                    calls.insert(i + 1, (start, end))
-                    call_starts.insert(i + 1, start)
             for event, name in zip(events, names):
                 if ":" not in name and "fusion" in name:
                     i = bisect.bisect_right(call_starts, event.offset_ps) - 1
