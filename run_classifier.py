@@ -448,6 +448,7 @@ def main(argv):
             "max_seq_length": s,
             "pooling": FLAGS.pooling,
         }
+        trained = ["loss"] if task.kind == glue.REGRESSION else ["loss", "accuracy"]
         trainer.run_training(
             fit,
             lambda: features.classifier_dataset(
@@ -469,6 +470,8 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 peak_flops=FLAGS.peak_tflops * 1e12,
+                # The loss and accuracy, trained and held out, then the dev split's other metrics.
+                curves=(*trained, *[m for m in task.metrics if m not in trained]),
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
                 run_settings_json=json.dumps(
                     {
@@ -481,10 +484,6 @@ def main(argv):
             ),
             global_batch_size=FLAGS.train_batch_size,
             eval_fn=eval_fn if FLAGS.do_eval else None,
-        )
-        acc_key = "accuracy" if task.kind != glue.REGRESSION else None
-        logging.info(
-            "training curves: %s", trainer.plot_training_curves(output_dir, "loss", acc_key)
         )
     else:
         # Evaluate or predict with the kept best, else the latest checkpoint, else the given one.

@@ -610,6 +610,8 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 peak_flops=FLAGS.peak_tflops * 1e12,
+                # The dev split's loss is logged as "loss"; its entity F1 only held out.
+                curves=(("tagging_loss", "loss"), "token_accuracy", "f1"),
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
                 run_settings_json=json.dumps(
                     {
@@ -624,10 +626,6 @@ def main(argv):
             eval_fn=eval_fn if FLAGS.do_eval else None,
             # Cached: the encoder's weights came in through its outputs.
             init_fn=init_fn if FLAGS.init_checkpoint and not cached else None,
-        )
-        logging.info(
-            "training curves: %s",
-            trainer.plot_training_curves(output_dir, "tagging_loss", "token_accuracy"),
         )
     else:
         # Evaluate or predict with the kept best, else the latest checkpoint, else the given one.

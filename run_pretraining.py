@@ -620,6 +620,7 @@ def _train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, cu
                 on_nonfinite=FLAGS.on_nonfinite,
                 max_consecutive_nonfinite=FLAGS.max_consecutive_nonfinite,
                 peak_flops=FLAGS.peak_tflops * 1e12,
+                curves=tuple(curve_keys),
                 # Flags that change the input pipeline or the model's heads: a resume with
                 # other values is refused naming them (their checkpoints do not restore).
                 run_settings_json=json.dumps(
@@ -634,8 +635,6 @@ def _train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, cu
             eval_fn=eval_fn if FLAGS.do_eval else None,
             init_fn=init_fn if FLAGS.init_checkpoint or FLAGS.teacher_checkpoint else None,
         )
-        curves = trainer.plot_training_curves(output_dir, *curve_keys)
-        logging.info("training curves: %s (%s)", curves, ", ".join(curve_keys))
     if FLAGS.do_eval:
         if not FLAGS.do_train:
             trainer.restore_model_weights(fit.task.model, FLAGS.init_checkpoint or output_dir)

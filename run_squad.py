@@ -306,6 +306,7 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 peak_flops=FLAGS.peak_tflops * 1e12,
+                curves=tuple(task.metrics),
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
                 run_settings_json=json.dumps(
                     {

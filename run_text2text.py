@@ -226,6 +226,7 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 peak_flops=FLAGS.peak_tflops * 1e12,
+                curves=tuple(fit.task.metrics),
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
                 # fp16 adds the loss scale's state: a resume at another precision is refused
                 run_settings_json=json.dumps({"precision": FLAGS.precision}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
 
 import numpy as np
 
@@ -603,6 +604,15 @@ def check_logged_flops(log: str, lowest: float, highest: float, peak_tflops: flo
             assert share == pytest.approx(100 * rate / (peak_tflops * 1e12), rel=0.01, abs=1)
         else:
             assert share is None
+
+
+def check_training_curves(log: str, output_dir, panels: str) -> None:
+    """Asserts that a script's `log` names output_dir's training_curves.png with these panels
+    (comma-separated, as the log writes them), none of them empty, and that the file is there."""
+    path = os.path.join(str(output_dir), "training_curves.png")
+    assert f"training curves: {path} ({panels})" in log, log[-3000:]
+    assert "training curves: no values logged" not in log
+    assert os.path.getsize(path) > 1000
 
 
 def graph_matmul_flops(fn, spec, loop_trips: int | None = None) -> int:

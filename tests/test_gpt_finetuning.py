@@ -82,6 +82,7 @@ def test_run_classifier_fine_tunes_a_gpt_config(tmp_path):
     gpt_config = gpt.GptConfig.from_json_file(config)
     per_example = 3 * flops.gpt_classifier_flops(gpt_config, 16, 2)
     helpers.check_logged_flops(r.stderr, per_example, per_example, peak_tflops=1e-4)
+    helpers.check_training_curves(r.stderr, out, "loss, accuracy, lm_loss")
     results = dict(
         line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
     )

@@ -167,6 +167,7 @@ def test_finetune_eval_and_labelled_test(smoke, files):
     config = helpers.tiny_config(num_hidden_layers=3)
     per_example = [3 * flops.token_classifier_flops(config, s, tags) for s in (8, S)]
     helpers.check_logged_flops(log, *per_example)
+    helpers.check_training_curves(log, out, "tagging_loss / held-out loss, token_accuracy, f1")
     r = results(out / "eval_results.txt")
     assert {"f1", "precision", "recall", "token_accuracy", "loss", "f1_PER", "f1_geo-loc",
             "global_step", "best_f1", "best_step"} <= set(r)  # fmt: skip

@@ -162,6 +162,7 @@ def test_v1_train_predict_eval_learns_the_sample(smoke, files):
     assert predictions["5733b1da4776f41900661068"] == "1882"
     log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
     assert len(log) == 150 and log[-1]["span_loss"] < log[0]["span_loss"] / 10
+    helpers.check_training_curves(result.stderr, out, "span_loss, start_accuracy, end_accuracy")
     assert (out / "ckpt-150.index").exists()
 
 

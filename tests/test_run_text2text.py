@@ -139,6 +139,7 @@ def test_run_text2text_classification_and_tsv_seq2seq(tmp_path):
     # example, and its share of --peak_tflops.
     per_example = 3 * flops.t5_flops(t5.T5Config(**json.loads(config.read_text())), 29, 10)
     helpers.check_logged_flops(r.stderr, per_example, per_example, peak_tflops=1e-4)
+    helpers.check_training_curves(r.stderr, out, "target_loss, target_accuracy")
     results = dict(
         line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
     )

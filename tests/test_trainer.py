@@ -432,6 +432,62 @@ def test_temp_checkpoint_folders_are_cleaned(tmp_path, data_file):
     assert json.loads((tmp_path / "model_config.json").read_text())["intermediate_size"] == 17
 
 
+def test_curve_series_reads_both_logs_and_averages_the_training_rows():
+    # 40 training rows (every other one without "acc"), held-out rows at 0, 20 and 40.
+    train = [
+        {"step": i, "loss": float(i)} | ({"acc": i / 100} if i % 2 else {}) for i in range(1, 41)
+    ]
+    evals = [{"step": i, "loss": 50.0 - i, "f1": i / 40} for i in (0, 20, 40)]
+    series = trainer.curve_series(train, evals, "loss")
+    np.testing.assert_array_equal(series["train"][0], np.arange(1, 41))
+    assert series["window"] == 2  # 40 rows // 20
+    np.testing.assert_array_equal(series["smooth"][0], np.arange(2, 41))
+    np.testing.assert_allclose(series["smooth"][1], np.arange(1.5, 40))
+    np.testing.assert_array_equal(series["heldout"][1], [50.0, 30.0, 10.0])
+    # A key some training rows lack: the rows holding it, averaged among themselves.
+    acc = trainer.curve_series(train, evals, "acc")
+    np.testing.assert_array_equal(acc["train"][0], np.arange(1, 41, 2))
+    assert acc["window"] == 1 and "heldout" not in acc
+    # A pair of keys: training "tagging_loss", held-out "loss" (run_ner's).
+    pair = trainer.curve_series([{"step": 1, "tagging_loss": 3.0}], evals, ("tagging_loss", "loss"))
+    assert pair["train"][1].tolist() == [3.0] and pair["heldout"][0].tolist() == [0, 20, 40]
+    assert set(trainer.curve_series(train, evals, "f1")) == {"heldout"}
+    assert trainer.curve_series(train, evals, "missing") == {}
+    assert trainer.panel_title(("tagging_loss", "loss")) == "tagging_loss / held-out loss"
+
+
+def test_plot_training_curves_draws_each_panel_and_warns_of_an_empty_one(tmp_path, caplog):
+    import matplotlib.image
+
+    rows = [{"step": i, "loss": 1.0 / i, "accuracy": i / 10} for i in range(1, 11)]
+    (tmp_path / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "eval_log.jsonl").write_text(json.dumps({"step": 10, "f1": 0.5}) + "\n")
+    with caplog.at_level("INFO"):
+        path = trainer.plot_training_curves(str(tmp_path), "loss", "f1", "mcc")
+    # Three panels of 6 x 4 inches at 100 dpi; written whole, no temporary file left behind.
+    assert matplotlib.image.imread(path).shape[:2] == (400, 1800)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "eval_log.jsonl", "train_log.jsonl", "training_curves.png"
+    ]  # fmt: skip
+    assert f"training curves: {path} (loss, f1, mcc)" in caplog.text
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == ["training curves: no values logged for mcc"]
+
+
+def test_run_training_redraws_the_curves_after_every_save(tmp_path, data_file, monkeypatch):
+    drawn = []
+
+    def plot(output_dir, *panels):
+        drawn.append((len(trainer.read_jsonl(f"{output_dir}/train_log.jsonl")), panels))
+        return plot_training_curves(output_dir, *panels)
+
+    plot_training_curves = trainer.plot_training_curves
+    monkeypatch.setattr(trainer, "plot_training_curves", plot)
+    _run(tmp_path, data_file, 6, helpers.tiny_config(), curves=("masked_lm_loss",))
+    assert drawn == [(3, ("masked_lm_loss",)), (6, ("masked_lm_loss",))]
+    assert (tmp_path / "training_curves.png").stat().st_size > 1000
+
+
 def test_warmup_linear_decay_schedule():
     sched = optimization.WarmupLinearDecay(1.0, num_train_steps=10, num_warmup_steps=4)
     got = [float(sched(s)) for s in range(12)]

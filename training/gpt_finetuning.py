@@ -223,6 +223,7 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
                 save_checkpoints_steps=s.save_checkpoints_steps,
                 iterations_per_loop=s.iterations_per_loop,
                 peak_flops=s.peak_tflops * 1e12,
+                curves=tuple(fit.task.metrics),
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
                 # fp16 adds the loss scale's state: a resume at another precision is refused
                 run_settings_json=json.dumps({"precision": s.precision}),

@@ -104,6 +104,9 @@ class TrainSettings:
     # The hardware's peak FLOP/s at the run's precision (0: unknown). With it the log gives the
     # step's FLOP/s (Task.flops_fn) as a share of the peak, the FLOPs utilisation.
     peak_flops: float = 0.0
+    # The panels of output_dir/training_curves.png (plot_training_curves), redrawn after every
+    # checkpoint save, so a long run shows its curves so far; () draws none.
+    curves: tuple = ()
 
 
 # The exit code after SIGTERM: the checkpoint at the current step is saved, rerun to continue.
@@ -843,10 +846,38 @@ def read_jsonl(path: str) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def plot_training_curves(output_dir: str, *keys: str) -> str:
-    """Writes training_curves.png: one panel per metric key (e.g. "masked_lm_loss",
-    "masked_lm_accuracy"), the training values (moving average over ~5% of the run) against step
-    and the held-out values from eval_log.jsonl for the same key. Returns the path."""
+def curve_series(train: list[dict], evals: list[dict], panel) -> dict:
+    """One panel's lines from train_log.jsonl's and eval_log.jsonl's rows.
+
+    panel: a key both logs may hold (e.g. "masked_lm_accuracy"), or a (training key, held-out key)
+    pair where they name one quantity differently (run_ner's training "tagging_loss" is the dev
+    "loss"). Returns the parts that have values: "train" (steps, values) of the rows holding the
+    training key, "smooth" (steps, means) their moving average over "window" rows (~5% of them;
+    the steps where each window ends), and "heldout" (steps, values) from the held-out rows.
+    """
+    train_key, heldout_key = (panel, panel) if isinstance(panel, str) else panel
+    out = {}
+    rows = [(r["step"], r[train_key]) for r in train if train_key in r]
+    if rows:
+        steps, values = (np.array(x) for x in zip(*rows))
+        window = max(1, len(rows) // 20)
+        means = np.convolve(values, np.ones(window) / window, "valid")
+        out |= {"train": (steps, values), "smooth": (steps[window - 1 :], means), "window": window}
+    points = [(r["step"], r[heldout_key]) for r in evals if heldout_key in r]
+    if points:
+        out["heldout"] = tuple(np.array(x) for x in zip(*points))
+    return out
+
+
+def panel_title(panel) -> str:
+    """'loss', or 'tagging_loss / held-out loss' for a pair of keys."""
+    return panel if isinstance(panel, str) else f"{panel[0]} / held-out {panel[1]}"
+
+
+def plot_training_curves(output_dir: str, *panels) -> str:
+    """Writes training_curves.png, one panel per entry of `panels` (see curve_series): the
+    training values against step with their moving average, and the held-out values; logs the
+    path and the panels, and warns of a panel neither log holds. Returns the path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -854,28 +885,28 @@ def plot_training_curves(output_dir: str, *keys: str) -> str:
 
     train = read_jsonl(os.path.join(output_dir, "train_log.jsonl"))
     evals = read_jsonl(os.path.join(output_dir, "eval_log.jsonl"))
-    fig, axes = plt.subplots(1, len(keys), figsize=(6 * len(keys), 4), squeeze=False)
-    steps = np.array([r["step"] for r in train])
-    window = max(1, len(train) // 20)
-    for ax, key in zip(axes[0], keys):
-        values = [r[key] for r in train if key in r]
-        if len(values) == len(train) and train:
-            smooth = np.convolve(values, np.ones(window) / window, mode="valid")
-            ax.plot(steps, values, color="tab:blue", alpha=0.2, lw=0.8)
-            ax.plot(
-                steps[window - 1 :], smooth, color="tab:blue", label=f"train ({window}-step mean)"
-            )
-        points = [(r["step"], r[key]) for r in evals if key in r]
-        if points:
-            ax.plot(*zip(*points), "o-", color="tab:orange", label="held-out")
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        series = curve_series(train, evals, panel)
+        if "train" in series:
+            ax.plot(*series["train"], color="tab:blue", alpha=0.2, lw=0.8)
+            label = f"train ({series['window']}-step mean)"
+            ax.plot(*series["smooth"], color="tab:blue", label=label)
+        if "heldout" in series:
+            ax.plot(*series["heldout"], "o-", color="tab:orange", label="held-out")
         ax.set_xlabel("step")
-        ax.set_title(key)
+        ax.set_title(panel_title(panel))
         ax.grid(alpha=0.3)
-        ax.legend()
+        if series:
+            ax.legend()
+        else:
+            logging.warning("training curves: no values logged for %s", panel_title(panel))
     fig.tight_layout()
     path = os.path.join(output_dir, "training_curves.png")
-    fig.savefig(path, dpi=100)
+    fig.savefig(path + ".tmp", dpi=100, format="png")  # whole or not at all, for a viewer
     plt.close(fig)
+    os.replace(path + ".tmp", path)
+    logging.info("training curves: %s (%s)", path, ", ".join(map(panel_title, panels)))
     return path
 
 
@@ -1077,6 +1108,8 @@ def run_training(
                 # Multi-worker: the eval's collectives run on every worker or on none.
                 if eval_fn and not (sigterm.received if single_worker else sigterm_on):
                     _log_eval(eval_fn, step, eval_log, out)
+                if settings.curves:
+                    plot_training_curves(out, *settings.curves)
     writer.flush()
     return last
 
