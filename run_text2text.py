@@ -13,9 +13,12 @@ Tasks: a GLUE-style classification task of data_prep/glue.py (sst-2, cola, mrpc,
 rte, wnli; its files from --data_dir), scored by exact match of the decoded label word
 (data_prep/text2text.py lists the words; --label_words overrides), or `tsv_seq2seq`
 (train.tsv, dev.tsv, test.tsv of source<TAB>target lines) scored by ROUGE-L F and exact match.
---do_eval writes eval_results.txt and dev_predictions.tsv (index, prediction, target);
---do_predict writes test_predictions.tsv (index, prediction). The BPE files and --num_sentinels
-must be those the checkpoint was pretrained with (the config's special ids are checked).
+--do_eval writes eval_results.txt and dev_predictions.tsv (index, prediction, target); with
+--do_train it also decodes the dev split after every checkpoint save and keeps the best model
+by that score in output_dir/best/ (its score and step go into eval_results.txt too).
+--do_predict writes test_predictions.tsv (index, prediction), after training with the kept best.
+The BPE files and --num_sentinels must be those the checkpoint was pretrained with (the
+config's special ids are checked).
 """
 
 from __future__ import annotations
@@ -51,7 +54,9 @@ flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the train split.")
 flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of steps with a linear warmup.")
 flags.DEFINE_integer("num_beams", 1, "1: greedy decoding; more: beam search of that width.")
 flags.DEFINE_float("length_penalty", 0.6, "Beam search: GNMT length penalty alpha.")
-flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save a checkpoint.")
+flags.DEFINE_integer(
+    "save_checkpoints_steps", 1000, "How often to save a checkpoint (and decode dev, --do_eval)."
+)
 flags.DEFINE_integer("iterations_per_loop", 100, "Steps per compiled loop between host logs.")
 flags.DEFINE_float("peak_tflops", 0.0, flops.PEAK_TFLOPS_HELP, lower_bound=0.0)
 flags.DEFINE_enum("precision", "fp32", list(PRECISION_NAMES), FINETUNE_PRECISION_HELP)
@@ -167,7 +172,7 @@ def main(argv):
     import keras
     import tensorflow as tf
 
-    from training import distribute, optimization, rouge, seq2seq_tasks, trainer
+    from training import distribute, finetune_tasks, optimization, rouge, seq2seq_tasks, trainer
 
     strategy, _, _ = distribute.setup("one_device", "", {})
     steps = warmup = 0
@@ -203,12 +208,29 @@ def main(argv):
         words = set(targets)
         return {"accuracy": exact, "invalid": sum(p not in words for p in predictions) / len(pairs)}
 
+    # The dev score that picks the kept best: ROUGE-L F, or the label words' accuracy.
+    score_key = "rouge_l" if is_seq2seq else "accuracy"
+    best = finetune_tasks.BestCheckpoint(os.path.join(output_dir, "best"), model)
+    last_eval: dict = {}
+
+    def eval_fn() -> dict:
+        step = int(optimizer.iterations.numpy())
+        results = evaluate()
+        last_eval.update(step=step, results=results)
+        # The untrained model at step 0 is no candidate (as in run_ner.py).
+        if step > 0 and best.update(results[score_key], step, results):
+            logging.info("new best dev %s %.4f at step %d, kept in %s", score_key,
+                         results[score_key], step, best.directory)  # fmt: skip
+        return results
+
     def init_fn():
         logging.info(
             "initialised from %s", trainer.restore_model_weights(model, FLAGS.init_checkpoint)
         )
 
     if FLAGS.do_train:
+        if tf.train.latest_checkpoint(output_dir) is None:
+            best.clear()  # a fresh run: a kept best from another run must not survive
         features = train[1]
 
         def dataset():
@@ -226,16 +248,19 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 peak_flops=FLAGS.peak_tflops * 1e12,
-                curves=tuple(fit.task.metrics),
+                # Token-level loss and accuracy in training; the decoded dev score held out.
+                curves=(*fit.task.metrics, score_key) if FLAGS.do_eval else tuple(fit.task.metrics),
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
                 # fp16 adds the loss scale's state: a resume at another precision is refused
                 run_settings_json=json.dumps({"precision": FLAGS.precision}),
             ),
             global_batch_size=FLAGS.train_batch_size,
+            eval_fn=eval_fn if FLAGS.do_eval else None,
             init_fn=init_fn if FLAGS.init_checkpoint else None,
         )
     else:
-        source = tf.train.latest_checkpoint(output_dir) or FLAGS.init_checkpoint
+        # Decode with the kept best, else the latest checkpoint, else the given one.
+        source = best.prefix or tf.train.latest_checkpoint(output_dir) or FLAGS.init_checkpoint
         if not source:
             raise app.UsageError(
                 f"nothing to decode with: {output_dir} holds no checkpoint and --init_checkpoint "
@@ -246,9 +271,16 @@ def main(argv):
         except ValueError as e:
             raise SystemExit(f"run_text2text: {e}") from None
     if FLAGS.do_eval:
-        results = evaluate() | {"global_step": int(optimizer.iterations.numpy())}
+        step = int(optimizer.iterations.numpy())
+        results = dict(last_eval["results"]) if last_eval.get("step") == step else evaluate()
+        results["global_step"] = step
+        if best.info:
+            results |= {f"best_{score_key}": best.info["score"], "best_step": best.info["step"]}
         trainer.write_eval_results(output_dir, results)
     if FLAGS.do_predict:
+        if FLAGS.do_train and best.prefix:
+            trainer.restore_model_weights(model, best.prefix)
+            logging.info("decoding the test split with the best dev checkpoint %s", best.prefix)
         pairs, features = test
         predictions = decode_texts(model, vocab, features, FLAGS.eval_batch_size, decoding)
         path = os.path.join(output_dir, "test_predictions.tsv")

@@ -133,17 +133,28 @@ def test_run_text2text_classification_and_tsv_seq2seq(tmp_path):
     out = tmp_path / "out_sst"
     r = run([*common, "--task_name=sst-2", f"--data_dir={sst}", f"--output_dir={out}",
              "--num_train_epochs=30", "--do_train", "--do_eval", "--do_predict",
-             "--peak_tflops=1e-4"], command_line=True)  # fmt: skip
+             "--save_checkpoints_steps=30", "--peak_tflops=1e-4"], command_line=True)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     # The log's FLOP/s: 3 passes of modeling/flops.py's T5 count (29 inputs, 10 targets) per
     # example, and its share of --peak_tflops.
     per_example = 3 * flops.t5_flops(t5.T5Config(**json.loads(config.read_text())), 29, 10)
     helpers.check_logged_flops(r.stderr, per_example, per_example, peak_tflops=1e-4)
-    helpers.check_training_curves(r.stderr, out, "target_loss, target_accuracy")
+    helpers.check_training_curves(r.stderr, out, "target_loss, target_accuracy, accuracy")
     results = dict(
         line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
     )
     assert int(results["global_step"]) == 90
+    # Dev decoded at the start and after each save; the best trained model kept and decoding
+    # the test split: the first step with the highest accuracy (the untrained one is none).
+    evals = [json.loads(x) for x in (out / "eval_log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == [0, 30, 60, 90]
+    top = max(e["accuracy"] for e in evals[1:])
+    kept = json.loads((out / "best" / "best.json").read_text())
+    assert kept["score"] == top and kept["step"] == next(
+        e["step"] for e in evals[1:] if e["accuracy"] == top
+    )
+    assert float(results["best_accuracy"]) == top and int(results["best_step"]) == kept["step"]
+    assert f"test split with the best dev checkpoint {out / 'best' / 'ckpt-'}" in r.stderr
     # Two sentences, two label words, 90 steps: the decoded words must be the right ones.
     assert float(results["accuracy"]) == 1.0 and float(results["invalid"]) == 0.0
     header, dev_rows = read_tsv(out / "dev_predictions.tsv")
@@ -177,6 +188,7 @@ def test_run_text2text_classification_and_tsv_seq2seq(tmp_path):
         line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
     )
     assert 0.0 <= float(results["rouge_l"]) <= 1.0
+    assert float(results["best_rouge_l"]) == float(results["rouge_l"])  # one save, at the end
     header, dev_rows = read_tsv(out / "dev_predictions.tsv")
     from training import rouge
 
