@@ -397,12 +397,14 @@ def main(argv):
             regression=task.kind == glue.REGRESSION,
         )
 
+    # The dev splits' metric names: the first split's plain, the others' with the split's name
+    # (mnli: accuracy is matched, mismatched_accuracy).
+    prefixes = ["" if i == 0 else f"{data.split.name}_" for i, (data, _) in enumerate(devs)]
+
     def evaluate() -> dict:
-        """GLUE metrics of every dev split; the first split's keys are plain, the others carry
-        the split name (mnli: accuracy is matched, mismatched_accuracy)."""
+        """GLUE metrics of every dev split, named by `prefixes`."""
         results = {}
-        for i, (data, encoded) in enumerate(devs):
-            prefix = "" if i == 0 else f"{data.split.name}_"
+        for prefix, (data, encoded) in zip(prefixes, devs):
             results |= {prefix + k: v for k, v in dev_metrics(data, encoded).items()}
         return results
 
@@ -448,7 +450,10 @@ def main(argv):
             "max_seq_length": s,
             "pooling": FLAGS.pooling,
         }
-        trained = ["loss"] if task.kind == glue.REGRESSION else ["loss", "accuracy"]
+        # The curves: the loss and accuracy, trained and held out, then the dev splits' other
+        # GLUE metrics.
+        curves = ["loss"] if task.kind == glue.REGRESSION else ["loss", "accuracy"]
+        curves += [p + m for p in prefixes for m in task.metrics if p + m not in curves]
         trainer.run_training(
             fit,
             lambda: features.classifier_dataset(
@@ -470,8 +475,7 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 peak_flops=FLAGS.peak_tflops * 1e12,
-                # The loss and accuracy, trained and held out, then the dev split's other metrics.
-                curves=(*trained, *[m for m in task.metrics if m not in trained]),
+                curves=tuple(curves),
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
                 run_settings_json=json.dumps(
                     {

@@ -601,6 +601,8 @@ def main(argv):
             "max_seq_length": s,
             **{k: settings[k] for k in _MODEL_KEYS},
         }
+        # The dev split's loss is logged as "loss"; its entity F1 only held out.
+        curves = [("tagging_loss", "loss"), "token_accuracy"] + (["f1"] if FLAGS.do_eval else [])
         trainer.run_training(
             trainer.Trainer(strategy, finetune_tasks.token_tagging_task(model), optimizer),
             lambda: train_dataset(),
@@ -610,8 +612,7 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 peak_flops=FLAGS.peak_tflops * 1e12,
-                # The dev split's loss is logged as "loss"; its entity F1 only held out.
-                curves=(("tagging_loss", "loss"), "token_accuracy", "f1"),
+                curves=tuple(curves),
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
                 run_settings_json=json.dumps(
                     {

@@ -156,7 +156,7 @@ def test_pair_classification_mnli_with_ax(smoke):
     for name, rows in zip(("MNLI-m.tsv", "MNLI-mm.tsv", "AX.tsv"), expected[-3:], strict=True):
         check_submission(out / name, rows, labels)
     assert (out / "train.tf_record").exists()
-    helpers.check_training_curves(result.stderr, out, "loss, accuracy")
+    helpers.check_training_curves(result.stderr, out, "loss, accuracy, mismatched_accuracy")
 
 
 def test_regression_stsb_then_predict_from_best(smoke):

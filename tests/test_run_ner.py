@@ -443,6 +443,10 @@ def test_dynamic_padding_tags_the_same_and_is_refused_where_it_cannot_apply(file
         for s in (3, 9)
     ]
     helpers.check_logged_flops(trained.stderr, *per_example)
+    # Without --do_eval no held-out panel, so none is empty.
+    helpers.check_training_curves(
+        trained.stderr, out, "tagging_loss / held-out loss, token_accuracy"
+    )
     real = re.search(r"train: ([\d.]+)% of the 16 positions are real tokens; each batch is cut "
                      r"to its longest window", trained.stderr)  # fmt: skip
     assert real and float(real.group(1)) < 7 / 16 * 100, trained.stderr[-3000:]
