@@ -474,11 +474,13 @@ def test_plot_training_curves_draws_each_panel_and_warns_of_an_empty_one(tmp_pat
     assert warned == ["training curves: no values logged for mcc"]
 
 
-def test_run_training_redraws_the_curves_after_every_save(tmp_path, data_file, monkeypatch):
+def test_run_training_redraws_the_curves_after_every_save(tmp_path, data_file, monkeypatch, caplog):
     drawn = []
 
     def plot(output_dir, *panels):
         drawn.append((len(trainer.read_jsonl(f"{output_dir}/train_log.jsonl")), panels))
+        if len(drawn) == 1:
+            raise OSError("No space left on device")  # the first plot fails; training goes on
         return plot_training_curves(output_dir, *panels)
 
     plot_training_curves = trainer.plot_training_curves
@@ -486,6 +488,8 @@ def test_run_training_redraws_the_curves_after_every_save(tmp_path, data_file, m
     _run(tmp_path, data_file, 6, helpers.tiny_config(), curves=("masked_lm_loss",))
     assert drawn == [(3, ("masked_lm_loss",)), (6, ("masked_lm_loss",))]
     assert (tmp_path / "training_curves.png").stat().st_size > 1000
+    assert "training curves not drawn at step 3: OSError('No space left on device')" in caplog.text
+    assert (tmp_path / "ckpt-6.index").exists()
 
 
 def test_warmup_linear_decay_schedule():

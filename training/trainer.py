@@ -1109,7 +1109,10 @@ def run_training(
                 if eval_fn and not (sigterm.received if single_worker else sigterm_on):
                     _log_eval(eval_fn, step, eval_log, out)
                 if settings.curves:
-                    plot_training_curves(out, *settings.curves)
+                    try:
+                        plot_training_curves(out, *settings.curves)
+                    except Exception as e:  # a plot is never worth a run: log, train on
+                        logging.warning("training curves not drawn at step %d: %r", step, e)
     writer.flush()
     return last
 
