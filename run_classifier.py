@@ -223,10 +223,6 @@ def main(argv):
         return run_gpt(task)
     # XLNet (training/xlnet_finetuning.py): its tokenizer and packing, then this BERT path.
     is_xlnet = family == "xlnet"
-    if is_xlnet and task.kind == glue.MULTIPLE_CHOICE:
-        raise app.UsageError(
-            f"XLNet here takes one sequence per example, not {task.name}'s choices"
-        )
     if is_xlnet and FLAGS.layerwise_lr_decay != 1.0:
         raise app.UsageError("--layerwise_lr_decay: not for XLNet (it reads BERT's layer names)")
     if is_xlnet and FLAGS.pooling != "cls":

@@ -493,6 +493,8 @@ class XLNetClassifier(keras.Model):
 
     call(inputs, training) with int (B, S) input_ids, input_mask and optionally segment_ids
     returns float32 logits (B, C), the shape training/finetune_tasks.classification_task reads.
+    Multiple choice (as XLNet's released code fine-tunes RACE): with num_classes=1, (B, C, S)
+    inputs, one packed sequence per choice, give (B, C) scores, each choice's one logit.
     """
 
     def __init__(self, config: XLNetConfig | dict, num_classes: int, **kwargs):
@@ -514,6 +516,12 @@ class XLNetClassifier(keras.Model):
         encoder_inputs = {
             k: inputs[k] for k in ("input_ids", "input_mask", "segment_ids") if k in inputs
         }
+        if len(inputs["input_ids"].shape) == 3:  # multiple choice
+            if self.num_classes != 1:
+                raise ValueError(f"(B, C, S) choices need num_classes=1, not {self.num_classes}")
+            b, c, s = (ops.shape(inputs["input_ids"])[i] for i in range(3))
+            flat = {k: ops.reshape(v, (b * c, s)) for k, v in encoder_inputs.items()}  # (B*C, S)
+            return ops.reshape(self.call(flat, training=training), (b, c))  # (B*C, 1) -> (B, C)
         h = self.encoder(encoder_inputs, training=training)["sequence_output"]  # (B, S, H)
         mask = inputs.get("input_mask")
         if mask is None:

@@ -48,8 +48,20 @@ def test_text_encoder_uses_the_pretraining_tokenizer_and_xlnets_layout(tmp_path)
     tiny_bpe(tmp_path / "bare", specials=())
     with pytest.raises(InputError, match="none of them"):
         xlnet_finetuning.XLNetTextEncoder(str(tmp_path / "bare" / "bpe"))
-    with pytest.raises(ValueError, match="one sequence per example"):
-        enc.encode_examples([], glue.get_task("swag"), 11)
+    # Multiple choice: one packed sequence per choice, (N, C, S), as glue.encode_examples
+    # pairs them (the context, then sent2 and the ending).
+    swag = [glue.Example("f:2", "0", "A cat.", "It", "2", endings=("sat.", "ran.", "sang.", "x."))]
+    encoded = enc.encode_examples(swag, glue.get_task("swag"), 9)
+    assert encoded.features["input_ids"].shape == (1, 4, 9) and encoded.truncated == []
+    for j, ending in enumerate(swag[0].endings):
+        a, b = enc.encode("A cat."), enc.encode(f"It {ending}")
+        packed = xlnet.pack_classifier_ids(a, b, 9, enc.sep_id, enc.cls_id)
+        for key, values in zip(xlnet_finetuning.FEATURES, packed):
+            np.testing.assert_array_equal(encoded.features[key][0, j], values)
+    np.testing.assert_array_equal(encoded.features["label_ids"], [2])
+    three = [glue.Example("f:7", "0", "A cat.", "It", "0", endings=("sat.", "ran.", "sang."))]
+    with pytest.raises(InputError, match="f:7: expected 4 endings, found 3"):
+        enc.encode_examples(three, glue.get_task("swag"), 9)
     with pytest.raises(InputError, match="n_token of at least"):
         config = tmp_path / "xlnet.json"
         config.write_text(json.dumps(XLNET | {"n_token": 5}))
@@ -86,10 +98,41 @@ def test_run_classifier_fine_tunes_an_xlnet_config(tmp_path):
     assert results["accuracy"] == 1.0  # two sentences, learnt in 60 steps
     assert json.loads((out / "best" / "best.json").read_text())["metrics"]["accuracy"] == 1.0
     assert glue.read_submission(out / "SST-2.tsv") == [("4", "0"), ("8", "1")]
-    bad, _ = run_classifier_on_two_sentences(tmp_path / "swag", config, "--task_name=swag")
-    assert bad.returncode != 0 and "one sequence per example" in bad.stderr
     bad, _ = run_classifier_on_two_sentences(tmp_path / "pool", config, "--pooling=mean")
     assert bad.returncode != 0 and "XLNet summarises its last" in bad.stderr
+
+
+def test_run_classifier_fine_tunes_an_xlnet_config_on_multiple_choice(tmp_path):
+    """SWAG's layout: the XLNet path scores each (context, ending) sequence and learns two
+    examples by heart, its FLOP/s counting every choice."""
+    tok = tiny_bpe(tmp_path)
+    config = tmp_path / "xlnet.json"
+    config.write_text(json.dumps(XLNET | {"n_token": len(tok.encoder)}))
+    data = tmp_path / "swag"
+    data.mkdir()
+    header = "sent1,sent2,ending0,ending1,ending2,ending3"
+    rows = [
+        "The cat sat.,It,purred.,barked.,swam.,flew.",
+        "The dog ran.,It,purred.,barked.,swam.,flew.",
+    ]
+    (data / "train.csv").write_text(f"{header},label\n" + f"{rows[0]},0\n{rows[1]},1\n" * 6)
+    (data / "val.csv").write_text(f"{header},label\n{rows[0]},0\n{rows[1]},1\n")
+    (data / "test.csv").write_text(f"{header}\n{rows[1]}\n{rows[0]}\n")
+    out = tmp_path / "out"
+    r = helpers.run_main("run_classifier.py", [
+        "--task_name=swag", f"--data_dir={data}", f"--vocab_file={tmp_path / 'bpe'}",
+        f"--bert_config_file={config}", f"--output_dir={out}", "--train_batch_size=4",
+        "--learning_rate=1e-2", "--max_seq_length=11", "--num_train_epochs=20",
+        "--iterations_per_loop=20", "--do_train", "--do_eval", "--do_predict",
+    ])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    # 3 passes of the XLNet classifier count (4 x 4 sequences of 11, one output) per example.
+    xlnet_config = xlnet.XLNetConfig(**json.loads(config.read_text()))
+    per_example = 3 * flops.xlnet_classifier_flops(xlnet_config, 11, 16, 1) / 4
+    helpers.check_logged_flops(r.stderr, per_example, per_example)
+    results = generative_arms.read_eval_results(out)
+    assert int(results["global_step"]) == 60 and results["accuracy"] == 1.0
+    assert glue.read_submission(out / "SWAG.tsv") == [("0", "1"), ("1", "0")]
 
 
 def defined_flags(script: str) -> set[str]:

@@ -273,6 +273,31 @@ def test_classifier_reads_the_last_real_token():
     np.testing.assert_allclose(again[1:], out[1:], atol=1e-6)
 
 
+def test_multiple_choice_scores_each_choice_as_its_own_sequence():
+    """(B, C, S) choices: each choice's score is the one-output classifier's logit of that
+    sequence alone, placed at (b, c)."""
+    keras.utils.set_random_seed(5)
+    model = xlnet.XLNetClassifier(tiny_config(), num_classes=1)
+    model.build()
+    perturbed(model, seed=3)
+    rng = np.random.default_rng(1)
+    packed = [
+        xlnet.pack_classifier_ids(rng.integers(3, 27, 2 + k % 4).tolist(), [5, 6], 9, 27, 28)[:3]
+        for k in range(2 * 3)
+    ]
+    ids_, mask, seg = (np.array(col, np.int32).reshape(2, 3, 9) for col in zip(*packed))
+    scores = np.asarray(model({"input_ids": ids_, "input_mask": mask, "segment_ids": seg}))
+    assert scores.shape == (2, 3)
+    for b in range(2):
+        for c in range(3):
+            one = {"input_ids": ids_[b, c][None], "input_mask": mask[b, c][None],
+                   "segment_ids": seg[b, c][None]}  # fmt: skip
+            np.testing.assert_allclose(scores[b, c], np.asarray(model(one))[0, 0], atol=1e-5)
+    assert np.ptp(scores) > 1e-3  # the choices score differently (the check can fail)
+    with pytest.raises(ValueError, match="need num_classes=1, not 3"):
+        xlnet.XLNetClassifier(tiny_config(), num_classes=3)({"input_ids": ids_, "input_mask": mask})
+
+
 def test_pretraining_through_run_pretraining_then_classification_from_its_checkpoint(tmp_path):
     """run_pretraining.py with an XLNet config on LM blocks: the held-out PLM loss falls on a
     repeated batch, perplexity is exp(loss). Then the classifier starts

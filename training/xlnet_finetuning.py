@@ -1,8 +1,9 @@
 """XLNet fine-tuning inputs for run_classifier.py (the path it takes when --bert_config_file is an
 XLNet config): the tokenizer the XLNet was pretrained with, and its examples packed as the
 released XLNet classifier packs them (modeling/xlnet.pack_classifier_ids: `a <sep> b <sep>
-<cls>`, left padded). The model is modeling/xlnet.XLNetClassifier; training, dev scoring, the
-best checkpoint and predictions are run_classifier's BERT path, unchanged.
+<cls>`, left padded; a multiple-choice example as one such sequence per choice). The model is
+modeling/xlnet.XLNetClassifier; training, dev scoring, the best checkpoint and predictions are
+run_classifier's BERT path, unchanged.
 
 The tokenizer is the one run_pretraining's XLNet blocks were made with (create_lm_data.py):
 a byte-level BPE folder (encoder.json + vocab.bpe, or the encoder.json itself) or a WordPiece
@@ -65,25 +66,33 @@ class XLNetTextEncoder:
         self, examples: Sequence[glue.Example], task: glue.TaskSpec, max_seq_length: int
     ) -> glue.Encoded:
         """glue.encode_examples' features (int32 (N, S) input_ids, input_mask, segment_ids and
-        label_ids) in XLNet's layout. Multiple-choice tasks are refused (ValueError)."""
-        if task.num_choices:
-            raise ValueError(
-                f"XLNet fine-tuning here covers one sequence per example, not {task.name}"
-            )
-        n = len(examples)
-        cols = {k: np.zeros((n, max_seq_length), np.int32) for k in FEATURES}
+        label_ids) in XLNet's layout; (N, C, S) for a multiple-choice task, choice i being
+        `context <sep> text_b + " " + ending_i <sep> <cls>` (as glue.encode_examples pairs them)."""
+        n, c = len(examples), task.num_choices
+        cols = {k: np.zeros((n, c or 1, max_seq_length), np.int32) for k in FEATURES}
         labels = np.zeros((n,), np.float32 if task.kind == glue.REGRESSION else np.int32)
         truncated = []
         for i, ex in enumerate(examples):
-            b = self.encode(ex.text_b) if ex.text_b is not None else None
-            *row, cut = xlnet.pack_classifier_ids(
-                self.encode(ex.text_a), b, max_seq_length, self.sep_id, self.cls_id
-            )
-            for key, values in zip(FEATURES, row):
-                cols[key][i] = values
+            a = self.encode(ex.text_a)
+            if c:
+                if len(ex.endings) != c:
+                    raise input_error(ex.guid, f"{c} endings", f"{len(ex.endings)}")
+                pairs = [self.encode(f"{ex.text_b or ''} {e}") for e in ex.endings]
+            else:
+                pairs = [self.encode(ex.text_b) if ex.text_b is not None else None]
+            cut = False
+            for j, b in enumerate(pairs):
+                *row, was_cut = xlnet.pack_classifier_ids(
+                    a, b, max_seq_length, self.sep_id, self.cls_id
+                )
+                cut |= was_cut
+                for key, values in zip(FEATURES, row):
+                    cols[key][i, j] = values
             if cut:
                 truncated.append(ex.guid)
             labels[i] = glue.label_id(task, ex.label)
+        if not c:
+            cols = {k: v[:, 0] for k, v in cols.items()}  # (N, 1, S) -> (N, S)
         return glue.Encoded({**cols, "label_ids": labels}, truncated)
 
 
