@@ -188,12 +188,7 @@ class BertMultipleChoice(keras.Model):
         self.built = True
 
     def call(self, inputs, training=False):
-        ids = inputs["input_ids"]
-        b, c, s = ops.shape(ids)[0], ops.shape(ids)[1], ops.shape(ids)[2]
-        flat = {
-            k: ops.reshape(inputs[k], (b * c, s))  # (B, C, S) -> (B*C, S)
-            for k in ("input_ids", "input_mask", "segment_ids")
-        }
+        flat, choices = layers.flatten_choices(inputs, ("input_ids", "input_mask", "segment_ids"))
         out = self.encoder(
             flat,
             training=training,
@@ -201,7 +196,7 @@ class BertMultipleChoice(keras.Model):
         )
         pooled = pool(out, flat["input_mask"], self.pooling)  # (B*C, H)
         scores = self.classifier(self.dropout(pooled, training=training))  # (B*C, 1)
-        return ops.cast(ops.reshape(scores, (b, c)), "float32")  # (B, C)
+        return ops.cast(ops.reshape(scores, choices), "float32")  # (B, C)
 
     def get_config(self):
         return {

@@ -387,6 +387,9 @@ class GptClassifier(keras.Model):
     call(inputs, training, lm_terms=False) with int (B, T) input_ids and input_mask (right
     padding) returns a dict: logits float32 (B, C) and lm_logits float32 (B, T, V); with
     lm_terms, lm_xent and lm_hits float32 (B, T - 1) instead of lm_logits (next_token_terms).
+    Multiple choice (sec. 3.3, `start context delim answer_k extract` for each answer k, scored
+    independently and normalised by a softmax): with num_classes=1, (B, K, T) inputs give
+    logits (B, K), each answer's one logit; the LM outputs stay per sequence, (B*K, ...).
     """
 
     def __init__(self, config: GptConfig | dict, num_classes: int, dropout_rate=0.1, **kwargs):
@@ -404,6 +407,12 @@ class GptClassifier(keras.Model):
         self.built = True
 
     def call(self, inputs, training=False, lm_terms=False):
+        if len(inputs["input_ids"].shape) == 3:  # multiple choice
+            if self.num_classes != 1:
+                raise ValueError(f"(B, K, T) answers need num_classes=1, not {self.num_classes}")
+            flat, choices = layers.flatten_choices(inputs, ("input_ids", "input_mask"))
+            out = self.call(flat, training=training, lm_terms=lm_terms)  # B*K sequences
+            return out | {"logits": ops.reshape(out["logits"], choices)}  # (B*K, 1) -> (B, K)
         if lm_terms:
             out = next_token_terms(self.encoder, inputs, training)
             h = out.pop("sequence_output")

@@ -725,6 +725,13 @@ def lookup_rows(table, ids, dtype):
     return ops.cast(ops.take(table, ids, axis=0), dtype)
 
 
+def flatten_choices(inputs: dict, keys) -> tuple[dict, tuple]:
+    """Multiple choice, one sequence per choice: the int (B, C, S) arrays of `keys` in `inputs`
+    as (B*C, S), and (B, C), the shape the B*C choice scores are reshaped back to."""
+    b, c, s = (ops.shape(inputs["input_ids"])[i] for i in range(3))
+    return {k: ops.reshape(inputs[k], (b * c, s)) for k in keys if k in inputs}, (b, c)
+
+
 def gather_positions(sequence, positions):
     """Gathers vectors at given positions of each sequence.
 

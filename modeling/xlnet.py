@@ -513,15 +513,13 @@ class XLNetClassifier(keras.Model):
         self.built = True
 
     def call(self, inputs, training=False):
-        encoder_inputs = {
-            k: inputs[k] for k in ("input_ids", "input_mask", "segment_ids") if k in inputs
-        }
+        keys = ("input_ids", "input_mask", "segment_ids")
         if len(inputs["input_ids"].shape) == 3:  # multiple choice
             if self.num_classes != 1:
                 raise ValueError(f"(B, C, S) choices need num_classes=1, not {self.num_classes}")
-            b, c, s = (ops.shape(inputs["input_ids"])[i] for i in range(3))
-            flat = {k: ops.reshape(v, (b * c, s)) for k, v in encoder_inputs.items()}  # (B*C, S)
-            return ops.reshape(self.call(flat, training=training), (b, c))  # (B*C, 1) -> (B, C)
+            flat, choices = layers.flatten_choices(inputs, keys)  # (B*C, S)
+            return ops.reshape(self.call(flat, training=training), choices)  # (B*C, 1) -> (B, C)
+        encoder_inputs = {k: inputs[k] for k in keys if k in inputs}
         h = self.encoder(encoder_inputs, training=training)["sequence_output"]  # (B, S, H)
         mask = inputs.get("input_mask")
         if mask is None:

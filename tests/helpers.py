@@ -115,6 +115,29 @@ def run_classifier_on_two_sentences(tmp_path, config_file, *flags):
     return run_main("run_classifier.py", args), out
 
 
+def run_classifier_on_swag_by_heart(tmp_path, config_file, *flags):
+    """run_classifier.py (run_main) on a learnable folder in SWAG's layout: two contexts ("The
+    cat sat." answer 0, "The dog ran." answer 1, both after "It" among the same four endings),
+    six times each in train.csv, once each in val.csv, and test.csv rows 0 (dog) and 1 (cat),
+    with the BPE folder tmp_path/bpe: train 60 steps, eval and predict at batch 4 and learning
+    rate 1e-2, sequences of 11, plus `flags`. Returns (run_main's Completed, the output folder)."""
+    data = tmp_path / "swag"
+    data.mkdir(parents=True, exist_ok=True)
+    header = "sent1,sent2,ending0,ending1,ending2,ending3"
+    cat, dog = (f"{s},It,purred.,barked.,swam.,flew." for s in ("The cat sat.", "The dog ran."))
+    (data / "train.csv").write_text(f"{header},label\n" + f"{cat},0\n{dog},1\n" * 6)
+    (data / "val.csv").write_text(f"{header},label\n{cat},0\n{dog},1\n")
+    (data / "test.csv").write_text(f"{header}\n{dog}\n{cat}\n")
+    out = tmp_path / "out"
+    args = [
+        "--task_name=swag", f"--data_dir={data}", f"--vocab_file={tmp_path / 'bpe'}",
+        f"--bert_config_file={config_file}", f"--output_dir={out}", "--train_batch_size=4",
+        "--learning_rate=1e-2", "--max_seq_length=11", "--num_train_epochs=20",
+        "--iterations_per_loop=20", "--do_train", "--do_eval", "--do_predict", *flags,
+    ]  # fmt: skip
+    return run_main("run_classifier.py", args), out
+
+
 def train_to_copy(model, decoder_start_id: int, steps: int, warmup: int):
     """Teacher-forced training of an encoder-decoder (T5, BART) to copy 32 random 4-id sequences
     followed by eos (id 1), 16 a step; returns the sources and the last step's loss."""

@@ -108,23 +108,7 @@ def test_run_classifier_fine_tunes_an_xlnet_config_on_multiple_choice(tmp_path):
     tok = tiny_bpe(tmp_path)
     config = tmp_path / "xlnet.json"
     config.write_text(json.dumps(XLNET | {"n_token": len(tok.encoder)}))
-    data = tmp_path / "swag"
-    data.mkdir()
-    header = "sent1,sent2,ending0,ending1,ending2,ending3"
-    rows = [
-        "The cat sat.,It,purred.,barked.,swam.,flew.",
-        "The dog ran.,It,purred.,barked.,swam.,flew.",
-    ]
-    (data / "train.csv").write_text(f"{header},label\n" + f"{rows[0]},0\n{rows[1]},1\n" * 6)
-    (data / "val.csv").write_text(f"{header},label\n{rows[0]},0\n{rows[1]},1\n")
-    (data / "test.csv").write_text(f"{header}\n{rows[1]}\n{rows[0]}\n")
-    out = tmp_path / "out"
-    r = helpers.run_main("run_classifier.py", [
-        "--task_name=swag", f"--data_dir={data}", f"--vocab_file={tmp_path / 'bpe'}",
-        f"--bert_config_file={config}", f"--output_dir={out}", "--train_batch_size=4",
-        "--learning_rate=1e-2", "--max_seq_length=11", "--num_train_epochs=20",
-        "--iterations_per_loop=20", "--do_train", "--do_eval", "--do_predict",
-    ])  # fmt: skip
+    r, out = helpers.run_classifier_on_swag_by_heart(tmp_path, config)
     assert r.returncode == 0, r.stderr[-3000:]
     # 3 passes of the XLNet classifier count (4 x 4 sequences of 11, one output) per example.
     xlnet_config = xlnet.XLNetConfig(**json.loads(config.read_text()))

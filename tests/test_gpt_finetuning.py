@@ -1,6 +1,7 @@
 """GPT-1 fine-tuning (training/gpt_finetuning.py): delimiter layout, the auxiliary LM loss weight,
 and run_classifier.py taking the GPT path for a GPT config."""
 
+import dataclasses
 import json
 
 import keras
@@ -9,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from data_prep import bpe, glue
+from data_prep.errors import InputError
 from modeling import flops, gpt
 from tests import helpers
 from tests.helpers import run_classifier_on_two_sentences
@@ -34,11 +36,57 @@ def test_delimiters_and_layout(tmp_path):
     start, delim, extract = gpt_finetuning.delimiter_ids(own)
     assert len({start, delim, extract, own.encoder[bpe.GPT2_END_OF_TEXT]}) == 4
     ids = gpt_finetuning.encode_example(own, (start, delim, extract), "The cat", "Fish", 64)
-    assert ids == [start, *own.encode("The cat"), delim, *own.encode("Fish"), extract]
+    assert ids == ([start, *own.encode("The cat"), delim, *own.encode("Fish"), extract], False)
     short = gpt_finetuning.encode_example(own, (start, delim, extract), "The cat sat.", None, 5)
-    assert short == [start, *own.encode("The cat sat.")[:3], extract]
+    assert short == ([start, *own.encode("The cat sat.")[:3], extract], True)
     with pytest.raises(Exception, match="encoder.json and vocab.bpe"):
         gpt_finetuning.load_bpe(str(tmp_path / "nothing"))
+    # Multiple choice (sec. 3.3): one `start context delim answer extract` row per answer.
+    swag = glue.get_task("swag")
+    ex = glue.Example("f:2", "0", "The cat", "It", "1", endings=("sat.", "ran.", "sang.", "x."))
+    encoded = gpt_finetuning.encode_split(own, (start, delim, extract), swag, [ex], 9)
+    split = encoded.features
+    assert split["input_ids"].shape == split["input_mask"].shape == (1, 4, 9)
+    cuts = []
+    for j, ending in enumerate(ex.endings):
+        ids, cut = gpt_finetuning.encode_example(
+            own, (start, delim, extract), "The cat", f"It {ending}", 9
+        )
+        cuts.append(cut)
+        assert split["input_ids"][0, j].tolist() == ids + [0] * (9 - len(ids))
+        assert split["input_mask"][0, j].tolist() == [1] * len(ids) + [0] * (9 - len(ids))
+    assert split["label_ids"].tolist() == [1]
+    assert any(cuts) and encoded.truncated == ["f:2"]  # a choice cut: the example is named
+    whole = gpt_finetuning.encode_split(own, (start, delim, extract), swag, [ex], 16)
+    assert whole.truncated == []
+    three = dataclasses.replace(ex, guid="f:7", endings=ex.endings[:3])
+    with pytest.raises(InputError, match="f:7: expected 4 endings, found 3"):
+        gpt_finetuning.encode_split(own, (start, delim, extract), swag, [three], 9)
+
+
+def test_multiple_choice_scores_each_answer_as_its_own_sequence():
+    """(B, K, T) answers: each answer's logit is the one-output classifier's on that sequence
+    alone, and the task's LM terms count every answer's real next-token targets."""
+    keras.utils.set_random_seed(1)
+    config = gpt.GptConfig(n_vocab=29, n_ctx=13, n_embd=12, n_head=3, n_layer=2, n_inner=17)
+    model = gpt.GptClassifier(config, 1)
+    model.build()
+    rng = np.random.default_rng(2)
+    ids = rng.integers(0, 29, (2, 3, 7)).astype(np.int32)
+    lengths = np.array([[7, 4, 6], [5, 7, 3]])
+    mask = (np.arange(7) < lengths[..., None]).astype(np.int32)  # (2, 3, 7)
+    logits = np.asarray(model({"input_ids": ids, "input_mask": mask})["logits"])
+    assert logits.shape == (2, 3)
+    for b in range(2):
+        for k in range(3):
+            one = model({"input_ids": ids[b, k][None], "input_mask": mask[b, k][None]})
+            np.testing.assert_allclose(logits[b, k], np.asarray(one["logits"])[0, 0], atol=1e-5)
+    assert np.ptp(logits) > 1e-3  # the answers score differently (the check can fail)
+    batch = {"input_ids": ids, "input_mask": mask, "label_ids": np.array([2, 0], np.int32)}
+    sums = gpt_finetuning.gpt_classification_task(model, 0.5).sums_fn(batch, False)
+    assert float(sums["lm_weight"]) == np.sum(lengths - 1) and float(sums["cls_count"]) == 2
+    with pytest.raises(ValueError, match="need num_classes=1, not 3"):
+        gpt.GptClassifier(config, 3)({"input_ids": ids, "input_mask": mask})
 
 
 def test_the_lm_loss_is_added_with_its_weight():
@@ -101,6 +149,33 @@ def test_run_classifier_fine_tunes_a_gpt_config(tmp_path):
     )
     assert refused.returncode == 1
     assert "--remove_padding: a GPT config has no encoder that runs on its real" in refused.stderr
+
+
+def test_run_classifier_fine_tunes_a_gpt_config_on_multiple_choice(tmp_path):
+    """SWAG's layout through the GPT path: every answer its own sequence, two examples learnt
+    by heart, the FLOP/s counting every answer; a regression task is refused."""
+    tok = tiny_bpe(tmp_path)
+    config = tmp_path / "gpt.json"
+    config.write_text(
+        json.dumps(dict(n_vocab=len(tok.encoder), n_ctx=20, n_embd=12, n_head=3, n_layer=1))
+    )
+    flags = ["--max_seq_length=20", "--peak_tflops=1e-4"]
+    r, out = helpers.run_classifier_on_swag_by_heart(tmp_path, config, *flags)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # "It purred." is 10 byte-level ids, "The cat sat." 8: with the 3 delimiters, one too many.
+    want = "train.csv: 12 of 12 examples were longer than max_seq_length=20 and were truncated"
+    assert want in r.stderr
+    # 3 passes of the GPT classifier count (4 answers of 20 positions, one output) per example.
+    per_example = 4 * 3 * flops.gpt_classifier_flops(gpt.GptConfig.from_json_file(config), 20, 1)
+    helpers.check_logged_flops(r.stderr, per_example, per_example, peak_tflops=1e-4)
+    results = dict(
+        line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
+    )
+    assert int(results["global_step"]) == 60 and float(results["accuracy"]) == 1.0
+    assert glue.read_submission(out / "SWAG.tsv") == [("0", "1"), ("1", "0")]
+    refused, _ = run_classifier_on_two_sentences(tmp_path / "stsb", config, "--task_name=sts-b")
+    assert refused.returncode == 1
+    assert "covers classification and multiple choice; sts-b is regression" in refused.stderr
 
 
 def test_run_classifier_fine_tunes_a_gpt_config_in_mixed_precision(tmp_path):

@@ -1,5 +1,5 @@
-"""GPT-1 fine-tuning for GLUE-style classification (Radford et al. 2018, sec. 3.2-3.3), the path
-run_classifier.py takes when --bert_config_file is a GPT config.
+"""GPT-1 fine-tuning for GLUE-style classification and multiple choice (Radford et al. 2018, sec.
+3.2-3.3), the path run_classifier.py takes when --bert_config_file is a GPT config.
 
 Inputs are byte-level BPE ids `start text_a [delim text_b] extract`: the classifier reads the
 last block's vector at the extract token (modeling/gpt.GptClassifier) and the language-model loss
@@ -89,31 +89,43 @@ def delimiter_ids(tokenizer: bpe.ByteLevelBPE) -> tuple[int, int, int]:
 
 
 def encode_example(tokenizer, ids3, text_a: str, text_b: str | None, max_seq_length: int):
-    """`start a [delim b] extract` ids; when too long, the longer text loses its last token
-    first (glue.truncate_pair, as the BERT packing)."""
+    """(`start a [delim b] extract` ids, whether tokens were dropped); when too long, the longer
+    text loses its last token first (glue.truncate_pair, as the BERT packing)."""
     start, delim, extract = ids3
     a = tokenizer.encode(text_a)
     b = tokenizer.encode(text_b) if text_b is not None else None
     specials = 3 if b is not None else 2
-    a, b2 = glue.truncate_pair(a, list(b or []), max_seq_length - specials)
+    a2, b2 = glue.truncate_pair(a, list(b or []), max_seq_length - specials)
+    cut = len(a2) + len(b2) < len(a) + len(b or [])
     if b is None:
-        return [start, *a, extract]
-    return [start, *a, delim, *b2, extract]
+        return [start, *a2, extract], cut
+    return [start, *a2, delim, *b2, extract], cut
 
 
-def encode_split(tokenizer, ids3, task, examples, max_seq_length: int) -> dict:
-    """input_ids, input_mask int32 (N, S) (right padded with 0) and label_ids int32 (N,)."""
-    n = len(examples)
-    out = {
-        "input_ids": np.zeros((n, max_seq_length), np.int32),
-        "input_mask": np.zeros((n, max_seq_length), np.int32),
-        "label_ids": np.array([glue.label_id(task, ex.label) for ex in examples], np.int32),
-    }
+def encode_split(tokenizer, ids3, task, examples, max_seq_length: int) -> glue.Encoded:
+    """Features input_ids, input_mask int32 (N, S) (right padded with 0) and label_ids int32
+    (N,), and the truncated examples' guids. A multiple-choice task's are (N, K, S), answer k
+    being `start text_a delim text_b + " " + ending_k extract` (sec. 3.3; glue.encode_examples
+    pairs them the same way)."""
+    n, k = len(examples), task.num_choices
+    ids_, mask = (np.zeros((n, k or 1, max_seq_length), np.int32) for _ in range(2))
+    truncated = []
     for row, ex in enumerate(examples):
-        ids = encode_example(tokenizer, ids3, ex.text_a, ex.text_b, max_seq_length)
-        out["input_ids"][row, : len(ids)] = ids
-        out["input_mask"][row, : len(ids)] = 1
-    return out
+        if k and len(ex.endings) != k:
+            raise input_error(ex.guid, f"{k} endings", f"{len(ex.endings)}")
+        seconds = [f"{ex.text_b or ''} {e}" for e in ex.endings] if k else [ex.text_b]
+        cut = False
+        for j, text_b in enumerate(seconds):
+            ids, was_cut = encode_example(tokenizer, ids3, ex.text_a, text_b, max_seq_length)
+            cut |= was_cut
+            ids_[row, j, : len(ids)] = ids
+            mask[row, j, : len(ids)] = 1
+        if cut:
+            truncated.append(ex.guid)
+    if not k:
+        ids_, mask = ids_[:, 0], mask[:, 0]  # (N, 1, S) -> (N, S)
+    labels = np.array([glue.label_id(task, ex.label) for ex in examples], np.int32)
+    return glue.Encoded({"input_ids": ids_, "input_mask": mask, "label_ids": labels}, truncated)
 
 
 def gpt_classification_task(model, lm_coef: float = LM_COEF) -> Task:
@@ -125,13 +137,16 @@ def gpt_classification_task(model, lm_coef: float = LM_COEF) -> Task:
         # The LM terms without the (B, T, V) logits (gpt.next_token_terms).
         out = model(inputs, training=training, lm_terms=True)
         cls = losses.classification_sums(out["logits"], batch["label_ids"])
-        lm = losses.causal_lm_sums_of(out["lm_xent"], out["lm_hits"], batch["input_mask"])
+        # The LM terms are per sequence: (B*K, T - 1) under multiple choice.
+        mask = tf.reshape(batch["input_mask"], [-1, tf.shape(batch["input_mask"])[-1]])
+        lm = losses.causal_lm_sums_of(out["lm_xent"], out["lm_hits"], mask)
         return {f"cls_{k}": v for k, v in cls.items()} | {f"lm_{k}": v for k, v in lm.items()}
 
     def flops_fn(batch):
-        """3 forward passes (modeling/flops.py) of the batch's (B, T) sequences."""
-        b, t = tf.unstack(float_shape(batch))
-        return 3.0 * b * flops.gpt_classifier_flops(model.config, t, model.num_classes)
+        """3 forward passes (modeling/flops.py) of the batch's (B, T) or (B, K, T) sequences."""
+        shape = float_shape(batch)
+        rows, t = tf.reduce_prod(shape[:-1]), shape[-1]
+        return 3.0 * rows * flops.gpt_classifier_flops(model.config, t, model.num_classes)
 
     terms = [("cls_loss_sum", "cls_count")]
     if lm_coef:
@@ -157,8 +172,10 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
     from modeling import gpt
     from training import distribute, finetune_tasks, optimization, trainer
 
-    if task.kind != glue.CLASSIFICATION:
-        raise ValueError(f"GPT fine-tuning covers classification; {task.name} is {task.kind}")
+    if task.kind == glue.REGRESSION:
+        raise ValueError(
+            f"GPT fine-tuning covers classification and multiple choice; {task.name} is {task.kind}"
+        )
     config = gpt.GptConfig.from_json_file(s.config_file)
     if s.max_seq_length > config.n_ctx:
         raise ValueError(f"max_seq_length {s.max_seq_length} exceeds the config's n_ctx")
@@ -174,7 +191,9 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
         if data is None:
             return None
         logging.info("%s: %d examples", data.source, len(data.examples))
-        return data, encode_split(tokenizer, ids3, task, data.examples, s.max_seq_length)
+        encoded = encode_split(tokenizer, ids3, task, data.examples, s.max_seq_length)
+        glue.log_truncation(data.source, encoded, s.max_seq_length)
+        return data, encoded.features
 
     train = load(task.train) if s.do_train else None
     dev = load(task.dev[0]) if s.do_eval else None
