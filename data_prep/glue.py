@@ -721,6 +721,17 @@ def label_id(task: TaskSpec, label: str | None):
     return task.labels.index(label)
 
 
+def second_texts(ex: Example, num_choices: int) -> list[str | None]:
+    """The texts paired with ex.text_a, one sequence each: [text_b] (None for a single text),
+    or for multiple choice `text_b + " " + ending` per ending (InputError naming the example
+    when it holds other than num_choices endings)."""
+    if not num_choices:
+        return [ex.text_b]
+    if len(ex.endings) != num_choices:
+        raise input_error(ex.guid, f"{num_choices} endings", f"{len(ex.endings)}")
+    return [f"{ex.text_b or ''} {e}" for e in ex.endings]
+
+
 def encode_examples(
     examples: Sequence[Example],
     task: TaskSpec,
@@ -748,12 +759,10 @@ def encode_examples(
     truncated = []
     for i, ex in enumerate(examples):
         tokens_a = tokenizer.tokenize(ex.text_a)
-        if c:
-            if len(ex.endings) != c:
-                raise input_error(ex.guid, f"{c} endings", f"{len(ex.endings)}")
-            pairs = [(tokens_a, tokenizer.tokenize(f"{ex.text_b or ''} {e}")) for e in ex.endings]
-        else:
-            pairs = [(tokens_a, tokenizer.tokenize(ex.text_b) if ex.text_b is not None else None)]
+        pairs = [
+            (tokens_a, tokenizer.tokenize(b) if b is not None else None)
+            for b in second_texts(ex, c)
+        ]
         cut = False
         for j, (a, b) in enumerate(pairs):
             tokens, seg, was_cut = pack(a, b, s, packing)

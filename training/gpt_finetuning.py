@@ -111,11 +111,8 @@ def encode_split(tokenizer, ids3, task, examples, max_seq_length: int) -> glue.E
     ids_, mask = (np.zeros((n, k or 1, max_seq_length), np.int32) for _ in range(2))
     truncated = []
     for row, ex in enumerate(examples):
-        if k and len(ex.endings) != k:
-            raise input_error(ex.guid, f"{k} endings", f"{len(ex.endings)}")
-        seconds = [f"{ex.text_b or ''} {e}" for e in ex.endings] if k else [ex.text_b]
         cut = False
-        for j, text_b in enumerate(seconds):
+        for j, text_b in enumerate(glue.second_texts(ex, k)):
             ids, was_cut = encode_example(tokenizer, ids3, ex.text_a, text_b, max_seq_length)
             cut |= was_cut
             ids_[row, j, : len(ids)] = ids

@@ -74,14 +74,9 @@ class XLNetTextEncoder:
         truncated = []
         for i, ex in enumerate(examples):
             a = self.encode(ex.text_a)
-            if c:
-                if len(ex.endings) != c:
-                    raise input_error(ex.guid, f"{c} endings", f"{len(ex.endings)}")
-                pairs = [self.encode(f"{ex.text_b or ''} {e}") for e in ex.endings]
-            else:
-                pairs = [self.encode(ex.text_b) if ex.text_b is not None else None]
+            seconds = [self.encode(b) if b is not None else None for b in glue.second_texts(ex, c)]
             cut = False
-            for j, b in enumerate(pairs):
+            for j, b in enumerate(seconds):
                 *row, was_cut = xlnet.pack_classifier_ids(
                     a, b, max_seq_length, self.sep_id, self.cls_id
                 )
