@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import gc
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -454,6 +455,15 @@ def test_curve_series_reads_both_logs_and_averages_the_training_rows():
     assert set(trainer.curve_series(train, evals, "f1")) == {"heldout"}
     assert trainer.curve_series(train, evals, "missing") == {}
     assert trainer.panel_title(("tagging_loss", "loss")) == "tagging_loss / held-out loss"
+    # A skipped step's non-finite loss is left out, not spread over the later means.
+    skipped = [r | {"loss": math.nan} if r["step"] == 5 else r for r in train]
+    series = trainer.curve_series(skipped, evals, "loss")
+    assert 5 not in series["train"][0] and np.isfinite(series["smooth"][1]).all()
+    # A million-row line is drawn at every k-th row and its last.
+    steps = np.arange(1, 1_000_001)
+    drawn, values = trainer._thinned(steps, steps * 2.0)
+    assert len(drawn) <= trainer.CURVE_POINTS + 1 and drawn[-1] == 1_000_000
+    assert drawn[0] == 1 and (values == drawn * 2.0).all()
 
 
 def test_plot_training_curves_draws_each_panel_and_warns_of_an_empty_one(tmp_path, caplog):
@@ -474,7 +484,30 @@ def test_plot_training_curves_draws_each_panel_and_warns_of_an_empty_one(tmp_pat
     assert warned == ["training curves: no values logged for mcc"]
 
 
-def test_run_training_redraws_the_curves_after_every_save(tmp_path, data_file, monkeypatch, caplog):
+def test_curves_are_redrawn_at_the_first_and_last_save_and_at_most_1_percent_between(
+    tmp_path, monkeypatch
+):
+    clock = [1000.0]
+    drawn = []
+
+    def plot(output_dir, *panels):  # each redraw takes 2 s of the fake clock
+        drawn.append(clock[0])
+        clock[0] += 2.0
+
+    monkeypatch.setattr(trainer.time, "time", lambda: clock[0])
+    monkeypatch.setattr(trainer, "plot_training_curves", plot)
+    redraws = trainer._CurveRedraws(str(tmp_path), ("loss",))
+    for step, seconds_later in enumerate([0, 150, 60, 150, 10], start=1):
+        clock[0] += seconds_later
+        redraws.after_save(step, last=step == 5)
+    # The first; not 150 s after a 2 s redraw (under 100 x 2 s); 210 s after it; not 150 s
+    # after that one; the last.
+    assert drawn == [1000.0, 1212.0, 1374.0]
+
+
+def test_run_training_draws_the_curves_and_trains_on_when_a_plot_fails(
+    tmp_path, data_file, monkeypatch, caplog
+):
     drawn = []
 
     def plot(output_dir, *panels):

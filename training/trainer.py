@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 import signal
@@ -104,8 +105,8 @@ class TrainSettings:
     # The hardware's peak FLOP/s at the run's precision (0: unknown). With it the log gives the
     # step's FLOP/s (Task.flops_fn) as a share of the peak, the FLOPs utilisation.
     peak_flops: float = 0.0
-    # The panels of output_dir/training_curves.png (plot_training_curves), redrawn after every
-    # checkpoint save, so a long run shows its curves so far; () draws none.
+    # The panels of output_dir/training_curves.png (plot_training_curves), redrawn after
+    # checkpoint saves (_CurveRedraws), so a long run shows its curves so far; () draws none.
     curves: tuple = ()
 
 
@@ -851,22 +852,38 @@ def curve_series(train: list[dict], evals: list[dict], panel) -> dict:
 
     panel: a key both logs may hold (e.g. "masked_lm_accuracy"), or a (training key, held-out key)
     pair where they name one quantity differently (run_ner's training "tagging_loss" is the dev
-    "loss"). Returns the parts that have values: "train" (steps, values) of the rows holding the
-    training key, "smooth" (steps, means) their moving average over "window" rows (~5% of them;
-    the steps where each window ends), and "heldout" (steps, values) from the held-out rows.
+    "loss"). Returns the parts that have values: "train" (steps, values) of the rows holding a
+    finite value of the training key, "smooth" (steps, means) their moving average over
+    "window" rows (~5% of them; the steps where each window ends), and "heldout" (steps,
+    values) from the held-out rows.
     """
     train_key, heldout_key = (panel, panel) if isinstance(panel, str) else panel
     out = {}
-    rows = [(r["step"], r[train_key]) for r in train if train_key in r]
+    # Not a skipped step's non-finite value: it would spread over every later running mean.
+    rows = [(r["step"], r[train_key]) for r in train if math.isfinite(r.get(train_key, math.nan))]
     if rows:
         steps, values = (np.array(x) for x in zip(*rows))
         window = max(1, len(rows) // 20)
-        means = np.convolve(values, np.ones(window) / window, "valid")
+        # Running sums, O(rows) (np.convolve is O(rows x window): minutes at a million rows).
+        sums = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+        means = (sums[window:] - sums[:-window]) / window
         out |= {"train": (steps, values), "smooth": (steps[window - 1 :], means), "window": window}
     points = [(r["step"], r[heldout_key]) for r in evals if heldout_key in r]
     if points:
         out["heldout"] = tuple(np.array(x) for x in zip(*points))
     return out
+
+
+# The most points drawn of one line: a million-step log is drawn at every k-th row.
+CURVE_POINTS = 2000
+
+
+def _thinned(steps, values):
+    """Every k-th point and the last, at most about CURVE_POINTS (drawing a million points
+    took most of a 35 s redraw)."""
+    k = -(-len(steps) // CURVE_POINTS)
+    keep = np.unique(np.r_[np.arange(0, len(steps), k), len(steps) - 1])
+    return steps[keep], values[keep]
 
 
 def panel_title(panel) -> str:
@@ -889,9 +906,9 @@ def plot_training_curves(output_dir: str, *panels) -> str:
     for ax, panel in zip(axes[0], panels):
         series = curve_series(train, evals, panel)
         if "train" in series:
-            ax.plot(*series["train"], color="tab:blue", alpha=0.2, lw=0.8)
+            ax.plot(*_thinned(*series["train"]), color="tab:blue", alpha=0.2, lw=0.8)
             label = f"train ({series['window']}-step mean)"
-            ax.plot(*series["smooth"], color="tab:blue", label=label)
+            ax.plot(*_thinned(*series["smooth"]), color="tab:blue", label=label)
         if "heldout" in series:
             ax.plot(*series["heldout"], "o-", color="tab:orange", label="held-out")
         ax.set_xlabel("step")
@@ -996,6 +1013,7 @@ def run_training(
     # Multi-worker: the workers a SIGTERM reached, as every worker agreed after the last call.
     # A worker that stopped on its own flag alone would leave the others failing mid-collective.
     sigterm_on: list[int] = []
+    curves = _CurveRedraws(out, settings.curves)
     with _SigtermFlag() as sigterm:
         while True:
             if sigterm.received if single_worker else sigterm_on:
@@ -1109,12 +1127,35 @@ def run_training(
                 if eval_fn and not (sigterm.received if single_worker else sigterm_on):
                     _log_eval(eval_fn, step, eval_log, out)
                 if settings.curves:
-                    try:
-                        plot_training_curves(out, *settings.curves)
-                    except Exception as e:  # a plot is never worth a run: log, train on
-                        logging.warning("training curves not drawn at step %d: %r", step, e)
+                    curves.after_save(step, step >= settings.num_train_steps)
     writer.flush()
     return last
+
+
+class _CurveRedraws:
+    """Redraws training_curves.png after checkpoint saves: the first and the last, and any
+    other once the time since the last redraw is at least REDRAW_FACTOR times its cost, so
+    redraws take at most about 1% of a run (a million-row log takes seconds to read). A redraw
+    that fails is logged and training goes on: a plot is never worth a run."""
+
+    REDRAW_FACTOR = 100
+
+    def __init__(self, output_dir: str, panels: tuple):
+        self.output_dir, self.panels = output_dir, panels
+        self.drawn_at, self.cost = None, 0.0  # the last redraw's end and its seconds
+
+    def after_save(self, step: int, last: bool) -> None:
+        now = time.time()
+        if not (
+            last or self.drawn_at is None or now - self.drawn_at >= self.REDRAW_FACTOR * self.cost
+        ):
+            return
+        try:
+            plot_training_curves(self.output_dir, *self.panels)
+        except Exception as e:
+            logging.warning("training curves not drawn at step %d: %r", step, e)
+        self.drawn_at = time.time()
+        self.cost = self.drawn_at - now
 
 
 def _damaged_input(files, error):
