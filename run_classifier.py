@@ -404,20 +404,10 @@ def main(argv):
             results |= {prefix + k: v for k, v in dev_metrics(data, encoded).items()}
         return results
 
-    last_eval: dict = {}
-
-    def eval_fn() -> dict:
-        step = int(optimizer.iterations.numpy())
-        results = evaluate()
-        last_eval.update(step=step, results=results)
-        if best.update(results["score"], step, results):
-            logging.info(
-                "new best dev score %.4f at step %d, kept in %s",
-                results["score"],
-                step,
-                best.directory,
-            )
-        return results
+    # run_training's eval_fn: GLUE's task score picks the kept best, from step 0 on.
+    selection = finetune_tasks.DevSelection(
+        best, evaluate, "score", lambda: int(optimizer.iterations.numpy()), first_candidate=0
+    )
 
     def init_from(path):
         try:
@@ -483,7 +473,7 @@ def main(argv):
                 input_files=(train_file,),
             ),
             global_batch_size=FLAGS.train_batch_size,
-            eval_fn=eval_fn if FLAGS.do_eval else None,
+            eval_fn=selection if FLAGS.do_eval else None,
         )
     else:
         # Evaluate or predict with the kept best, else the latest checkpoint, else the given one.
@@ -500,7 +490,7 @@ def main(argv):
 
     if FLAGS.do_eval:
         step = int(optimizer.iterations.numpy())
-        results = dict(last_eval["results"]) if last_eval.get("step") == step else evaluate()
+        results = selection.results_at(step)
         results["global_step"] = step
         trainer.write_eval_results(output_dir, results)
         if best.info:

@@ -211,17 +211,10 @@ def main(argv):
     # The dev score that picks the kept best: ROUGE-L F, or the label words' accuracy.
     score_key = "rouge_l" if is_seq2seq else "accuracy"
     best = finetune_tasks.BestCheckpoint(os.path.join(output_dir, "best"), model)
-    last_eval: dict = {}
-
-    def eval_fn() -> dict:
-        step = int(optimizer.iterations.numpy())
-        results = evaluate()
-        last_eval.update(step=step, results=results)
-        # The untrained model at step 0 is no candidate (as in run_ner.py).
-        if step > 0 and best.update(results[score_key], step, results):
-            logging.info("new best dev %s %.4f at step %d, kept in %s", score_key,
-                         results[score_key], step, best.directory)  # fmt: skip
-        return results
+    # run_training's eval_fn; the untrained model at step 0 is no candidate.
+    selection = finetune_tasks.DevSelection(
+        best, evaluate, score_key, lambda: int(optimizer.iterations.numpy())
+    )
 
     def init_fn():
         logging.info(
@@ -255,7 +248,7 @@ def main(argv):
                 run_settings_json=json.dumps({"precision": FLAGS.precision}),
             ),
             global_batch_size=FLAGS.train_batch_size,
-            eval_fn=eval_fn if FLAGS.do_eval else None,
+            eval_fn=selection if FLAGS.do_eval else None,
             init_fn=init_fn if FLAGS.init_checkpoint else None,
         )
     else:
@@ -272,7 +265,7 @@ def main(argv):
             raise SystemExit(f"run_text2text: {e}") from None
     if FLAGS.do_eval:
         step = int(optimizer.iterations.numpy())
-        results = dict(last_eval["results"]) if last_eval.get("step") == step else evaluate()
+        results = selection.results_at(step)
         results["global_step"] = step
         if best.info:
             results |= {f"best_{score_key}": best.info["score"], "best_step": best.info["step"]}

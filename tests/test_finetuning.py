@@ -221,6 +221,32 @@ def test_best_checkpoint_never_takes_a_worse_score(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
 
 
+@pytest.mark.parametrize("first_candidate", [0, 1])
+def test_dev_selection_offers_scores_from_its_first_candidate_and_reuses_the_last_pass(
+    tmp_path, first_candidate
+):
+    model = build(finetuning.BertClassifier, 2)
+    best = finetune_tasks.BestCheckpoint(tmp_path / "best", model)
+    passes, step = [], [0]
+    scores = {0: 0.9, 10: 0.5, 20: 0.7}
+
+    def evaluate():
+        passes.append(step[0])
+        return {"score": scores[step[0]]}
+
+    selection = finetune_tasks.DevSelection(
+        best, evaluate, "score", lambda: step[0], first_candidate=first_candidate
+    )
+    for step[0] in (0, 10, 20):
+        assert selection() == {"score": scores[step[0]]}
+    # Step 0's 0.9 is kept when step 0 is a candidate; else 0.5 at 10, then 0.7 at 20.
+    kept = (0, 0.9) if first_candidate == 0 else (20, 0.7)
+    assert (best.info["step"], best.info["score"]) == kept
+    assert selection.results_at(20) == {"score": 0.7} and passes == [0, 10, 20]  # no new pass
+    step[0] = 10
+    assert selection.results_at(10) == {"score": 0.5} and passes == [0, 10, 20, 10]  # a pass
+
+
 def test_task_sums_ignore_padding_rows():
     logits = tf.constant([[2.0, 0.0], [0.0, 2.0], [5.0, -5.0]])
     labels = tf.constant([0, 0, 1])

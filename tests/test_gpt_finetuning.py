@@ -136,6 +136,11 @@ def test_run_classifier_fine_tunes_a_gpt_config(tmp_path):
     )
     assert int(results["global_step"]) == 30
     assert float(results["accuracy"]) == 1.0  # two sentences, learnt in 30 steps
+    # The dev split scored at the start and at the save; the best kept and predicting.
+    evals = [json.loads(x) for x in (out / "eval_log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == [0, 30] and evals[0]["accuracy"] < 1.0
+    assert json.loads((out / "best" / "best.json").read_text())["step"] == 30
+    assert f"predicting with the best dev checkpoint {out / 'best' / 'ckpt-'}" in r.stderr
     assert glue.read_submission(out / "SST-2.tsv") == [("4", "0"), ("8", "1")]
     log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
     assert "lm_loss" in log[-1] and log[-1]["lm_loss"] < log[0]["lm_loss"]

@@ -20,6 +20,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 from keras import ops
 
 from modeling import electra, elmo, finetuning, flops, layers, span_qa, tagging, xlnet
@@ -433,3 +434,34 @@ class BestCheckpoint:
         self._tmp.rename(self.directory)
         shutil.rmtree(self._old, ignore_errors=True)
         return True
+
+
+class DevSelection:
+    """The dev evaluation of a fine-tuning run and the best checkpoint it keeps.
+
+    As run_training's eval_fn (called at step 0 and after every checkpoint save) it runs
+    `evaluate()` -> metrics and offers metrics[score_key] to `best` (a BestCheckpoint); steps
+    before `first_candidate` are not offered (run_text2text: an untrained model can outscore
+    one that has so far learnt only the commonest answer). results_at(step): the metrics at
+    `step`, the last evaluation's when it was at that step (no second pass).
+    """
+
+    def __init__(self, best: BestCheckpoint, evaluate, score_key: str, step_fn, first_candidate=1):
+        self.best, self.score_key = best, score_key
+        self._evaluate, self._step, self._first = evaluate, step_fn, first_candidate
+        self._last: dict = {}
+
+    def __call__(self) -> dict:
+        step = self._step()
+        results = self._evaluate()
+        self._last = {"step": step, "results": results}
+        score = results[self.score_key]
+        if step >= self._first and self.best.update(score, step, results):
+            logging.info("new best dev %s %.4f at step %d, kept in %s", self.score_key, score,
+                         step, self.best.directory)  # fmt: skip
+        return results
+
+    def results_at(self, step: int) -> dict:
+        if self._last.get("step") == step:
+            return dict(self._last["results"])
+        return self._evaluate()

@@ -162,8 +162,10 @@ def gpt_classification_task(model, lm_coef: float = LM_COEF) -> Task:
 
 
 def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
-    """Fine-tunes, evaluates and predicts as run_classifier.py does for BERT; returns the dev
-    results (empty without do_eval). Writes eval_results.txt and the task's submission files."""
+    """Fine-tunes, evaluates and predicts as run_classifier.py does for BERT (with do_eval, the
+    dev split scored after every save and the best checkpoint kept in output_dir/best, which
+    predicts); returns the dev results (empty without do_eval). Writes eval_results.txt and the
+    task's submission files."""
     import keras
 
     from modeling import gpt
@@ -217,7 +219,18 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
             out.append(np.asarray(model(batch, training=False)["logits"]))
         return np.concatenate(out)
 
+    def evaluate() -> dict:
+        features = dev[1]
+        return finetune_tasks.output_metrics(logits(features), features["label_ids"], task.metrics)
+
+    best = finetune_tasks.BestCheckpoint(os.path.join(s.output_dir, "best"), model)
+    # As run_classifier's BERT path: GLUE's task score picks the kept best, from step 0 on.
+    selection = finetune_tasks.DevSelection(
+        best, evaluate, "score", lambda: int(optimizer.iterations.numpy()), first_candidate=0
+    )
     if s.do_train:
+        if tf.train.latest_checkpoint(s.output_dir) is None:
+            best.clear()  # a fresh run: a kept best from another run must not survive
         features = train[1]
 
         def dataset():
@@ -239,28 +252,32 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
                 save_checkpoints_steps=s.save_checkpoints_steps,
                 iterations_per_loop=s.iterations_per_loop,
                 peak_flops=s.peak_tflops * 1e12,
-                curves=tuple(fit.task.metrics),
+                # Its loss, accuracy and LM loss, then the dev split's other GLUE metrics.
+                curves=(*fit.task.metrics, *[m for m in task.metrics if m not in fit.task.metrics])
+                if s.do_eval
+                else tuple(fit.task.metrics),
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
                 # fp16 adds the loss scale's state: a resume at another precision is refused
                 run_settings_json=json.dumps({"precision": s.precision}),
             ),
             global_batch_size=s.train_batch_size,
+            eval_fn=selection if s.do_eval else None,
             init_fn=init_fn if s.init_checkpoint else None,
         )
     else:
-        source = tf.train.latest_checkpoint(s.output_dir) or s.init_checkpoint
+        # The kept best, else the latest checkpoint, else the given one.
+        source = best.prefix or tf.train.latest_checkpoint(s.output_dir) or s.init_checkpoint
         if not source:
             raise ValueError(f"{s.output_dir} holds no checkpoint and init_checkpoint is empty")
         trainer.init_from_checkpoint(model, source)
     results = {}
     if s.do_eval:
-        data, features = dev
-        results = finetune_tasks.output_metrics(
-            logits(features), features["label_ids"], task.metrics
-        )
-        trainer.write_eval_results(
-            s.output_dir, results | {"global_step": int(optimizer.iterations.numpy())}
-        )
+        step = int(optimizer.iterations.numpy())
+        results = selection.results_at(step)
+        trainer.write_eval_results(s.output_dir, results | {"global_step": step})
+    if tests and s.do_train and best.prefix:
+        trainer.restore_model_weights(model, best.prefix)
+        logging.info("predicting with the best dev checkpoint %s", best.prefix)
     for data, features in tests:
         path = os.path.join(s.output_dir, data.split.submission)
         texts = glue.prediction_texts(task, logits(features))
