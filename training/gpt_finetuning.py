@@ -243,6 +243,9 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
             logging.info("initialised the %s from %s", part, loaded)
 
         run_config = {"gpt_config": config.to_dict(), "task": task.name, "lm_coef": s.lm_coef}
+        # The curves: its loss, accuracy and LM loss, then the dev split's other GLUE metrics.
+        curves = list(fit.task.metrics)
+        curves += [m for m in task.metrics if m not in curves] if s.do_eval else []
         trainer.run_training(
             fit,
             dataset,
@@ -252,10 +255,7 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
                 save_checkpoints_steps=s.save_checkpoints_steps,
                 iterations_per_loop=s.iterations_per_loop,
                 peak_flops=s.peak_tflops * 1e12,
-                # Its loss, accuracy and LM loss, then the dev split's other GLUE metrics.
-                curves=(*fit.task.metrics, *[m for m in task.metrics if m not in fit.task.metrics])
-                if s.do_eval
-                else tuple(fit.task.metrics),
+                curves=tuple(curves),
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
                 # fp16 adds the loss scale's state: a resume at another precision is refused
                 run_settings_json=json.dumps({"precision": s.precision}),
