@@ -10,12 +10,14 @@ Example (a T5 pretrained by run_pretraining.py on create_seq2seq_data.py records
 A BART config (configs/bart_tiny.json; records made with --num_sentinels=0) selects BART.
 
 Tasks: a GLUE-style classification task of data_prep/glue.py (sst-2, cola, mrpc, qqp, mnli, qnli,
-rte, wnli; its files from --data_dir), scored by exact match of the decoded label word
-(data_prep/text2text.py lists the words; --label_words overrides), or `tsv_seq2seq`
-(train.tsv, dev.tsv, test.tsv of source<TAB>target lines) scored by ROUGE-L F and exact match.
---do_eval writes eval_results.txt and dev_predictions.tsv (index, prediction, target); with
---do_train it also decodes the dev split after every checkpoint save and keeps the best model
-by that score in output_dir/best/ (its score and step go into eval_results.txt too).
+rte, wnli; its files from --data_dir), scored by the task's GLUE metrics over the decoded label
+words (CoLA's MCC, MRPC's F1 and accuracy, their mean `score`; a text that is no label word is
+wrong under each; data_prep/text2text.py lists the words, --label_words overrides), or
+`tsv_seq2seq` (train.tsv, dev.tsv, test.tsv of source<TAB>target lines) scored by ROUGE-L F and
+exact match. --do_eval writes eval_results.txt and dev_predictions.tsv (index, prediction,
+target); with --do_train it also decodes the dev split after every checkpoint save and keeps
+the best model by `score` or ROUGE-L in output_dir/best/ (its score and step go into
+eval_results.txt too).
 --do_predict writes test_predictions.tsv (index, prediction), after training with the kept best.
 The BPE files and --num_sentinels must be those the checkpoint was pretrained with (the
 config's special ids are checked).
@@ -109,7 +111,7 @@ def write_predictions(path: str, pairs, predictions, with_targets: bool) -> None
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from data_prep import seq2seq_data, text2text
+    from data_prep import glue, seq2seq_data, text2text
     from data_prep.errors import InputError
 
     if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
@@ -172,7 +174,22 @@ def main(argv):
     import keras
     import tensorflow as tf
 
-    from training import distribute, finetune_tasks, optimization, rouge, seq2seq_tasks, trainer
+    from training import (
+        distribute,
+        finetune_tasks,
+        metrics,
+        optimization,
+        rouge,
+        seq2seq_tasks,
+        trainer,
+    )
+
+    # The decoded dev metrics: ROUGE-L, or the label words' accuracy and the task's GLUE metrics.
+    heldout = ["rouge_l"]
+    if not is_seq2seq:  # a task load() has read, so one text-to-text covers
+        task = glue.get_task(FLAGS.task_name)
+        words = text2text.label_words(task, FLAGS.label_words)
+        heldout = ["accuracy", *[m for m in task.metrics if m != "accuracy"]]
 
     strategy, _, _ = distribute.setup("one_device", "", {})
     steps = warmup = 0
@@ -205,11 +222,11 @@ def main(argv):
         exact = sum(p == t for p, t in zip(predictions, targets)) / len(pairs)
         if is_seq2seq:
             return {"rouge_l": rouge.mean_rouge_l(predictions, targets), "exact_match": exact}
-        words = set(targets)
-        return {"accuracy": exact, "invalid": sum(p not in words for p in predictions) / len(pairs)}
+        return metrics.label_word_metrics(task.metrics, targets, predictions, words)
 
-    # The dev score that picks the kept best: ROUGE-L F, or the label words' accuracy.
-    score_key = "rouge_l" if is_seq2seq else "accuracy"
+    # The dev score that picks the kept best: ROUGE-L F, or GLUE's task score (the mean of the
+    # task's metrics: CoLA's MCC, MRPC's F1 and accuracy) of the decoded label words.
+    score_key = "rouge_l" if is_seq2seq else "score"
     best = finetune_tasks.BestCheckpoint(os.path.join(output_dir, "best"), model)
     # run_training's eval_fn; the untrained model at step 0 is no candidate.
     selection = finetune_tasks.DevSelection(
@@ -232,6 +249,8 @@ def main(argv):
             return data.batch(FLAGS.train_batch_size, drop_remainder=True)
 
         run_config = {f"{family}_config": config.to_dict(), "task": FLAGS.task_name}
+        # Token-level loss and accuracy in training; the decoded dev metrics held out.
+        curves = list(fit.task.metrics) + (heldout if FLAGS.do_eval else [])
         trainer.run_training(
             fit,
             dataset,
@@ -241,8 +260,7 @@ def main(argv):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 peak_flops=FLAGS.peak_tflops * 1e12,
-                # Token-level loss and accuracy in training; the decoded dev score held out.
-                curves=(*fit.task.metrics, score_key) if FLAGS.do_eval else tuple(fit.task.metrics),
+                curves=tuple(curves),
                 config_json=json.dumps(run_config, indent=2, sort_keys=True) + "\n",
                 # fp16 adds the loss scale's state: a resume at another precision is refused
                 run_settings_json=json.dumps({"precision": FLAGS.precision}),

@@ -70,3 +70,20 @@ def test_compute_gives_glue_task_score_and_seed_summary():
     assert s["std"] == pytest.approx(np.std([0.7, 0.8, 0.75], ddof=1))
     assert (s["min"], s["max"]) == (0.7, 0.8)
     assert metrics.mean_and_spread([0.5])["std"] == 0.0
+
+
+def test_label_word_metrics_count_a_word_outside_the_labels_as_wrong():
+    """Decoded label words scored as GLUE scores the task, against scikit-learn on the ids; a
+    decoded text that is no label word is a class of its own (-1)."""
+    words = ("unacceptable", "acceptable")
+    targets = ["acceptable", "acceptable", "unacceptable", "acceptable", "unacceptable"]
+    predictions = ["acceptable", "ok", "unacceptable", "unacceptable", "acceptable"]
+    labels, ids = [1, 1, 0, 1, 0], [1, -1, 0, 0, 1]
+    cola = metrics.label_word_metrics(("mcc",), targets, predictions, words)
+    assert cola["mcc"] == pytest.approx(skm.matthews_corrcoef(labels, ids))
+    assert cola["score"] == cola["mcc"] and cola["accuracy"] == 2 / 5 and cola["invalid"] == 1 / 5
+    mrpc = metrics.label_word_metrics(("f1", "accuracy"), targets, predictions, words)
+    assert mrpc["f1"] == pytest.approx(skm.f1_score(labels, ids, labels=[1], average="micro"))
+    assert mrpc["score"] == pytest.approx((mrpc["f1"] + 2 / 5) / 2)
+    # The invalid prediction is not an "unacceptable" one: MCC differs from mapping it to 0.
+    assert cola["mcc"] != pytest.approx(skm.matthews_corrcoef(labels, [1, 0, 0, 0, 1]))

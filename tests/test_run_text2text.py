@@ -145,15 +145,17 @@ def test_run_text2text_classification_and_tsv_seq2seq(tmp_path):
     )
     assert int(results["global_step"]) == 90
     # Dev decoded at the start and after each save; the best trained model kept and decoding
-    # the test split: the first step with the highest accuracy (the untrained one is none).
+    # the test split: the first step with the highest GLUE score (SST-2's: the accuracy; the
+    # untrained step is no candidate).
     evals = [json.loads(x) for x in (out / "eval_log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in evals] == [0, 30, 60, 90]
-    top = max(e["accuracy"] for e in evals[1:])
+    assert all(e["score"] == e["accuracy"] for e in evals)
+    top = max(e["score"] for e in evals[1:])
     kept = json.loads((out / "best" / "best.json").read_text())
     assert kept["score"] == top and kept["step"] == next(
-        e["step"] for e in evals[1:] if e["accuracy"] == top
+        e["step"] for e in evals[1:] if e["score"] == top
     )
-    assert float(results["best_accuracy"]) == top and int(results["best_step"]) == kept["step"]
+    assert float(results["best_score"]) == top and int(results["best_step"]) == kept["step"]
     assert f"test split with the best dev checkpoint {out / 'best' / 'ckpt-'}" in r.stderr
     # Two sentences, two label words, 90 steps: the decoded words must be the right ones.
     assert float(results["accuracy"]) == 1.0 and float(results["invalid"]) == 0.0

@@ -135,6 +135,20 @@ def compute(names, labels, predictions) -> dict:
     return out
 
 
+def label_word_metrics(names, targets, predictions, words) -> dict:
+    """GLUE metrics of decoded label words (text-to-text classification): compute(names) over
+    the words' ids (their order in `words`, the labels' order), with `accuracy` (exact match)
+    always, and `invalid`, the fraction of predictions that are no label word. Such a
+    prediction is a class of its own, wrong under every metric (for F1, not the positive
+    class; for MCC, one more class)."""
+    ids = {w: i for i, w in enumerate(words)}
+    labels = [ids[t] for t in targets]
+    ids_predicted = [ids.get(p, -1) for p in predictions]
+    out = compute(names, labels, ids_predicted)
+    out.setdefault("accuracy", accuracy(labels, ids_predicted))
+    return out | {"invalid": sum(p < 0 for p in ids_predicted) / len(ids_predicted)}
+
+
 def mean_and_spread(values) -> dict:
     """Summary of one quantity over seeds: mean, sample standard deviation, min, max, n.
 
