@@ -219,10 +219,10 @@ def main(argv):
         predictions = decode_texts(model, vocab, features, FLAGS.eval_batch_size, decoding)
         write_predictions(os.path.join(output_dir, "dev_predictions.tsv"), pairs, predictions, True)
         targets = [p.target for p in pairs]
+        if not is_seq2seq:
+            return metrics.label_word_metrics(task.metrics, targets, predictions, words)
         exact = sum(p == t for p, t in zip(predictions, targets)) / len(pairs)
-        if is_seq2seq:
-            return {"rouge_l": rouge.mean_rouge_l(predictions, targets), "exact_match": exact}
-        return metrics.label_word_metrics(task.metrics, targets, predictions, words)
+        return {"rouge_l": rouge.mean_rouge_l(predictions, targets), "exact_match": exact}
 
     # The dev score that picks the kept best: ROUGE-L F, or GLUE's task score (the mean of the
     # task's metrics: CoLA's MCC, MRPC's F1 and accuracy) of the decoded label words.

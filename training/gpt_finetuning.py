@@ -91,9 +91,13 @@ def delimiter_ids(tokenizer: bpe.ByteLevelBPE) -> tuple[int, int, int]:
 def encode_example(tokenizer, ids3, text_a: str, text_b: str | None, max_seq_length: int):
     """(`start a [delim b] extract` ids, whether tokens were dropped); when too long, the longer
     text loses its last token first (glue.truncate_pair, as the BERT packing)."""
-    start, delim, extract = ids3
-    a = tokenizer.encode(text_a)
     b = tokenizer.encode(text_b) if text_b is not None else None
+    return pack_ids(ids3, tokenizer.encode(text_a), b, max_seq_length)
+
+
+def pack_ids(ids3, a: list[int], b: list[int] | None, max_seq_length: int):
+    """encode_example's packing of already encoded texts."""
+    start, delim, extract = ids3
     specials = 3 if b is not None else 2
     a2, b2 = glue.truncate_pair(a, list(b or []), max_seq_length - specials)
     cut = len(a2) + len(b2) < len(a) + len(b or [])
@@ -111,9 +115,10 @@ def encode_split(tokenizer, ids3, task, examples, max_seq_length: int) -> glue.E
     ids_, mask = (np.zeros((n, k or 1, max_seq_length), np.int32) for _ in range(2))
     truncated = []
     for row, ex in enumerate(examples):
-        cut = False
+        a, cut = tokenizer.encode(ex.text_a), False  # the context once, for all its answers
         for j, text_b in enumerate(glue.second_texts(ex, k)):
-            ids, was_cut = encode_example(tokenizer, ids3, ex.text_a, text_b, max_seq_length)
+            b = tokenizer.encode(text_b) if text_b is not None else None
+            ids, was_cut = pack_ids(ids3, a, b, max_seq_length)
             cut |= was_cut
             ids_[row, j, : len(ids)] = ids
             mask[row, j, : len(ids)] = 1
