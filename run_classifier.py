@@ -223,8 +223,6 @@ def main(argv):
         return run_gpt(task)
     # XLNet (training/xlnet_finetuning.py): its tokenizer and packing, then this BERT path.
     is_xlnet = family == "xlnet"
-    if is_xlnet and FLAGS.layerwise_lr_decay != 1.0:
-        raise app.UsageError("--layerwise_lr_decay: not for XLNet (it reads BERT's layer names)")
     if is_xlnet and FLAGS.pooling != "cls":
         raise app.UsageError("--pooling: XLNet summarises its last (<cls>) token; drop the flag")
     # ELMo (an options.json): its frozen biLM's scalar mix, mean-pooled (elmo.ElmoClassifier).
@@ -365,6 +363,7 @@ def main(argv):
             num_warmup_steps,
             num_layers,
             FLAGS.layerwise_lr_decay,
+            getattr(config, "num_hidden_groups", None),  # ALBERT's shared groups
         )
         optimizer = optimization.with_loss_scaling(optimizer, FLAGS.precision)
         # Built under the scope before the first step (shared/NOTES.md).

@@ -515,6 +515,7 @@ def main(argv):
             num_warmup_steps,
             getattr(config, "num_hidden_layers", tagging.encoder_layers(config)),
             FLAGS.layerwise_lr_decay,
+            getattr(config, "num_hidden_groups", None),  # ALBERT's shared groups
         )
         optimizer = optimization.with_loss_scaling(optimizer, FLAGS.precision)
         # Built under the scope before the first step (shared/NOTES.md).

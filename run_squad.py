@@ -75,6 +75,9 @@ flags.DEFINE_float(
     "null_score_diff_threshold", 0.0, "v2.0: predict no answer when null - best span > this."
 )
 flags.DEFINE_string("output_dir", None, "Where checkpoints, predictions and results go.")
+flags.DEFINE_float(
+    "layerwise_lr_decay", 1.0, "Learning-rate factor per layer below the head (1.0 = off)."
+)
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
 flags.DEFINE_integer(
     "encoder_branches",
@@ -246,8 +249,13 @@ def main(argv):
             )
         except ValueError as e:
             raise app.UsageError(str(e)) from None
-        optimizer = optimization.create_optimizer(
-            FLAGS.learning_rate, max(num_train_steps, 1), num_warmup_steps
+        optimizer = finetune_tasks.create_finetuning_optimizer(
+            FLAGS.learning_rate,
+            max(num_train_steps, 1),
+            num_warmup_steps,
+            config.num_hidden_layers,
+            FLAGS.layerwise_lr_decay,
+            getattr(config, "num_hidden_groups", None),  # ALBERT's shared groups
         )
         optimizer = optimization.with_loss_scaling(optimizer, FLAGS.precision)
         # Built under the scope before the first step (shared/NOTES.md).

@@ -143,6 +143,11 @@ def load_config(path, max_seq_length: int, vocab_size: int | None = None) -> Alb
 # ---------------------------------------------------------------------------------------------
 
 
+def group_of_layer(layer_index: int, num_hidden_layers: int, num_hidden_groups: int) -> int:
+    """The group layer `layer_index` runs: the original's int(l / L * G)."""
+    return int(layer_index / num_hidden_layers * num_hidden_groups)
+
+
 @keras.saving.register_keras_serializable(package="cloze")
 class AlbertLayerGroup(keras.layers.Layer):
     """`inner_group_num` Transformer blocks applied in turn; a group's weights are shared by every
@@ -283,9 +288,9 @@ class AlbertEncoder(keras.Model):
         return [getattr(self, f"group_{g}") for g in range(self.config.num_hidden_groups)]
 
     def group_of_layer(self, layer_index: int) -> int:
-        """The group layer `layer_index` runs: the original's int(l / L * G)."""
+        """The group layer `layer_index` runs (module-level `group_of_layer`)."""
         c = self.config
-        return int(layer_index / c.num_hidden_layers * c.num_hidden_groups)
+        return group_of_layer(layer_index, c.num_hidden_layers, c.num_hidden_groups)
 
     def build(self, input_shape=None):
         c = self.config

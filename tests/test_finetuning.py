@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from modeling import bert, finetuning, losses
+from modeling import albert, bert, electra, finetuning, losses, span_qa, tagging, xlnet
 from tests import helpers
 from training import finetune_tasks, optimization, trainer
 
@@ -111,10 +111,104 @@ def test_layerwise_multipliers_follow_electra():
     assert f("bert_classifier/encoder/layer_1/attention/qkv/kernel", L, d) == 0.25
     assert f("bert_classifier/encoder/layer_0/output/bias", L, d) == 0.125
     assert f("bert_classifier/encoder/embeddings/word_embeddings", L, d) == 0.0625
+    # ELECTRA's embedding projection is an input of layer 0 (its `_get_layer_lrs`), as ALBERT's.
+    assert f("bert_classifier/encoder/embeddings_project/kernel", L, d) == 0.0625
+    assert f("bert_classifier/encoder/embedding_hidden_mapping_in/bias", L, d) == 0.0625
+    # 5 layers in 2 ALBERT groups: layers 0-2 run group 0, 3-4 group 1 (int(l / L * G)); a
+    # shared group learns at its highest layer's rate.
+    group = "bert_classifier/encoder/group_{}/inner_group_0/output/kernel"
+    assert f(group.format(0), 5, d, num_groups=2) == d ** (5 + 2 - 3)
+    assert f(group.format(1), 5, d, num_groups=2) == d ** (5 + 2 - 5)
+    assert f(group.format(0), 5, d, num_groups=5) == d**6  # unshared: group g is layer g
+    with pytest.raises(ValueError, match="group_0"):  # an ALBERT path without its group count
+        f(group.format(0), 5, d)
+    # XLNet: the word and mask embeddings are inputs; per-layer stacks get one rate per slice;
+    # biases tied over the layers (untie_r=False) learn at the top layer's rate.
+    assert f("xl_net_classifier/encoder/word_embedding", L, d, (29, 12)) == 0.0625
+    assert f("xl_net_classifier/encoder/mask_emb", L, d, (1, 1, 12)) == 0.0625
+    assert f("xl_net_classifier/encoder/layer_1/rel_attn/q", L, d, (12, 3, 5)) == 0.25
+    assert f("xl_net_classifier/summary/kernel", L, d, (12, 12)) == 1.0
+    stacked = f("xl_net_classifier/encoder/seg_embed", L, d, (2, 2, 3, 5))
+    assert stacked.shape == (2, 1, 1, 1) and stacked.dtype == np.float32
+    np.testing.assert_array_equal(stacked.ravel(), [0.125, 0.25])
+    np.testing.assert_array_equal(f("m/encoder/r_w_bias", L, d, (2, 3, 5)).ravel(), [0.125, 0.25])
+    assert f("xl_net_classifier/encoder/r_r_bias", L, d, (3, 5)) == 0.25
+    # An encoder variable of no known part is refused rather than trained at the head's rate.
+    with pytest.raises(ValueError, match="encoder/new_part/kernel"):
+        f("bert_classifier/encoder/new_part/kernel", L, d)
 
 
-def _one_grad_step(optimizer, model, steps=1):
-    x = inputs((B, S))
+def _xlnet_config(**changes):
+    from tests.test_xlnet import tiny_config
+
+    return tiny_config(**changes)
+
+
+# Every encoder family's fine-tuning models, their ALBERT group count and the depths their
+# variables take (L = 2, or 3 for ALBERT): each variable's depth is known (no error) and the
+# depths found are these, so a renamed layer cannot drop to the head's rate. No pooler (depth
+# L + 1) where the model does not train one: span QA and tagging read the sequence, ELECTRA has
+# none, and XLNet's summary belongs to its head.
+LAYERWISE_MODELS = {
+    "bert": (lambda: finetuning.BertClassifier(helpers.tiny_config(), 2), None, {0, 1, 2, 3, 4}),
+    "bert_multiple_choice": (
+        lambda: finetuning.BertMultipleChoice(helpers.tiny_config()),
+        None,
+        {0, 1, 2, 3, 4},
+    ),
+    "bert_span_qa": (lambda: span_qa.BertSpanQA(helpers.tiny_config()), None, {0, 1, 2, 4}),
+    "bert_tagger": (
+        lambda: tagging.tagger_class(helpers.tiny_config(), False)(helpers.tiny_config(), 5),
+        None,
+        {0, 1, 2, 4},
+    ),
+    "electra": (  # embedding_size 4 != hidden 12: an embeddings_project layer
+        lambda: finetuning.BertClassifier(
+            electra.ElectraConfig(**helpers.TINY, embedding_size=4, generator_hidden_size=0.5), 2
+        ),
+        None,
+        {0, 1, 2, 4},
+    ),
+    # 3 layers in 2 groups: layers 0 and 1 run group 0, which learns at layer 1's rate (depth 2).
+    "albert": (
+        lambda: finetuning.BertClassifier(
+            albert.AlbertConfig(
+                **{**helpers.TINY, "num_hidden_layers": 3, "num_hidden_groups": 2},
+                embedding_size=4,
+            ),
+            2,
+        ),
+        2,
+        {0, 2, 3, 4, 5},
+    ),
+    "xlnet": (lambda: xlnet.XLNetClassifier(_xlnet_config(), 2), None, {0, 1, 2, 4}),
+    "xlnet_tied": (
+        lambda: xlnet.XLNetClassifier(_xlnet_config(untie_r=False), 2),
+        None,
+        {0, 1, 2, 4},
+    ),
+}
+
+
+@pytest.mark.parametrize("family", sorted(LAYERWISE_MODELS))
+def test_layerwise_depths_cover_every_encoder_variable(family):
+    make, num_groups, expected = LAYERWISE_MODELS[family]
+    model = make()
+    model.build()
+    config = model.encoder.config
+    L = getattr(config, "num_hidden_layers", None) or config.n_layer
+    depths = {}
+    for v in model.trainable_variables:
+        depth = finetune_tasks.layer_depth(v.path, v.shape, L, num_groups)
+        for k in np.ravel(depth):
+            depths.setdefault(int(k), []).append(v.path)
+    head = [p for p in depths[L + 2] if "/encoder/" in p]
+    assert head == [], head  # the head's rate only outside the encoder
+    assert set(depths) == expected, {k: len(v) for k, v in depths.items()}
+
+
+def _one_grad_step(optimizer, model, steps=1, vocab=helpers.TINY["vocab_size"]):
+    x = inputs((B, S), vocab=vocab)
     labels = np.array([0, 1, 1])
     optimizer.build(model.trainable_variables)
     for _ in range(steps):
@@ -123,9 +217,12 @@ def _one_grad_step(optimizer, model, steps=1):
                 keras.losses.sparse_categorical_crossentropy(labels, model(x), from_logits=True)
             )
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
+        pairs = [(g, v) for g, v in zip(grads, model.trainable_variables) if g is not None]
+        optimizer.apply(*zip(*pairs))
     out = {}
     for v, g in zip(model.trainable_variables, grads):
+        if g is None:  # XLNet's mask_emb starts the query stream, unused in classification
+            continue
         counts = None
         if isinstance(g, tf.IndexedSlices):  # embedding lookups: how often each row was used
             counts = np.bincount(g.indices.numpy(), minlength=v.shape[0])
@@ -144,18 +241,24 @@ def test_layerwise_adamw_with_decay_one_is_the_pretraining_adamw():
         np.testing.assert_allclose(va.numpy(), vb.numpy(), rtol=1e-5, atol=1e-7)
 
 
-def test_layerwise_adamw_scales_each_variables_step():
+@pytest.mark.parametrize("family", ["bert", "xlnet"])
+def test_layerwise_adamw_scales_each_variables_step(family):
     lr, d = 1e-3, 0.5
-    model = build(finetuning.BertClassifier, 2)
+    if family == "bert":
+        model, vocab = build(finetuning.BertClassifier, 2), helpers.TINY["vocab_size"]
+    else:  # XLNet's per-layer stacks take one rate per slice
+        keras.utils.set_random_seed(1)
+        model, vocab = xlnet.XLNetClassifier(_xlnet_config(), 2), _xlnet_config().n_token
+        model.build()
     before = {v.path: v.numpy().copy() for v in model.trainable_variables}
     opt = finetune_tasks.create_finetuning_optimizer(lr, 10, 0, num_layers=2, layer_decay=d)
-    grads = _one_grad_step(opt, model)
+    grads = _one_grad_step(opt, model, vocab=vocab)
     # One AdamW step, exactly: decoupled decay lr * factor * 0.01 * w, then Adam's first step
     # lr * factor * sign(g) * r with r = sqrt(1 - b2) |g| / (sqrt(1 - b2) |g| + eps), since Keras
     # adds epsilon before the bias correction (b2 = 0.999, eps = 1e-6 as BERT).
     root = np.sqrt(1 - 0.999)
-    for v in model.trainable_variables:
-        factor = finetune_tasks.layerwise_lr_multiplier(v.path, 2, d)
+    for v in (v for v in model.trainable_variables if v.path in grads):
+        factor = finetune_tasks.layerwise_lr_multiplier(v.path, 2, d, v.shape)
         (g, counts), w = grads[v.path], before[v.path]
         decay = 0.0 if any(p in v.name for p in optimization.NO_DECAY_PATTERNS) else 0.01
         r = root * np.abs(g) / (root * np.abs(g) + 1e-6)
@@ -165,7 +268,9 @@ def test_layerwise_adamw_scales_each_variables_step():
             # Keras' Adam squares a sparse gradient per occurrence before summing, so embedding
             # rows looked up twice or more follow another formula; compare the others.
             got, expected = got[counts <= 1], expected[counts <= 1]
-        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=2e-8, err_msg=v.path)
+        # atol: the float32 spacing at the weight's size (w + step rounds to it; gamma ~ 1).
+        atol = max(2e-8, float(np.abs(w).max()) * np.finfo(np.float32).eps)
+        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=atol, err_msg=v.path)
     with pytest.raises(ValueError, match="layerwise_lr_decay"):
         finetune_tasks.create_finetuning_optimizer(lr, 10, 0, 2, 1.5)
 

@@ -104,12 +104,18 @@ def test_run_classifier_fine_tunes_an_xlnet_config(tmp_path):
 
 def test_run_classifier_fine_tunes_an_xlnet_config_on_multiple_choice(tmp_path):
     """SWAG's layout: the XLNet path scores each (context, ending) sequence and learns two
-    examples by heart, its FLOP/s counting every choice."""
+    examples by heart, its FLOP/s counting every choice, with layer-wise learning rates (its
+    per-layer bias stacks one rate per slice, finetune_tasks.layer_depth)."""
     tok = tiny_bpe(tmp_path)
     config = tmp_path / "xlnet.json"
     config.write_text(json.dumps(XLNET | {"n_token": len(tok.encoder)}))
-    r, out = helpers.run_classifier_on_swag_by_heart(tmp_path, config)
+    r, out = helpers.run_classifier_on_swag_by_heart(tmp_path, config, "--layerwise_lr_decay=0.8")
     assert r.returncode == 0, r.stderr[-3000:]
+    bottom = 0.8 ** (XLNET["n_layer"] + 2)
+    assert (
+        f"layer-wise learning rates: x0.8 per layer below the head, the embeddings at x{bottom:.3g}"
+        in r.stderr
+    )
     # 3 passes of the XLNet classifier count (4 x 4 sequences of 11, one output) per example.
     xlnet_config = xlnet.XLNetConfig(**json.loads(config.read_text()))
     per_example = 3 * flops.xlnet_classifier_flops(xlnet_config, 11, 16, 1) / 4

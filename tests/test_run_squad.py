@@ -245,7 +245,8 @@ def test_multi_worker_prediction_equals_one_device(smoke, files, tmp_path, batch
 def test_an_electra_pretraining_checkpoint_fine_tunes_through_run_squad(files, tmp_path):
     """run_squad.py with an ELECTRA config and an ELECTRA pretraining checkpoint: the span model's
     encoder starts from the discriminator (the logged part is the encoder, and its first weight
-    equals the discriminator's before training), trains and predicts every question."""
+    equals the discriminator's before training), trains with ELECTRA's layer-wise learning rates
+    (its embeddings_project among the embeddings) and predicts every question."""
     import numpy as np
     import tensorflow as tf
 
@@ -266,10 +267,13 @@ def test_an_electra_pretraining_checkpoint_fine_tunes_through_run_squad(files, t
             f"--init_checkpoint={tmp_path / 'electra'}",
             "--do_train",
             "--do_predict",
+            "--layerwise_lr_decay=0.8",
         ]
     )
     assert job.returncode == 0, job.stderr[-3000:]
     assert "initialised the encoder from" in job.stderr
+    # Two layers: the embeddings (and the projection) at 0.8 ** (2 + 2).
+    assert "x0.8 per layer below the head, the embeddings at x0.41" in job.stderr
     predictions = json.loads((out / "predictions.json").read_text())
     questions = {
         qa["id"] for a in files["data"]["data"] for p in a["paragraphs"] for qa in p["qas"]

@@ -23,7 +23,7 @@ import tensorflow as tf
 from absl import logging
 from keras import ops
 
-from modeling import electra, elmo, finetuning, flops, layers, span_qa, tagging, xlnet
+from modeling import albert, electra, elmo, finetuning, flops, layers, span_qa, tagging, xlnet
 from modeling.losses import classification_sums, masked_lm_sums, regression_sums
 from training import metrics, optimization, trainer
 from training.trainer import Task
@@ -275,26 +275,62 @@ def output_metrics(outputs, labels, metric_names, regression: bool = False) -> d
 # Layer-wise learning-rate decay
 # ---------------------------------------------------------------------------------------------
 
-_ENCODER_PART = re.compile(r"(?:^|/)encoder/(embeddings|layer_(\d+)|pooler)/")
+# Encoder variables that feed the first layer (depth 0): BERT's embeddings and ELECTRA's
+# embeddings_project (as ELECTRA's `_get_layer_lrs`), ALBERT's embedding_hidden_mapping_in, and
+# XLNet's word_embedding and mask_emb (the query stream's start).
+_INPUT_PARTS = ("embeddings", "embeddings_project", "embedding_hidden_mapping_in")
+_INPUT_PARTS += ("word_embedding", "mask_emb")
+# XLNet's relative-attention biases and segment embeddings: one slice per layer along the first
+# axis ([L, N, D] and [L, 2, N, D]), or with untie_r=False the biases [N, D] shared by all layers.
+_XLNET_LAYER_STACKS = {"r_w_bias": 3, "r_r_bias": 3, "r_s_bias": 3, "seg_embed": 4}
 
 
-def layerwise_lr_multiplier(path: str, num_layers: int, decay: float) -> float:
-    """The learning-rate factor of one variable, by its depth in the network.
+def layer_depth(path: str, shape, num_layers: int, num_groups: int | None = None):
+    """The depth of one variable in the network, for layer-wise learning rates.
 
     ELECTRA's scheme (Clark et al. 2020, appendix A; `_get_layer_lrs` in its code): depth 0 for
-    the embeddings, i + 1 for Transformer layer i, then the task head at L + 2, and the factor
-    decay ** (L + 2 - depth). The pooler, which ELECTRA does not have, sits at depth L + 1.
+    the inputs of the first layer (`_INPUT_PARTS`), i + 1 for Transformer layer i and L + 2 for the
+    task head, every variable outside `encoder/`. The pooler, which ELECTRA does not have, sits at
+    L + 1. A variable several layers use learns at the rate of the highest of them: an ALBERT
+    group (num_groups of them shared by the num_layers layers, albert.group_of_layer) and XLNet's
+    tied biases (depth L). XLNet's per-layer stacks get an array of depths, one per slice, shaped
+    to broadcast over the variable. An encoder variable of no known part is an error, so a new
+    model family cannot silently train its encoder at the head's rate.
     path: the Keras variable path, e.g. "bert_classifier/encoder/layer_3/attention/qkv/kernel".
     """
-    match = _ENCODER_PART.search(path)
+    match = re.search(r"(?:^|/)encoder/([^/]+)", path)
     if match is None:
-        depth = num_layers + 2
-    elif match.group(1) == "embeddings":
-        depth = 0
-    elif match.group(1) == "pooler":
-        depth = num_layers + 1
-    else:
-        depth = int(match.group(2)) + 1
+        return num_layers + 2
+    part = match.group(1)
+    if part in _INPUT_PARTS:
+        return 0
+    if part == "pooler":
+        return num_layers + 1
+    if layer := re.fullmatch(r"layer_(\d+)", part):
+        return int(layer.group(1)) + 1
+    if (group := re.fullmatch(r"group_(\d+)", part)) and num_groups:
+        g = int(group.group(1))
+        return 1 + max(
+            i for i in range(num_layers) if albert.group_of_layer(i, num_layers, num_groups) == g
+        )
+    if part in _XLNET_LAYER_STACKS:
+        if len(shape) < _XLNET_LAYER_STACKS[part]:  # untie_r=False: one bias for every layer
+            return num_layers
+        return np.arange(1, num_layers + 1).reshape((num_layers,) + (1,) * (len(shape) - 1))
+    raise ValueError(
+        f"layer-wise learning rates: no depth known for the encoder variable {path}; "
+        "use --layerwise_lr_decay=1.0"
+    )
+
+
+def layerwise_lr_multiplier(
+    path: str, num_layers: int, decay: float, shape=(), num_groups: int | None = None
+):
+    """The learning-rate factor of one variable: decay ** (L + 2 - depth), `layer_depth`'s depth
+    (a float, or a float32 array for XLNet's per-layer stacks)."""
+    depth = layer_depth(path, shape, num_layers, num_groups)
+    if isinstance(depth, np.ndarray):
+        return (float(decay) ** (num_layers + 2 - depth)).astype(np.float32)
     return float(decay) ** (num_layers + 2 - depth)
 
 
@@ -315,6 +351,7 @@ class LayerwiseAdamW(keras.optimizers.Adam):
         num_layers: int,
         layer_decay: float,
         weight_decay_rate: float = 0.01,
+        num_groups: int | None = None,
         beta_1: float = 0.9,
         beta_2: float = 0.999,
         epsilon: float = 1e-6,
@@ -326,6 +363,7 @@ class LayerwiseAdamW(keras.optimizers.Adam):
         self.num_layers = num_layers
         self.layer_decay = layer_decay
         self.weight_decay_rate = weight_decay_rate
+        self.num_groups = num_groups
 
     def build(self, var_list):
         if self.built:
@@ -334,7 +372,10 @@ class LayerwiseAdamW(keras.optimizers.Adam):
         no_decay = re.compile("|".join(optimization.NO_DECAY_PATTERNS))
         # Indexed as the optimizer's own slots (_get_variable_index), fixed at build time.
         self.lr_multipliers = [
-            layerwise_lr_multiplier(v.path, self.num_layers, self.layer_decay) for v in var_list
+            layerwise_lr_multiplier(
+                v.path, self.num_layers, self.layer_decay, v.shape, self.num_groups
+            )
+            for v in var_list
         ]
         self._decays = [no_decay.search(v.name) is None for v in var_list]
 
@@ -351,6 +392,7 @@ class LayerwiseAdamW(keras.optimizers.Adam):
             "num_layers": self.num_layers,
             "layer_decay": self.layer_decay,
             "weight_decay_rate": self.weight_decay_rate,
+            "num_groups": self.num_groups,
         }
 
 
@@ -360,17 +402,24 @@ def create_finetuning_optimizer(
     num_warmup_steps: int,
     num_layers: int,
     layer_decay: float = 1.0,
+    num_groups: int | None = None,
 ):
     """optimization.create_optimizer's AdamW, or with layer_decay < 1 the LayerwiseAdamW with the
-    same schedule and hyper-parameters."""
+    same schedule and hyper-parameters. num_groups: an ALBERT encoder's num_hidden_groups."""
     if not 0.0 < layer_decay <= 1.0:
         raise ValueError(f"layerwise_lr_decay must be in (0, 1], found {layer_decay}")
     if layer_decay == 1.0:
         return optimization.create_optimizer(learning_rate, num_train_steps, num_warmup_steps)
+    logging.info(
+        "layer-wise learning rates: x%g per layer below the head, the embeddings at x%.3g",
+        layer_decay,
+        layer_decay ** (num_layers + 2),
+    )
     optimizer = LayerwiseAdamW(
         optimization.WarmupLinearDecay(learning_rate, num_train_steps, num_warmup_steps),
         num_layers,
         layer_decay,
+        num_groups=num_groups,
     )
     if not hasattr(optimizer, "_all_reduce_sum_gradients"):
         raise RuntimeError("this Keras version has no optimizer._all_reduce_sum_gradients")
