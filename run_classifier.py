@@ -186,6 +186,21 @@ def run_gpt(task):
             "--remove_padding: a GPT config has no encoder that runs on its real tokens alone "
             "(BERT, ALBERT, ELECTRA)"
         )
+    # The BERT path's flags this path has nothing to do with: refused rather than ignored.
+    unread = {
+        "tfds_name": FLAGS.tfds_name,  # read_split's files only
+        "pooling": FLAGS["pooling"].present,  # GPT-1 classifies its extract token
+        "dynamic_padding": FLAGS["dynamic_padding"].present and FLAGS.dynamic_padding,
+        "group_by_length": FLAGS.group_by_length,
+        "layerwise_lr_decay": FLAGS.layerwise_lr_decay != 1.0,
+        "xla_weight_gradients": FLAGS.xla_weight_gradients,
+        "skip_corrupt_records": FLAGS.skip_corrupt_records,  # no TFRecords: --skip_bad_rows
+    }
+    if given := [f"--{name}" for name, used in unread.items() if used]:
+        raise app.UsageError(
+            f"{', '.join(given)}: not for a GPT config (GPT-1 fine-tuning reads --data_dir's "
+            "files, pads whole sequences and trains every layer at one learning rate)"
+        )
     names = [f.name for f in dataclasses.fields(gpt_finetuning.GptFinetuneSettings)]
     values = {n: FLAGS[n].value for n in names if n in FLAGS and n != "config_file"}
     settings = gpt_finetuning.GptFinetuneSettings(config_file=FLAGS.bert_config_file, **values)

@@ -41,7 +41,8 @@ class GptConfig(bert.JsonConfig):
     others default to GPT-2's values. `layer_norm_position` is "pre" for GPT-2 (LayerNorm before
     each sub-block and a final one, sec. 2.3) or "post" for GPT-1 (after each residual sum, as
     BERT). `activation_function` "gelu" is the tanh approximation both papers used. `n_inner`
-    None means 4 * n_embd.
+    None means 4 * n_embd. `summary_first_dropout` (Hugging Face's name): the dropout on the
+    fine-tuning classifier's input, GPT-1's clf_pdrop 0.1.
     """
 
     n_vocab: int
@@ -57,6 +58,7 @@ class GptConfig(bert.JsonConfig):
     resid_pdrop: float = 0.1
     layer_norm_epsilon: float = 1e-5
     initializer_range: float = 0.02
+    summary_first_dropout: float = 0.1
 
     # bert.config_from_dict requires every field not in OPTIONAL: set below the class.
     OPTIONAL: ClassVar[frozenset] = frozenset()
@@ -390,11 +392,14 @@ class GptClassifier(keras.Model):
     Multiple choice (sec. 3.3, `start context delim answer_k extract` for each answer k, scored
     independently and normalised by a softmax): with num_classes=1, (B, K, T) inputs give
     logits (B, K), each answer's one logit; the LM outputs stay per sequence, (B*K, ...).
+    dropout_rate: on the extract token's vector; None takes the config's summary_first_dropout.
     """
 
-    def __init__(self, config: GptConfig | dict, num_classes: int, dropout_rate=0.1, **kwargs):
+    def __init__(self, config: GptConfig | dict, num_classes: int, dropout_rate=None, **kwargs):
         super().__init__(**kwargs)
         c = GptConfig.from_dict(config) if isinstance(config, dict) else config
+        if dropout_rate is None:
+            dropout_rate = c.summary_first_dropout
         self.config, self.num_classes, self.dropout_rate = c, num_classes, dropout_rate
         self.lm = GptLM(c, name="lm")
         self.encoder = self.lm.encoder  # the name run scripts load pretrained weights into

@@ -99,6 +99,13 @@ def run_classifier_on_two_sentences(tmp_path, config_file, *flags):
     indices 4 (dog) and 8 (cat)) with the BPE folder tmp_path/bpe: train, eval and predict at
     batch 4 and learning rate 1e-2, plus `flags`. Returns (run_main's Completed, the output
     folder)."""
+    args, out = two_sentences_args(tmp_path, config_file, *flags)
+    return run_main("run_classifier.py", args), out
+
+
+def two_sentences_args(tmp_path, config_file, *flags):
+    """run_classifier_on_two_sentences' data written and its command-line arguments: returns
+    (the arguments, the output folder)."""
     data = tmp_path / "sst"
     data.mkdir(parents=True, exist_ok=True)
     rows = ["The cat sat.\t1", "The dog barked.\t0"] * 6
@@ -112,7 +119,7 @@ def run_classifier_on_two_sentences(tmp_path, config_file, *flags):
         f"--output_dir={out}", "--train_batch_size=4", "--learning_rate=1e-2",
         "--do_train", "--do_eval", "--do_predict", *flags,
     ]  # fmt: skip
-    return run_main("run_classifier.py", args), out
+    return args, out
 
 
 def run_classifier_on_swag_by_heart(tmp_path, config_file, *flags):

@@ -156,6 +156,78 @@ def test_run_classifier_fine_tunes_a_gpt_config(tmp_path):
     assert "--remove_padding: a GPT config has no encoder that runs on its real" in refused.stderr
 
 
+def test_run_classifier_gpt_path_under_mirrored_and_two_workers(tmp_path, monkeypatch):
+    """--distribution_strategy reaches the GPT path (it ran on one device whatever the flag until
+    the sixty-first session): over two replicas, dropout off, the run trains, scores dev at every
+    save and predicts as on one device, its dev loss within 1e-5; two MultiWorkerMirrored
+    workers (each training on its half of the examples) gather every dev row, so both score the
+    untrained model as one device does and agree on every later score and prediction. A batch
+    that does not split over the replicas is refused naming the flag, and so are the BERT path's
+    flags that GPT fine-tuning does not read."""
+    from training import distribute
+
+    get_strategy = distribute.get_strategy
+
+    def shared_mirrored(name, tpu_address):  # one MirroredStrategy per process (helpers)
+        return helpers.mirrored_strategy() if name == "mirrored" else get_strategy(name, "")
+
+    monkeypatch.setattr(distribute, "get_strategy", shared_mirrored)
+    tok = tiny_bpe(tmp_path)
+    config = tmp_path / "gpt.json"
+    no_dropout = dict(embd_pdrop=0.0, attn_pdrop=0.0, resid_pdrop=0.0, summary_first_dropout=0.0)
+    config.write_text(
+        json.dumps(
+            dict(n_vocab=len(tok.encoder), n_ctx=16, n_embd=12, n_head=3, n_layer=1) | no_dropout
+        )
+    )
+    flags = ["--max_seq_length=16", "--num_train_epochs=2", "--save_checkpoints_steps=3"]
+
+    def folder(name):  # run_classifier_on_two_sentences reads the BPE from folder/bpe
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "bpe").symlink_to(tmp_path / "bpe")
+        return tmp_path / name
+
+    evals = {}
+    for strategy in ("one_device", "mirrored"):
+        r, out = run_classifier_on_two_sentences(
+            folder(strategy), config, *flags, f"--distribution_strategy={strategy}"
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        replicas = 2 if strategy == "mirrored" else 1
+        assert f"{strategy}: {replicas} replicas in sync on 1 workers, this is worker 0" in r.stderr
+        evals[strategy] = [json.loads(x) for x in (out / "eval_log.jsonl").read_text().splitlines()]
+        assert glue.read_submission(out / "SST-2.tsv")[0][0] == "4"  # rows in input order
+    assert [e["step"] for e in evals["mirrored"]] == [0, 3, 6]
+    for a, b in zip(evals["one_device"], evals["mirrored"], strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5), (a, b)
+    assert evals["mirrored"][-1]["loss"] < evals["mirrored"][0]["loss"]
+    runs = [
+        helpers.two_sentences_args(folder(f"w{i}"), config, *flags)
+        + (["--distribution_strategy=multi_worker_mirrored"],)
+        for i in range(2)
+    ]
+    workers = helpers.run_workers("run_classifier.py", [args + more for args, _, more in runs])
+    for i, worker in enumerate(workers):
+        assert worker.returncode == 0, worker.stderr[-4000:]
+        want = f"multi_worker_mirrored: 2 replicas in sync on 2 workers, this is worker {i}"
+        assert want in worker.stderr
+    logs = [(out / "eval_log.jsonl").read_text() for _, out, _ in runs]
+    assert logs[0] == logs[1]  # every dev row gathered by both
+    untrained = json.loads(logs[0].splitlines()[0])
+    assert untrained["loss"] == pytest.approx(evals["one_device"][0]["loss"], rel=1e-5)
+    submissions = [(out / "SST-2.tsv").read_text() for _, out, _ in runs]
+    assert submissions[0] == submissions[1] and submissions[0].splitlines()[1].startswith("4")
+    odd, _ = run_classifier_on_two_sentences(
+        folder("odd"), config, *flags, "--distribution_strategy=mirrored", "--eval_batch_size=3"
+    )
+    assert odd.returncode == 1 and "--eval_batch_size=3 is not divisible by 2" in odd.stderr
+    refusing = folder("refused")
+    for flag in ("--group_by_length", "--layerwise_lr_decay=0.8", "--pooling=mean"):
+        refused, _ = run_classifier_on_two_sentences(refusing, config, flag)
+        assert refused.returncode == 1
+        assert f"{flag.split('=')[0]}: not for a GPT config" in refused.stderr
+
+
 def test_run_classifier_fine_tunes_a_gpt_config_on_multiple_choice(tmp_path):
     """SWAG's layout through the GPT path: every answer its own sequence, two examples learnt
     by heart, the FLOP/s counting every answer; a regression task is refused."""

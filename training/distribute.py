@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
 
@@ -63,6 +64,9 @@ def setup(name: str, tpu_address: str, batch_sizes: dict[str, int]):
     for flag, size in batch_sizes.items():
         if size % replicas:
             raise ValueError(f"--{flag}={size} is not divisible by {replicas} replicas")
+    logging.info(
+        "%s: %d replicas in sync on %d workers, this is worker %d", name, replicas, workers, index
+    )
     return strategy, workers, index
 
 

@@ -201,12 +201,27 @@ class Predictor:
     of the input. `sequence_length`: per-position outputs (N, S, ...) of batches cut to their
     longest example (features.trim_to_longest) are zero-padded back to this length along axis 1
     in the step, before the gather, so replicas and workers whose batches were cut to other
-    lengths still join.
+    lengths still join. `input_keys`: the batch keys the model reads (default `model_inputs`);
+    `output_key`: for a model that returns a dict, the output gathered.
     """
 
-    def __init__(self, strategy, model, sequence_length: int | None = None):
+    def __init__(
+        self,
+        strategy,
+        model,
+        sequence_length: int | None = None,
+        input_keys: tuple[str, ...] | None = None,
+        output_key: str | None = None,
+    ):
         self.strategy = strategy
         self.model = model
+        self._inputs = (
+            model_inputs if input_keys is None else (lambda b: {k: b[k] for k in input_keys})
+        )
+
+        def output(b):
+            out = model(b, training=False)
+            return out[output_key] if output_key else out
 
         def padded(out):
             if sequence_length is None:
@@ -222,13 +237,13 @@ class Predictor:
         @tf.function(reduce_retracing=True, autograph=False)
         def step(batch):
             dist = trainer.slice_for_replica(strategy, batch)
-            out = strategy.run(lambda b: padded(model(b, training=False)), args=(dist,))
+            out = strategy.run(lambda b: padded(output(b)), args=(dist,))
             return strategy.gather(out, axis=0)
 
         self._step = step
 
     def __call__(self, dataset, desc: str | None = None) -> np.ndarray:
-        """dataset: batches of dicts with the MODEL_INPUTS (other keys are ignored).
+        """dataset: batches of dicts with the model's inputs (other keys are ignored).
         Returns the concatenated float32 outputs, e.g. (N, C). `desc`: show a progress bar
         (batches, their rate and the time left) under that name on stderr."""
         from tqdm import tqdm
@@ -245,7 +260,7 @@ class Predictor:
         )
         # Once around the loop, not per batch: only a call that traces registers anything.
         with layers.custom_gradients_released():  # a trace's graph is not kept for good
-            outputs = [self._step(model_inputs(batch)).numpy() for batch in bar]
+            outputs = [self._step(self._inputs(batch)).numpy() for batch in bar]
         if not outputs:
             raise ValueError("prediction saw no batch")
         return np.concatenate(outputs, axis=0)

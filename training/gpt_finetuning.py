@@ -46,6 +46,7 @@ class GptFinetuneSettings:
     max_seq_length: int = 128
     train_batch_size: int = 32
     eval_batch_size: int = 8
+    predict_batch_size: int = 8
     learning_rate: float = 6.25e-5  # GPT-1 sec. 4.1
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.002  # GPT-1 sec. 4.1: warmup over 0.2% of training
@@ -56,6 +57,8 @@ class GptFinetuneSettings:
     skip_bad_rows: bool = False
     peak_tflops: float = 0.0  # the log's FLOPs utilisation (run_classifier's --peak_tflops)
     precision: str = "fp32"  # run_classifier's --precision (training/precision.PRECISION_NAMES)
+    distribution_strategy: str = "one_device"  # run_classifier's (training/distribute.py)
+    tpu: str | None = None
 
 
 def load_bpe(vocab_file: str) -> bpe.ByteLevelBPE:
@@ -202,7 +205,11 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
     train = load(task.train) if s.do_train else None
     dev = load(task.dev[0]) if s.do_eval else None
     tests = [t for t in (load(x) for x in task.test) if t] if s.do_predict else []
-    strategy, _, _ = distribute.setup("one_device", "", {})
+    strategy, workers, worker_index = distribute.setup(
+        s.distribution_strategy,
+        s.tpu or "",
+        {k: getattr(s, k) for k in ("train_batch_size", "eval_batch_size", "predict_batch_size")},
+    )
     steps = warmup = 0
     if train:
         steps, warmup = optimization.train_and_warmup_steps(
@@ -216,17 +223,20 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
         optimizer = optimization.with_loss_scaling(optimizer, s.precision)
         optimizer.build(model.trainable_variables)  # before the first step (shared/NOTES.md)
     fit = trainer.Trainer(strategy, gpt_classification_task(model, s.lm_coef), optimizer)
+    predictor = finetune_tasks.Predictor(
+        strategy, model, input_keys=("input_ids", "input_mask"), output_key="logits"
+    )
 
-    def logits(features):
-        out = []
-        for i in range(0, len(features["input_ids"]), s.eval_batch_size):
-            batch = {k: features[k][i : i + s.eval_batch_size] for k in ("input_ids", "input_mask")}
-            out.append(np.asarray(model(batch, training=False)["logits"]))
-        return np.concatenate(out)
+    def logits(features, batch_size, desc):
+        """In input order, each worker running its share of every global batch."""
+        n = len(features["label_ids"])
+        batches = glue.eval_batches(features, batch_size, workers, worker_index)
+        return predictor(batches, desc=desc)[:n]
 
     def evaluate() -> dict:
         features = dev[1]
-        return finetune_tasks.output_metrics(logits(features), features["label_ids"], task.metrics)
+        out = logits(features, s.eval_batch_size, f"evaluating {dev[0].split.name}")
+        return finetune_tasks.output_metrics(out, features["label_ids"], task.metrics)
 
     best = finetune_tasks.BestCheckpoint(os.path.join(s.output_dir, "best"), model)
     # As run_classifier's BERT path: GLUE's task score picks the kept best, from step 0 on.
@@ -238,10 +248,12 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
             best.clear()  # a fresh run: a kept best from another run must not survive
         features = train[1]
 
-        def dataset():
-            data = tf.data.Dataset.from_tensor_slices(features).repeat()
-            data = data.shuffle(len(train[0].examples), seed=s.random_seed)
-            return data.batch(s.train_batch_size, drop_remainder=True)
+        def dataset():  # this worker's shard, in per-worker batches
+            data = tf.data.Dataset.from_tensor_slices(features)
+            if workers > 1:
+                data = data.shard(workers, worker_index)
+            data = data.repeat().shuffle(len(train[0].examples), seed=s.random_seed)
+            return data.batch(s.train_batch_size // workers, drop_remainder=True)
 
         def init_fn():
             loaded, part = trainer.init_from_checkpoint(model, s.init_checkpoint)
@@ -285,7 +297,8 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
         logging.info("predicting with the best dev checkpoint %s", best.prefix)
     for data, features in tests:
         path = os.path.join(s.output_dir, data.split.submission)
-        texts = glue.prediction_texts(task, logits(features))
+        out = logits(features, s.predict_batch_size, f"predicting {data.split.name}")
+        texts = glue.prediction_texts(task, out)
         glue.write_submission(path, [ex.index for ex in data.examples], texts)
         logging.info("wrote %d predictions to %s", len(texts), path)
     return results
