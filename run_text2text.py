@@ -14,9 +14,11 @@ rte, wnli; its files from --data_dir), scored by the task's GLUE metrics over th
 words (CoLA's MCC, MRPC's F1 and accuracy, their mean `score`; a text that is no label word is
 wrong under each; data_prep/text2text.py lists the words, --label_words overrides), or
 `tsv_seq2seq` (train.tsv, dev.tsv, test.tsv of source<TAB>target lines) scored by ROUGE-L F and
-exact match. --do_eval writes eval_results.txt and dev_predictions.tsv (index, prediction,
-target); with --do_train it also decodes the dev split after every checkpoint save and keeps
-the best model by `score` or ROUGE-L in output_dir/best/ (its score and step go into
+exact match, or `squad` (train-v1.1.json, dev-v1.1.json: "question: q context: c" -> the answer,
+as T5) scored by the official SQuAD v1.1 exact match and F1 against every gold answer.
+--do_eval writes eval_results.txt and dev_predictions.tsv (index, prediction, target); with
+--do_train it also decodes the dev split after every checkpoint save and keeps the best model by
+`score`, ROUGE-L or SQuAD's F1 in output_dir/best/ (its score and step go into
 eval_results.txt too).
 --do_predict writes test_predictions.tsv (index, prediction), after training with the kept best.
 The BPE files and --num_sentinels must be those the checkpoint was pretrained with (the
@@ -33,7 +35,7 @@ from absl import app, flags, logging
 from modeling import flops
 from training.precision import FINETUNE_PRECISION_HELP, PRECISION_NAMES
 
-flags.DEFINE_string("task_name", None, "sst-2, cola, mrpc, qqp, mnli, ... or tsv_seq2seq.")
+flags.DEFINE_string("task_name", None, "sst-2, cola, mrpc, qqp, mnli, ..., tsv_seq2seq or squad.")
 flags.DEFINE_string("data_dir", None, "Folder with the task's train / dev / test files.")
 flags.DEFINE_string(
     "bert_config_file", None, "T5 or BART config JSON (its published names pick the family)."
@@ -123,8 +125,9 @@ def main(argv):
     if FLAGS.num_beams < 1 or FLAGS.max_seq_length < 2 or FLAGS.max_target_length < 2:
         raise app.UsageError("--num_beams >= 1, --max_seq_length and --max_target_length >= 2")
     is_seq2seq = FLAGS.task_name.lower().replace("-", "_") == text2text.TSV_SEQ2SEQ
-    if is_seq2seq and FLAGS.label_words:
-        raise app.UsageError("--label_words is for classification tasks, not tsv_seq2seq")
+    is_squad = FLAGS.task_name.lower() == text2text.SQUAD
+    if (is_seq2seq or is_squad) and FLAGS.label_words:
+        raise app.UsageError(f"--label_words is for classification tasks, not {FLAGS.task_name}")
     from modeling import bart, bert, t5
 
     try:
@@ -181,12 +184,14 @@ def main(argv):
         optimization,
         rouge,
         seq2seq_tasks,
+        squad_eval,
         trainer,
     )
 
-    # The decoded dev metrics: ROUGE-L, or the label words' accuracy and the task's GLUE metrics.
-    heldout = ["rouge_l"]
-    if not is_seq2seq:  # a task load() has read, so one text-to-text covers
+    # The decoded dev metrics: ROUGE-L, SQuAD's exact match and F1, or the label words' accuracy
+    # and the task's GLUE metrics.
+    heldout = ["rouge_l"] if is_seq2seq else ["exact_match", "f1"]
+    if not (is_seq2seq or is_squad):  # a task load() has read, so one text-to-text covers
         task = glue.get_task(FLAGS.task_name)
         words = text2text.label_words(task, FLAGS.label_words)
         heldout = ["accuracy", *[m for m in task.metrics if m != "accuracy"]]
@@ -219,14 +224,20 @@ def main(argv):
         predictions = decode_texts(model, vocab, features, FLAGS.eval_batch_size, decoding)
         write_predictions(os.path.join(output_dir, "dev_predictions.tsv"), pairs, predictions, True)
         targets = [p.target for p in pairs]
+        if is_squad:  # evaluate-v1.1.py's percentages
+            scores = squad_eval.score_v1(
+                [(p.index, p.answers) for p in pairs],
+                {p.index: text for p, text in zip(pairs, predictions)},
+            )
+            return {k: scores[k] for k in heldout}
         if not is_seq2seq:
             return metrics.label_word_metrics(task.metrics, targets, predictions, words)
         exact = sum(p == t for p, t in zip(predictions, targets)) / len(pairs)
         return {"rouge_l": rouge.mean_rouge_l(predictions, targets), "exact_match": exact}
 
-    # The dev score that picks the kept best: ROUGE-L F, or GLUE's task score (the mean of the
-    # task's metrics: CoLA's MCC, MRPC's F1 and accuracy) of the decoded label words.
-    score_key = "rouge_l" if is_seq2seq else "score"
+    # The dev score that picks the kept best: ROUGE-L F, SQuAD's F1, or GLUE's task score (the
+    # mean of the task's metrics: CoLA's MCC, MRPC's F1 and accuracy) of the decoded label words.
+    score_key = "rouge_l" if is_seq2seq else ("f1" if is_squad else "score")
     best = finetune_tasks.BestCheckpoint(os.path.join(output_dir, "best"), model)
     # run_training's eval_fn; the untrained model at step 0 is no candidate.
     selection = finetune_tasks.DevSelection(

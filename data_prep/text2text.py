@@ -6,6 +6,10 @@ target text.
                              ("negative" / "positive" for SST-2, as T5 writes them).
   tsv_seq2seq                train.tsv, dev.tsv, test.tsv of `source<TAB>target` lines (a
                              summarisation-style task; test.tsv's targets may be empty).
+  squad                      SQuAD v1.1 as T5 casts it (Raffel et al. 2020, appendix D):
+                             "question: q context: c" -> the answer's text, the first answer
+                             the target and every answer kept to score (train-v1.1.json,
+                             dev-v1.1.json; SQuAD has no public test split).
 Then `encode_pairs` turns (source, target) texts into the four features of
 data_prep/seq2seq_data.py, each side cut to its length with </s> kept last (and BART's <s> first).
 """
@@ -19,12 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep import glue
+from data_prep import glue, squad
 from data_prep.errors import input_error
 from data_prep.seq2seq_data import FEATURES, Seq2SeqVocab
 from data_prep.tokenization import read_utf8_lines
 
 TSV_SEQ2SEQ = "tsv_seq2seq"
+SQUAD = "squad"
+SQUAD_FILES = {"train": "train-v1.1.json", "dev": "dev-v1.1.json"}
 # Label words of GLUE's binary tasks, as T5's preprocessors name them; label order of glue.py.
 LABEL_WORDS = {
     "sst-2": ("negative", "positive"),
@@ -38,12 +44,14 @@ LABEL_WORDS = {
 @dataclasses.dataclass(frozen=True)
 class Pair:
     """One example as text: where it was read (`path:line`), its submission index, the source,
-    and the target (None for unlabelled test rows)."""
+    the target (None for unlabelled test rows), and for SQuAD every gold answer (the first is the
+    target)."""
 
     guid: str
     index: str
     source: str
     target: str | None
+    answers: tuple[str, ...] = ()
 
 
 def label_words(task: glue.TaskSpec, words: Sequence[str] = ()) -> tuple[str, ...]:
@@ -103,12 +111,41 @@ def read_tsv_pairs(path: str | os.PathLike, labelled: bool = True) -> list[Pair]
     return pairs
 
 
+def read_squad_pairs(path: str | os.PathLike) -> list[Pair]:
+    """A SQuAD v1.1 file's questions in file order, as T5's `squad` preprocessor casts them:
+    source "question: q context: c", target the first answer's text, index the question id. A
+    question without an answer (SQuAD v2.0's unanswerable ones) is an error naming the file and
+    its JSON path."""
+    pairs = []
+    for _, paragraph, where, qa in squad.iter_questions(squad.load_squad_json(path), str(path)):
+        golds = tuple(a["text"] for a in qa["answers"])
+        if qa.get("is_impossible") or not golds:
+            raise input_error(
+                f"{path}: {where}",
+                "a SQuAD v1.1 question with at least one answer",
+                "an unanswerable question (SQuAD v2.0: use run_squad.py)",
+            )
+        source = f"question: {qa['question']} context: {paragraph['context']}"
+        pairs.append(Pair(f"{path}: {where}", qa["id"], source, golds[0], golds))
+    if not pairs:
+        raise input_error(str(path), "at least one SQuAD question", "none")
+    return pairs
+
+
 def read_pairs(
     task_name: str, split: str, data_dir: str, words: Sequence[str] = ()
 ) -> tuple[list[Pair], str]:
     """The (pairs, source description) of split "train", "dev" or "test" of a task: a GLUE-style
-    classification task (its first split of that kind) or tsv_seq2seq. Raises InputError for a
-    missing file or bad rows, ValueError for a task text-to-text does not cover."""
+    classification task (its first split of that kind), tsv_seq2seq or squad. Raises InputError
+    for a missing file or bad rows, ValueError for a task or split text-to-text does not cover."""
+    if task_name.lower() == SQUAD:
+        if split not in SQUAD_FILES:
+            raise ValueError(
+                f"{SQUAD} has no {split} split here: --do_eval decodes and scores "
+                f"{SQUAD_FILES['dev']}"
+            )
+        path = Path(data_dir) / SQUAD_FILES[split]
+        return read_squad_pairs(path), str(path)
     if task_name.lower().replace("-", "_") == TSV_SEQ2SEQ:
         path = Path(data_dir) / f"{split}.tsv"
         if not path.is_file():

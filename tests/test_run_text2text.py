@@ -61,6 +61,49 @@ def test_tsv_pairs_name_the_bad_line(tmp_path):
     assert text2text.read_tsv_pairs(path, labelled=False)[0].target is None
 
 
+def squad_file(path, questions):
+    """A SQuAD v1.1 file of one paragraph per (context, [(id, question, [answers])])."""
+    paragraphs = [
+        {
+            "context": context,
+            "qas": [
+                {
+                    "id": qid,
+                    "question": question,
+                    "answers": [{"text": a, "answer_start": context.find(a)} for a in answers],
+                }
+                for qid, question, answers in qas
+            ],
+        }
+        for context, qas in questions
+    ]
+    path.write_text(json.dumps({"version": "1.1", "data": [{"paragraphs": paragraphs}]}))
+    return path
+
+
+def test_squad_pairs_follow_t5_and_refuse_unanswerable_questions(tmp_path):
+    path = squad_file(
+        tmp_path / "dev-v1.1.json",
+        [("The cat sat on the mat.", [("q1", "Where did the cat sit?", ["on the mat", "mat"])])],
+    )
+    (pair,) = text2text.read_squad_pairs(path)
+    assert pair.source == "question: Where did the cat sit? context: The cat sat on the mat."
+    assert (pair.index, pair.target, pair.answers) == ("q1", "on the mat", ("on the mat", "mat"))
+    assert pair.guid == f"{path}: data[0].paragraphs[0].qas[0]"
+    assert text2text.read_pairs("squad", "dev", str(tmp_path)) == ([pair], str(path))
+    with pytest.raises(ValueError, match="squad has no test split here"):
+        text2text.read_pairs("squad", "test", str(tmp_path))
+    with pytest.raises(InputError, match="train-v1.1.json: expected a readable SQuAD JSON"):
+        text2text.read_pairs("squad", "train", str(tmp_path))
+    data = json.loads(path.read_text())
+    data["data"][0]["paragraphs"][0]["qas"].append(
+        {"id": "q2", "question": "Why?", "answers": [], "is_impossible": True}
+    )
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"paragraphs\[0\]\.qas\[1\]: expected a SQuAD v1.1"):
+        text2text.read_squad_pairs(path)
+
+
 def test_encoding_cuts_each_side_and_keeps_eos_last(tmp_path):
     vocab, *_ = vocab_and_config(tmp_path)
     pairs = [
@@ -200,6 +243,58 @@ def test_run_text2text_classification_and_tsv_seq2seq(tmp_path):
     header, test_rows = read_tsv(out / "test_predictions.tsv")
     assert len(test_rows) == 1 and test_rows[0][0] == "0"
     assert np.isfinite(float(results["exact_match"]))
+
+
+def test_run_text2text_on_squad_scores_with_the_official_metric(tmp_path):
+    """--task_name=squad: T5 learns two questions' answers by heart, and eval_results.txt holds
+    evaluate-v1.1.py's exact match and F1 of dev_predictions.tsv against every gold answer
+    (training/squad_eval.evaluate_v1 on the dev file), which pick the kept best."""
+    vocab, config, encoder, merges = vocab_and_config(tmp_path)
+    data = tmp_path / "squad"
+    data.mkdir()
+    cat, dog = "The cat sat on the mat.", "The dog ran to the park."
+    train = [
+        (cat, [(f"c{i}", "Where did the cat sit?", ["on the mat"]) for i in range(6)]),
+        (dog, [(f"d{i}", "Where did the dog run?", ["to the park"]) for i in range(6)]),
+    ]
+    squad_file(data / "train-v1.1.json", train)
+    dev = [
+        (cat, [("c", "Where did the cat sit?", ["the mat", "on the mat"])]),
+        (dog, [("d", "Where did the dog run?", ["the park"])]),
+    ]
+    dev_file = squad_file(data / "dev-v1.1.json", dev)
+    out = tmp_path / "out"
+    r = run([f"--bert_config_file={config}", f"--encoder_file={encoder}",
+             f"--merges_file={merges}", "--num_sentinels=3", "--max_seq_length=48",
+             "--max_target_length=10", "--train_batch_size=4", "--eval_batch_size=2",
+             "--learning_rate=1e-2", "--iterations_per_loop=10", "--task_name=squad",
+             f"--data_dir={data}", f"--output_dir={out}", "--num_train_epochs=20",
+             "--save_checkpoints_steps=30", "--do_train", "--do_eval"])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    helpers.check_training_curves(r.stderr, out, "target_loss, target_accuracy, exact_match, f1")
+    results = dict(
+        line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
+    )
+    header, rows = read_tsv(out / "dev_predictions.tsv")
+    assert [row[0] for row in rows] == ["c", "d"] and [row[2] for row in rows] == [
+        "the mat",
+        "the park",
+    ]
+    from training import squad_eval
+
+    official = squad_eval.evaluate_v1(
+        json.loads(dev_file.read_text()), {row[0]: row[1] for row in rows}
+    )
+    assert float(results["exact_match"]) == pytest.approx(official["exact_match"])
+    assert float(results["f1"]) == pytest.approx(official["f1"])
+    # Learnt by heart: "on the mat" is one of the cat's gold answers; "to the park" against
+    # the dog's "the park" is "to park" against "park" once articles go (precision 1/2, recall
+    # 1, F1 2/3).
+    assert [row[1] for row in rows] == ["on the mat", "to the park"]
+    assert float(results["exact_match"]) == 50.0
+    assert float(results["f1"]) == pytest.approx(100 * (1 + 2 / 3) / 2)
+    kept = json.loads((out / "best" / "best.json").read_text())
+    assert float(results["best_f1"]) == kept["score"] and int(results["best_step"]) == kept["step"]
 
 
 def test_mixed_precision_fine_tunes_and_a_resume_keeps_its_precision(tmp_path):

@@ -576,15 +576,21 @@ def _questions(dataset: dict):
 def evaluate_v1(dataset: dict, predictions: dict) -> dict:
     """evaluate-v1.1.py: {"exact_match", "f1"} in percent over all questions of the dataset
     (a question without a prediction scores 0); also "total" and "missing"."""
+    golds = ((qa["id"], [a["text"] for a in qa["answers"]]) for qa in _questions(dataset))
+    return score_v1(golds, predictions)
+
+
+def score_v1(questions: Iterable[tuple[str, Sequence[str]]], predictions: dict) -> dict:
+    """evaluate_v1 over (question id, gold answer texts) pairs: each question's best exact match
+    and F1 over its answers, in percent, with "total" and "missing" (no prediction: 0)."""
     em = f1 = 0.0
     total = missing = 0
-    for qa in _questions(dataset):
+    for qid, golds in questions:
         total += 1
-        if qa["id"] not in predictions:
+        if qid not in predictions:
             missing += 1
             continue
-        golds = [a["text"] for a in qa["answers"]]
-        pred = predictions[qa["id"]]
+        pred = predictions[qid]
         em += max((exact_match(g, pred) for g in golds), default=0)
         f1 += max((f1_v1(g, pred) for g in golds), default=0.0)
     total_div = max(total, 1)
