@@ -17,13 +17,15 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
         hf        a folder with model.safetensors (or a shard index), config.json, vocab.txt;
                   config.json's model_type says the family: bert, roberta (positions from
                   pad_token_id + 1), albert or electra (the discriminator; its head and a
-                  generator, a separate model there, are not read), or bart
+                  generator, a separate model there, are not read), bart
                   (BartForConditionalGeneration / BartModel; --to=cloze only, no vocab.txt
-                  needed: vocab.json and merges.txt are copied as encoder.json and vocab.bpe)
+                  needed: vocab.json and merges.txt are copied as encoder.json and vocab.bpe),
+                  or xlnet (XLNetLMHeadModel / XLNetModel / a task model's encoder; --to=cloze
+                  only; spiece.model is copied along, run_classifier's --vocab_file)
         cloze     a Cloze output folder or checkpoint prefix, with bert_config.json or
                   model_config.json beside it (or --bert_config_file); BERT, ALBERT, ELECTRA
-                  or BART (a run_pretraining / run_text2text checkpoint; --to=hf or cloze),
-                  told by the config's keys
+                  or BART or XLNet (a run_pretraining / run_text2text checkpoint; --to=hf or
+                  cloze), told by the config's keys
         keras_hub a keras-hub BertBackbone preset folder (config.json, model.weights.h5,
                   assets/tokenizer/vocabulary.txt), e.g. one written by --to=keras_hub
 --to:   cloze        ckpt-1 + bert_config.json + vocab.txt; any run script takes the folder as
@@ -31,7 +33,8 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
                      copied along, here and to hf / keras / tf1: the folder is then also the run
                      scripts' --vocab_file)
         hf           (a BART checkpoint: BartForConditionalGeneration's model.safetensors +
-                     config.json, encoder.json / vocab.bpe copied as vocab.json / merges.txt)
+                     config.json, encoder.json / vocab.bpe copied as vocab.json / merges.txt;
+                     an XLNet: XLNetLMHeadModel's, spiece.model copied along)
                      model.safetensors + config.json + vocab.txt (or RoBERTa's vocab.json +
                      merges.txt, RobertaTokenizer) + tokenizer_config.json, as
                      transformers writes the family: BertModel / BertForPreTraining, RobertaModel /
@@ -246,60 +249,83 @@ def check_target_family(config, target_format: str, where: str) -> None:
             )
 
 
-def is_bart_file(config_file) -> bool:
-    from modeling import bart, checkpoints
+def own_module_family(config_file) -> str | None:
+    """ "bart" or "xlnet" when the config (Hugging Face's or Cloze's names) is of a family whose
+    module converts it whole (convert_by_module), else None."""
+    from modeling import bart, checkpoints, xlnet
 
-    return bart.is_bart_config(checkpoints.read_json(config_file))
+    values = checkpoints.read_json(config_file)
+    if bart.is_bart_config(values):
+        return "bart"
+    if xlnet.is_xlnet_config(values) or values.get("model_type") == "xlnet":
+        return "xlnet"
+    return None
 
 
-# BART's byte-level BPE files: Cloze's names (create_seq2seq_data's GPT-2 style) <-> Hugging
-# Face's (BartTokenizer), the same formats under other names.
-BART_VOCAB_NAMES = {"encoder.json": "vocab.json", "vocab.bpe": "merges.txt"}
+# The vocabulary files each such family's conversion copies along: Cloze's name -> Hugging
+# Face's. BART's byte-level BPE is create_seq2seq_data's GPT-2 style pair there and
+# BartTokenizer's here; XLNet's SentencePiece model has one name in both.
+MODULE_VOCAB_NAMES = {
+    "bart": {"encoder.json": "vocab.json", "vocab.bpe": "merges.txt"},
+    "xlnet": {"spiece.model": "spiece.model"},
+}
 
 
-def convert_bart(source_format, target_format, config_file, input_dir, checkpoint) -> None:
-    """BART between a Cloze checkpoint (run_pretraining / run_text2text) and Hugging Face's
-    BartForConditionalGeneration files (model.safetensors + config.json), both ways. The BPE
-    files in --input_dir are copied under the target's names."""
+def convert_by_module(
+    family, source_format, target_format, config_file, input_dir, checkpoint
+) -> None:
+    """BART or XLNet between a Cloze checkpoint (run_pretraining's, run_text2text's) and Hugging
+    Face's files (model.safetensors + config.json of a BartForConditionalGeneration or an
+    XLNetLMHeadModel), both ways, by the family's module (load_hf / load_cloze / save_hf /
+    save_cloze). The vocabulary files in --input_dir are copied under the target's names."""
     from data_prep.errors import input_error
-    from modeling import bart, checkpoints
+    from modeling import bart, checkpoints, xlnet
 
+    name = family.upper() if family == "bart" else "XLNet"
     if target_format not in ("hf", "cloze"):
         raise input_error(
-            f"--to={target_format}", "--to=hf or --to=cloze for a BART model", target_format
+            f"--to={target_format}", f"--to=hf or --to=cloze for a {name} model", target_format
         )
+    module = {"bart": bart, "xlnet": xlnet}[family]
     values = checkpoints.read_json(config_file)
     if "model_type" in values:  # Hugging Face's config.json, with its bookkeeping keys
-        config = bart.BartConfig.from_hf_config(values, str(config_file))
+        if family == "bart":
+            config = bart.BartConfig.from_hf_config(values, str(config_file))
+        else:
+            config = xlnet.config_from_hf(values, str(config_file))
     else:
-        config = bart.BartConfig.from_dict(values, str(config_file))
+        config_class = bart.BartConfig if family == "bart" else xlnet.XLNetConfig
+        config = config_class.from_dict(values, str(config_file))
     source = checkpoint or input_dir
     if source_format == "hf":
-        model, report = bart.load_hf(
+        model, report = module.load_hf(
             source, config, str(config_file), FLAGS.skip_variables, FLAGS.trust_pickle
         )
         summary = report.summary()
     else:
         try:
-            model, prefix = bart.load_cloze(source, config)
+            model, prefix = module.load_cloze(source, config)
         except ValueError as e:
-            where = f"a Cloze BART checkpoint of {config_file}"
+            where = f"a Cloze {name} checkpoint of {config_file}"
             raise input_error(str(source), where, str(e)) from None
         summary = f"read the Cloze checkpoint {prefix}"
-    names = (
-        BART_VOCAB_NAMES if target_format == "hf" else {v: k for k, v in BART_VOCAB_NAMES.items()}
-    )
+    names = MODULE_VOCAB_NAMES[family]
+    names = names if target_format == "hf" else {v: k for k, v in names.items()}
     with checkpoints.AtomicOutputDir(FLAGS.output_dir) as tmp:
         if target_format == "hf":
-            bart.save_hf(model, tmp)
+            try:
+                module.save_hf(model, tmp)
+            except ValueError as e:  # a setting Hugging Face's model cannot hold
+                where = f"a {name} Hugging Face can hold"
+                raise input_error(str(config_file), where, str(e)) from None
         else:
-            bart.save_cloze(model, tmp)
+            module.save_cloze(model, tmp)
             (tmp / "bert_config.json").write_text(config.to_json_string())
         for theirs, ours in names.items():
             if input_dir and (Path(input_dir) / theirs).is_file():
                 shutil.copyfile(Path(input_dir) / theirs, tmp / ours)
         written = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
-    print(f"converted BART --from={source_format} to --to={target_format}")
+    print(f"converted {name} --from={source_format} to --to={target_format}")
     print(summary)
     print(f"wrote {FLAGS.output_dir}: {', '.join(written)}")
 
@@ -331,11 +357,11 @@ def convert(source_format: str, target_format: str) -> None:
     # A RoBERTa checkpoint's byte-level BPE (vocab.json + merges.txt) goes along under its
     # Hugging Face names, so the output folder is the run scripts' --vocab_file.
     bpe_files = bpe.folder_files(input_dir) if input_dir else None
-    bart_model = source_format in ("hf", "cloze") and is_bart_file(config_file)
+    own_module = source_format in ("hf", "cloze") and own_module_family(config_file)
     if (
         vocab_file is None
         and target_format in ("hf", "saved_model", "keras_hub")
-        and not bart_model
+        and not own_module
         and not (bpe_files and target_format in ("hf", "saved_model"))
     ):
         raise input_error(
@@ -345,8 +371,10 @@ def convert(source_format: str, target_format: str) -> None:
         )
     checkpoints.check_output_dir(FLAGS.output_dir)  # before the slow part
 
-    if source_format in ("hf", "cloze") and is_bart_file(config_file):
-        return convert_bart(source_format, target_format, config_file, input_dir, checkpoint)
+    if own_module:
+        return convert_by_module(
+            own_module, source_format, target_format, config_file, input_dir, checkpoint
+        )
     if source_format in ("hf", "cloze"):
         # Either field set and any family, told by the keys (checkpoints.read_any_config).
         config = checkpoints.read_any_config(config_file)

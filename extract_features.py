@@ -143,24 +143,23 @@ def main(argv):
     ids = encoded.features["input_ids"]
     n, b = len(lines), FLAGS.batch_size
     step = 64 * b  # lines per prediction call: bounds the memory the outputs take
-    bar = tqdm(total=n, desc="extracting", unit=" lines", mininterval=2.0)
-    for start in range(0, n, step):
-        part = {k: v[start : start + step] for k, v in encoded.features.items()}
-        batches = glue.eval_batches(part, b, workers, worker_index)
-        values = predictor(batches)  # (rows, S, K, H), padding rows at the end
-        for i in range(min(step, n - start)):
-            row = start + i
-            k = int(lengths[row])
-            writer.write(
-                feature_files.LineFeatures(
-                    lines[row].unique_id,
-                    tokenizer.convert_ids_to_tokens(ids[row, :k]),
-                    np.asarray(values[i, :k]),
-                    tuple(layers),
+    with tqdm(total=n, desc="extracting", unit=" lines", mininterval=2.0) as bar:
+        for start in range(0, n, step):
+            part = {k: v[start : start + step] for k, v in encoded.features.items()}
+            batches = glue.eval_batches(part, b, workers, worker_index)
+            values = predictor(batches)  # (rows, S, K, H), padding rows at the end
+            for i in range(min(step, n - start)):
+                row = start + i
+                k = int(lengths[row])
+                writer.write(
+                    feature_files.LineFeatures(
+                        lines[row].unique_id,
+                        tokenizer.convert_ids_to_tokens(ids[row, :k]),
+                        np.asarray(values[i, :k]),
+                        tuple(layers),
+                    )
                 )
-            )
-        bar.update(min(step, n - start))
-    bar.close()
+            bar.update(min(step, n - start))
     writer.close()
     for path in (FLAGS.output_file, FLAGS.npz_file):
         if path:

@@ -266,7 +266,9 @@ def main(argv):
         if is_xlnet:  # its own vocabulary: its BPE folder or SentencePiece model
             from training import xlnet_finetuning
 
-            tokenizer = xlnet_finetuning.XLNetTextEncoder(FLAGS.vocab_file, FLAGS.do_lower_case)
+            tokenizer = xlnet_finetuning.XLNetTextEncoder(
+                FLAGS.vocab_file, FLAGS.do_lower_case if FLAGS["do_lower_case"].present else None
+            )
             packing = glue.BERT_PACKING  # its length check; XLNet packs its own way
         else:  # WordPiece ([CLS] a [SEP] b [SEP]), or a RoBERTa BPE folder (<s> a </s></s> b </s>)
             given = FLAGS["do_lower_case"].present

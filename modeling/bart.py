@@ -662,13 +662,6 @@ def from_keras_hub(backbone, **token_ids) -> BartModel:
 HF_PREFIX = "model."
 
 
-def named_variables(model: BartModel) -> dict:
-    """The model's variables by their path below the model (`encoder_0/self_attn/query/kernel`):
-    the names modeling/checkpoints.py's converters map onto."""
-    root = model.name + "/"
-    return {v.path[len(root) :]: v for v in model.weights if v.path.startswith(root)}
-
-
 def _hf_attention_entries(dst: str, src: str, h: int, n: int) -> list:
     """One BartAttention: nn.Linear q / k / v_proj ((out, in) weights) onto Keras
     MultiHeadAttention's per-head kernels (H, N, D) and biases (N, D); out_proj onto (N, D, H)."""

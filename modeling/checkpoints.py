@@ -194,10 +194,13 @@ def cloze_variables(model) -> dict:
     rather than the attribute `output_dense` that checkpoints use), then checks that the walk found
     every trainable variable of the model, so a layer added later cannot be skipped silently.
     """
-    from modeling import albert, bart, bert, electra
+    from modeling import albert, bart, bert, electra, xlnet
 
-    if isinstance(model, bart.BartModel):  # an encoder-decoder: bart.py names its own
-        out = bart.named_variables(model)
+    if isinstance(model, (bart.BartModel, xlnet.XLNetPretrainer)):
+        # Their name maps (bart.hf_entries, xlnet.hf_entries) use the Keras paths below the model
+        # (`encoder_0/self_attn/query/kernel`, `encoder/layer_0/rel_attn/q`).
+        root = model.name + "/"
+        out = {v.path[len(root) :]: v for v in model.weights if v.path.startswith(root)}
     elif isinstance(model, (albert.AlbertEncoder, albert.AlbertPretrainer)):
         out = _albert_variables(model)
     elif isinstance(model, (electra.ElectraEncoder, electra.ElectraPretrainer)):

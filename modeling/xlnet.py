@@ -542,6 +542,244 @@ class XLNetClassifier(keras.Model):
 
 
 # ---------------------------------------------------------------------------------------------
+# Hugging Face's XLNet files (transformers' XLNetModel / XLNetLMHeadModel), both ways
+# ---------------------------------------------------------------------------------------------
+
+# An XLNetLMHeadModel holds the network under `transformer.`; a bare XLNetModel has no prefix.
+HF_PREFIX = "transformer."
+# ff_activation: Hugging Face's names (its ACT2FN) -> Cloze's (layers.ACTIVATIONS). Hugging
+# Face's "gelu" is the exact erf form; the original XLNet code's "gelu", and Cloze's, the tanh
+# approximation, which Hugging Face calls "gelu_new".
+HF_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu", "relu": "relu", "tanh": "tanh"}
+# Keys of a Hugging Face XLNet config.json that change what one block computes, with the only
+# value Cloze's XLNet computes (bidirectional attention, no bidirectional data, the original's
+# LayerNorm epsilon).
+HF_FIXED = {"model_type": "xlnet", "attn_type": "bi", "bi_data": False, "layer_norm_eps": 1e-12}
+# The segment recurrence's and the task heads' settings: they do not change what XLNetModel
+# computes on one block without memory.
+HF_IGNORED = frozenset(
+    """mem_len reuse_len same_length use_mems_eval use_mems_train summary_type summary_use_proj
+    summary_activation summary_last_dropout summary_proj_to_labels start_n_top end_n_top""".split()
+)
+# Fine-tuning heads of transformers' XLNetFor* models: not converted (Cloze's start fresh).
+HF_TASK_HEADS = ("sequence_summary.", "logits_proj.", "classifier.", "qa_outputs.", "start_logits.",
+                 "end_logits.", "answer_class.")  # fmt: skip
+_BIASES = ("r_w_bias", "r_r_bias", "r_s_bias")
+
+
+def config_from_hf(values: dict, source: str = "config.json") -> XLNetConfig:
+    """A Hugging Face XLNet `config.json` as published -> XLNetConfig (the released names).
+
+    HF_FIXED's keys must have their value; the keys of HF_IGNORED and modeling/checkpoints.py's
+    _HF_IGNORED are dropped; any other unknown key is an error naming `source`. Hugging Face
+    keeps r_w_bias, r_r_bias and r_s_bias in every layer whatever its untie_r says, so the config
+    has untie_r true; its one `dropout` is also the attention's (dropatt).
+    """
+    from data_prep.errors import input_error
+    from modeling import checkpoints
+
+    if not isinstance(values, dict):
+        raise input_error(source, "a JSON object", type(values).__name__)
+    for key, want in HF_FIXED.items():
+        if key in values and values[key] != want:
+            raise input_error(
+                f"{source}: {key}", f"{want!r} (the only value Cloze's XLNet computes)",
+                repr(values[key]),
+            )  # fmt: skip
+    own = {"vocab_size", "d_model", "n_layer", "n_head", "d_head", "d_inner", "ff_activation",
+           "untie_r", "dropout", "initializer_range", "clamp_len"}  # fmt: skip
+    unknown = sorted(set(values) - own - set(HF_FIXED) - HF_IGNORED - checkpoints._HF_IGNORED)
+    if unknown:
+        raise input_error(source, "the keys of a Hugging Face XLNet config", f"{unknown}")
+    for key in ("vocab_size", "d_model", "n_layer", "n_head", "d_inner"):
+        if key not in values:
+            raise input_error(f"{source}: {key}", "a positive integer", "nothing (missing)")
+    activation = values.get("ff_activation", "gelu")
+    if activation not in HF_ACTIVATIONS:
+        raise input_error(
+            f"{source}: ff_activation", f"one of {sorted(HF_ACTIVATIONS)}", repr(activation)
+        )
+    d_model, n_head = values["d_model"], values["n_head"]
+    d_head = values.get("d_head", d_model // n_head if n_head else 0)
+    if not isinstance(n_head, int) or n_head <= 0 or d_head * n_head != d_model:
+        raise input_error(
+            f"{source}: d_head", f"d_model / n_head = {d_model} / {n_head}", repr(d_head)
+        )
+    dropout = values.get("dropout", 0.1)
+    return XLNetConfig.from_dict(
+        {
+            "d_head": d_head, "d_inner": values["d_inner"], "d_model": d_model,
+            "ff_activation": HF_ACTIVATIONS[activation], "n_head": n_head,
+            "n_layer": values["n_layer"], "n_token": values["vocab_size"], "untie_r": True,
+            "dropout": dropout, "dropatt": dropout,
+            "init_std": values.get("initializer_range", 0.02),
+            "clamp_len": values.get("clamp_len", -1),
+        },
+        source,
+    )  # fmt: skip
+
+
+def hf_config(config: XLNetConfig) -> dict:
+    """The config.json transformers writes for an XLNetLMHeadModel of this config."""
+    activation = {mine: theirs for theirs, mine in HF_ACTIVATIONS.items()}
+    if config.ff_activation not in activation:
+        raise ValueError(
+            f"ff_activation {config.ff_activation!r}: Hugging Face's XLNet computes "
+            f"{sorted(activation)} only"
+        )
+    if config.dropout != config.dropatt:
+        raise ValueError(
+            f"dropout {config.dropout} and dropatt {config.dropatt}: Hugging Face's XLNet has "
+            "one dropout for both"
+        )
+    return {
+        **HF_FIXED,
+        "architectures": ["XLNetLMHeadModel"],
+        "vocab_size": config.n_token,
+        "d_model": config.d_model,
+        "n_layer": config.n_layer,
+        "n_head": config.n_head,
+        "d_head": config.d_head,
+        "d_inner": config.d_inner,
+        "ff_activation": activation[config.ff_activation],
+        "untie_r": True,  # every layer's own biases, repeated from a tied model's one set
+        "dropout": config.dropout,
+        "initializer_range": config.init_std,
+        "clamp_len": config.clamp_len,
+        "tie_word_embeddings": True,
+    }
+
+
+def _stacked(target: str, sources: tuple, shape, tied: bool):
+    """Per-layer Hugging Face parameters (each `shape`) onto one Cloze variable: stacked on a
+    new first axis ([L, ...]), or with tied=True the one set every layer uses (they must be
+    equal; written to every layer)."""
+    import numpy as np
+
+    from data_prep.errors import InputError
+    from modeling.checkpoints import Entry
+
+    def tie(arrays):
+        if any(not np.array_equal(a, arrays[0]) for a in arrays[1:]):
+            raise InputError(f"{sources[0]}: expected the same values in every layer (untie_r "
+                             "false), found different ones")  # fmt: skip
+        return arrays[0]
+
+    if tied:
+        return Entry(target, sources, (tuple(shape),) * len(sources), tie,
+                     lambda x: [x] * len(sources))  # fmt: skip
+    return Entry(target, sources, (tuple(shape),) * len(sources), lambda a: np.stack(a),
+                 lambda x: list(x))  # fmt: skip
+
+
+def hf_entries(config: XLNetConfig, prefix: str = HF_PREFIX, heads: bool = True) -> list:
+    """Hugging Face's XLNet parameter names (modeling_xlnet.py) onto XLNetPretrainer's variables
+    (paths below the model). The q / k / v / o / r projections are [H, N, D] in both; the
+    feed-forward's nn.Linear weights are transposed; each layer's r_*_bias and seg_embed stack
+    into Cloze's [L, ...] variables; lm_loss.bias is the softmax bias (its weight is the tied
+    word embedding)."""
+    from modeling.checkpoints import _copy, _hf_linear_entries, _hf_norm_entries
+
+    c = config
+    h, n, d, L = c.d_model, c.n_head, c.d_head, c.n_layer
+    out = [
+        _copy("encoder/word_embedding", f"{prefix}word_embedding.weight", (c.n_token, h)),
+        _copy("encoder/mask_emb", f"{prefix}mask_emb", (1, 1, h)),
+    ]
+    layer = [f"{prefix}layer.{i}" for i in range(L)]
+    for name in _BIASES:
+        sources = tuple(f"{src}.rel_attn.{name}" for src in layer)
+        out.append(_stacked(f"encoder/{name}", sources, (n, d), tied=not c.untie_r))
+    sources = tuple(f"{src}.rel_attn.seg_embed" for src in layer)
+    out.append(_stacked("encoder/seg_embed", sources, (2, n, d), tied=False))
+    for i, src in enumerate(layer):
+        dst = f"encoder/layer_{i}"
+        out += [_copy(f"{dst}/rel_attn/{w}", f"{src}.rel_attn.{w}", (h, n, d)) for w in "qkvor"]
+        out += _hf_norm_entries(f"{dst}/attn_ln", f"{src}.rel_attn.layer_norm", h)
+        out += _hf_norm_entries(f"{dst}/ff_ln", f"{src}.ff.layer_norm", h)
+        out += _hf_linear_entries(f"{dst}/layer_1", f"{src}.ff.layer_1", h, c.d_inner)
+        out += _hf_linear_entries(f"{dst}/layer_2", f"{src}.ff.layer_2", c.d_inner, h)
+    if heads:
+        out.append(_copy("softmax_bias", "lm_loss.bias", (c.n_token,)))
+    return out
+
+
+def load_hf(weights, config: XLNetConfig, config_where: str = "config.json", skip=None,
+            trust_pickle: bool = False):  # fmt: skip
+    """Hugging Face XLNet weights (folder, file or shard index of an XLNetLMHeadModel, an
+    XLNetModel or an XLNetFor* task model) -> (XLNetPretrainer, checkpoints.ConversionReport).
+    lm_loss.weight, the tied word embedding, is checked equal and not converted; without
+    lm_loss.bias (a bare XLNetModel or a task model) the softmax bias stays zeros; task heads are
+    listed as not converted."""
+    from modeling import checkpoints
+
+    source = checkpoints._hf_source(weights, trust_pickle)
+    prefix = checkpoints._prefix_of(source.shapes, HF_PREFIX)
+    heads = "lm_loss.bias" in source.shapes
+    model = XLNetPretrainer(config)
+    model.build()
+    where = (
+        f"{config_where} (XLNet: {config.n_layer} layers, d_model={config.d_model}, "
+        f"n_token={config.n_token})"
+    )
+    tied = {"lm_loss.weight": f"{prefix}word_embedding.weight"}
+    heads_of_tasks = {
+        name: "a fine-tuning head (Cloze's task heads start fresh)"
+        for name in source.shapes
+        if name.startswith(HF_TASK_HEADS)
+    }
+    report = checkpoints.convert_into(
+        model, hf_entries(config, prefix, heads), source, where,
+        checkpoints._hf_ignore(tied, source, heads_of_tasks), skip, heads=heads,
+        fresh=() if heads else ("softmax_bias",),
+    )  # fmt: skip
+    if not heads:
+        report.notes.append("no lm_loss.bias: the softmax bias starts at zeros")
+    return model, report
+
+
+def save_hf(model: XLNetPretrainer, output_dir) -> list:
+    """Writes model.safetensors and config.json as transformers' save_pretrained does for an
+    XLNetLMHeadModel (`transformer.`-prefixed names, the tied lm_loss.weight left out)."""
+    import json
+    from pathlib import Path
+
+    from safetensors.numpy import save_file
+
+    from modeling import checkpoints
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = hf_config(model.config)
+    arrays = checkpoints.export_arrays(model, hf_entries(model.config))
+    # transformers refuses safetensors files whose metadata lacks a known "format".
+    save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return [out / "model.safetensors", out / "config.json"]
+
+
+def load_cloze(checkpoint, config: XLNetConfig) -> tuple[XLNetPretrainer, str]:
+    """A Cloze XLNet checkpoint (run_pretraining's, or a converted one: prefix or folder) ->
+    (built XLNetPretrainer, the prefix read). Raises ValueError naming the path when it does not
+    fit."""
+    from training import trainer
+
+    model = XLNetPretrainer(config)
+    model.build()
+    return model, trainer.restore_model_weights(model, str(checkpoint))
+
+
+def save_cloze(model: XLNetPretrainer, output_dir) -> str:
+    """A Cloze checkpoint (`ckpt-1`, the pretrainer under `model`, as run_pretraining saves it)
+    that run_classifier.py's --init_checkpoint and load_cloze read."""
+    import os
+
+    import tensorflow as tf
+
+    return tf.train.Checkpoint(model=model).save(os.path.join(str(output_dir), "ckpt"))
+
+
+# ---------------------------------------------------------------------------------------------
 # Classifier inputs, laid out as XLNet's run_classifier packs them
 # ---------------------------------------------------------------------------------------------
 

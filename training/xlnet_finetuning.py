@@ -5,10 +5,12 @@ released XLNet classifier packs them (modeling/xlnet.pack_classifier_ids: `a <se
 modeling/xlnet.XLNetClassifier; training, dev scoring, the best checkpoint and predictions are
 run_classifier's BERT path, unchanged.
 
-The tokenizer is the one run_pretraining's XLNet blocks were made with (create_lm_data.py):
-a byte-level BPE folder (encoder.json + vocab.bpe, or the encoder.json itself) or a WordPiece
-vocab.txt. <sep> and <cls> are the vocabulary's own `<sep>` / `<cls>` (XLNet's SentencePiece
-names) or `[SEP]` / `[CLS]` when it holds them; a BPE vocabulary with neither uses its
+The tokenizer is the one the XLNet was pretrained with: the SentencePiece model of a published
+XLNet (spiece.model; a converted Hugging Face folder holds it), or the vocabulary of
+run_pretraining's XLNet blocks (create_lm_data.py): a byte-level BPE folder (encoder.json +
+vocab.bpe, or the encoder.json itself) or a WordPiece vocab.txt. <sep> and <cls> are the
+vocabulary's own `<sep>` / `<cls>` (XLNet's SentencePiece names) or `[SEP]` / `[CLS]` when it
+holds them; a BPE vocabulary with neither uses its
 `<|endoftext|>` for both, the document boundary pretraining learned (as training/gpt_finetuning
 does for GPT-1's delimiters). <cls> stays told apart by its own segment id and its place last.
 """
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep import bpe, glue, tokenization
+from data_prep import bpe, glue, spiece, tokenization
 from data_prep.errors import input_error
 from modeling import xlnet
 from training.gpt_finetuning import load_bpe
@@ -33,19 +35,30 @@ FEATURES = ("input_ids", "input_mask", "segment_ids")
 class XLNetTextEncoder:
     """Text -> XLNet classifier features (see the module docstring).
 
-    vocab_file: a BPE folder / encoder.json, or a WordPiece vocab.txt; do_lower_case applies to
-    WordPiece only (byte-level BPE is cased). Raises InputError for a missing file.
+    vocab_file: a SentencePiece model (a `.model` file, or a folder holding spiece.model, as
+    XLNet's release, Hugging Face's folders and convert_checkpoint.py's output have: XLNet's own
+    tokenization, data_prep/spiece.py), a BPE folder / encoder.json, or a WordPiece vocab.txt.
+    do_lower_case: None is the vocabulary's own default, lower case for WordPiece, cased for
+    SentencePiece (XLNet's released models are cased); byte-level BPE is always cased. Raises
+    InputError for a missing file.
     encode(text) -> list of ids; sep_id, cls_id, vocab_size.
     """
 
-    def __init__(self, vocab_file: str, do_lower_case: bool = True):
+    def __init__(self, vocab_file: str, do_lower_case: bool | None = None):
         path = Path(vocab_file)
-        if path.is_dir() or path.suffix == ".json":
+        if path.is_dir() and (path / "spiece.model").is_file():
+            path = path / "spiece.model"
+        if path.suffix == ".model":
+            sentencepiece = spiece.SentencePieceTokenizer(path, bool(do_lower_case))
+            vocab = sentencepiece.vocab
+            self.encode = sentencepiece.encode
+        elif path.is_dir() or path.suffix == ".json":
             tokenizer = load_bpe(vocab_file)
             vocab = tokenizer.encoder
             self.encode = tokenizer.encode
         else:
-            wordpiece = tokenization.FullTokenizer(vocab_file, do_lower_case)
+            lower = True if do_lower_case is None else do_lower_case
+            wordpiece = tokenization.FullTokenizer(vocab_file, lower)
             vocab = wordpiece.vocab
             self.encode = lambda text: wordpiece.convert_tokens_to_ids(wordpiece.tokenize(text))
         fallback = vocab.get(bpe.GPT2_END_OF_TEXT)

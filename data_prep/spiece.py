@@ -1,0 +1,76 @@
+"""SentencePiece tokenization as XLNet's released code does it (prepro_utils.py of
+zihangdai/xlnet), for the spiece.model that XLNet checkpoints ship (Hugging Face's folders too).
+
+`preprocess_text` first: whitespace runs collapsed to one space and the ends stripped, `` and ''
+made ", accents removed (NFKD, combining marks dropped) unless keep_accents, lower case when
+asked (XLNet's released models are cased). Then the `sentencepiece` library's pieces, with the
+original's one rule on top: a piece that ends in a comma after a digit ("1,") is split into the
+number's own pieces and the comma, so "1,000" does not depend on whether the vocabulary happens
+to hold "1,". Ids are the model's piece ids.
+
+The library (Google's reference implementation, a keras-hub dependency) does the segmentation
+and its model's own normalisation; only the original's wrapping around it is written here.
+"""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+
+from data_prep.errors import input_error
+
+SPIECE_UNDERLINE = "\u2581"  # SentencePiece's word-start marker
+
+
+def preprocess_text(
+    text: str, lower: bool = False, remove_space: bool = True, keep_accents: bool = False
+) -> str:
+    """The original's preprocess_text (see the module docstring)."""
+    out = " ".join(text.strip().split()) if remove_space else text
+    out = out.replace("``", '"').replace("''", '"')
+    if not keep_accents:
+        out = "".join(c for c in unicodedata.normalize("NFKD", out) if not unicodedata.combining(c))
+    return out.lower() if lower else out
+
+
+class SentencePieceTokenizer:
+    """XLNet's tokenization over a SentencePiece model file.
+
+    path: the spiece.model. Raises InputError naming it when it is missing or not a model.
+    encode(text) -> list of piece ids; pieces(text) -> the pieces; vocab: piece -> id.
+    """
+
+    def __init__(self, path: str | os.PathLike, do_lower_case: bool = False):
+        import sentencepiece
+
+        self.path, self.do_lower_case = str(path), do_lower_case
+        if not os.path.isfile(path):
+            raise input_error(
+                self.path, "a SentencePiece model file (spiece.model)", "no such file"
+            )
+        self.model = sentencepiece.SentencePieceProcessor()
+        try:
+            self.model.Load(self.path)
+        except (OSError, RuntimeError) as e:
+            raise input_error(self.path, "a SentencePiece model file", str(e).strip()) from None
+        self.vocab = {self.model.IdToPiece(i): i for i in range(self.model.GetPieceSize())}
+
+    def pieces(self, text: str) -> list[str]:
+        text = preprocess_text(text, lower=self.do_lower_case)
+        out = []
+        for piece in self.model.EncodeAsPieces(text):
+            if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
+                # The number without its comma, as its own pieces; no word-start marker where
+                # the piece had none.
+                parts = self.model.EncodeAsPieces(piece[:-1].replace(SPIECE_UNDERLINE, ""))
+                if piece[0] != SPIECE_UNDERLINE and parts and parts[0][0] == SPIECE_UNDERLINE:
+                    parts[0] = parts[0][1:]
+                    if not parts[0]:
+                        parts = parts[1:]
+                out += [*parts, ","]
+            else:
+                out.append(piece)
+        return out
+
+    def encode(self, text: str) -> list[int]:
+        return [self.model.PieceToId(p) for p in self.pieces(text)]

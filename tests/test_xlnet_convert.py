@@ -1,0 +1,221 @@
+"""XLNet from and to Hugging Face's files, and XLNet's SentencePiece tokenization, against
+transformers (tests/fixtures/xlnet_tiny, written by tests/make_xlnet_golden.py: a tiny
+XLNetLMHeadModel with seeded weights, its spiece.model, and what transformers computed and
+tokenized with them), so CI checks Cloze against an implementation no one here wrote without
+installing PyTorch. Then the converted folder fine-tunes through run_classifier.py."""
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from data_prep import spiece
+from data_prep.errors import InputError
+from modeling import xlnet
+from tests import helpers
+from tests.conftest import ROOT
+from tests.make_xlnet_golden import VOCAB_STRIDE
+
+FIXTURE = ROOT / "tests" / "fixtures" / "xlnet_tiny"
+TOLERANCE = 1e-5  # max absolute difference in float32
+
+
+@pytest.fixture(scope="module")
+def golden():
+    return dict(np.load(FIXTURE / "golden.npz"))
+
+
+def convert(*args):
+    r = helpers.run_main("convert_checkpoint.py", args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """The fixture converted with convert_checkpoint.py --from=hf --to=cloze."""
+    out = tmp_path_factory.mktemp("xlnet") / "cloze"
+    r = convert("--from=hf", "--to=cloze", f"--input_dir={FIXTURE}", f"--output_dir={out}")
+    assert "converted XLNet --from=hf to --to=cloze" in r.stdout
+    assert "transformer.layer.{0,1}.rel_attn.r_w_bias (2, 8) -> encoder/r_w_bias" in r.stdout
+    return out
+
+
+def batch(golden):
+    return {
+        "input_ids": golden["input_ids"].astype("int32"),
+        "input_mask": golden["input_mask"].astype("int32"),
+        "segment_ids": golden["segment_ids"].astype("int32"),
+    }
+
+
+def test_converted_xlnet_computes_what_transformers_computes(converted, golden):
+    """Every layer's content stream at the real tokens of a left-padded batch of single texts
+    and pairs, the LM logits on it, and the query stream's logits under a permutation."""
+    assert sorted(p.name for p in converted.iterdir()) == [
+        "bert_config.json", "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index",
+        "spiece.model",
+    ]  # fmt: skip
+    config = xlnet.XLNetConfig.from_json_file(converted / "bert_config.json")
+    # Hugging Face's "gelu" is the exact erf form; its biases are per layer.
+    assert (config.ff_activation, config.untie_r, config.n_token) == ("gelu_exact", True, 300)
+    model, _ = xlnet.load_cloze(converted, config)
+    out = model.encoder(batch(golden))
+    real = golden["input_mask"].astype(bool)
+    assert len(out["encoder_outputs"]) == len(golden["hidden_states"]) == 3
+    for got, want in zip(out["encoder_outputs"], golden["hidden_states"]):
+        np.testing.assert_allclose(np.asarray(got)[real], want[real], atol=TOLERANCE)
+    table = model.encoder.word_embedding.numpy()
+    lm = np.asarray(out["sequence_output"]) @ table.T + model.softmax_bias.numpy()
+    np.testing.assert_allclose(lm[..., ::VOCAB_STRIDE][real], golden["lm_logits"][real], atol=1e-5)
+    plm = model({**batch(golden), **{k: golden[k] for k in ("perm_mask", "target_mapping")}})
+    plm = np.asarray(plm["plm_logits"])[..., ::VOCAB_STRIDE]
+    # A query that may see no token at all (the first of its factorisation order): transformers
+    # spreads its attention evenly over every hidden key, Cloze attends to nothing
+    # (TwoStreamRelativeAttention), so no content leaks. Every other query agrees.
+    positions = golden["target_mapping"].argmax(-1)  # (B, 2)
+    sees = np.take_along_axis((golden["perm_mask"] == 0).sum(-1), positions, axis=1)
+    assert (sees == 0).sum() == 1
+    np.testing.assert_allclose(plm[sees > 0], golden["plm_logits"][sees > 0], atol=TOLERANCE)
+    assert np.abs(plm[sees == 0] - golden["plm_logits"][sees == 0]).max() > 1e-2
+
+
+def test_cloze_to_hf_round_trips_bit_for_bit(converted, tmp_path):
+    out = tmp_path / "hf"
+    convert("--from=cloze", "--to=hf", f"--input_dir={converted}", f"--output_dir={out}")
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors",
+                                                     "spiece.model"]  # fmt: skip
+    mine, theirs = load_file(out / "model.safetensors"), load_file(FIXTURE / "model.safetensors")
+    assert sorted(mine) == sorted(theirs)
+    for name in mine:
+        np.testing.assert_array_equal(mine[name], theirs[name], err_msg=name)
+    written, published = (json.loads((f / "config.json").read_text()) for f in (out, FIXTURE))
+    assert {k: published[k] for k in written} == written  # the keys written have its values
+    # A tied Cloze model (untie_r false) writes its one set of biases into every layer.
+    tied = xlnet.XLNetPretrainer(xlnet.XLNetConfig.from_dict(
+        {**xlnet.XLNetConfig.from_json_file(converted / "bert_config.json").to_dict(),
+         "untie_r": False}))  # fmt: skip
+    tied.build()
+    xlnet.save_hf(tied, tmp_path / "tied")
+    arrays = load_file(tmp_path / "tied" / "model.safetensors")
+    np.testing.assert_array_equal(
+        arrays["transformer.layer.0.rel_attn.r_w_bias"],
+        arrays["transformer.layer.1.rel_attn.r_w_bias"],
+    )
+    np.testing.assert_array_equal(tied.encoder.r_w_bias.numpy(),
+                                  arrays["transformer.layer.1.rel_attn.r_w_bias"])  # fmt: skip
+
+
+def test_bare_xlnet_model_and_task_model_files_convert(tmp_path, golden):
+    """A bare XLNetModel (no `transformer.` prefix, no LM head) gives the same encoder and a
+    zero softmax bias; a task model's head is listed as not converted."""
+    arrays = load_file(FIXTURE / "model.safetensors")
+    bare = {k.removeprefix("transformer."): v for k, v in arrays.items() if k != "lm_loss.bias"}
+    bare["sequence_summary.summary.weight"] = np.zeros((16, 16), np.float32)
+    folder = tmp_path / "bare"
+    folder.mkdir()
+    save_file(bare, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    shutil.copy(FIXTURE / "config.json", folder / "config.json")
+    config = xlnet.config_from_hf(json.loads((folder / "config.json").read_text()))
+    model, report = xlnet.load_hf(folder, config)
+    assert not model.softmax_bias.numpy().any()
+    summary = report.summary()
+    assert "no lm_loss.bias: the softmax bias starts at zeros" in summary
+    assert "a fine-tuning head (Cloze's task heads start fresh)): sequence_summary" in summary
+    out = model.encoder(batch(golden))["sequence_output"]
+    real = golden["input_mask"].astype(bool)
+    np.testing.assert_allclose(np.asarray(out)[real], golden["hidden_states"][-1][real], atol=1e-5)
+
+
+def test_hf_configs_that_compute_something_else_are_refused():
+    published = json.loads((FIXTURE / "config.json").read_text())
+    for change, where in (
+        ({"attn_type": "uni"}, "config.json: attn_type: expected 'bi'"),
+        ({"bi_data": True}, "config.json: bi_data: expected False"),
+        ({"layer_norm_eps": 1e-5}, "config.json: layer_norm_eps: expected 1e-12"),
+        ({"ff_activation": "swish"}, "config.json: ff_activation: expected one of"),
+        ({"d_head": 7}, "config.json: d_head: expected d_model / n_head = 16 / 2"),
+        ({"made_up": 1}, "expected the keys of a Hugging Face XLNet config, found ['made_up']"),
+    ):
+        with pytest.raises(InputError, match=re.escape(where)):
+            xlnet.config_from_hf({**published, **change})
+    # The activations by their Hugging Face names; untie_r false still has per-layer weights.
+    assert xlnet.config_from_hf({**published, "ff_activation": "gelu_new"}).ff_activation == "gelu"
+    assert xlnet.config_from_hf({**published, "untie_r": False}).untie_r is True
+    config = xlnet.config_from_hf(published)
+    with pytest.raises(ValueError, match="one dropout for both"):
+        xlnet.hf_config(config.replace(dropatt=0.2))
+
+
+def test_sentencepiece_ids_equal_transformers_but_for_the_originals_comma_rule(golden):
+    """Every 25th README line tokenized as transformers' XLNetTokenizer does, except where the
+    released code's rule splits a piece ending in digit + comma (transformers' tokenizer leaves
+    "6.053," whole): there the pieces spell the same text and no piece ends that way."""
+    tok = spiece.SentencePieceTokenizer(FIXTURE / "spiece.model")
+    offsets, ids = golden["tokenizer_offsets"], golden["tokenizer_ids"]
+    differ = 0
+    for k, text in enumerate(golden["tokenizer_texts"]):
+        theirs = ids[offsets[k] : offsets[k + 1]].tolist()
+        mine = tok.encode(str(text))
+        if mine == theirs:
+            continue
+        differ += 1
+        their_pieces = [tok.model.IdToPiece(i) for i in theirs]
+        assert any(re.search(r"\d,$", p) for p in their_pieces), text
+        assert "".join(tok.pieces(str(text))) == "".join(their_pieces)
+        assert not any(re.search(r"\d,$", p) for p in tok.pieces(str(text)))
+    assert differ == 1  # "0.123, 6.053, NSP 0.679": transformers' "▁6.053,"
+    assert tok.pieces("1,000")[-1] != "000" and "," in tok.pieces("1,000")
+
+
+def test_xlnet_packing_of_sentencepiece_ids_equals_transformers(golden):
+    """Single texts and pairs as transformers' XLNetTokenizer packs them: `a <sep> (b <sep>)
+    <cls>`, segment ids 0 / 1 / 2, left padded (pack_classifier_ids pads with id 0 where
+    transformers puts <pad>: input_mask hides them both)."""
+    from training import xlnet_finetuning
+
+    encoder = xlnet_finetuning.XLNetTextEncoder(str(FIXTURE))  # the folder's spiece.model
+    assert (encoder.sep_id, encoder.cls_id, encoder.vocab_size) == (4, 3, 300)
+    length = golden["input_ids"].shape[1]
+    for i, (a, b, has) in enumerate(zip(golden["first"], golden["second"], golden["has_second"])):
+        ids, mask, segments, cut = xlnet.pack_classifier_ids(
+            encoder.encode(str(a)), encoder.encode(str(b)) if has else None, length, 4, 3
+        )
+        real = golden["input_mask"][i].astype(bool)
+        assert not cut and mask == golden["input_mask"][i].tolist()
+        assert segments == golden["segment_ids"][i].tolist()
+        np.testing.assert_array_equal(np.array(ids)[real], golden["input_ids"][i][real])
+
+
+def test_preprocessing_follows_the_released_code(tmp_path):
+    assert spiece.preprocess_text("  Crème  ``brûlée''\n") == 'Creme "brulee"'
+    assert spiece.preprocess_text("Crème", keep_accents=True) == "Crème"
+    assert spiece.preprocess_text("ABC", lower=True) == "abc"
+    tok = spiece.SentencePieceTokenizer(FIXTURE / "spiece.model")
+    lower = spiece.SentencePieceTokenizer(FIXTURE / "spiece.model", do_lower_case=True)
+    assert lower.encode("HELLO World") == tok.encode("hello world") != tok.encode("HELLO World")
+    with pytest.raises(InputError, match=r"missing.model: expected a SentencePiece model file"):
+        spiece.SentencePieceTokenizer(tmp_path / "missing.model")
+    (tmp_path / "bad.model").write_bytes(b"not a model")
+    with pytest.raises(InputError, match=r"bad.model: expected a SentencePiece model file"):
+        spiece.SentencePieceTokenizer(tmp_path / "bad.model")
+
+
+def test_converted_xlnet_fine_tunes_through_run_classifier(converted, tmp_path):
+    """The converted folder is --vocab_file (its spiece.model), --bert_config_file and
+    --init_checkpoint at once: run_classifier initialises the encoder from it, tokenizes with
+    XLNet's SentencePiece (cased) and learns two sentences by heart."""
+    (tmp_path / "bpe").symlink_to(converted)  # run_classifier_on_two_sentences' --vocab_file
+    r, out = helpers.run_classifier_on_two_sentences(
+        tmp_path, converted / "bert_config.json", f"--init_checkpoint={converted}",
+        "--max_seq_length=24", "--num_train_epochs=10", "--layerwise_lr_decay=0.9",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"initialised the encoder from {converted / 'ckpt-1'}" in r.stderr
+    results = dict(
+        line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
+    )
+    assert float(results["accuracy"]) == 1.0
