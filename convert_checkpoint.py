@@ -29,9 +29,9 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
         keras_hub a keras-hub BertBackbone preset folder (config.json, model.weights.h5,
                   assets/tokenizer/vocabulary.txt), e.g. one written by --to=keras_hub
 --to:   cloze        ckpt-1 + bert_config.json + vocab.txt; any run script takes the folder as
-                     --init_checkpoint (a RoBERTa's vocab.json + merges.txt in --input_dir are
-                     copied along, here and to hf / keras / tf1: the folder is then also the run
-                     scripts' --vocab_file)
+                     --init_checkpoint (a RoBERTa's vocab.json + merges.txt, or an ALBERT's
+                     spiece.model, in --input_dir are copied along, here and to hf / keras /
+                     tf1: the folder is then also the run scripts' --vocab_file)
         hf           (a BART checkpoint: BartForConditionalGeneration's model.safetensors +
                      config.json, encoder.json / vocab.bpe copied as vocab.json / merges.txt;
                      an XLNet: XLNetLMHeadModel's, spiece.model copied along)
@@ -345,7 +345,7 @@ def check_serving_inputs(config, config_where: str, bpe_files) -> None:
 
 
 def convert(source_format: str, target_format: str) -> None:
-    from data_prep import bpe
+    from data_prep import bpe, spiece
     from data_prep.errors import input_error
     from modeling import checkpoints
 
@@ -357,12 +357,15 @@ def convert(source_format: str, target_format: str) -> None:
     # A RoBERTa checkpoint's byte-level BPE (vocab.json + merges.txt) goes along under its
     # Hugging Face names, so the output folder is the run scripts' --vocab_file.
     bpe_files = bpe.folder_files(input_dir) if input_dir else None
+    # An ALBERT's SentencePiece model goes along too (run scripts read the folder's spiece.model).
+    spiece_file = spiece.model_file(input_dir) if input_dir else None
     own_module = source_format in ("hf", "cloze") and own_module_family(config_file)
     if (
         vocab_file is None
         and target_format in ("hf", "saved_model", "keras_hub")
         and not own_module
         and not (bpe_files and target_format in ("hf", "saved_model"))
+        and not (spiece_file and target_format == "hf")
     ):
         raise input_error(
             str(Path(input_dir or ".") / "vocab.txt"),
@@ -421,9 +424,8 @@ def convert(source_format: str, target_format: str) -> None:
         elif target_format in TF1_CONFIG_NAMES:
             checkpoints.save_tf1(model, tmp)
         elif target_format == "hf":
-            _, notes = checkpoints.save_hf(
-                model, tmp, FLAGS.do_lower_case, bpe_vocab=bpe_files is not None and not vocab_file
-            )
+            kind = "wordpiece" if vocab_file else ("bpe" if bpe_files else "sentencepiece")
+            _, notes = checkpoints.save_hf(model, tmp, FLAGS.do_lower_case, kind)
             report.notes += notes
         elif target_format == "saved_model":
             if FLAGS.encoder_branches > 1 or FLAGS.remove_padding:
@@ -451,6 +453,8 @@ def convert(source_format: str, target_format: str) -> None:
         if bpe_files and target_format in ("cloze", "hf", "keras", *TF1_CONFIG_NAMES):
             for source, name in zip(bpe_files, bpe.BPE_FILE_NAMES[1]):
                 shutil.copyfile(source, tmp / name)
+        if spiece_file and target_format in ("cloze", "hf", "keras", *TF1_CONFIG_NAMES):
+            shutil.copyfile(spiece_file, tmp / "spiece.model")
         written = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
         sizes = {str(p): (tmp / p).stat().st_size for p in written}
 

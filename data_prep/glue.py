@@ -639,15 +639,32 @@ BERT_PACKING = Packing("[CLS]", ("[SEP]",), "[SEP]", 1)
 # RoBERTa (fairseq's and Hugging Face's RobertaTokenizer): <s> a </s></s> b </s>, one segment
 # type, padded with <pad>.
 ROBERTA_PACKING = Packing("<s>", ("</s>", "</s>"), "</s>", 0, "<pad>", "<unk>")
+# ALBERT (google-research/albert, Hugging Face's AlbertTokenizer): BERT's layout with its
+# SentencePiece model's [CLS] and [SEP], padded with <pad> (id 0).
+ALBERT_PACKING = Packing("[CLS]", ("[SEP]",), "[SEP]", 1, "<pad>", "<unk>")
 
 
 def load_tokenizer(vocab_file, do_lower_case: bool, lower_case_given: bool = True):
     """(tokenizer, packing) of a run script's --vocab_file: a byte-level BPE folder is a RoBERTa
     checkpoint's vocabulary (bpe.RobertaTokenizer with ROBERTA_PACKING; cased, lower-cased only
-    when do_lower_case was given explicitly, `lower_case_given`), anything else a WordPiece
-    vocab.txt (tokenization.FullTokenizer with BERT_PACKING). Raises InputError naming the file."""
-    from data_prep import bpe, tokenization
+    when do_lower_case was given explicitly, `lower_case_given`); a SentencePiece model (a
+    `.model` file or a folder with spiece.model) an ALBERT checkpoint's (spiece.py's
+    tokenization, lower-cased as ALBERT unless --do_lower_case=false, with ALBERT_PACKING);
+    anything else a WordPiece vocab.txt (tokenization.FullTokenizer with BERT_PACKING). Raises
+    InputError naming the file."""
+    from data_prep import bpe, spiece, tokenization
 
+    if model := spiece.model_file(vocab_file):
+        tokenizer = spiece.SentencePieceTokenizer(model, do_lower_case)
+        p = ALBERT_PACKING
+        missing = [t for t in (p.start, p.end, p.pad, p.unk) if t not in tokenizer.vocab]
+        if missing:
+            raise input_error(
+                str(model), f"ALBERT's pieces {[p.start, p.end, p.pad, p.unk]}",
+                f"a SentencePiece model without {missing} (an XLNet's? XLNet configs read it "
+                "in run_classifier)",
+            )  # fmt: skip
+        return tokenizer, ALBERT_PACKING
     if bpe.folder_files(vocab_file) is not None:
         lower = do_lower_case and lower_case_given
         return bpe.RobertaTokenizer.from_folder(vocab_file, lower), ROBERTA_PACKING

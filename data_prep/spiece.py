@@ -1,12 +1,13 @@
-"""SentencePiece tokenization as XLNet's released code does it (prepro_utils.py of
-zihangdai/xlnet), for the spiece.model that XLNet checkpoints ship (Hugging Face's folders too).
+"""SentencePiece tokenization as XLNet's and ALBERT's released code do it (prepro_utils.py of
+zihangdai/xlnet; google-research/albert's tokenization.py does the same), for the spiece.model
+that their checkpoints ship (Hugging Face's folders too).
 
 `preprocess_text` first: whitespace runs collapsed to one space and the ends stripped, `` and ''
 made ", accents removed (NFKD, combining marks dropped) unless keep_accents, lower case when
-asked (XLNet's released models are cased). Then the `sentencepiece` library's pieces, with the
-original's one rule on top: a piece that ends in a comma after a digit ("1,") is split into the
-number's own pieces and the comma, so "1,000" does not depend on whether the vocabulary happens
-to hold "1,". Ids are the model's piece ids.
+asked (XLNet's released models are cased, ALBERT's lower-cased). Then the `sentencepiece`
+library's pieces, with the original's one rule on top: a piece that ends in a comma after a
+digit ("1,") is split into the number's own pieces and the comma, so "1,000" does not depend on
+whether the vocabulary happens to hold "1,". Ids are the model's piece ids.
 
 The library (Google's reference implementation, a keras-hub dependency) does the segmentation
 and its model's own normalisation; only the original's wrapping around it is written here.
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import os
 import unicodedata
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from data_prep.errors import input_error
 
@@ -33,11 +36,24 @@ def preprocess_text(
     return out.lower() if lower else out
 
 
+def model_file(vocab_file) -> Path | None:
+    """The SentencePiece model a --vocab_file names: a `.model` file, or a folder holding
+    spiece.model (a release's, Hugging Face's, convert_checkpoint.py's output); else None."""
+    path = Path(vocab_file)
+    if path.is_dir() and (path / "spiece.model").is_file():
+        return path / "spiece.model"
+    return path if path.suffix == ".model" else None
+
+
 class SentencePieceTokenizer:
-    """XLNet's tokenization over a SentencePiece model file.
+    """XLNet's and ALBERT's tokenization over a SentencePiece model file.
 
     path: the spiece.model. Raises InputError naming it when it is missing or not a model.
-    encode(text) -> list of piece ids; pieces(text) -> the pieces; vocab: piece -> id.
+    encode(text) -> list of piece ids; pieces(text) -> the pieces; vocab: piece -> id. The run
+    scripts' tokenizer interface too (tokenization.FullTokenizer's): tokenize (= pieces),
+    tokenize_word (a word of pre-split text: SentencePiece splits at spaces, so its pieces are
+    the same as within the text), convert_tokens_to_ids, convert_ids_to_tokens, detokenize and
+    do_lower_case.
     """
 
     def __init__(self, path: str | os.PathLike, do_lower_case: bool = False):
@@ -74,3 +90,18 @@ class SentencePieceTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return [self.model.PieceToId(p) for p in self.pieces(text)]
+
+    tokenize = pieces
+    tokenize_word = pieces
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
+        return [self.model.PieceToId(t) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.model.IdToPiece(int(i)) for i in ids]
+
+    @staticmethod
+    def detokenize(tokens: Sequence[str]) -> str:
+        """The text of pieces (a span's, run_squad's answers), one space between words:
+        ["▁New", "▁Yor", "k"] -> "New York"."""
+        return " ".join("".join(tokens).replace(SPIECE_UNDERLINE, " ").split())

@@ -1886,7 +1886,7 @@ def save_tf1_bert(model, output_dir, name: str = "bert_model.ckpt") -> str:
 
 
 def save_hf_bert(
-    model, output_dir, do_lower_case: bool = True, bpe_vocab: bool = False
+    model, output_dir, do_lower_case: bool = True, vocab_kind: str = "wordpiece"
 ) -> list[Path]:
     """Writes `model.safetensors` and `config.json` (plus `tokenizer_config.json`, see save_hf)
     as transformers' save_pretrained would for BertModel (encoder) or BertForPreTraining (heads).
@@ -1897,7 +1897,7 @@ def save_hf_bert(
     prefix = "bert." if heads else ""
     arrays = export_arrays(model, hf_bert_entries(model.config, heads, prefix))
     config = bert_config_to_hf_config(model.config, heads)
-    return _write_hf_folder(arrays, config, Path(output_dir), do_lower_case, bpe_vocab)
+    return _write_hf_folder(arrays, config, Path(output_dir), do_lower_case, vocab_kind)
 
 
 def save_tf1(model, output_dir, name: str = "model.ckpt") -> str:
@@ -1935,8 +1935,17 @@ def _save_tf1_arrays(arrays: dict, output_dir, name: str) -> str:
     return prefix
 
 
+# tokenizer_config.json's tokenizer_class by the vocabulary beside the weights: a WordPiece
+# vocab.txt, RoBERTa's byte-level BPE (vocab.json + merges.txt, cased), ALBERT's spiece.model.
+HF_TOKENIZER_CLASSES = {
+    "wordpiece": "BertTokenizer",
+    "bpe": "RobertaTokenizer",
+    "sentencepiece": "AlbertTokenizer",
+}
+
+
 def _write_hf_folder(
-    arrays: dict, config: dict, out: Path, do_lower_case: bool, bpe_vocab: bool = False
+    arrays: dict, config: dict, out: Path, do_lower_case: bool, vocab_kind: str = "wordpiece"
 ) -> list[Path]:
     from safetensors.numpy import save_file
 
@@ -1944,20 +1953,19 @@ def _write_hf_folder(
     # transformers refuses safetensors files whose metadata lacks a known "format".
     save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    if bpe_vocab:  # RoBERTa's byte-level BPE (vocab.json + merges.txt beside it), cased
-        tokenizer_config = {"tokenizer_class": "RobertaTokenizer"}
-    else:
-        tokenizer_config = {"do_lower_case": do_lower_case, "tokenizer_class": "BertTokenizer"}
+    tokenizer_config = {"tokenizer_class": HF_TOKENIZER_CLASSES[vocab_kind]}
+    if vocab_kind != "bpe":
+        tokenizer_config["do_lower_case"] = do_lower_case
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
     return [out / "model.safetensors", out / "config.json", out / "tokenizer_config.json"]
 
 
 def save_hf(
-    model, output_dir, do_lower_case: bool = True, bpe_vocab: bool = False
+    model, output_dir, do_lower_case: bool = True, vocab_kind: str = "wordpiece"
 ) -> tuple[list[Path], list[str]]:
     """Writes the model as transformers' save_pretrained would for its family; returns (files,
-    notes). bpe_vocab: the vocabulary is RoBERTa's byte-level BPE (tokenizer_config.json names
-    RobertaTokenizer; the caller copies vocab.json + merges.txt), else WordPiece (BertTokenizer).
+    notes). vocab_kind: the vocabulary the caller copies beside it, which tokenizer_config.json
+    names (HF_TOKENIZER_CLASSES): "wordpiece", "bpe" (RoBERTa's) or "sentencepiece" (ALBERT's).
     BERT: save_hf_bert. RoBERTa (position_offset > 0): RobertaModel, or
     RobertaForMaskedLM with the pooler kept and the (unused) next-sentence head left out.
     ALBERT: AlbertModel or AlbertForPreTraining (with E == H an identity
@@ -1987,7 +1995,7 @@ def save_hf(
         if heads:
             notes.append("not written: the next-sentence head (RoBERTa has none)")
     else:
-        return save_hf_bert(model, output_dir, do_lower_case, bpe_vocab), notes
+        return save_hf_bert(model, output_dir, do_lower_case, vocab_kind), notes
     generator = {
         k[len(HF_GENERATOR_DIR) + 1 :]: a
         for k, a in arrays.items()
@@ -1995,7 +2003,7 @@ def save_hf(
     }
     arrays = {k: a for k, a in arrays.items() if not k.startswith(HF_GENERATOR_DIR + "/")}
     hf_config = config_to_hf_config(config, heads)
-    files = _write_hf_folder(arrays, hf_config, out, do_lower_case, bpe_vocab)
+    files = _write_hf_folder(arrays, hf_config, out, do_lower_case, vocab_kind)
     if generator:
         # The generator shares the discriminator's embeddings (ELECTRA sec. 3.2): a copy in its
         # own folder, as the released generator checkpoints hold them.

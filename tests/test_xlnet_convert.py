@@ -1,8 +1,8 @@
-"""XLNet from and to Hugging Face's files, and XLNet's SentencePiece tokenization, against
-transformers (tests/fixtures/xlnet_tiny, written by tests/make_xlnet_golden.py: a tiny
-XLNetLMHeadModel with seeded weights, its spiece.model, and what transformers computed and
-tokenized with them), so CI checks Cloze against an implementation no one here wrote without
-installing PyTorch. Then the converted folder fine-tunes through run_classifier.py."""
+"""XLNet from and to Hugging Face's files against transformers (tests/fixtures/xlnet_tiny,
+written by tests/make_xlnet_golden.py: a tiny XLNetLMHeadModel with seeded weights, its
+spiece.model, and what transformers computed with them), so CI checks Cloze against an
+implementation no one here wrote without installing PyTorch. Then the converted folder
+fine-tunes through run_classifier.py (its SentencePiece tokenization: tests/test_spiece.py)."""
 
 import json
 import re
@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from data_prep import spiece
 from data_prep.errors import InputError
 from modeling import xlnet
 from tests import helpers
@@ -148,60 +147,6 @@ def test_hf_configs_that_compute_something_else_are_refused():
     config = xlnet.config_from_hf(published)
     with pytest.raises(ValueError, match="one dropout for both"):
         xlnet.hf_config(config.replace(dropatt=0.2))
-
-
-def test_sentencepiece_ids_equal_transformers_but_for_the_originals_comma_rule(golden):
-    """Every 25th README line tokenized as transformers' XLNetTokenizer does, except where the
-    released code's rule splits a piece ending in digit + comma (transformers' tokenizer leaves
-    "6.053," whole): there the pieces spell the same text and no piece ends that way."""
-    tok = spiece.SentencePieceTokenizer(FIXTURE / "spiece.model")
-    offsets, ids = golden["tokenizer_offsets"], golden["tokenizer_ids"]
-    differ = 0
-    for k, text in enumerate(golden["tokenizer_texts"]):
-        theirs = ids[offsets[k] : offsets[k + 1]].tolist()
-        mine = tok.encode(str(text))
-        if mine == theirs:
-            continue
-        differ += 1
-        their_pieces = [tok.model.IdToPiece(i) for i in theirs]
-        assert any(re.search(r"\d,$", p) for p in their_pieces), text
-        assert "".join(tok.pieces(str(text))) == "".join(their_pieces)
-        assert not any(re.search(r"\d,$", p) for p in tok.pieces(str(text)))
-    assert differ == 1  # "0.123, 6.053, NSP 0.679": transformers' "▁6.053,"
-    assert tok.pieces("1,000")[-1] != "000" and "," in tok.pieces("1,000")
-
-
-def test_xlnet_packing_of_sentencepiece_ids_equals_transformers(golden):
-    """Single texts and pairs as transformers' XLNetTokenizer packs them: `a <sep> (b <sep>)
-    <cls>`, segment ids 0 / 1 / 2, left padded (pack_classifier_ids pads with id 0 where
-    transformers puts <pad>: input_mask hides them both)."""
-    from training import xlnet_finetuning
-
-    encoder = xlnet_finetuning.XLNetTextEncoder(str(FIXTURE))  # the folder's spiece.model
-    assert (encoder.sep_id, encoder.cls_id, encoder.vocab_size) == (4, 3, 300)
-    length = golden["input_ids"].shape[1]
-    for i, (a, b, has) in enumerate(zip(golden["first"], golden["second"], golden["has_second"])):
-        ids, mask, segments, cut = xlnet.pack_classifier_ids(
-            encoder.encode(str(a)), encoder.encode(str(b)) if has else None, length, 4, 3
-        )
-        real = golden["input_mask"][i].astype(bool)
-        assert not cut and mask == golden["input_mask"][i].tolist()
-        assert segments == golden["segment_ids"][i].tolist()
-        np.testing.assert_array_equal(np.array(ids)[real], golden["input_ids"][i][real])
-
-
-def test_preprocessing_follows_the_released_code(tmp_path):
-    assert spiece.preprocess_text("  Crème  ``brûlée''\n") == 'Creme "brulee"'
-    assert spiece.preprocess_text("Crème", keep_accents=True) == "Crème"
-    assert spiece.preprocess_text("ABC", lower=True) == "abc"
-    tok = spiece.SentencePieceTokenizer(FIXTURE / "spiece.model")
-    lower = spiece.SentencePieceTokenizer(FIXTURE / "spiece.model", do_lower_case=True)
-    assert lower.encode("HELLO World") == tok.encode("hello world") != tok.encode("HELLO World")
-    with pytest.raises(InputError, match=r"missing.model: expected a SentencePiece model file"):
-        spiece.SentencePieceTokenizer(tmp_path / "missing.model")
-    (tmp_path / "bad.model").write_bytes(b"not a model")
-    with pytest.raises(InputError, match=r"bad.model: expected a SentencePiece model file"):
-        spiece.SentencePieceTokenizer(tmp_path / "bad.model")
 
 
 def test_converted_xlnet_fine_tunes_through_run_classifier(converted, tmp_path):

@@ -46,10 +46,8 @@ class XLNetTextEncoder:
 
     def __init__(self, vocab_file: str, do_lower_case: bool | None = None):
         path = Path(vocab_file)
-        if path.is_dir() and (path / "spiece.model").is_file():
-            path = path / "spiece.model"
-        if path.suffix == ".model":
-            sentencepiece = spiece.SentencePieceTokenizer(path, bool(do_lower_case))
+        if model := spiece.model_file(vocab_file):
+            sentencepiece = spiece.SentencePieceTokenizer(model, bool(do_lower_case))
             vocab = sentencepiece.vocab
             self.encode = sentencepiece.encode
         elif path.is_dir() or path.suffix == ".json":
