@@ -15,6 +15,11 @@ thresholds to pass back as --null_score_diff_threshold); --do_eval alone scores 
 already in --output_dir. Without --do_train, prediction uses output_dir's latest checkpoint, else
 --init_checkpoint. A rerun resumes training.
 
+--bert_config_file may be a BERT, RoBERTa, ALBERT or ELECTRA config, or an XLNet one (its
+released names): XLNet packs `question <sep> window <sep> <cls>` with its own vocabulary (its
+spiece.model, or the BPE / WordPiece vocabulary it was pretrained with), reads "no answer" at
+the <cls> and trains modeling/xlnet.XLNetSpanQA.
+
 Memory does not grow with the number of windows: training windows stream to a TFRecord, and
 prediction makes, scores and post-processes windows in chunks (training/squad_eval.py), writing
 the output files question by question. Progress bars show questions done, rate and ETA.
@@ -140,6 +145,19 @@ flags.DEFINE_bool(
 FLAGS = flags.FLAGS
 
 
+def is_xlnet_config(path) -> bool:
+    """Whether --bert_config_file is an XLNet config (its released names), which trains
+    modeling/xlnet.XLNetSpanQA."""
+    from data_prep.errors import InputError
+    from modeling import bert, xlnet
+
+    try:
+        values = bert.read_config_json(path, "a model config JSON file")
+    except InputError as e:
+        raise SystemExit(f"run_squad: {e}") from None
+    return xlnet.is_xlnet_config(values)
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -162,10 +180,18 @@ def main(argv):
         raise app.UsageError("--do_predict and --do_eval need --predict_file")
     s = FLAGS.max_seq_length
     v2 = FLAGS.version_2_with_negative
+    is_xlnet = needs_model and is_xlnet_config(FLAGS.bert_config_file)
     try:
         packing = glue.BERT_PACKING
-        if needs_model:  # WordPiece, or a RoBERTa checkpoint's byte-level BPE folder
-            given = FLAGS["do_lower_case"].present
+        given = FLAGS["do_lower_case"].present
+        if is_xlnet:  # its own vocabulary, `question <sep> window <sep> <cls>`
+            from training import xlnet_finetuning
+
+            encoder = xlnet_finetuning.XLNetTextEncoder(
+                FLAGS.vocab_file, FLAGS.do_lower_case if given else None
+            )
+            tokenizer, packing = encoder.tokenizer, encoder.packing
+        elif needs_model:  # WordPiece, a RoBERTa's byte-level BPE folder, ALBERT's spiece.model
             tokenizer, packing = glue.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, given)
         squad.check_lengths(s, FLAGS.max_query_length, FLAGS.doc_stride, packing)
         train_examples = predict_examples = predict_data = None
@@ -191,11 +217,14 @@ def main(argv):
     import tensorflow as tf
 
     from data_prep import features
-    from modeling import albert, bert, span_qa
+    from modeling import albert, bert, span_qa, xlnet
     from training import distribute, finetune_tasks, optimization, squad_eval, trainer
 
     try:
-        config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
+        if is_xlnet:
+            config = xlnet_finetuning.load_config(FLAGS.bert_config_file, len(tokenizer.vocab))
+        else:
+            config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
     except InputError as e:
         raise SystemExit(f"run_squad: {e}") from None
     if mismatch := glue.packing_mismatch(packing, config, FLAGS.bert_config_file):
@@ -241,7 +270,7 @@ def main(argv):
 
     keras.utils.set_random_seed(FLAGS.random_seed)
     with strategy.scope(), optimization.dtype_policy(FLAGS.precision):
-        model = span_qa.BertSpanQA(config)
+        model = xlnet.XLNetSpanQA(config) if is_xlnet else span_qa.BertSpanQA(config)
         model.build()
         try:  # a TPUStrategy's scope refuses --remove_padding
             bert.set_execution_options(
@@ -253,7 +282,7 @@ def main(argv):
             FLAGS.learning_rate,
             max(num_train_steps, 1),
             num_warmup_steps,
-            config.num_hidden_layers,
+            config.n_layer if is_xlnet else config.num_hidden_layers,
             FLAGS.layerwise_lr_decay,
             getattr(config, "num_hidden_groups", None),  # ALBERT's shared groups
         )

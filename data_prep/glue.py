@@ -611,23 +611,36 @@ class Packing:
     """How a model's special tokens frame one text or a pair: `start a end` or
     `start a middle b end`, `start a middle` in segment 0 and `b end` in `second_segment`;
     padding is `pad`'s id (None: id 0, BERT's [PAD] in every published vocabulary); `unk` is
-    the unknown token (conll.encode_sentences gives it to a word with no pieces)."""
+    the unknown token (conll.encode_sentences gives it to a word with no pieces). `tail`:
+    tokens after `end` in `tail_segment` with no `start` (XLNet's `a <sep> b <sep> <cls>`,
+    xlnet_packing); the first of the tail, else `start`, is where a span model reads "no
+    answer" (null_index)."""
 
-    start: str
+    start: str | None
     middle: tuple[str, ...]
     end: str
     second_segment: int
     pad: str | None = None
     unk: str = UNK_TOKEN
+    tail: tuple[str, ...] = ()
+    tail_segment: int = 0
+
+    @property
+    def head(self) -> list[str]:
+        return [] if self.start is None else [self.start]
 
     @property
     def pair_specials(self) -> int:
-        return 2 + len(self.middle)
+        return len(self.head) + len(self.middle) + 1 + len(self.tail)
 
     @property
     def pair_form(self) -> str:
         """A pair as these tokens frame it, for messages: "[CLS] a [SEP] b [SEP]"."""
-        return " ".join([self.start, "a", *self.middle, "b", self.end])
+        return " ".join([*self.head, "a", *self.middle, "b", self.end, *self.tail])
+
+    def null_index(self, length: int) -> int:
+        """Where the no-answer token sits in a packed pair of `length` tokens (unpadded)."""
+        return length - len(self.tail) if self.tail else 0
 
     def pad_id(self, tokenizer) -> int:
         """The id inputs are padded with in `tokenizer`'s vocabulary."""
@@ -642,6 +655,13 @@ ROBERTA_PACKING = Packing("<s>", ("</s>", "</s>"), "</s>", 0, "<pad>", "<unk>")
 # ALBERT (google-research/albert, Hugging Face's AlbertTokenizer): BERT's layout with its
 # SentencePiece model's [CLS] and [SEP], padded with <pad> (id 0).
 ALBERT_PACKING = Packing("[CLS]", ("[SEP]",), "[SEP]", 1, "<pad>", "<unk>")
+
+
+def xlnet_packing(sep: str, cls: str, unk: str = UNK_TOKEN) -> Packing:
+    """XLNet's pair layout (its released classifier_utils.py and squad code, Hugging Face's
+    XLNetTokenizer): `a <sep> b <sep> <cls>`, segments 0, 1 and SEG_ID_CLS 2 for <cls>; padded
+    with id 0 (input_mask hides it). sep / cls: the vocabulary's names for them."""
+    return Packing(None, (sep,), sep, 1, None, unk, tail=(cls,), tail_segment=2)
 
 
 def load_tokenizer(vocab_file, do_lower_case: bool, lower_case_given: bool = True):
@@ -707,13 +727,15 @@ def pack(
     (BERT sec. 3, fig. 2); truncated is True when tokens were dropped.
     """
     p = packing
+    tail = [p.tail_segment] * len(p.tail)
     if tokens_b is None:
-        a = tokens_a[: max_seq_length - 2]  # room for [CLS] and [SEP]
-        return [p.start, *a, p.end], [0] * (len(a) + 2), len(a) < len(tokens_a)
+        a = tokens_a[: max_seq_length - len(p.head) - 1 - len(p.tail)]  # room for [CLS] [SEP]
+        segments = [0] * (len(p.head) + len(a) + 1) + tail
+        return [*p.head, *a, p.end, *p.tail], segments, len(a) < len(tokens_a)
     a, b = truncate_pair(tokens_a, tokens_b, max_seq_length - p.pair_specials)
-    tokens = [p.start, *a, *p.middle, *b, p.end]
-    segments = [0] * (len(a) + 1 + len(p.middle)) + [p.second_segment] * (len(b) + 1)
-    return tokens, segments, len(a) + len(b) < len(tokens_a) + len(tokens_b)
+    tokens = [*p.head, *a, *p.middle, *b, p.end, *p.tail]
+    segments = [0] * (len(p.head) + len(a) + len(p.middle)) + [p.second_segment] * (len(b) + 1)
+    return tokens, segments + tail, len(a) + len(b) < len(tokens_a) + len(tokens_b)
 
 
 @dataclasses.dataclass

@@ -57,17 +57,22 @@ class SquadExample:
     start_position: int | None = None
     end_position: int | None = None
     is_impossible: bool = False
+    null_index: int = 0
 
 
 @dataclasses.dataclass
 class InputFeatures:
     """One window of one example, padded to S.
 
-    tokens: the WordPieces of [CLS] query [SEP] window [SEP] (unpadded).
+    tokens: the WordPieces of [CLS] query [SEP] window [SEP] (unpadded; XLNet's `query <sep>
+      window <sep> <cls>`, glue.xlnet_packing).
     token_to_orig_map: position in tokens -> word index in the example's doc_tokens.
     token_is_max_context: position in tokens -> whether this window is the token's best context.
     input_ids, input_mask, segment_ids: int lists of length S.
-    start_position, end_position: answer positions in tokens (0 = [CLS]), training only.
+    start_position, end_position: answer positions in tokens (null_index: no answer in this
+      window), training only.
+    null_index: the position of the token that stands for "no answer" ([CLS], 0; XLNet's <cls>
+      after the window).
     """
 
     unique_id: int
@@ -82,6 +87,7 @@ class InputFeatures:
     start_position: int | None = None
     end_position: int | None = None
     is_impossible: bool = False
+    null_index: int = 0
 
 
 @dataclasses.dataclass
@@ -411,12 +417,14 @@ def convert_examples_to_features(
                 all_doc_tokens, tok_start, tok_end, tokenizer, example.orig_answer_text
             )
 
-        # [CLS] query [SEP] window [SEP] (RoBERTa: <s> query </s></s> window </s>)
+        # [CLS] query [SEP] window [SEP] (RoBERTa: <s> query </s></s> window </s>; XLNet:
+        # query <sep> window <sep> <cls>)
         room = max_seq_length - len(query_tokens) - packing.pair_specials
         spans = doc_spans(len(all_doc_tokens), room, doc_stride)
         for span_index, (span_start, span_length) in enumerate(spans):
-            tokens = [packing.start, *query_tokens, *packing.middle]
+            tokens = [*packing.head, *query_tokens, *packing.middle]
             segment_ids = [0] * len(tokens)
+            offset = len(tokens)  # the window's first position
             token_to_orig_map, token_is_max_context = {}, {}
             for i in range(span_length):
                 split_index = span_start + i
@@ -428,6 +436,9 @@ def convert_examples_to_features(
                 segment_ids.append(packing.second_segment)
             tokens.append(packing.end)
             segment_ids.append(packing.second_segment)
+            null_index = packing.null_index(len(tokens) + len(packing.tail))
+            tokens += packing.tail
+            segment_ids += [packing.tail_segment] * len(packing.tail)
             input_ids = tokenizer.convert_tokens_to_ids(tokens)
             pad = max_seq_length - len(input_ids)
             input_mask = [1] * len(input_ids) + [0] * pad
@@ -438,9 +449,8 @@ def convert_examples_to_features(
             if is_training:
                 span_end = span_start + span_length - 1
                 if example.is_impossible or not (span_start <= tok_start and tok_end <= span_end):
-                    start_position = end_position = 0  # [CLS]: no answer in this window
+                    start_position = end_position = null_index  # no answer in this window
                 else:
-                    offset = len(query_tokens) + 1 + len(packing.middle)
                     start_position = tok_start - span_start + offset
                     end_position = tok_end - span_start + offset
             yield InputFeatures(
@@ -456,6 +466,7 @@ def convert_examples_to_features(
                 start_position=start_position,
                 end_position=end_position,
                 is_impossible=example.is_impossible,
+                null_index=null_index,
             )
             unique_id += 1
 

@@ -278,6 +278,12 @@ def xlnet_classifier_flops(config, s, rows, outputs: int, segments: bool = True)
     return xlnet_flops(config, s, rows, segments=segments) + rows * (2 * h * h + 2 * h * outputs)
 
 
+def xlnet_span_qa_flops(config, s, rows, segments: bool = True):
+    """Forward FLOPs of an XLNetSpanQA over `rows` sequences of s tokens: the content stream,
+    then the start and end logits at every position (2 H x 2 each)."""
+    return xlnet_flops(config, s, rows, segments=segments) + rows * s * 4 * config.d_model
+
+
 def char_cnn_flops(char_cnn, projection_dim: int):
     """Forward FLOPs per token of ELMo's character CNN (elmo.CharCnnOptions): each filter of
     width w and count n over the C - w + 1 windows of C characters embedded in E dimensions

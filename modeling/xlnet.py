@@ -541,6 +541,43 @@ class XLNetClassifier(keras.Model):
         return cls(**config)
 
 
+@keras.saving.register_keras_serializable(package="cloze")
+class XLNetSpanQA(keras.Model):
+    """Span prediction (SQuAD) on XLNet's content stream: a linear layer gives every position a
+    start and an end logit, as Hugging Face's XLNetForQuestionAnsweringSimple (the released
+    code's beam-searched end logits conditioned on the start are not reproduced). Inputs are
+    packed `question <sep> window <sep> <cls>` (glue.xlnet_packing); "no answer" is read at
+    the <cls> (data_prep/squad.InputFeatures.null_index).
+
+    call(inputs, training) with int (B, S) input_ids, input_mask and segment_ids returns float32
+    (B, S, 2), start logits in [..., 0] and end logits in [..., 1], as span_qa.BertSpanQA.
+    """
+
+    def __init__(self, config: XLNetConfig | dict, **kwargs):
+        super().__init__(**kwargs)
+        c = XLNetConfig.from_dict(config) if isinstance(config, dict) else config
+        self.config = c
+        self.encoder = XLNetModel(c, name="encoder")
+        self.qa_outputs = layers.Dense(2, initializer_range=c.init_std, name="qa")
+
+    def build(self, input_shape=None):
+        self.encoder.build()
+        self.qa_outputs.build((None, None, self.config.d_model))
+        self.built = True
+
+    def call(self, inputs, training=False):
+        keys = ("input_ids", "input_mask", "segment_ids")
+        h = self.encoder({k: inputs[k] for k in keys if k in inputs}, training=training)
+        return ops.cast(self.qa_outputs(h["sequence_output"]), "float32")  # (B, S, 2)
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
 # ---------------------------------------------------------------------------------------------
 # Hugging Face's XLNet files (transformers' XLNetModel / XLNetLMHeadModel), both ways
 # ---------------------------------------------------------------------------------------------

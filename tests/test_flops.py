@@ -34,6 +34,7 @@ from training import (
     gpt_finetuning,
     plm_tasks,
     seq2seq_tasks,
+    squad_eval,
     tasks,
 )
 
@@ -302,7 +303,8 @@ def test_gpt_classifier_counts_its_language_model_and_head():
 
 def test_xlnet_counts_both_streams_and_its_heads():
     """XLNet's pretrainer (content and query streams, the relative positions once a batch, the
-    tied decoder at the targets) and classifier (segments, summary, head): the task counts are
+    tied decoder at the targets), classifier (segments, summary, head) and span model (start and
+    end logits at every position): the task counts are
     3 forward passes of the traced graph's matrix products, at two batch sizes (the per-batch
     terms do not scale with the rows)."""
     config = test_xlnet.tiny_config()
@@ -312,6 +314,9 @@ def test_xlnet_counts_both_streams_and_its_heads():
     classifier = xlnet.XLNetClassifier(config, C)
     classifier.build()
     fine_tune = finetune_tasks.classification_task(classifier)
+    span = xlnet.XLNetSpanQA(config)
+    span.build()
+    span_task = squad_eval.span_qa_task(span)
     for rows in (B, 1):
         inputs = {
             "input_ids": tf.TensorSpec([rows, S], tf.int32),
@@ -331,6 +336,9 @@ def test_xlnet_counts_both_streams_and_its_heads():
         assert flops.xlnet_classifier_flops(config, S, rows, C) == forward
         batch = {k: tf.ones(v.shape, tf.int32) for k, v in inputs.items()}
         assert float(traced(fine_tune.flops_fn)(batch)) == pytest.approx(3 * forward, rel=1e-6)
+        forward = helpers.graph_matmul_flops(lambda x: span(x, training=False), inputs)
+        assert flops.xlnet_span_qa_flops(config, S, rows) == forward
+        assert float(traced(span_task.flops_fn)(batch)) == pytest.approx(3 * forward, rel=1e-6)
 
 
 @pytest.mark.parametrize("char_cnn", [True, False])

@@ -164,3 +164,86 @@ def test_converted_xlnet_fine_tunes_through_run_classifier(converted, tmp_path):
         line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
     )
     assert float(results["accuracy"]) == 1.0
+
+
+def squad_data(impossible: bool = False) -> dict:
+    contexts = ["The Cat sat on the MAT in Zürich.", "Crème brûlée is served at Noon, 12:00."]
+    questions = [("Where did the Cat sit?", "on the MAT"), ("When is it served?", "Noon")]
+    paragraphs = [
+        {"context": c, "qas": [{"id": f"q{i}", "question": q, "is_impossible": False,
+                                "answers": [{"text": a, "answer_start": c.index(a)}]}]}
+        for i, (c, (q, a)) in enumerate(zip(contexts, questions))
+    ]  # fmt: skip
+    if impossible:
+        paragraphs[0]["qas"].append(
+            {"id": "none", "question": "Who baked it?", "answers": [], "is_impossible": True}
+        )
+    return {"version": "2.0" if impossible else "1.1", "data": [{"paragraphs": paragraphs}]}
+
+
+def test_xlnet_squad_windows_put_the_question_first_and_cls_last(tmp_path):
+    """glue.xlnet_packing in squad.convert_examples_to_features: `question <sep> window <sep>
+    <cls>`, segment ids 0, 1 and 2, the answer's pieces as its span, and a window without the
+    answer (or an impossible question) pointing at the <cls>, where v2.0 reads "no answer"."""
+    from data_prep import squad
+    from training import xlnet_finetuning
+
+    encoder = xlnet_finetuning.XLNetTextEncoder(str(FIXTURE))
+    tok, packing = encoder.tokenizer, encoder.packing
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps(squad_data(impossible=True)))
+    examples, _ = squad.read_squad_examples(path, True, True)
+    windows = list(squad.convert_examples_to_features(examples, tok, 40, 8, 12, True, packing))
+    for w in windows:
+        n = len(w.tokens)
+        query = tok.tokenize(examples[w.example_index].question_text)[:12]
+        assert w.tokens[: len(query) + 1] == [*query, "<sep>"] and w.tokens[-2:] == [
+            "<sep>",
+            "<cls>",
+        ]
+        assert w.segment_ids[:n] == [0] * (len(query) + 1) + [1] * (n - len(query) - 2) + [2]
+        assert w.null_index == n - 1 and w.input_ids[n - 1] == encoder.cls_id
+        answer = examples[w.example_index].orig_answer_text
+        if w.start_position == w.null_index:
+            assert w.end_position == w.null_index
+            continue
+        span = tok.detokenize(w.tokens[w.start_position : w.end_position + 1])
+        assert span == answer, (span, answer)
+    assert any(w.start_position == w.null_index for w in windows)  # the impossible question
+    assert {
+        examples[w.example_index].qas_id for w in windows if w.start_position != w.null_index
+    } == {"q0", "q1"}
+
+
+@pytest.mark.parametrize("v2", [False, True])
+def test_converted_xlnet_fine_tunes_through_run_squad(converted, tmp_path, v2):
+    """run_squad.py with the converted folder as --vocab_file, config and --init_checkpoint:
+    XLNetSpanQA initialised from the converted encoder trains, predicts every question with a
+    span of its context's original (cased, accented) text, and with v2.0 writes the null odds
+    read at the <cls>; its FLOP/s are counted."""
+    data = tmp_path / "squad.json"
+    data.write_text(json.dumps(squad_data(impossible=v2)))
+    out = tmp_path / "out"
+    args = [
+        f"--vocab_file={converted}", f"--bert_config_file={converted / 'bert_config.json'}",
+        f"--init_checkpoint={converted}", f"--train_file={data}", f"--predict_file={data}",
+        f"--output_dir={out}", "--do_train", "--do_predict", "--do_eval", "--max_seq_length=48",
+        "--doc_stride=16", "--max_query_length=16", "--train_batch_size=2",
+        "--predict_batch_size=2", "--num_train_epochs=2", "--learning_rate=1e-3",
+        "--peak_tflops=1e-4", "--layerwise_lr_decay=0.9",
+    ]  # fmt: skip
+    if v2:
+        args.append("--version_2_with_negative")
+    r = helpers.run_main("run_squad.py", args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"initialised the encoder from {converted / 'ckpt-1'}" in r.stderr
+    # XLNetSpanQA's count (flops.xlnet_span_qa_flops, checked in tests/test_flops.py) logged
+    assert re.search(r"step \d+/\d+ .* [0-9.]+ [KMG]?FLOP/s \(\d+% of the peak\)", r.stderr)
+    predictions = json.loads((out / "predictions.json").read_text())
+    contexts = {f"q{i}": p["context"] for i, p in enumerate(squad_data()["data"][0]["paragraphs"])}
+    assert set(predictions) == set(contexts) | ({"none"} if v2 else set())
+    for qid, context in contexts.items():
+        assert predictions[qid] in context, predictions
+    if v2:
+        odds = json.loads((out / "null_odds.json").read_text())
+        assert set(odds) == set(predictions)

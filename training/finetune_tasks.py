@@ -49,7 +49,7 @@ def flops_fn(model):
     (its run then logs no FLOP/s rather than a wrong one): BertClassifier, BertMultipleChoice,
     BertSpanQA and BertTagger (fine-tuned or on frozen features, with or without a BiLSTM) on a
     BERT, ALBERT or ELECTRA encoder; FeatureTagger (run_ner's cached features); ElmoTagger and
-    ElmoClassifier on a frozen biLM; XLNetClassifier.
+    ElmoClassifier on a frozen biLM; XLNetClassifier and XLNetSpanQA.
 
     A trained part counts 3 forward passes (modeling/flops.py's docstring), a frozen encoder 1:
     its backward pass is skipped, as no trained weight lies below it (a Transformer up to the
@@ -96,6 +96,11 @@ def flops_fn(model):
         def trained(rows, s, batch):
             segments = "segment_ids" in batch
             return flops.xlnet_classifier_flops(config, s, rows, model.num_classes, segments)
+
+    elif isinstance(model, xlnet.XLNetSpanQA):
+
+        def trained(rows, s, batch):
+            return flops.xlnet_span_qa_flops(config, s, rows, "segment_ids" in batch)
 
     else:
         return None

@@ -213,11 +213,12 @@ def example_predictions(
     for w, (feature, window_logits) in enumerate(zip(features, logits)):
         start_logits = np.asarray(window_logits)[:, 0].tolist()
         end_logits = np.asarray(window_logits)[:, 1].tolist()
-        if version_2_with_negative:
-            null = start_logits[0] + end_logits[0]
+        if version_2_with_negative:  # "no answer" is read at [CLS] (XLNet: its <cls>)
+            k = feature.null_index
+            null = start_logits[k] + end_logits[k]
             if null < score_null:
                 score_null, null_window = null, w
-                null_start, null_end = start_logits[0], end_logits[0]
+                null_start, null_end = start_logits[k], end_logits[k]
         for s in best_indexes(start_logits, n_best_size):
             for e in best_indexes(end_logits, n_best_size):
                 # Spans outside the document (query, padding), not the window's best

@@ -41,27 +41,25 @@ class XLNetTextEncoder:
     do_lower_case: None is the vocabulary's own default, lower case for WordPiece, cased for
     SentencePiece (XLNet's released models are cased); byte-level BPE is always cased. Raises
     InputError for a missing file.
-    encode(text) -> list of ids; sep_id, cls_id, vocab_size.
+    encode(text) -> list of ids; sep_id, cls_id, vocab_size. For run_squad: `tokenizer`, the
+    token-level tokenizer (the run scripts' interface: tokenize, tokenize_word,
+    convert_tokens_to_ids, detokenize, do_lower_case), and `packing`, glue.xlnet_packing with the
+    vocabulary's <sep> and <cls>.
     """
 
     def __init__(self, vocab_file: str, do_lower_case: bool | None = None):
         path = Path(vocab_file)
         if model := spiece.model_file(vocab_file):
-            sentencepiece = spiece.SentencePieceTokenizer(model, bool(do_lower_case))
-            vocab = sentencepiece.vocab
-            self.encode = sentencepiece.encode
+            self.tokenizer = spiece.SentencePieceTokenizer(model, bool(do_lower_case))
         elif path.is_dir() or path.suffix == ".json":
-            tokenizer = load_bpe(vocab_file)
-            vocab = tokenizer.encoder
-            self.encode = tokenizer.encode
+            self.tokenizer = bpe.RobertaTokenizer(load_bpe(vocab_file))  # cased byte-level BPE
         else:
             lower = True if do_lower_case is None else do_lower_case
-            wordpiece = tokenization.FullTokenizer(vocab_file, lower)
-            vocab = wordpiece.vocab
-            self.encode = lambda text: wordpiece.convert_tokens_to_ids(wordpiece.tokenize(text))
-        fallback = vocab.get(bpe.GPT2_END_OF_TEXT)
+            self.tokenizer = tokenization.FullTokenizer(vocab_file, lower)
+        vocab = self.tokenizer.vocab
+        fallback = bpe.GPT2_END_OF_TEXT if bpe.GPT2_END_OF_TEXT in vocab else None
         found = {
-            role: next((vocab[n] for n in names if n in vocab), fallback)
+            role: next((n for n in names if n in vocab), fallback)
             for role, names in SPECIALS.items()
         }
         if None in found.values():
@@ -70,8 +68,13 @@ class XLNetTextEncoder:
                 f"{SPECIALS['sep']}, {SPECIALS['cls']} or {bpe.GPT2_END_OF_TEXT!r} tokens",
                 "none of them",
             )
-        self.sep_id, self.cls_id = found["sep"], found["cls"]
+        self.sep_id, self.cls_id = vocab[found["sep"]], vocab[found["cls"]]
         self.vocab_size = len(vocab)
+        unk = next((n for n in ("<unk>", tokenization.UNK_TOKEN) if n in vocab), found["sep"])
+        self.packing = glue.xlnet_packing(found["sep"], found["cls"], unk)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.convert_tokens_to_ids(self.tokenizer.tokenize(text))
 
     def encode_examples(
         self, examples: Sequence[glue.Example], task: glue.TaskSpec, max_seq_length: int
