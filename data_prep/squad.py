@@ -57,7 +57,6 @@ class SquadExample:
     start_position: int | None = None
     end_position: int | None = None
     is_impossible: bool = False
-    null_index: int = 0
 
 
 @dataclasses.dataclass

@@ -182,6 +182,7 @@ LAYERWISE_MODELS = {
         {0, 2, 3, 4, 5},
     ),
     "xlnet": (lambda: xlnet.XLNetClassifier(_xlnet_config(), 2), None, {0, 1, 2, 4}),
+    "xlnet_span_qa": (lambda: xlnet.XLNetSpanQA(_xlnet_config()), None, {0, 1, 2, 4}),
     "xlnet_tied": (
         lambda: xlnet.XLNetClassifier(_xlnet_config(untie_r=False), 2),
         None,
