@@ -300,7 +300,15 @@ def main(argv):
             )
     try:
         given = FLAGS["do_lower_case"].present
-        tokenizer, packing = glue.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, given)
+        from training import xlnet_finetuning
+
+        if xlnet_finetuning.is_config_file(FLAGS.bert_config_file):  # `pieces <sep> <cls>`
+            encoder = xlnet_finetuning.XLNetTextEncoder(
+                FLAGS.vocab_file, FLAGS.do_lower_case if given else None
+            )
+            tokenizer, packing = encoder.tokenizer, encoder.packing
+        else:  # WordPiece, a RoBERTa's BPE folder, an ALBERT's spiece.model
+            tokenizer, packing = glue.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, given)
 
         def read(split, labelled=True):
             data = conll.read_conll(conll.find_split(FLAGS.data_dir, split), FLAGS.skip_bad_lines)
@@ -390,7 +398,7 @@ def main(argv):
     from modeling import bert, tagging
     from training import distribute, finetune_tasks, ner_eval, optimization, trainer
 
-    # BERT, ALBERT, ELECTRA or an ELMo biLM, told apart by the config's keys.
+    # BERT, ALBERT, ELECTRA, XLNet or an ELMo biLM, told apart by the config's keys.
     try:
         config = tagging.load_config(FLAGS.bert_config_file, s, len(tokenizer.vocab))
     except InputError as e:

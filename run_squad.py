@@ -145,19 +145,6 @@ flags.DEFINE_bool(
 FLAGS = flags.FLAGS
 
 
-def is_xlnet_config(path) -> bool:
-    """Whether --bert_config_file is an XLNet config (its released names), which trains
-    modeling/xlnet.XLNetSpanQA."""
-    from data_prep.errors import InputError
-    from modeling import bert, xlnet
-
-    try:
-        values = bert.read_config_json(path, "a model config JSON file")
-    except InputError as e:
-        raise SystemExit(f"run_squad: {e}") from None
-    return xlnet.is_xlnet_config(values)
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -180,13 +167,13 @@ def main(argv):
         raise app.UsageError("--do_predict and --do_eval need --predict_file")
     s = FLAGS.max_seq_length
     v2 = FLAGS.version_2_with_negative
-    is_xlnet = needs_model and is_xlnet_config(FLAGS.bert_config_file)
     try:
+        from training import xlnet_finetuning
+
+        is_xlnet = needs_model and xlnet_finetuning.is_config_file(FLAGS.bert_config_file)
         packing = glue.BERT_PACKING
         given = FLAGS["do_lower_case"].present
         if is_xlnet:  # its own vocabulary, `question <sep> window <sep> <cls>`
-            from training import xlnet_finetuning
-
             encoder = xlnet_finetuning.XLNetTextEncoder(
                 FLAGS.vocab_file, FLAGS.do_lower_case if given else None
             )

@@ -481,17 +481,25 @@ def encode_sentences(
       labels: the label list (id = index); None for unlabelled data.
       tokenizer: a FullTokenizer, or a bpe.RobertaTokenizer (each word's pieces from
         tokenize_word: with a leading space, as RoBERTa's tokenizer for pre-split words) with
-        glue.ROBERTA_PACKING (`<s> pieces </s>`, padded with <pad>).
+        glue.ROBERTA_PACKING (`<s> pieces </s>`, padded with <pad>), or spiece's tokenizer
+        (ALBERT_PACKING; an XLNet's with glue.xlnet_packing, `pieces <sep> <cls>`, <cls> in
+        segment 2).
       max_seq_length: S, positions per window including [CLS] and [SEP].
       overlap: pieces of left context a window may repeat from the one before it (< S - 2).
     """
-    room = max_seq_length - 2
+    # [CLS] pieces [SEP] (RoBERTa: <s> pieces </s>; XLNet: pieces <sep> <cls>)
+    head = tokenizer.convert_tokens_to_ids(packing.head)
+    tail = tokenizer.convert_tokens_to_ids([packing.end, *packing.tail])
+    tail_segments = [0] + [packing.tail_segment] * len(packing.tail)
+    room = max_seq_length - len(head) - len(tail)
     if room < 1:
-        raise ValueError(f"max_seq_length={max_seq_length} leaves no room between [CLS] and [SEP]")
+        raise ValueError(
+            f"max_seq_length={max_seq_length} leaves no room for pieces between the special "
+            f"tokens ({packing.pair_form})"
+        )
     if not 0 <= overlap < room:
         raise ValueError(f"window overlap must be in [0, {room}), found {overlap}")
     label_id = {t: i for i, t in enumerate(labels or ())}
-    cls_id, sep_id = tokenizer.convert_tokens_to_ids([packing.start, packing.end])
     rows: list[tuple] = []  # (sentence, ids, word at position, label ids, weights)
     split, cut, unknown, empty, lengths = [], [], [], [], []
     for k, s in enumerate(sentences):
@@ -510,7 +518,8 @@ def encode_sentences(
         if len(windows) > 1:
             split.append(s.where)
         for w, r in enumerate(windows):
-            ids, words_at, label_ids, weights = [cls_id], [-1], [0], [0.0]
+            ids, words_at = list(head), [-1] * len(head)
+            label_ids, weights = [0] * len(head), [0.0] * len(head)
             for i in r:
                 first = len(ids)
                 ids += tokenizer.convert_tokens_to_ids(pieces[i])
@@ -526,10 +535,10 @@ def encode_sentences(
                         weights[first] = 1.0
                     else:
                         unknown.append(f"{s.at(i)}: {s.tags[i]!r}")
-            ids.append(sep_id)
-            words_at.append(-1)
-            label_ids.append(0)
-            weights.append(0.0)
+            ids += tail
+            words_at += [-1] * len(tail)
+            label_ids += [0] * len(tail)
+            weights += [0.0] * len(tail)
             rows.append((k, ids, words_at, label_ids, weights))
     n, width = len(rows), max_seq_length
     features = {
@@ -545,6 +554,7 @@ def encode_sentences(
         m = len(ids)
         features["input_ids"][j, :m] = ids
         features["input_mask"][j, :m] = 1
+        features["segment_ids"][j, m - len(tail) : m] = tail_segments  # XLNet's <cls>: 2
         features["label_ids"][j, :m] = label_ids
         features["label_weights"][j, :m] = weights
         word_index[j, :m] = words_at

@@ -97,28 +97,57 @@ def is_elmo(config) -> bool:
     return isinstance(config, elmo.ElmoConfig)
 
 
+def is_xlnet(config) -> bool:
+    from modeling import xlnet
+
+    return isinstance(config, xlnet.XLNetConfig)
+
+
+def encoder_for(config):
+    """The tagger's Transformer: finetuning.encoder_for's (BERT, ALBERT, ELECTRA), or an
+    XLNetModel, whose content streams are its encoder_outputs (no permutation in fine-tuning)."""
+    from modeling import xlnet
+
+    if is_xlnet(config):
+        return xlnet.XLNetModel(config, name="encoder")
+    return finetuning.encoder_for(config)
+
+
 def encoder_layers(config) -> int:
     """How many Transformer blocks the encoder applies, i.e. its outputs less the embeddings: L,
     or L * inner_group_num for ALBERT, whose every inner block's output is one of its
     encoder_outputs (the original's all_encoder_layers); for ELMo its biLSTM layers."""
     if is_elmo(config):
         return config.lstm.n_layers
+    if is_xlnet(config):
+        return config.n_layer
     return flops.transformer_blocks(config)
 
 
 def feature_width(config) -> int:
-    """Width of each of the encoder's L + 1 outputs: H, or 2 P for ELMo ([forward; backward])."""
-    return config.output_dim if is_elmo(config) else config.hidden_size
+    """Width of each of the encoder's L + 1 outputs: H (XLNet's d_model), or 2 P for ELMo
+    ([forward; backward])."""
+    if is_elmo(config):
+        return config.output_dim
+    return config.d_model if is_xlnet(config) else config.hidden_size
 
 
 def load_config(path, max_seq_length: int, vocab_size: int):
-    """A tagger's encoder config from its JSON file: an ELMo options.json (modeling/elmo.py), else
-    a BERT, ALBERT or ELECTRA config (albert.load_encoder_config), checked against the run.
-    Raises InputError naming the file."""
+    """A tagger's encoder config from its JSON file: an ELMo options.json (modeling/elmo.py), an
+    XLNet config (its released names), else a BERT, ALBERT or ELECTRA config
+    (albert.load_encoder_config), checked against the run. Raises InputError naming the file."""
     from data_prep.errors import InputError
-    from modeling import bert, elmo
+    from modeling import bert, elmo, xlnet
 
     values = bert.read_config_json(path, "a model config JSON file")
+    if xlnet.is_xlnet_config(values):
+        config = xlnet.XLNetConfig.from_dict(values, str(path))
+        if vocab_size > config.n_token:
+            raise InputError(
+                f"{path}: n_token is {config.n_token}, expected at least the vocabulary's "
+                f"{vocab_size} entries"
+            )
+        return config
     if not elmo.is_elmo_config(values):
         return albert.load_encoder_config(path, max_seq_length, vocab_size)
     config = elmo.ElmoConfig.from_dict(values, str(path))
@@ -149,14 +178,16 @@ def layer_indices(mode: str, num_hidden_layers: int) -> list[int]:
 
 
 def _encoder_config(config):
-    """A BertConfig, AlbertConfig, ElectraConfig or ElmoConfig from itself or its dict (told apart
-    by its keys, as run_classifier's models do)."""
-    from modeling import elmo
+    """A BertConfig, AlbertConfig, ElectraConfig, XLNetConfig or ElmoConfig from itself or its
+    dict (told apart by its keys, as run_classifier's models do)."""
+    from modeling import elmo, xlnet
 
     if not isinstance(config, dict):
         return config
     if elmo.is_elmo_config(config):
         return elmo.ElmoConfig.from_dict(config)
+    if xlnet.is_xlnet_config(config):
+        return xlnet.XLNetConfig.from_dict(config)
     return albert.encoder_config_from_dict(config)
 
 
@@ -182,7 +213,7 @@ def _init_head(model, config, num_labels, feature_mode, lstm_units, lstm_layers,
         lstm = keras.layers.LSTM(lstm_units, return_sequences=True)
         setattr(model, f"lstm_{i}", keras.layers.Bidirectional(lstm, name=f"lstm_{i}"))
     model.dropout = layers.Dropout(dropout_rate)
-    # An ELMo options.json has no initializer_range: BERT's 0.02 then.
+    # An ELMo options.json has no initializer_range, XLNet's is init_std: BERT's 0.02 then.
     model.classifier = heads.ClassificationHead(
         num_labels, getattr(config, "initializer_range", 0.02), name="classifier"
     )
@@ -246,7 +277,8 @@ class BertTagger(keras.Model):
     `segment_ids` returns logits float32 (B, S, C) at every position.
 
     Args:
-      config: the encoder's BertConfig (or its dict).
+      config: the encoder's BertConfig, AlbertConfig, ElectraConfig or XLNetConfig (or its
+        dict; encoder_for).
       num_labels: C, the number of tags.
       feature_mode: a key of FEATURE_MODES.
       lstm_units: width of each direction of an optional BiLSTM over the features (0 = none).
@@ -266,7 +298,7 @@ class BertTagger(keras.Model):
     ):
         super().__init__(**kwargs)
         _init_head(self, config, num_labels, feature_mode, lstm_units, lstm_layers, dropout_rate)
-        self.encoder = finetuning.encoder_for(self.config)
+        self.encoder = encoder_for(self.config)
         # The pooler gets no gradient in tagging; frozen, it still loads and saves (ELECTRA's
         # encoder has none).
         if getattr(self.encoder, "pooler", None) is not None:
@@ -332,7 +364,7 @@ class BertLayerFeatures(keras.Model):
         else:
             self.layers_ = tuple(int(i) for i in layers)
             self.indices = transformer_layer_indices(self.layers_, encoder_layers(self.config))
-        self.encoder = finetuning.encoder_for(self.config)
+        self.encoder = encoder_for(self.config)
         self.encoder.trainable = False
 
     def build(self, input_shape=None):

@@ -406,15 +406,21 @@ def frozen_forward(model, inputs, s):
         # Its token layer alone, a BiLSTM over it: every biLM layer still runs (stateful loops)
         ("elmo", "embeddings", 3, False),
         ("elmo", "sum_all", 2, True),
+        ("xlnet", "finetune", 0, False),  # XLNet's content streams, fine-tuned
+        ("xlnet", "second_to_last", 2, False),  # frozen, the top layer pruned
+        ("xlnet", "embeddings", 0, False),  # no layer runs
     ],
 )
 def test_frozen_encoders_count_once_and_their_heads_three_times(family, mode, lstm_units, cached):
     """A frozen encoder runs forward only (no trained weight below it: its backward pass is
     skipped): a Transformer up to the deepest layer the tagger reads, ELMo's biLM whole; the
     head (the BiLSTM's every step, the linear layer) trains, 3 passes. Both parts equal the
-    traced graph's products, at two lengths. ALBERT's case runs 2 inner blocks a layer."""
+    traced graph's products, at two lengths. ALBERT's case runs 2 inner blocks a layer; XLNet's
+    content streams count their relative positions once a batch."""
     if family == "elmo":
         config = test_elmo.config(n_tokens_vocab=helpers.TINY["vocab_size"])
+    elif family == "xlnet":
+        config = test_xlnet.tiny_config()
     elif family == "albert":
         config = encoder_config("albert")
         config = albert.AlbertConfig.from_dict(config.to_dict() | {"inner_group_num": 2})
@@ -427,7 +433,7 @@ def test_frozen_encoders_count_once_and_their_heads_three_times(family, mode, ls
         forward = helpers.graph_matmul_flops(lambda x: model(x, training=False), inputs, s)
         encoder = frozen_forward(model, inputs, s)
         assert forward > encoder
-        if mode == "second_to_last":  # the encoder's top block feeds nothing: pruned
+        if mode == "second_to_last" and family != "xlnet":  # the top block feeds nothing
             below_top = flops.backbone_flops(config, s, blocks=config.num_hidden_layers - 1)
             assert encoder == B * below_top < B * flops.backbone_flops(config, s)
         batch = {k: tf.ones(v.shape, v.dtype) for k, v in inputs.items()}

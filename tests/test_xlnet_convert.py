@@ -247,3 +247,53 @@ def test_converted_xlnet_fine_tunes_through_run_squad(converted, tmp_path, v2):
     if v2:
         odds = json.loads((out / "null_odds.json").read_text())
         assert set(odds) == set(predictions)
+
+
+def test_xlnet_ner_windows_end_in_sep_and_cls():
+    """conll.encode_sentences with XLNet's packing: `pieces <sep> <cls>` (no piece before the
+    words), <cls> in segment 2, each word predicted at its first piece."""
+    from data_prep import conll
+    from tests.test_conll import _sentence
+    from training import xlnet_finetuning
+
+    encoder = xlnet_finetuning.XLNetTextEncoder(str(FIXTURE))
+    tok = encoder.tokenizer
+    words = ["EU", "rejects", "German", "call", "Zürich", "."]
+    s = _sentence(words, ["B-ORG", "O", "B-MISC", "O", "B-LOC", "O"])
+    labels = ["O", "B-ORG", "B-MISC", "B-LOC"]
+    pieces = [tok.tokenize_word(w) for w in words]
+    width = sum(map(len, pieces)) + 4
+    enc = conll.encode_sentences([s], labels, tok, width, 2, encoder.packing)
+    n = int(enc.features["input_mask"][0].sum())
+    ids = [*tok.convert_tokens_to_ids([p for ps in pieces for p in ps]), encoder.sep_id]
+    assert enc.features["input_ids"][0, :n].tolist() == [*ids, encoder.cls_id]
+    assert enc.features["segment_ids"][0, :n].tolist() == [0] * (n - 1) + [2]
+    firsts = np.cumsum([0] + [len(p) for p in pieces[:-1]])
+    assert [i for i, w in enumerate(enc.word_index[0]) if w >= 0] == firsts.tolist()
+    assert enc.features["label_ids"][0, firsts].tolist() == [labels.index(t) for t in s.tags]
+
+
+def test_converted_xlnet_fine_tunes_through_run_ner(converted, tmp_path):
+    """run_ner.py with the converted folder as --vocab_file, config and --init_checkpoint: the
+    XLNet tagger fine-tuned (its FLOP/s counted) and, frozen, through the scalar mix of all its
+    content streams."""
+    from tests.test_run_ner import sentences, write_conll2003
+
+    rng = np.random.default_rng(0)
+    for name, n in (("eng.train", 12), ("eng.testa", 4), ("eng.testb", 4)):
+        write_conll2003(tmp_path / "conll" / name, sentences(rng, n))
+    for mode in ("finetune", "sum_all"):
+        out = tmp_path / mode
+        r = helpers.run_main("run_ner.py", [
+            f"--data_dir={tmp_path / 'conll'}", f"--vocab_file={converted}",
+            f"--bert_config_file={converted / 'bert_config.json'}",
+            f"--init_checkpoint={converted}", f"--output_dir={out}", "--max_seq_length=40",
+            "--do_train", "--do_eval", "--do_predict", "--train_batch_size=4",
+            "--eval_batch_size=4", "--predict_batch_size=4", "--num_train_epochs=1",
+            "--learning_rate=1e-3", f"--feature_mode={mode}", "--peak_tflops=1e-4",
+        ])  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert f"initialised the encoder from {converted / 'ckpt-1'}" in r.stderr
+        assert re.search(r"step \d+/\d+ .* [0-9.]+ [KMG]?FLOP/s \(\d+% of the peak\)", r.stderr)
+        results = (out / "eval_results.txt").read_text()
+        assert "f1 = " in results and (out / "test_predictions.txt").exists()

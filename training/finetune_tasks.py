@@ -133,6 +133,17 @@ def _tagger_counts(model):
 
     elif isinstance(model, tagging.FeatureTagger):
         encoder = None
+    elif tagging.is_xlnet(config):
+        # The layers up to the deepest read (none: the embeddings alone, a lookup), the
+        # relative positions once a batch: the count takes the rows.
+        blocks = max(model.indices)
+
+        def encoder(rows, s, batch):
+            if not blocks:
+                return 0.0
+            below = config.replace(n_layer=blocks)
+            return flops.xlnet_flops(below, s, rows, segments="segment_ids" in batch)
+
     else:
         blocks = max(model.indices)  # an index into the L + 1 outputs: that many blocks run
 

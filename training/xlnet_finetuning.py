@@ -105,6 +105,14 @@ class XLNetTextEncoder:
         return glue.Encoded({**cols, "label_ids": labels}, truncated)
 
 
+def is_config_file(path) -> bool:
+    """Whether a run script's --bert_config_file is an XLNet config (its released names).
+    Raises InputError naming a file that is no JSON object."""
+    from modeling import bert
+
+    return xlnet.is_xlnet_config(bert.read_config_json(path, "a model config JSON file"))
+
+
 def load_config(path, vocab_size: int) -> xlnet.XLNetConfig:
     """The XLNet config, checked to hold the tokenizer's ids (InputError naming the file)."""
     config = xlnet.XLNetConfig.from_json_file(path)
