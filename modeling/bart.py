@@ -159,14 +159,7 @@ class BartConfig(bert.JsonConfig):
         from data_prep.errors import input_error
         from modeling import checkpoints
 
-        if not isinstance(values, dict):
-            raise input_error(source, "a JSON object", type(values).__name__)
-        for key, want in HF_FIXED.items():
-            if key in values and values[key] != want:
-                raise input_error(
-                    f"{source}: {key}", f"{want!r} (the only value Cloze's BART computes)",
-                    repr(values[key]),
-                )  # fmt: skip
+        checkpoints.check_hf_fixed(values, HF_FIXED, source, "BART")
         layers = values.get("num_hidden_layers", values.get("encoder_layers"))
         if layers != values.get("encoder_layers", layers):
             raise input_error(f"{source}: num_hidden_layers", "encoder_layers' value", repr(layers))

@@ -588,6 +588,19 @@ _HF_IGNORED = frozenset(
 )
 
 
+def check_hf_fixed(values, fixed: dict, source: str, family: str) -> None:
+    """Refuses a Hugging Face config.json that is no JSON object, or whose keys of `fixed` (those
+    that change the computation) hold other than the one value Cloze's `family` computes."""
+    if not isinstance(values, dict):
+        raise input_error(source, "a JSON object", type(values).__name__)
+    for key, want in fixed.items():
+        if key in values and values[key] != want:
+            raise input_error(
+                f"{source}: {key}", f"{want!r} (the only value Cloze's {family} computes)",
+                repr(values[key]),
+            )  # fmt: skip
+
+
 def hf_config_to_bert_config(values: dict, source: str = "config.json") -> bert.BertConfig:
     """A Hugging Face BERT `config.json` (as a dict) -> BertConfig; errors name `source` and key.
 

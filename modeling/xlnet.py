@@ -615,14 +615,7 @@ def config_from_hf(values: dict, source: str = "config.json") -> XLNetConfig:
     from data_prep.errors import input_error
     from modeling import checkpoints
 
-    if not isinstance(values, dict):
-        raise input_error(source, "a JSON object", type(values).__name__)
-    for key, want in HF_FIXED.items():
-        if key in values and values[key] != want:
-            raise input_error(
-                f"{source}: {key}", f"{want!r} (the only value Cloze's XLNet computes)",
-                repr(values[key]),
-            )  # fmt: skip
+    checkpoints.check_hf_fixed(values, HF_FIXED, source, "XLNet")
     own = {"vocab_size", "d_model", "n_layer", "n_head", "d_head", "d_inner", "ff_activation",
            "untie_r", "dropout", "initializer_range", "clamp_len"}  # fmt: skip
     unknown = sorted(set(values) - own - set(HF_FIXED) - HF_IGNORED - checkpoints._HF_IGNORED)

@@ -103,6 +103,23 @@ def run_classifier_on_two_sentences(tmp_path, config_file, *flags):
     return run_main("run_classifier.py", args), out
 
 
+def converted_folder_learns_two_sentences(tmp_path, folder, *flags) -> None:
+    """A convert_checkpoint.py output folder as run_classifier's --vocab_file (its tokenizer
+    files), config and --init_checkpoint at once (run_classifier_on_two_sentences): the encoder
+    is initialised from the folder's ckpt-1 and the two sentences are learnt by heart."""
+    (tmp_path / "bpe").symlink_to(folder)  # run_classifier_on_two_sentences' --vocab_file
+    r, out = run_classifier_on_two_sentences(
+        tmp_path, folder / "bert_config.json", f"--init_checkpoint={folder}",
+        "--max_seq_length=24", "--num_train_epochs=10", *flags,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"initialised the encoder from {folder / 'ckpt-1'}" in r.stderr
+    results = dict(
+        line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
+    )
+    assert float(results["accuracy"]) == 1.0
+
+
 def two_sentences_args(tmp_path, config_file, *flags):
     """run_classifier_on_two_sentences' data written and its command-line arguments: returns
     (the arguments, the output folder)."""

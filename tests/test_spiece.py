@@ -164,17 +164,7 @@ def test_hf_albert_with_its_spiece_model_converts_and_fine_tunes(tmp_path):
         assert (out / "spiece.model").read_bytes() == (ALBERT / "spiece.model").read_bytes()
     tokenizer_config = json.loads((back / "tokenizer_config.json").read_text())
     assert tokenizer_config == {"tokenizer_class": "AlbertTokenizer", "do_lower_case": True}
-    (tmp_path / "bpe").symlink_to(cloze)  # run_classifier_on_two_sentences' --vocab_file
-    r, out = helpers.run_classifier_on_two_sentences(
-        tmp_path, cloze / "bert_config.json", f"--init_checkpoint={cloze}",
-        "--max_seq_length=24", "--num_train_epochs=10",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert f"initialised the encoder from {cloze / 'ckpt-1'}" in r.stderr
-    results = dict(
-        line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines()
-    )
-    assert float(results["accuracy"]) == 1.0
+    helpers.converted_folder_learns_two_sentences(tmp_path, cloze)
 
 
 def test_albert_sentencepiece_through_run_squad(tmp_path):
