@@ -11,6 +11,9 @@ data_prep/build_vocab.py --vocab_type=byte_level_bpe):
     --block_size=128
 With --vocab_file=default_run/vocab.txt instead of the two BPE files, the units are WordPieces of
 a BERT vocabulary and [SEP] ends each document (ELMo's biLM in run_pretraining.py reads these).
+With --vocab_file=a SentencePiece model (spiece.model, or a folder holding it: an XLNet's), the
+units are its pieces as XLNet's released code makes them (data_prep/spiece.py; cased unless
+--do_lower_case is given) and <eod> ends each document, as XLNet's data_utils.py puts it.
 
 Documents are tokenized on --num_workers processes (data_prep/parallel.map_texts: batches of about
 a quarter of a million characters, at most two per worker in flight, results in corpus order), and
@@ -34,9 +37,14 @@ flags.DEFINE_integer("block_size", 128, "Ids per block: the model's context (n_c
 flags.DEFINE_string(
     "vocab_file",
     None,
-    "A WordPiece vocab.txt instead of the BPE files (ELMo on BERT's units); [SEP] ends documents.",
+    "A WordPiece vocab.txt instead of the BPE files (ELMo on BERT's units; [SEP] ends documents), "
+    "or a SentencePiece model (XLNet's spiece.model or its folder; <eod> ends documents).",
 )
-flags.DEFINE_bool("do_lower_case", True, "With --vocab_file: lower-case (uncased vocabularies).")
+flags.DEFINE_bool(
+    "do_lower_case",
+    True,
+    "With --vocab_file: lower-case (uncased vocabularies; a SentencePiece model only when given).",
+)
 flags.DEFINE_string("end_of_text", "<|endoftext|>", "The separator token after each document.")
 flags.DEFINE_integer(
     "num_workers",
@@ -48,7 +56,8 @@ flags.mark_flags_as_required(["input_file", "output_file"])
 flags.register_multi_flags_validator(
     ["encoder_file", "merges_file", "vocab_file"],
     lambda f: bool(f["vocab_file"]) != bool(f["encoder_file"] and f["merges_file"]),
-    "give --encoder_file and --merges_file (byte-level BPE) or --vocab_file (WordPiece)",
+    "give --encoder_file and --merges_file (byte-level BPE) or --vocab_file (WordPiece or a "
+    "SentencePiece model)",
 )
 flags.register_validator("block_size", lambda b: b >= 2, "must be at least 2")
 flags.register_validator("num_workers", lambda n: n is None or n >= 1, "must be at least 1")
@@ -58,12 +67,17 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from data_prep import bpe, files, lm_data, parallel, tokenization
+    from data_prep import bpe, files, lm_data, parallel, spiece, tokenization
     from data_prep.errors import InputError, input_error
 
     try:
         inputs = files.expand_input_files(FLAGS.input_file)
-        if FLAGS.vocab_file:
+        model = spiece.model_file(FLAGS.vocab_file) if FLAGS.vocab_file else None
+        if model:
+            lower = FLAGS.do_lower_case and FLAGS["do_lower_case"].present
+            pieces = spiece.SentencePieceTokenizer(model, lower)
+            encode, vocab, vocab_path = pieces.encode, pieces.vocab, str(model)
+        elif FLAGS.vocab_file:
             wordpiece = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
             encode, vocab, vocab_path = wordpiece.tokenize_to_ids, wordpiece.vocab, FLAGS.vocab_file
         else:
@@ -71,7 +85,7 @@ def main(argv):
             encode, vocab, vocab_path = tokenizer.encode, tokenizer.encoder, FLAGS.encoder_file
         end = FLAGS.end_of_text
         if FLAGS.vocab_file and not FLAGS["end_of_text"].present:
-            end = "[SEP]"
+            end = "<eod>" if model else "[SEP]"
         if end not in vocab:
             raise input_error(vocab_path, f"the token {end!r}", "none")
     except InputError as e:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from data_prep import spiece
 from data_prep.errors import InputError
 from modeling import xlnet
 from tests import helpers
@@ -287,3 +288,41 @@ def test_converted_xlnet_fine_tunes_through_run_ner(converted, tmp_path):
         assert re.search(r"step \d+/\d+ .* [0-9.]+ [KMG]?FLOP/s \(\d+% of the peak\)", r.stderr)
         results = (out / "eval_results.txt").read_text()
         assert "f1 = " in results and (out / "test_predictions.txt").exists()
+
+
+def test_a_converted_xlnet_continues_pretraining_on_blocks_of_its_own_pieces(converted, tmp_path):
+    """create_lm_data.py --vocab_file=the converted folder: blocks of its spiece.model's pieces,
+    each document ended by <eod> (XLNet's data_utils.py); run_pretraining.py continues the
+    converted XLNet's permutation LM on them from its checkpoint (its softmax bias included)."""
+    from data_prep import lm_data
+
+    documents = [
+        "The Cat sat on the MAT in Zürich.\nIt slept there.",
+        "Crème brûlée is served at Noon.\nEveryone waits for it, 1,000 people.",
+    ] * 3
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    blocks = tmp_path / "blocks.tfrecord"
+    r = helpers.run_main("data_prep/create_lm_data.py", [
+        f"--input_file={corpus}", f"--output_file={blocks}", f"--vocab_file={converted}",
+        "--block_size=16", "--num_workers=1",
+    ])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    tok = spiece.SentencePieceTokenizer(converted / "spiece.model")  # cased: no --do_lower_case
+    ids = [tok.encode(d.replace("\n", " ")) for d in documents]
+    want = list(lm_data.pack_blocks(ids, 16, tok.vocab["<eod>"]))
+    theirs = tmp_path / "theirs.tfrecord"
+    lm_data.write_lm_tfrecords(iter(want), [str(theirs)])
+    assert blocks.read_bytes() == theirs.read_bytes()
+    out = tmp_path / "pretrain"
+    r = helpers.run_main("run_pretraining.py", [
+        f"--bert_config_file={converted / 'bert_config.json'}", f"--input_file={blocks}",
+        f"--init_checkpoint={converted}", f"--output_dir={out}", "--do_train", "--do_eval",
+        "--max_seq_length=16", "--max_predictions_per_seq=3", "--train_batch_size=2",
+        "--eval_batch_size=2", "--num_train_steps=4", "--num_warmup_steps=1",
+        "--save_checkpoints_steps=4", "--iterations_per_loop=2", "--max_eval_steps=1",
+    ])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"initialised the model from {converted / 'ckpt-1'}" in r.stderr
+    results = (out / "eval_results.txt").read_text()
+    assert "global_step = 4" in results and "plm_loss = " in results
