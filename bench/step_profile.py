@@ -99,6 +99,7 @@ def read_op_events(xplane_path: str):
     --one_op_at_a_time put there).
     """
     import bisect
+    import itertools
 
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
@@ -135,7 +136,12 @@ def read_op_events(xplane_path: str):
             # busy machine in a trace's first step: the execution and its fusions recorded, the
             # executor's Process and ProcessAsync::Start around them not). It is a call of its
             # own, its op name unknown.
-            orphans = [(s, e) for s, e in executions if not any(a <= s <= b for a, b in calls)]
+            # Calls come in start order: an execution starting at s is inside one when the
+            # furthest end of the calls started by s reaches it (one bisect, not a scan).
+            reach = list(itertools.accumulate((b for _, b in calls), max))
+            starts = [a for a, _ in calls]
+            last = [bisect.bisect_right(starts, s) - 1 for s, _ in executions]
+            orphans = [(s, e) for (s, e), i in zip(executions, last) if i < 0 or reach[i] < s]
             for start, end in orphans:
                 yield "xla/?", "XlaCall", (end - start) / 1e12
             calls = sorted(calls + orphans)
