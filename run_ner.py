@@ -299,16 +299,13 @@ def main(argv):
                 "(or --init_checkpoint folder) holding the training run's model_config.json"
             )
     try:
-        given = FLAGS["do_lower_case"].present
         from training import xlnet_finetuning
 
-        if xlnet_finetuning.is_config_file(FLAGS.bert_config_file):  # `pieces <sep> <cls>`
-            encoder = xlnet_finetuning.XLNetTextEncoder(
-                FLAGS.vocab_file, FLAGS.do_lower_case if given else None
-            )
-            tokenizer, packing = encoder.tokenizer, encoder.packing
-        else:  # WordPiece, a RoBERTa's BPE folder, an ALBERT's spiece.model
-            tokenizer, packing = glue.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, given)
+        # XLNet packs `pieces <sep> <cls>` with its own vocabulary.
+        tokenizer, packing, _ = xlnet_finetuning.load_tokenizer(
+            FLAGS.bert_config_file, FLAGS.vocab_file, FLAGS.do_lower_case,
+            FLAGS["do_lower_case"].present,
+        )  # fmt: skip
 
         def read(split, labelled=True):
             data = conll.read_conll(conll.find_split(FLAGS.data_dir, split), FLAGS.skip_bad_lines)

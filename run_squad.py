@@ -170,16 +170,12 @@ def main(argv):
     try:
         from training import xlnet_finetuning
 
-        is_xlnet = needs_model and xlnet_finetuning.is_config_file(FLAGS.bert_config_file)
-        packing = glue.BERT_PACKING
-        given = FLAGS["do_lower_case"].present
-        if is_xlnet:  # its own vocabulary, `question <sep> window <sep> <cls>`
-            encoder = xlnet_finetuning.XLNetTextEncoder(
-                FLAGS.vocab_file, FLAGS.do_lower_case if given else None
-            )
-            tokenizer, packing = encoder.tokenizer, encoder.packing
-        elif needs_model:  # WordPiece, a RoBERTa's byte-level BPE folder, ALBERT's spiece.model
-            tokenizer, packing = glue.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, given)
+        packing, is_xlnet = glue.BERT_PACKING, False
+        if needs_model:  # XLNet packs `question <sep> window <sep> <cls>` with its own vocabulary
+            tokenizer, packing, is_xlnet = xlnet_finetuning.load_tokenizer(
+                FLAGS.bert_config_file, FLAGS.vocab_file, FLAGS.do_lower_case,
+                FLAGS["do_lower_case"].present,
+            )  # fmt: skip
         squad.check_lengths(s, FLAGS.max_query_length, FLAGS.doc_stride, packing)
         train_examples = predict_examples = predict_data = None
         if FLAGS.do_train:

@@ -113,6 +113,17 @@ def is_config_file(path) -> bool:
     return xlnet.is_xlnet_config(bert.read_config_json(path, "a model config JSON file"))
 
 
+def load_tokenizer(config_file, vocab_file, do_lower_case: bool, lower_case_given: bool):
+    """(tokenizer, packing, is_xlnet) of a run script's --vocab_file for its --bert_config_file:
+    an XLNet config's own vocabulary (XLNetTextEncoder's token-level tokenizer, cased unless
+    --do_lower_case was given, and glue.xlnet_packing), else glue.load_tokenizer's (WordPiece, a
+    RoBERTa's BPE folder, an ALBERT's spiece.model). Raises InputError naming the file."""
+    if is_config_file(config_file):
+        encoder = XLNetTextEncoder(vocab_file, do_lower_case if lower_case_given else None)
+        return encoder.tokenizer, encoder.packing, True
+    return (*glue.load_tokenizer(vocab_file, do_lower_case, lower_case_given), False)
+
+
 def load_config(path, vocab_size: int) -> xlnet.XLNetConfig:
     """The XLNet config, checked to hold the tokenizer's ids (InputError naming the file)."""
     config = xlnet.XLNetConfig.from_json_file(path)
