@@ -27,7 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.make_xlnet_golden import training_text  # noqa: E402
+from tests.make_xlnet_golden import (  # noqa: E402
+    packed_pairs,
+    report,
+    tokenizer_record,
+    training_text,
+)
 
 FOLDER = ROOT / "tests" / "fixtures" / "albert_spiece"
 PAIRS = (
@@ -59,29 +64,13 @@ def main() -> None:
     )
     (FOLDER / "spiece.model").write_bytes(model_bytes.getvalue())
     tokenizer = transformers.AlbertTokenizer.from_pretrained(str(FOLDER))
-    lines = training_text().splitlines()[::25]
-    pieces = [tokenizer(line, add_special_tokens=False)["input_ids"] for line in lines]
-    encoded = [tokenizer(a, b, return_token_type_ids=True) for a, b in PAIRS]
-    length = max(len(e["input_ids"]) for e in encoded)
-
-    def right_pad(key, value):
-        return np.array([e[key] + [value] * (length - len(e[key])) for e in encoded], np.int64)
-
     np.savez_compressed(
         FOLDER / "golden.npz",
-        first=np.array([a for a, _ in PAIRS]),
-        second=np.array([b or "" for _, b in PAIRS]),
-        has_second=np.array([b is not None for _, b in PAIRS]),
-        input_ids=right_pad("input_ids", tokenizer.pad_token_id),
-        segment_ids=right_pad("token_type_ids", 0),
-        input_mask=right_pad("attention_mask", 0),
-        tokenizer_texts=np.array(lines),
-        tokenizer_ids=np.array([i for row in pieces for i in row], np.int32),
-        tokenizer_offsets=np.cumsum([0] + [len(row) for row in pieces]),
+        **packed_pairs(tokenizer, PAIRS, 0, left=False),
+        **tokenizer_record(tokenizer),
         versions=np.array(f"transformers {transformers.__version__}"),
     )
-    files = ", ".join(f"{p.name} {p.stat().st_size}" for p in sorted(FOLDER.iterdir()))
-    print(f"wrote {FOLDER}: {files}")
+    report(FOLDER)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,49 @@ def training_text() -> str:
     return "\n".join(lines + [t for pair in TEXTS for t in pair if t])
 
 
+def tokenizer_record(tokenizer) -> dict:
+    """golden.npz's tokenizer_texts (every 25th training_text line), tokenizer_ids (their ids
+    by `tokenizer`, without special tokens, one flat array) and tokenizer_offsets."""
+    import numpy as np
+
+    lines = training_text().splitlines()[::25]
+    pieces = [tokenizer(line, add_special_tokens=False)["input_ids"] for line in lines]
+    return {
+        "tokenizer_texts": np.array(lines),
+        "tokenizer_ids": np.array([i for row in pieces for i in row], np.int32),
+        "tokenizer_offsets": np.cumsum([0] + [len(row) for row in pieces]),
+    }
+
+
+def packed_pairs(tokenizer, pairs, pad_segment: int, left: bool) -> dict:
+    """golden.npz's first, second, has_second and the pairs as `tokenizer` packs them (a single
+    text alone), padded on the left or right to the longest: input_ids (with its pad id),
+    segment_ids (with pad_segment) and input_mask."""
+    import numpy as np
+
+    encoded = [tokenizer(a, b, return_token_type_ids=True) for a, b in pairs]
+    length = max(len(e["input_ids"]) for e in encoded)
+
+    def pad(key, value):
+        fills = [[value] * (length - len(e[key])) for e in encoded]
+        rows = [f + e[key] if left else e[key] + f for f, e in zip(fills, encoded)]
+        return np.array(rows, np.int64)
+
+    return {
+        "first": np.array([a for a, _ in pairs]),
+        "second": np.array([b or "" for _, b in pairs]),
+        "has_second": np.array([b is not None for _, b in pairs]),
+        "input_ids": pad("input_ids", tokenizer.pad_token_id),
+        "segment_ids": pad("token_type_ids", pad_segment),
+        "input_mask": pad("attention_mask", 0),
+    }
+
+
+def report(folder: Path) -> None:
+    files = ", ".join(f"{p.name} {p.stat().st_size}" for p in sorted(folder.iterdir()))
+    print(f"wrote {folder}: {files}")
+
+
 def main() -> None:
     import numpy as np
     import sentencepiece as spm
@@ -69,8 +112,6 @@ def main() -> None:
     )
     (FOLDER / "spiece.model").write_bytes(model_bytes.getvalue())
     tokenizer = transformers.XLNetTokenizer.from_pretrained(str(FOLDER))
-    lines = training_text().splitlines()[::25]
-    pieces = [tokenizer(line, add_special_tokens=False)["input_ids"] for line in lines]
 
     config = transformers.XLNetConfig(
         vocab_size=tokenizer.vocab_size, ff_activation="gelu", untie_r=True, dropout=0.0,
@@ -84,18 +125,10 @@ def main() -> None:
     model.save_pretrained(str(FOLDER), safe_serialization=True)
     (FOLDER / "generation_config.json").unlink(missing_ok=True)
 
-    firsts = [a for a, _ in TEXTS]
-    seconds = [b for _, b in TEXTS]
-    # Single texts are packed alone (`a <sep> <cls>`): encode them one by one, pad on the left.
-    encoded = [tokenizer(a, b, return_token_type_ids=True) for a, b in TEXTS]
-    length = max(len(e["input_ids"]) for e in encoded)
-
-    def left_pad(key, value):
-        return np.array([[value] * (length - len(e[key])) + e[key] for e in encoded], np.int64)
-
-    ids = left_pad("input_ids", tokenizer.pad_token_id)
-    segments = left_pad("token_type_ids", 4)  # XLNet's SEG_ID_PAD
-    mask = left_pad("attention_mask", 0)
+    # Single texts are packed alone (`a <sep> <cls>`), padded on the left as XLNet's; padding
+    # in XLNet's SEG_ID_PAD 4.
+    batch = packed_pairs(tokenizer, TEXTS, 4, left=True)
+    ids, segments, mask = batch["input_ids"], batch["segment_ids"], batch["input_mask"]
     # Two-stream inputs: a seeded factorisation order per row over its real positions, the
     # last two real positions of each row predicted.
     rng = np.random.default_rng(0)
@@ -125,12 +158,7 @@ def main() -> None:
         )
     np.savez_compressed(
         FOLDER / "golden.npz",
-        first=np.array(firsts),
-        second=np.array(["" if x is None else x for x in seconds]),
-        has_second=np.array([x is not None for x in seconds]),
-        input_ids=ids,
-        segment_ids=segments,
-        input_mask=mask,
+        **batch,
         perm_mask=perm_mask,
         target_mapping=targets,
         # (L + 1, B, S, H): the embeddings, then every layer's content stream
@@ -138,13 +166,10 @@ def main() -> None:
         # every VOCAB_STRIDE-th vocabulary column, to keep the file small
         lm_logits=content.logits.numpy()[..., ::VOCAB_STRIDE].astype(np.float32),  # (B, S, .)
         plm_logits=query.logits.numpy()[..., ::VOCAB_STRIDE].astype(np.float32),  # (B, 2, .)
-        tokenizer_texts=np.array(lines),
-        tokenizer_ids=np.array([i for row in pieces for i in row], np.int32),
-        tokenizer_offsets=np.cumsum([0] + [len(row) for row in pieces]),
+        **tokenizer_record(tokenizer),
         versions=np.array(f"torch {torch.__version__}, transformers {transformers.__version__}"),
     )
-    files = ", ".join(f"{p.name} {p.stat().st_size}" for p in sorted(FOLDER.iterdir()))
-    print(f"wrote {FOLDER}: {files}")
+    report(FOLDER)
 
 
 if __name__ == "__main__":
