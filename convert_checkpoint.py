@@ -14,18 +14,24 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
                   configs/electra_small.json; the original ships none); the pretraining
                   checkpoint gives generator and discriminator, a discriminator-only one the
                   encoder.
+        tf1_gpt2  OpenAI's GPT-2 release (github.com/openai/gpt-2's download_model.py): model.ckpt.*
+                  (or a `checkpoint` file), hparams.json, encoder.json + vocab.bpe (copied along);
+                  --to=cloze, hf or tf1_gpt2
         hf        a folder with model.safetensors (or a shard index), config.json, vocab.txt;
                   config.json's model_type says the family: bert, roberta (positions from
                   pad_token_id + 1), albert or electra (the discriminator; its head and a
                   generator, a separate model there, are not read), bart
                   (BartForConditionalGeneration / BartModel; --to=cloze only, no vocab.txt
                   needed: vocab.json and merges.txt are copied as encoder.json and vocab.bpe),
-                  or xlnet (XLNetLMHeadModel / XLNetModel / a task model's encoder; --to=cloze
-                  only; spiece.model is copied along, run_classifier's --vocab_file)
+                  xlnet (XLNetLMHeadModel / XLNetModel / a task model's encoder; --to=cloze
+                  only; spiece.model is copied along, run_classifier's --vocab_file), gpt2
+                  (GPT2LMHeadModel / GPT2Model) or openai-gpt (GPT-1: OpenAIGPTLMHeadModel /
+                  OpenAIGPTModel; task heads and causal-mask buffers are not read; a GPT-2's
+                  vocab.json + merges.txt are copied as encoder.json + vocab.bpe)
         cloze     a Cloze output folder or checkpoint prefix, with bert_config.json or
                   model_config.json beside it (or --bert_config_file); BERT, ALBERT, ELECTRA
-                  or BART or XLNet (a run_pretraining / run_text2text checkpoint; --to=hf or
-                  cloze), told by the config's keys
+                  or BART, XLNet or GPT (a run_pretraining / run_text2text checkpoint; --to=hf or
+                  cloze, a GPT-2 also tf1_gpt2), told by the config's keys
         keras_hub a keras-hub BertBackbone preset folder (config.json, model.weights.h5,
                   assets/tokenizer/vocabulary.txt), e.g. one written by --to=keras_hub
 --to:   cloze        ckpt-1 + bert_config.json + vocab.txt; any run script takes the folder as
@@ -34,7 +40,10 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
                      tf1: the folder is then also the run scripts' --vocab_file)
         hf           (a BART checkpoint: BartForConditionalGeneration's model.safetensors +
                      config.json, encoder.json / vocab.bpe copied as vocab.json / merges.txt;
-                     an XLNet: XLNetLMHeadModel's, spiece.model copied along)
+                     an XLNet: XLNetLMHeadModel's, spiece.model copied along; a GPT:
+                     GPT2LMHeadModel's (pre-LN) or OpenAIGPTLMHeadModel's (post-LN), its
+                     config's bos / eos the vocabulary's <|endoftext|>, tokenizer_config.json
+                     naming GPT2Tokenizer)
                      model.safetensors + config.json + vocab.txt (or RoBERTa's vocab.json +
                      merges.txt, RobertaTokenizer) + tokenizer_config.json, as
                      transformers writes the family: BertModel / BertForPreTraining, RobertaModel /
@@ -45,6 +54,9 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
         tf1_albert   model.ckpt.* with google-research/albert's names + albert_config.json
         tf1_electra  model.ckpt.* with google-research/electra's names + electra_config.json
                      (Cloze's ELECTRA config; the original ships none)
+        tf1_gpt2     OpenAI's GPT-2 layout: model.ckpt.* with src/model.py's names, hparams.json
+                     (its five keys), encoder.json + vocab.bpe (a pre-LN GPT with the tanh GELU,
+                     inner size 4H and epsilon 1e-5: what the released code computes)
         saved_model  a SavedModel with raw-string signatures (needs --vocab_file or vocab.txt;
                      or a RoBERTa's vocab.json + merges.txt in --input_dir: byte-level BPE in
                      the graph, cased unless --do_lower_case is given explicitly)
@@ -68,13 +80,14 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
-FORMATS_IN = ["tf1_bert", "tf1_albert", "tf1_electra", "hf", "cloze", "keras_hub"]
+FORMATS_IN = ["tf1_bert", "tf1_albert", "tf1_electra", "tf1_gpt2", "hf", "cloze", "keras_hub"]
 FORMATS_OUT = [
     "cloze",
     "hf",
     "tf1_bert",
     "tf1_albert",
     "tf1_electra",
+    "tf1_gpt2",
     "saved_model",
     "keras",
     "keras_hub",
@@ -84,6 +97,7 @@ FAMILY_OF_FORMAT = {
     "tf1_bert": "bert",
     "tf1_albert": "albert",
     "tf1_electra": "electra",
+    "tf1_gpt2": "gpt",
     "saved_model": "bert",
     "keras_hub": "bert",
 }
@@ -154,6 +168,7 @@ CONFIG_NAMES = {
     "tf1_bert": ("bert_config.json",),
     "tf1_albert": ("albert_config.json",),
     "tf1_electra": ("electra_config.json",),
+    "tf1_gpt2": ("hparams.json",),
     "hf": ("config.json",),
     "cloze": ("bert_config.json", "model_config.json"),
     "keras_hub": ("config.json",),
@@ -250,80 +265,111 @@ def check_target_family(config, target_format: str, where: str) -> None:
 
 
 def own_module_family(config_file) -> str | None:
-    """ "bart" or "xlnet" when the config (Hugging Face's or Cloze's names) is of a family whose
-    module converts it whole (convert_by_module), else None."""
-    from modeling import bart, checkpoints, xlnet
+    """ "bart", "xlnet" or "gpt" when the config (Hugging Face's or Cloze's names) is of a family
+    whose module converts it whole (convert_by_module), else None."""
+    from modeling import bart, checkpoints, gpt, xlnet
 
     values = checkpoints.read_json(config_file)
     if bart.is_bart_config(values):
         return "bart"
     if xlnet.is_xlnet_config(values) or values.get("model_type") == "xlnet":
         return "xlnet"
+    if gpt.is_gpt_config(values) or values.get("model_type") in gpt.HF_MODEL_TYPES:
+        return "gpt"
     return None
 
 
-# The vocabulary files each such family's conversion copies along: Cloze's name -> Hugging
-# Face's. BART's byte-level BPE is create_seq2seq_data's GPT-2 style pair there and
-# BartTokenizer's here; XLNet's SentencePiece model has one name in both.
-MODULE_VOCAB_NAMES = {
-    "bart": {"encoder.json": "vocab.json", "vocab.bpe": "merges.txt"},
-    "xlnet": {"spiece.model": "spiece.model"},
-}
+def module_vocab_files(family: str, input_dir, target_format: str) -> list:
+    """(file in --input_dir, name in the output) of the vocabulary a convert_by_module family
+    carries along: XLNet's spiece.model (one name everywhere); BART's and GPT's byte-level BPE
+    files, each found under either naming (bpe.BPE_FILE_NAMES) and written as Hugging Face's
+    vocab.json + merges.txt for --to=hf, else as OpenAI's encoder.json + vocab.bpe (which
+    create_seq2seq_data, create_lm_data and OpenAI's GPT-2 code read)."""
+    from data_prep import bpe
+
+    if not input_dir:
+        return []
+    if family == "xlnet":
+        model = Path(input_dir) / "spiece.model"
+        return [(model, "spiece.model")] if model.is_file() else []
+    out = []
+    for k, copy in enumerate(bpe.BPE_FILE_NAMES[target_format == "hf"]):
+        found = [Path(input_dir, names[k]) for names in bpe.BPE_FILE_NAMES]
+        out += [(file, copy) for file in found if file.is_file()][:1]
+    return out
+
+
+def module_family(family: str):
+    """(display name, module, config from Hugging Face's config.json values, Cloze config class,
+    model class) of a family convert_by_module converts."""
+    from modeling import bart, gpt, xlnet
+
+    return {
+        "bart": ("BART", bart, bart.BartConfig.from_hf_config, bart.BartConfig, bart.BartModel),
+        "xlnet": ("XLNet", xlnet, xlnet.config_from_hf, xlnet.XLNetConfig, xlnet.XLNetPretrainer),
+        "gpt": ("GPT", gpt, gpt.config_from_hf, gpt.GptConfig, gpt.GptLM),
+    }[family]
 
 
 def convert_by_module(
     family, source_format, target_format, config_file, input_dir, checkpoint
 ) -> None:
-    """BART or XLNet between a Cloze checkpoint (run_pretraining's, run_text2text's) and Hugging
-    Face's files (model.safetensors + config.json of a BartForConditionalGeneration or an
-    XLNetLMHeadModel), both ways, by the family's module (load_hf / load_cloze / save_hf /
-    save_cloze). The vocabulary files in --input_dir are copied under the target's names."""
+    """BART, XLNet or GPT between a Cloze checkpoint (run_pretraining's, run_text2text's) and
+    Hugging Face's files (model.safetensors + config.json of a BartForConditionalGeneration, an
+    XLNetLMHeadModel, a GPT2LMHeadModel or an OpenAIGPTLMHeadModel), both ways, by the family's
+    module (load_hf / save_hf) and checkpoints.load_whole / save_whole. The vocabulary files in
+    --input_dir are copied under the target's names."""
     from data_prep.errors import input_error
-    from modeling import bart, checkpoints, xlnet
+    from modeling import checkpoints
 
-    name = family.upper() if family == "bart" else "XLNet"
-    if target_format not in ("hf", "cloze"):
-        raise input_error(
-            f"--to={target_format}", f"--to=hf or --to=cloze for a {name} model", target_format
-        )
-    module = {"bart": bart, "xlnet": xlnet}[family]
+    name, module, from_hf, config_class, model_class = module_family(family)
+    targets = ["hf", "cloze", *(["tf1_gpt2"] if family == "gpt" else [])]
+    if target_format not in targets:
+        where = f"--to={target_format}"
+        raise input_error(where, f"one of {targets} for a {name} model", target_format)
     values = checkpoints.read_json(config_file)
     if "model_type" in values:  # Hugging Face's config.json, with its bookkeeping keys
-        if family == "bart":
-            config = bart.BartConfig.from_hf_config(values, str(config_file))
-        else:
-            config = xlnet.config_from_hf(values, str(config_file))
+        config = from_hf(values, str(config_file))
     else:
-        config_class = bart.BartConfig if family == "bart" else xlnet.XLNetConfig
         config = config_class.from_dict(values, str(config_file))
+    if "tf1_gpt2" in (source_format, target_format):
+        try:
+            module.check_tf1(config)
+        except ValueError as e:  # before the slow part
+            where = "a config OpenAI's GPT-2 code computes"
+            raise input_error(str(config_file), where, str(e)) from None
     source = checkpoint or input_dir
     if source_format == "hf":
         model, report = module.load_hf(
             source, config, str(config_file), FLAGS.skip_variables, FLAGS.trust_pickle
         )
         summary = report.summary()
+    elif source_format == "tf1_gpt2":
+        model, report = module.load_tf1(source, config, str(config_file), FLAGS.skip_variables)
+        summary = report.summary()
     else:
         try:
-            model, prefix = module.load_cloze(source, config)
+            model, prefix = checkpoints.load_whole(model_class(config), source)
         except ValueError as e:
             where = f"a Cloze {name} checkpoint of {config_file}"
             raise input_error(str(source), where, str(e)) from None
         summary = f"read the Cloze checkpoint {prefix}"
-    names = MODULE_VOCAB_NAMES[family]
-    names = names if target_format == "hf" else {v: k for k, v in names.items()}
     with checkpoints.AtomicOutputDir(FLAGS.output_dir) as tmp:
-        if target_format == "hf":
+        if target_format == "tf1_gpt2":
+            module.save_tf1(model, tmp)
+        elif target_format == "hf":
+            # A GPT's config names its <|endoftext|> id, as GPT-2's names 50256.
+            extra = {"eos_token_id": module.end_of_text_id(input_dir)} if family == "gpt" else {}
             try:
-                module.save_hf(model, tmp)
+                module.save_hf(model, tmp, **extra)
             except ValueError as e:  # a setting Hugging Face's model cannot hold
                 where = f"a {name} Hugging Face can hold"
                 raise input_error(str(config_file), where, str(e)) from None
         else:
-            module.save_cloze(model, tmp)
+            checkpoints.save_whole(model, tmp)
             (tmp / "bert_config.json").write_text(config.to_json_string())
-        for theirs, ours in names.items():
-            if input_dir and (Path(input_dir) / theirs).is_file():
-                shutil.copyfile(Path(input_dir) / theirs, tmp / ours)
+        for file, copy in module_vocab_files(family, input_dir, target_format):
+            shutil.copyfile(file, tmp / copy)
         written = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
     print(f"converted {name} --from={source_format} to --to={target_format}")
     print(summary)
@@ -360,6 +406,8 @@ def convert(source_format: str, target_format: str) -> None:
     # An ALBERT's SentencePiece model goes along too (run scripts read the folder's spiece.model).
     spiece_file = spiece.model_file(input_dir) if input_dir else None
     own_module = source_format in ("hf", "cloze") and own_module_family(config_file)
+    if source_format == "tf1_gpt2":
+        own_module = "gpt"
     if (
         vocab_file is None
         and target_format in ("hf", "saved_model", "keras_hub")

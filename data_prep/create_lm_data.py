@@ -14,6 +14,9 @@ a BERT vocabulary and [SEP] ends each document (ELMo's biLM in run_pretraining.p
 With --vocab_file=a SentencePiece model (spiece.model, or a folder holding it: an XLNet's), the
 units are its pieces as XLNet's released code makes them (data_prep/spiece.py; cased unless
 --do_lower_case is given) and <eod> ends each document, as XLNet's data_utils.py puts it.
+With --vocab_file=a folder holding the byte-level BPE files (encoder.json + vocab.bpe, or Hugging
+Face's vocab.json + merges.txt: a GPT-2 that convert_checkpoint.py converted), they are read from
+it, as with --encoder_file and --merges_file.
 
 Documents are tokenized on --num_workers processes (data_prep/parallel.map_texts: batches of about
 a quarter of a million characters, at most two per worker in flight, results in corpus order), and
@@ -38,7 +41,8 @@ flags.DEFINE_string(
     "vocab_file",
     None,
     "A WordPiece vocab.txt instead of the BPE files (ELMo on BERT's units; [SEP] ends documents), "
-    "or a SentencePiece model (XLNet's spiece.model or its folder; <eod> ends documents).",
+    "a SentencePiece model (XLNet's spiece.model or its folder; <eod> ends documents), or a "
+    "folder holding the BPE files (encoder.json + vocab.bpe, or vocab.json + merges.txt).",
 )
 flags.DEFINE_bool(
     "do_lower_case",
@@ -56,8 +60,8 @@ flags.mark_flags_as_required(["input_file", "output_file"])
 flags.register_multi_flags_validator(
     ["encoder_file", "merges_file", "vocab_file"],
     lambda f: bool(f["vocab_file"]) != bool(f["encoder_file"] and f["merges_file"]),
-    "give --encoder_file and --merges_file (byte-level BPE) or --vocab_file (WordPiece or a "
-    "SentencePiece model)",
+    "give --encoder_file and --merges_file (byte-level BPE) or --vocab_file (WordPiece, a "
+    "SentencePiece model or a byte-level BPE folder)",
 )
 flags.register_validator("block_size", lambda b: b >= 2, "must be at least 2")
 flags.register_validator("num_workers", lambda n: n is None or n >= 1, "must be at least 1")
@@ -73,7 +77,11 @@ def main(argv):
     try:
         inputs = files.expand_input_files(FLAGS.input_file)
         model = spiece.model_file(FLAGS.vocab_file) if FLAGS.vocab_file else None
-        if model:
+        bpe_files = bpe.folder_files(FLAGS.vocab_file) if FLAGS.vocab_file else None
+        if bpe_files:  # a GPT-2 style folder, e.g. convert_checkpoint.py's output
+            tokenizer = bpe.ByteLevelBPE.from_files(*bpe_files)
+            encode, vocab, vocab_path = tokenizer.encode, tokenizer.encoder, str(bpe_files[0])
+        elif model:
             lower = FLAGS.do_lower_case and FLAGS["do_lower_case"].present
             pieces = spiece.SentencePieceTokenizer(model, lower)
             encode, vocab, vocab_path = pieces.encode, pieces.vocab, str(model)
@@ -84,7 +92,7 @@ def main(argv):
             tokenizer = bpe.ByteLevelBPE.from_files(FLAGS.encoder_file, FLAGS.merges_file)
             encode, vocab, vocab_path = tokenizer.encode, tokenizer.encoder, FLAGS.encoder_file
         end = FLAGS.end_of_text
-        if FLAGS.vocab_file and not FLAGS["end_of_text"].present:
+        if FLAGS.vocab_file and not bpe_files and not FLAGS["end_of_text"].present:
             end = "<eod>" if model else "[SEP]"
         if end not in vocab:
             raise input_error(vocab_path, f"the token {end!r}", "none")

@@ -790,23 +790,3 @@ def save_hf(model: BartModel, output_dir) -> list:
     text = json.dumps(hf_config(model.config), indent=2, sort_keys=True) + "\n"
     (out / "config.json").write_text(text)
     return [out / "model.safetensors", out / "config.json"]
-
-
-def load_cloze(checkpoint, config: BartConfig) -> tuple[BartModel, str]:
-    """A Cloze BART checkpoint (run_pretraining / run_text2text: prefix or folder) -> (built
-    BartModel, the prefix read). Raises ValueError naming the path when it does not fit."""
-    from training import trainer
-
-    model = BartModel(config)
-    model.build()
-    return model, trainer.restore_model_weights(model, str(checkpoint))
-
-
-def save_cloze(model: BartModel, output_dir) -> str:
-    """A Cloze checkpoint (`ckpt-1`, the model under `model`) that run_text2text.py and
-    load_cloze read."""
-    import os
-
-    import tensorflow as tf
-
-    return tf.train.Checkpoint(model=model).save(os.path.join(str(output_dir), "ckpt"))

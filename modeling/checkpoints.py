@@ -194,11 +194,11 @@ def cloze_variables(model) -> dict:
     rather than the attribute `output_dense` that checkpoints use), then checks that the walk found
     every trainable variable of the model, so a layer added later cannot be skipped silently.
     """
-    from modeling import albert, bart, bert, electra, xlnet
+    from modeling import albert, bart, bert, electra, gpt, xlnet
 
-    if isinstance(model, (bart.BartModel, xlnet.XLNetPretrainer)):
-        # Their name maps (bart.hf_entries, xlnet.hf_entries) use the Keras paths below the model
-        # (`encoder_0/self_attn/query/kernel`, `encoder/layer_0/rel_attn/q`).
+    if isinstance(model, (bart.BartModel, xlnet.XLNetPretrainer, gpt.GptLM)):
+        # Their name maps (bart / xlnet / gpt.hf_entries) use the Keras paths below the model
+        # (`encoder_0/self_attn/query/kernel`, `encoder/layer_0/rel_attn/q`, `encoder/h_0/ln_1`).
         root = model.name + "/"
         out = {v.path[len(root) :]: v for v in model.weights if v.path.startswith(root)}
     elif isinstance(model, (albert.AlbertEncoder, albert.AlbertPretrainer)):
@@ -1280,7 +1280,8 @@ class ConversionReport:
         folded: dict[str, int] = {}
         for e in self.entries:
             line = f"  {_brace(e.sources)} {_shape(e.source_shapes[0])} -> {e.target}"
-            line = re.sub(r"layer([._])\d+", r"layer\1*", line)
+            # One line for every layer: BERT's layer_N / layer.N, GPT's h.N / h_N / OpenAI's hN.
+            line = re.sub(r"(layer[._]|\bh[._]?)\d+", r"\1*", line)
             folded[line] = folded.get(line, 0) + 1
         lines += [f"{line}{f'  (x{n})' if n > 1 else ''}" for line, n in folded.items()]
         if self.ignored:
@@ -1888,6 +1889,25 @@ def save_cloze(model, output_dir) -> str:
 
     root = model if has_heads(model) else tf.train.Checkpoint(encoder=model)
     return tf.train.Checkpoint(model=root).save(os.path.join(str(output_dir), "ckpt"))
+
+
+def load_whole(model, checkpoint) -> tuple:
+    """Builds `model` (a BART, XLNet or GPT model: their Cloze checkpoints hold the whole model
+    under `model`, from run_pretraining, run_text2text or a conversion) and restores it from
+    `checkpoint` (a prefix or a folder: its latest). Returns (model, the prefix read); raises
+    ValueError naming the path when it does not fit."""
+    from training import trainer
+
+    model.build()
+    return model, trainer.restore_model_weights(model, str(checkpoint))
+
+
+def save_whole(model, output_dir) -> str:
+    """A Cloze checkpoint (`ckpt-1`, the whole model under `model`, as run_pretraining saves it)
+    that load_whole and the run scripts' --init_checkpoint read."""
+    import tensorflow as tf
+
+    return tf.train.Checkpoint(model=model).save(os.path.join(str(output_dir), "ckpt"))
 
 
 def save_tf1_bert(model, output_dir, name: str = "bert_model.ckpt") -> str:

@@ -515,6 +515,302 @@ def to_keras_hub(model: GptLM):
 
 
 # ---------------------------------------------------------------------------------------------
+# Hugging Face's files: GPT-2 (GPT2LMHeadModel) and GPT-1 (OpenAIGPTLMHeadModel)
+# ---------------------------------------------------------------------------------------------
+
+HF_PREFIX = "transformer."
+# model_type -> layer_norm_position: GPT-2 is pre-LN, GPT-1 ("openai-gpt") post-LN.
+HF_MODEL_TYPES = {"gpt2": "pre", "openai-gpt": "post"}
+# Keys of each config.json that change what the LM computes, with the one value Cloze computes.
+HF_FIXED = {
+    "gpt2": {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+             "add_cross_attention": False},
+    "openai-gpt": {"n_special": 0},
+}  # fmt: skip
+# Keys that do not: the sequence-summary head of transformers' *DoubleHeadsModel (Cloze's
+# classifier is its own), reorder_and_upcast_attn (a float16 attention order; Cloze's scores are
+# float32 there anyway), GPT-1's predict_special_tokens, and n_ctx, which older configs repeat
+# beside n_positions (checked equal).
+HF_IGNORED = frozenset(
+    """summary_type summary_use_proj summary_activation summary_proj_to_labels
+    reorder_and_upcast_attn predict_special_tokens n_ctx""".split()
+)
+# GPT-1's `afn` (its ACT_FNS, where "gelu" is the tanh approximation) -> Cloze's names.
+HF_GPT1_ACTIVATIONS = {"gelu": "gelu", "relu": "relu"}
+# Fine-tuning heads of transformers' GPT2For* / OpenAIGPTFor* / *DoubleHeadsModel: not converted.
+HF_TASK_HEADS = ("score.", "multiple_choice_head.", "classifier.", "qa_outputs.")
+
+
+def config_from_hf(values: dict, source: str = "config.json") -> GptConfig:
+    """A Hugging Face GPT-2 or GPT-1 `config.json` as published -> GptConfig (OpenAI's names).
+
+    HF_FIXED's keys must have their value; HF_IGNORED's and modeling/checkpoints.py's
+    _HF_IGNORED are dropped; any other unknown key is an error naming `source`.
+    """
+    from data_prep.errors import input_error
+    from modeling import checkpoints
+
+    model_type = values.get("model_type") if isinstance(values, dict) else None
+    if model_type not in HF_MODEL_TYPES:
+        where = f"{source}: model_type"
+        raise input_error(where, f"one of {sorted(HF_MODEL_TYPES)}", repr(model_type))
+    fixed = HF_FIXED[model_type]
+    checkpoints.check_hf_fixed(values, fixed, source, "GPT")
+    gpt2 = model_type == "gpt2"
+    act_key = "activation_function" if gpt2 else "afn"
+    own = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", act_key, "resid_pdrop",
+           "embd_pdrop", "attn_pdrop", "layer_norm_epsilon", "initializer_range",
+           "summary_first_dropout", *(["n_inner"] if gpt2 else [])}  # fmt: skip
+    known = own | set(fixed) | {"model_type"} | HF_IGNORED | checkpoints._HF_IGNORED
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise input_error(source, f"the keys of a Hugging Face {model_type} config", f"{unknown}")
+    for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
+        if key not in values:
+            raise input_error(f"{source}: {key}", "a positive integer", "nothing (missing)")
+    if values.get("n_ctx", values["n_positions"]) != values["n_positions"]:
+        where = f"{source}: n_ctx"
+        raise input_error(where, f"n_positions ({values['n_positions']})", repr(values["n_ctx"]))
+    names = checkpoints.HF_TO_CLOZE_ACTIVATION if gpt2 else HF_GPT1_ACTIVATIONS
+    activation = values.get(act_key, "gelu_new" if gpt2 else "gelu")
+    if activation not in names:
+        raise input_error(f"{source}: {act_key}", f"one of {sorted(names)}", repr(activation))
+    optional = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon",
+                "initializer_range", "summary_first_dropout", "n_inner")  # fmt: skip
+    return GptConfig.from_dict(
+        {
+            "n_vocab": values["vocab_size"], "n_ctx": values["n_positions"],
+            "n_embd": values["n_embd"], "n_head": values["n_head"], "n_layer": values["n_layer"],
+            "activation_function": names[activation],
+            "layer_norm_position": HF_MODEL_TYPES[model_type],
+            **{k: values[k] for k in optional if k in values},
+        },
+        source,
+    )  # fmt: skip
+
+
+def hf_config(config: GptConfig) -> dict:
+    """The config.json transformers writes for a GPT2LMHeadModel (pre-LN) or an
+    OpenAIGPTLMHeadModel (post-LN) of this config. Raises ValueError for what GPT-1's class
+    cannot hold (an activation other than its "gelu" / "relu", an inner size other than 4H)."""
+    from modeling import checkpoints
+
+    c = config
+    common = {
+        "vocab_size": c.n_vocab, "n_positions": c.n_ctx, "n_embd": c.n_embd,
+        "n_layer": c.n_layer, "n_head": c.n_head, "resid_pdrop": c.resid_pdrop,
+        "embd_pdrop": c.embd_pdrop, "attn_pdrop": c.attn_pdrop,
+        "layer_norm_epsilon": c.layer_norm_epsilon, "initializer_range": c.initializer_range,
+        "summary_first_dropout": c.summary_first_dropout, "tie_word_embeddings": True,
+    }  # fmt: skip
+    if c.layer_norm_position == "pre":
+        return {
+            **common, **HF_FIXED["gpt2"], "model_type": "gpt2",
+            "architectures": ["GPT2LMHeadModel"], "n_inner": c.n_inner,
+            "activation_function": checkpoints.CLOZE_TO_HF_ACTIVATION[c.activation_function],
+        }  # fmt: skip
+    afn = {mine: theirs for theirs, mine in HF_GPT1_ACTIVATIONS.items()}
+    if c.activation_function not in afn or c.inner_size != 4 * c.n_embd:
+        raise ValueError(
+            f"activation_function {c.activation_function!r}, inner size {c.inner_size}: "
+            f"Hugging Face's GPT-1 (openai-gpt) computes {sorted(afn)} with 4 * n_embd only"
+        )
+    return {
+        **common, "model_type": "openai-gpt",
+        "architectures": ["OpenAIGPTLMHeadModel"], "afn": afn[c.activation_function],
+    }  # fmt: skip
+
+
+def hf_entries(config: GptConfig, prefix: str = HF_PREFIX) -> list:
+    """Hugging Face's GPT-2 / GPT-1 parameter names (modeling_gpt2.py, modeling_openai.py) onto
+    GptLM's variables (paths below the model). Their Conv1D weights are (in, out) as Keras
+    kernels, and c_attn's 3H columns are q | k | v with the heads inside each, as
+    CausalSelfAttention splits them: every entry is a copy. GPT-1 names its embeddings
+    tokens_embed / positions_embed and has no ln_f."""
+    from modeling.checkpoints import _copy, _hf_norm_entries
+
+    c = config
+    h, inner = c.n_embd, c.inner_size
+    pre = c.layer_norm_position == "pre"
+    words, positions = ("wte", "wpe") if pre else ("tokens_embed", "positions_embed")
+
+    def conv1d(dst, src, n_in, n_out):
+        return [_copy(f"{dst}/kernel", f"{src}.weight", (n_in, n_out)),
+                _copy(f"{dst}/bias", f"{src}.bias", (n_out,))]  # fmt: skip
+
+    out = [
+        _copy("encoder/wte", f"{prefix}{words}.weight", (c.n_vocab, h)),
+        _copy("encoder/wpe", f"{prefix}{positions}.weight", (c.n_ctx, h)),
+    ]
+    for i in range(c.n_layer):
+        src, dst = f"{prefix}h.{i}", f"encoder/h_{i}"
+        out += conv1d(f"{dst}/attn/c_attn", f"{src}.attn.c_attn", h, 3 * h)
+        out += conv1d(f"{dst}/attn/c_proj", f"{src}.attn.c_proj", h, h)
+        out += _hf_norm_entries(f"{dst}/ln_1", f"{src}.ln_1", h)
+        out += _hf_norm_entries(f"{dst}/ln_2", f"{src}.ln_2", h)
+        out += conv1d(f"{dst}/c_fc", f"{src}.mlp.c_fc", h, inner)
+        out += conv1d(f"{dst}/c_proj", f"{src}.mlp.c_proj", inner, h)
+    if pre:
+        out += _hf_norm_entries("encoder/ln_f", f"{prefix}ln_f", h)
+    return out
+
+
+def load_hf(weights, config: GptConfig, config_where: str = "config.json", skip=None,
+            trust_pickle: bool = False):  # fmt: skip
+    """Hugging Face GPT-2 / GPT-1 weights (folder, file or shard index of a *LMHeadModel, a bare
+    GPT2Model / OpenAIGPTModel, or a task model) -> (GptLM, checkpoints.ConversionReport).
+    lm_head.weight, the tied word embedding, is checked equal and not converted; the causal-mask
+    buffers older GPT-2 files hold (`attn.bias`, `attn.masked_bias`) and task heads are listed
+    as not converted."""
+    from modeling import checkpoints
+
+    source = checkpoints._hf_source(weights, trust_pickle)
+    prefix = checkpoints._prefix_of(source.shapes, HF_PREFIX)
+    model = GptLM(config)
+    model.build()
+    where = (
+        f"{config_where} (GPT, {config.layer_norm_position}-LN: {config.n_layer} layers, "
+        f"n_embd={config.n_embd}, n_vocab={config.n_vocab})"
+    )
+    words = "wte" if config.layer_norm_position == "pre" else "tokens_embed"
+    tied = {"lm_head.weight": f"{prefix}{words}.weight"}
+    extra = {}
+    for name in source.shapes:
+        if name.endswith((".attn.bias", ".attn.masked_bias")):
+            extra[name] = "a buffer (the causal mask), not a weight"
+        elif name.startswith(HF_TASK_HEADS):
+            extra[name] = "a fine-tuning head (Cloze's task heads start fresh)"
+    report = checkpoints.convert_into(
+        model, hf_entries(config, prefix), source, where,
+        checkpoints._hf_ignore(tied, source, extra), skip, heads=True,
+    )  # fmt: skip
+    return model, report
+
+
+def end_of_text_id(vocab_dir) -> int | None:
+    """The id of <|endoftext|> in the byte-level BPE folder `vocab_dir` (either naming), or None
+    when there is no such folder or token."""
+    import json
+
+    from data_prep import bpe
+
+    files = bpe.folder_files(vocab_dir) if vocab_dir else None
+    if files is None:
+        return None
+    return json.loads(files[0].read_text(encoding="utf-8")).get(bpe.GPT2_END_OF_TEXT)
+
+
+def save_hf(model: GptLM, output_dir, eos_token_id: int | None = None) -> list:
+    """Writes model.safetensors and config.json as transformers' save_pretrained does for a
+    GPT2LMHeadModel or an OpenAIGPTLMHeadModel (`transformer.`-prefixed names, the tied
+    lm_head.weight left out), and tokenizer_config.json naming GPT2Tokenizer: the byte-level BPE
+    that Cloze's GPTs read (also for a post-LN model, whose published GPT-1 tokenizer differs).
+    eos_token_id (end_of_text_id of the vocabulary) becomes the config's bos and eos token, as
+    GPT-2's 50256; None writes null, not transformers' default 50256, which a vocabulary of
+    another size does not hold."""
+    import json
+    from pathlib import Path
+
+    from safetensors.numpy import save_file
+
+    from modeling import checkpoints
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = {**hf_config(model.config), "bos_token_id": eos_token_id, "eos_token_id": eos_token_id}
+    arrays = checkpoints.export_arrays(model, hf_entries(model.config))
+    # transformers refuses safetensors files whose metadata lacks a known "format".
+    save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tokenizer = {"tokenizer_class": "GPT2Tokenizer"}
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer, indent=2) + "\n")
+    return [out / "model.safetensors", out / "config.json", out / "tokenizer_config.json"]
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAI's released GPT-2 files (github.com/openai/gpt-2, download_model.py)
+# ---------------------------------------------------------------------------------------------
+
+# model.ckpt.* under src/model.py's names, hparams.json (REQUIRED's five keys, which the
+# released code reads and no other), encoder.json and vocab.bpe (Cloze's own BPE file names).
+TF1_CHECKPOINT = "model.ckpt"
+TF1_HPARAMS = "hparams.json"
+
+
+def tf1_entries(config: GptConfig) -> list:
+    """OpenAI's GPT-2 TF1 names (src/model.py: scope `model`, blocks h0 .. h{L-1}, each conv1d a
+    `w` of (1, in, out) and a `b`, each norm a `g` and a `b`) onto GptLM's variables."""
+    from modeling.checkpoints import _copy, _reshaped
+
+    c = config
+    h, inner = c.n_embd, c.inner_size
+
+    def conv1d(dst, src, n_in, n_out):
+        return [_reshaped(f"{dst}/kernel", f"{src}/w", (1, n_in, n_out), (n_in, n_out)),
+                _copy(f"{dst}/bias", f"{src}/b", (n_out,))]  # fmt: skip
+
+    def norm(dst, src):
+        return [_copy(f"{dst}/gamma", f"{src}/g", (h,)), _copy(f"{dst}/beta", f"{src}/b", (h,))]
+
+    out = [_copy("encoder/wte", "model/wte", (c.n_vocab, h)),
+           _copy("encoder/wpe", "model/wpe", (c.n_ctx, h))]  # fmt: skip
+    for i in range(c.n_layer):
+        src, dst = f"model/h{i}", f"encoder/h_{i}"
+        out += norm(f"{dst}/ln_1", f"{src}/ln_1")
+        out += conv1d(f"{dst}/attn/c_attn", f"{src}/attn/c_attn", h, 3 * h)
+        out += conv1d(f"{dst}/attn/c_proj", f"{src}/attn/c_proj", h, h)
+        out += norm(f"{dst}/ln_2", f"{src}/ln_2")
+        out += conv1d(f"{dst}/c_fc", f"{src}/mlp/c_fc", h, inner)
+        out += conv1d(f"{dst}/c_proj", f"{src}/mlp/c_proj", inner, h)
+    return out + norm("encoder/ln_f", "model/ln_f")
+
+
+def check_tf1(config: GptConfig) -> None:
+    """Raises ValueError unless the released GPT-2 code computes this config: pre-LN, the tanh
+    GELU, an inner size of 4 * n_embd and LayerNorm epsilon 1e-5, which it fixes."""
+    c = config
+    fixed = {"layer_norm_position": "pre", "activation_function": "gelu",
+             "inner_size": 4 * c.n_embd, "layer_norm_epsilon": 1e-5}  # fmt: skip
+    other = {k: getattr(c, k) for k, v in fixed.items() if getattr(c, k) != v}
+    if other:
+        raise ValueError(f"{other}: OpenAI's GPT-2 code computes {fixed} only")
+
+
+def load_tf1(checkpoint, config: GptConfig, config_where: str = TF1_HPARAMS, skip=None):
+    """OpenAI's GPT-2 checkpoint (a prefix, or a folder with its `checkpoint` file or
+    model.ckpt) -> (GptLM, checkpoints.ConversionReport)."""
+    from modeling import checkpoints
+
+    check_tf1(config)
+    source = checkpoints.TFCheckpointSource(
+        checkpoints.resolve_checkpoint_prefix(checkpoint, TF1_CHECKPOINT)
+    )
+    model = GptLM(config)
+    model.build()
+    where = f"{config_where} (GPT-2: {config.n_layer} layers, n_embd={config.n_embd})"
+    report = checkpoints.convert_into(
+        model, tf1_entries(config), source, where, skip=skip, heads=True
+    )
+    return model, report
+
+
+def save_tf1(model: GptLM, output_dir) -> list:
+    """Writes OpenAI's GPT-2 layout: model.ckpt.* and `checkpoint` (tf1_entries' names) and
+    hparams.json with the five keys the released code reads."""
+    import json
+    from pathlib import Path
+
+    from modeling import checkpoints
+
+    check_tf1(model.config)
+    arrays = checkpoints.export_arrays(model, tf1_entries(model.config))
+    prefix = checkpoints._save_tf1_arrays(arrays, output_dir, TF1_CHECKPOINT)
+    hparams = {name: getattr(model.config, name) for name in REQUIRED}
+    (Path(output_dir) / TF1_HPARAMS).write_text(json.dumps(hparams, indent=2) + "\n")
+    return [prefix, Path(output_dir) / TF1_HPARAMS]
+
+
+# ---------------------------------------------------------------------------------------------
 # Generation
 # ---------------------------------------------------------------------------------------------
 

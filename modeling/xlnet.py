@@ -788,27 +788,6 @@ def save_hf(model: XLNetPretrainer, output_dir) -> list:
     return [out / "model.safetensors", out / "config.json"]
 
 
-def load_cloze(checkpoint, config: XLNetConfig) -> tuple[XLNetPretrainer, str]:
-    """A Cloze XLNet checkpoint (run_pretraining's, or a converted one: prefix or folder) ->
-    (built XLNetPretrainer, the prefix read). Raises ValueError naming the path when it does not
-    fit."""
-    from training import trainer
-
-    model = XLNetPretrainer(config)
-    model.build()
-    return model, trainer.restore_model_weights(model, str(checkpoint))
-
-
-def save_cloze(model: XLNetPretrainer, output_dir) -> str:
-    """A Cloze checkpoint (`ckpt-1`, the pretrainer under `model`, as run_pretraining saves it)
-    that run_classifier.py's --init_checkpoint and load_cloze read."""
-    import os
-
-    import tensorflow as tf
-
-    return tf.train.Checkpoint(model=model).save(os.path.join(str(output_dir), "ckpt"))
-
-
 # ---------------------------------------------------------------------------------------------
 # Classifier inputs, laid out as XLNet's run_classifier packs them
 # ---------------------------------------------------------------------------------------------

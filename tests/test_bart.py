@@ -11,7 +11,7 @@ import pytest
 
 from bench import generation
 from data_prep.errors import InputError
-from modeling import bart, t5
+from modeling import bart, checkpoints, t5
 from tests import helpers
 
 TINY = dict(
@@ -444,7 +444,7 @@ def test_convert_checkpoint_moves_bart_between_cloze_and_hugging_face(tmp_path):
     model = random_weights(tiny(bos_token_id=2), seed=4)
     cloze = tmp_path / "cloze"
     cloze.mkdir()
-    bart.save_cloze(model, cloze)
+    checkpoints.save_whole(model, cloze)
     (cloze / "bert_config.json").write_text(model.config.to_json_string())
     (cloze / "encoder.json").write_text('{"a": 0}')
 
@@ -463,6 +463,6 @@ def test_convert_checkpoint_moves_bart_between_cloze_and_hugging_face(tmp_path):
     assert (tmp_path / "back/encoder.json").read_text() == '{"a": 0}'
     config = bart.BartConfig.from_json_file(tmp_path / "back/bert_config.json")
     assert config == model.config
-    back, _ = bart.load_cloze(tmp_path / "back", config)
+    back, _ = checkpoints.load_whole(bart.BartModel(config), tmp_path / "back")
     for mine, read in zip(model.weights, back.weights):
         np.testing.assert_array_equal(mine.numpy(), read.numpy(), err_msg=mine.path)

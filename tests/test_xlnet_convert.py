@@ -14,7 +14,7 @@ from safetensors.numpy import load_file, save_file
 
 from data_prep import spiece
 from data_prep.errors import InputError
-from modeling import xlnet
+from modeling import checkpoints, xlnet
 from tests import helpers
 from tests.conftest import ROOT
 from tests.make_xlnet_golden import VOCAB_STRIDE
@@ -62,7 +62,7 @@ def test_converted_xlnet_computes_what_transformers_computes(converted, golden):
     config = xlnet.XLNetConfig.from_json_file(converted / "bert_config.json")
     # Hugging Face's "gelu" is the exact erf form; its biases are per layer.
     assert (config.ff_activation, config.untie_r, config.n_token) == ("gelu_exact", True, 300)
-    model, _ = xlnet.load_cloze(converted, config)
+    model, _ = checkpoints.load_whole(xlnet.XLNetPretrainer(config), converted)
     out = model.encoder(batch(golden))
     real = golden["input_mask"].astype(bool)
     assert len(out["encoder_outputs"]) == len(golden["hidden_states"]) == 3
