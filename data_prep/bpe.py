@@ -496,7 +496,10 @@ class ByteLevelBPE:
             return cls(encoder, merges)
         except ValueError as e:
             where, expected = str(encoder_file), "every byte symbol in the vocabulary"
-            raise input_error(where, expected, str(e)) from None
+            found = str(e)
+            if any(token.endswith("</w>") for token in encoder):
+                found += ": a word-end BPE ('</w>' tokens, GPT-1's OpenAIGPTTokenizer's), not bytes"
+            raise input_error(where, expected, found) from None
 
     def _encode_pretoken(self, piece: str) -> list[int]:
         # Cached by the raw pre-token: a repeated word skips the byte mapping and the merges.

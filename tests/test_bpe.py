@@ -434,6 +434,10 @@ def test_bad_merges_and_vocab_files_name_file_and_line(tmp_path):
     bad.write_text("#version: 0.2\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"encoder.json: expected every byte symbol"):
         bpe.ByteLevelBPE.from_files(enc, bad)
+    # GPT-1's vocabulary (OpenAIGPTTokenizer's vocab.json: word-end '</w>' tokens) is named.
+    enc.write_text('{"a": 0, "the</w>": 1}', encoding="utf-8")
+    with pytest.raises(InputError, match=r"lacks 255 of .* GPT-1's OpenAIGPTTokenizer's"):
+        bpe.ByteLevelBPE.from_files(enc, bad)
     enc.write_text("[1, 2", encoding="utf-8")
     with pytest.raises(InputError, match=r"encoder.json: expected a JSON object"):
         bpe.ByteLevelBPE.from_files(enc, bad)
