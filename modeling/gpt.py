@@ -890,3 +890,39 @@ def generate(
             index = ops.convert_to_tensor(t0 + step, "int32")
             logits, cache = step_fn(new, cache, index)
     return ids
+
+
+def continue_prompts(
+    model: GptLM,
+    prompts: list,
+    max_new_tokens: int,
+    batch_size: int = 8,
+    stop_id: int | None = None,
+    progress=None,
+    **sampling,
+) -> list:
+    """New ids for each of `prompts` (lists of ids, any lengths), in their order: prompts of one
+    length go through generate together, batch_size at a time (the key / value cache has no
+    padding), the k-th batch sampling with seed `sampling["seed"] + k`, so the same prompts and
+    settings give the same ids. Each continuation ends before its first stop_id (GPT-2's
+    <|endoftext|>) when given. sampling: generate's temperature, top_k, top_p, seed.
+    progress: called with the number of prompts each batch finished."""
+    seed = sampling.pop("seed", 0)
+    by_length: dict[int, list[int]] = {}
+    for i, ids in enumerate(prompts):
+        if not ids:
+            raise ValueError(f"prompt {i}: no ids (start it with an end-of-text token)")
+        by_length.setdefault(len(ids), []).append(i)
+    out: list = [None] * len(prompts)
+    batch = 0
+    for length, rows in sorted(by_length.items()):
+        for start in range(0, len(rows), batch_size):
+            part = rows[start : start + batch_size]
+            ids = generate(model, [prompts[i] for i in part], max_new_tokens, seed=seed + batch,
+                           **sampling)  # fmt: skip
+            for i, row in zip(part, ids[:, length:].tolist()):
+                out[i] = row[: row.index(stop_id)] if stop_id in row else row
+            batch += 1
+            if progress is not None:
+                progress(len(part))
+    return out
