@@ -184,7 +184,8 @@ flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to predict (--mas
 flags.DEFINE_string(
     "vocab_file",
     None,
-    "The vocabulary of the records: ids of [MASK], [CLS], [SEP] for dynamic masking.",
+    "The vocabulary of the records (a WordPiece vocab.txt, or an ALBERT's SentencePiece model): "
+    "ids of [MASK], [CLS], [SEP] for dynamic masking.",
 )
 flags.DEFINE_bool(
     "span_boundary_objective",
@@ -339,7 +340,7 @@ def load_teacher(config, strategy):
 def main(argv):
     del argv
 
-    from data_prep import features, masking, pretraining_data, tokenization
+    from data_prep import features, masking, pretraining_data
     from modeling import albert, bert, electra
     from training import tasks, trainer
 
@@ -385,7 +386,10 @@ def main(argv):
             "--masking=dynamic needs 0 <= --masked_lm_prob <= 1 and "
             "1 <= --max_predictions_per_seq <= --max_seq_length"
         )
-    vocab = tokenization.load_vocab(FLAGS.vocab_file) if dynamic else None
+    # A WordPiece vocab.txt or an ALBERT's SentencePiece model (the ids of its pieces).
+    vocab, ids = None, None
+    if dynamic:
+        _, vocab, ids = pretraining_data.vocab_tokenizer(FLAGS.vocab_file, do_lower_case=True)
     config = albert.load_encoder_config(FLAGS.bert_config_file, s, len(vocab) if vocab else None)
     family = {albert.AlbertConfig: "albert", electra.ElectraConfig: "electra"}.get(
         type(config), "bert"
@@ -410,7 +414,6 @@ def main(argv):
     )
     dynamic_masking = None
     if dynamic:
-        ids = pretraining_data.MaskingVocab.from_vocab(vocab, where=FLAGS.vocab_file)
         dynamic_masking = masking.DynamicMasking(
             masked_lm_prob=FLAGS.masked_lm_prob,
             max_predictions_per_seq=p,

@@ -10,7 +10,7 @@ vocabulary, flags, --chunk_bytes and seed it writes the same files as
   chunks       iter_file_chunks: each file cut into chunks of whole documents, named (file index,
                chunk index); one worker reads one file from start to end
   Reshuffle    spreads the chunks over the workers (else each stays fused to its file's reader)
-  records      tokenize_chunk (FullTokenizer, built once per worker) and
+  records      tokenize_chunk (the tokenizer, built once per worker) and
                chunk_records, the pure function of one chunk seeded from (seed, file, chunk)
   deal         record j of chunk (f, c) goes to shard shard_of(f, c, j); one element per chunk and
                shard: (shard, (f, c, records))
@@ -116,8 +116,7 @@ def build(
     pipeline,
     input_files: Sequence[str],
     output_files: Sequence[str],
-    vocab: dict[str, int],
-    do_lower_case: bool,
+    make_tokenizer,
     settings: ChunkSettings,
     chunk_bytes: int = 1 << 20,
 ):
@@ -128,7 +127,8 @@ def build(
       input_files: text files (local or any tf.io.gfile filesystem), in order: the file index
         of each is part of its chunks' seeds, as in create_shards.
       output_files: the shards, in order.
-      vocab: token -> id (load_vocab), shipped to the workers with the pipeline.
+      make_tokenizer: a picklable callable of no arguments making the tokenizer
+        (pretraining_data.vocab_tokenizer's), shipped to the workers with the pipeline.
       settings, chunk_bytes: as create_shards takes them.
     """
     import apache_beam as beam
@@ -137,13 +137,12 @@ def build(
     outputs = list(output_files)
 
     class ChunkRecords(beam.DoFn):
-        """tokenize_chunk + chunk_records; the tokenizer made once per worker (FullTokenizer, as
-        create_pretraining_data's workers: no TensorFlow)."""
+        """tokenize_chunk + chunk_records; the tokenizer made once per worker by make_tokenizer
+        (FullTokenizer or SentencePieceTokenizer, as create_pretraining_data's workers: no
+        TensorFlow)."""
 
         def setup(self):
-            from data_prep.tokenization import FullTokenizer
-
-            self.tokenizer = FullTokenizer.from_vocab(vocab, do_lower_case=do_lower_case)
+            self.tokenizer = make_tokenizer()
 
         def process(self, chunk: TextChunk):
             documents = tokenize_chunk(chunk, self.tokenizer, settings.sentence_objective)
@@ -169,8 +168,7 @@ def build(
 def run(
     input_files: Sequence[str],
     output_files: Sequence[str],
-    vocab: dict[str, int],
-    do_lower_case: bool,
+    make_tokenizer,
     settings: ChunkSettings,
     chunk_bytes: int = 1 << 20,
     beam_options: Sequence[str] = (),
@@ -181,4 +179,4 @@ def run(
     from apache_beam.options.pipeline_options import PipelineOptions
 
     with beam.Pipeline(options=PipelineOptions(list(beam_options))) as pipeline:
-        build(pipeline, input_files, output_files, vocab, do_lower_case, settings, chunk_bytes)
+        build(pipeline, input_files, output_files, make_tokenizer, settings, chunk_bytes)

@@ -16,7 +16,11 @@ blank line between documents. Three ways to make the records:
 Other recipes by flag: --sentence_objective=sop (ALBERT) or none (RoBERTa, with --full_sentences
 packing across documents); --masking_scheme=ngram (ALBERT) or span (SpanBERT, with span boundary
 features); --masking=dynamic writes unmasked records that run_pretraining --masking=dynamic masks
-each time it reads them (RoBERTa).
+each time it reads them (RoBERTa). --vocab_file may be an ALBERT SentencePiece model (its
+spiece.model, or a folder holding it) instead of a WordPiece vocab.txt: its pieces (ALBERT's
+preprocessing, lower-cased by --do_lower_case), whole-word and n-gram masking over ALBERT's word
+starts (a piece with the word boundary, or punctuation: pretraining_data.spiece_word_start);
+streaming and --beam only (--compat_original is the original's WordPiece tokenization).
 
 Example:
   python data_prep/create_pretraining_data.py \\
@@ -38,7 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 flags.DEFINE_string("input_file", None, "Input text file(s): a comma list of files or globs.")
 flags.DEFINE_string("output_file", None, "Output TFRecord file(s): a comma list, one per shard.")
-flags.DEFINE_string("vocab_file", None, "The WordPiece vocabulary the model is trained with.")
+flags.DEFINE_string(
+    "vocab_file",
+    None,
+    "The WordPiece vocab.txt the model is trained with, or an ALBERT SentencePiece model "
+    "(spiece.model, or a folder holding it).",
+)
 flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (True for uncased vocabularies).")
 flags.DEFINE_bool("do_whole_word_mask", False, "Mask all word pieces of a word or none of them.")
 flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length, [CLS] and [SEP]s included.")
@@ -184,10 +193,9 @@ def main(argv):
     # takes longer than streaming the default corpus at --dupe_factor=1.
     from tqdm import tqdm
 
-    from data_prep import files, parallel, pretraining_shards
+    from data_prep import files, parallel, pretraining_shards, spiece
     from data_prep.errors import InputError
-    from data_prep.pretraining_data import MaskingVocab
-    from data_prep.tokenization import FullTokenizer, load_vocab
+    from data_prep.pretraining_data import vocab_tokenizer
 
     logging.set_verbosity(logging.INFO)
     # A full-length sequence wants round(S * masked_lm_prob) predictions; fewer slots silently
@@ -216,8 +224,15 @@ def main(argv):
     files.make_parent_folders(output_files)
     try:
         input_files = files.expand_input_files(FLAGS.input_file)
-        vocab = load_vocab(FLAGS.vocab_file)
-        masking_vocab = MaskingVocab.from_vocab(vocab, where=FLAGS.vocab_file)
+        make_tokenizer, vocab, masking_vocab = vocab_tokenizer(
+            FLAGS.vocab_file, FLAGS.do_lower_case
+        )
+        sentencepiece = spiece.model_file(FLAGS.vocab_file) is not None
+        if sentencepiece and FLAGS.compat_original:
+            raise app.UsageError(
+                "--compat_original runs the original script's WordPiece tokenization; "
+                f"--vocab_file={FLAGS.vocab_file} is a SentencePiece model"
+            )
         logging.info("Reading %d file(s): %s", len(input_files), ", ".join(input_files))
         settings = pretraining_shards.ChunkSettings(
             vocab=masking_vocab,
@@ -242,8 +257,7 @@ def main(argv):
             beam_pipeline.run(
                 input_files,
                 output_files,
-                vocab,
-                FLAGS.do_lower_case,
+                make_tokenizer,
                 settings,
                 chunk_bytes=FLAGS.chunk_bytes,
                 beam_options=options,
@@ -252,7 +266,7 @@ def main(argv):
         if not FLAGS.compat_original:
             # The workers tokenize with FullTokenizer: the same ids as InGraphTokenizer (tested)
             # and, for ASCII text, faster than it without TensorFlow's start-up.
-            tokenizer = FullTokenizer.from_vocab(vocab, do_lower_case=FLAGS.do_lower_case)
+            tokenizer = make_tokenizer()
             num_workers = parallel.worker_count(FLAGS.num_workers)
             inv_vocab = {i: t for t, i in vocab.items()}
             with files.bytes_bar(input_files, "streaming", smoothing=0.1) as bar:

@@ -103,7 +103,9 @@ class MaskingVocab:
       cls_id, sep_id, mask_id: ids of `[CLS]`, `[SEP]` and `[MASK]`.
       random_ids: the ids a random replacement is drawn from, in vocabulary-file order: the whole
         vocabulary, special tokens included, as the original drew from `vocab.keys()`.
-      is_continuation: bytes indexed by id, 1 for a `##` word piece (whole-word masking).
+      is_continuation: bytes indexed by id, 1 for a piece that continues the word before it
+        (whole-word and n-gram masking): WordPiece's `##` pieces, or a SentencePiece model's
+        pieces that spiece_word_start says begin no word.
     """
 
     cls_id: int
@@ -113,17 +115,25 @@ class MaskingVocab:
     is_continuation: bytes
 
     @classmethod
-    def from_vocab(cls, vocab: dict[str, int], where: str = "vocabulary") -> MaskingVocab:
-        """Builds it from a token -> id dict (`load_vocab` / `FullTokenizer.vocab`).
+    def from_vocab(
+        cls, vocab: dict[str, int], where: str = "vocabulary", sentencepiece: bool = False
+    ) -> MaskingVocab:
+        """Builds it from a token -> id dict (`load_vocab` / `FullTokenizer.vocab`, or a
+        SentencePiece model's pieces with sentencepiece=True).
 
         Raises InputError naming `where` when `[CLS]`, `[SEP]` or `[MASK]` is missing.
         """
         missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if t not in vocab]
         if missing:
             raise input_error(where, "the tokens [CLS], [SEP] and [MASK]", f"no {missing}")
+        specials = {vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"]}
         continuation = bytearray(max(vocab.values()) + 1)
         for token, token_id in vocab.items():
-            if token.startswith("##"):
+            if sentencepiece:
+                continues = token_id not in specials and not spiece_word_start(token)
+            else:
+                continues = token.startswith("##")
+            if continues:
                 continuation[token_id] = 1
         return cls(
             cls_id=vocab["[CLS]"],
@@ -132,6 +142,40 @@ class MaskingVocab:
             random_ids=tuple(vocab.values()),
             is_continuation=bytes(continuation),
         )
+
+
+# ALBERT's create_pretraining_data.py (`_is_start_piece`) for a SentencePiece vocabulary: a piece
+# begins a word when it begins with the model's word boundary or with "<" (a control piece), or
+# is one of these punctuation characters alone.
+SPIECE_WORD_START_PUNCTUATION = frozenset('!"#$%&()*+,-./:;?@[\\]^_`{|}~')
+
+
+def spiece_word_start(piece: str) -> bool:
+    from data_prep.spiece import SPIECE_UNDERLINE
+
+    return piece.startswith((SPIECE_UNDERLINE, "<")) or piece in SPIECE_WORD_START_PUNCTUATION
+
+
+def vocab_tokenizer(vocab_file, do_lower_case: bool):
+    """create_pretraining_data's and run_pretraining's --vocab_file -> (make_tokenizer, vocab,
+    MaskingVocab). A WordPiece vocab.txt: tokenization.FullTokenizer, `##` pieces continue a
+    word. A SentencePiece model (a `.model` file, or a folder holding spiece.model: an ALBERT's):
+    spiece.SentencePieceTokenizer (ALBERT's preprocessing; lower-cased with do_lower_case), its
+    pieces continuing a word unless spiece_word_start. make_tokenizer: a picklable callable of
+    no arguments making the tokenizer, once per worker process."""
+    import functools
+
+    from data_prep import spiece
+    from data_prep.tokenization import FullTokenizer, load_vocab
+
+    if model := spiece.model_file(vocab_file):
+        make = functools.partial(spiece.SentencePieceTokenizer, str(model), do_lower_case)
+        vocab = make().vocab
+    else:
+        vocab = load_vocab(vocab_file)
+        make = functools.partial(FullTokenizer.from_vocab, vocab, do_lower_case=do_lower_case)
+    where = str(model or vocab_file)
+    return make, vocab, MaskingVocab.from_vocab(vocab, where, sentencepiece=bool(model))
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ byte for byte, on Beam's DirectRunner in this process."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from data_prep import beam_pipeline
 from data_prep.errors import InputError
 from data_prep.pretraining_data import MaskingVocab
 from data_prep.pretraining_shards import ChunkSettings, create_shards
-from data_prep.tokenization import InGraphTokenizer
+from data_prep.tokenization import FullTokenizer, InGraphTokenizer
 from tests.test_pretraining_shards import VOCAB, write_corpus
 
 
@@ -24,6 +26,11 @@ def vocab():
 @pytest.fixture(scope="module")
 def tokenizer(vocab):
     return InGraphTokenizer(vocab, do_lower_case=True)
+
+
+def make_tokenizer(vocab):
+    """The workers' tokenizer factory, as pretraining_data.vocab_tokenizer makes it."""
+    return functools.partial(FullTokenizer.from_vocab, vocab, do_lower_case=True)
 
 
 def settings(vocab, **overrides) -> ChunkSettings:
@@ -59,7 +66,7 @@ def test_direct_runner_writes_the_local_shards(tmp_path, vocab, tokenizer, overr
     for folder in ("local", "beam"):
         (tmp_path / folder).mkdir()
     counts = create_shards(corpus, local, tokenizer, conf, num_workers=1, chunk_bytes=250)
-    beam_pipeline.run(corpus, on_beam, vocab, True, conf, chunk_bytes=250)
+    beam_pipeline.run(corpus, on_beam, make_tokenizer(vocab), conf, chunk_bytes=250)
     assert sum(counts) > 40 and (0 in counts) == (num_shards == 131)
     assert file_bytes(on_beam) == file_bytes(local)
     assert sorted(p.name for p in (tmp_path / "beam").iterdir()) == sorted(
@@ -67,7 +74,7 @@ def test_direct_runner_writes_the_local_shards(tmp_path, vocab, tokenizer, overr
     )  # no temporary file left behind
     if num_shards == 3:  # another chunk size changes the records: the comparison can fail
         other = [str(tmp_path / "beam" / f"o{k}.tfrecord") for k in range(num_shards)]
-        beam_pipeline.run(corpus, other, vocab, True, conf, chunk_bytes=400)
+        beam_pipeline.run(corpus, other, make_tokenizer(vocab), conf, chunk_bytes=400)
         assert file_bytes(other) != file_bytes(local)
 
 
@@ -87,7 +94,7 @@ def test_a_bad_chunk_fails_the_pipeline_naming_its_lines(tmp_path, vocab):
     corpus.write_text("the cat sat.\nthe dog ran.\n")
     out = tmp_path / "x.tfrecord"
     with pytest.raises(Exception) as raised:
-        beam_pipeline.run([str(corpus)], [str(out)], vocab, True, settings(vocab))
+        beam_pipeline.run([str(corpus)], [str(out)], make_tokenizer(vocab), settings(vocab))
     # Beam wraps a worker's exception in its own; the InputError's message is in the chain.
     chain, error = [], raised.value
     while error is not None:
@@ -108,3 +115,19 @@ def test_the_pipeline_reads_through_tf_gfile_for_urls(tmp_path, monkeypatch):
     assert [(c.file_index, c.chunk_index, c.documents) for c in chunks] == [
         (4, 0, [["a b.", "c d."], ["e f."]])
     ]
+
+
+def test_direct_runner_writes_the_local_shards_of_an_albert_sentencepiece_model(tmp_path, vocab):
+    """pretraining_data.vocab_tokenizer's factory for an ALBERT spiece.model goes to the workers
+    (pickled with the pipeline): the same bytes as the local streaming path."""
+    from data_prep.pretraining_data import vocab_tokenizer
+    from tests.test_create_pretraining_data import ALBERT_SPIECE
+
+    make, _, masking_vocab = vocab_tokenizer(ALBERT_SPIECE, do_lower_case=True)
+    corpus = [str(write_corpus(tmp_path / "c.txt", 15, seed=4))]
+    conf = dataclasses.replace(settings(vocab), vocab=masking_vocab, sentence_objective="sop")
+    local, on_beam = ([str(tmp_path / f"{name}{k}.tfrecord") for k in range(2)]
+                      for name in ("local", "beam"))  # fmt: skip
+    counts = create_shards(corpus, local, make(), conf, num_workers=1, chunk_bytes=300)
+    beam_pipeline.run(corpus, on_beam, make, conf, chunk_bytes=300)
+    assert sum(counts) > 20 and file_bytes(on_beam) == file_bytes(local)

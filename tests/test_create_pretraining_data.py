@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from data_prep.pretraining_data import (
 )
 from data_prep.pretraining_shards import ChunkSettings, create_shards
 from data_prep.tokenization import FullTokenizer
+from tests import helpers
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = "data_prep/create_pretraining_data.py"
@@ -191,3 +193,106 @@ def test_recipe_flags_write_the_library_records(tmp_path, vocab_file):
     assert result.returncode == 1
     assert "sentence-order prediction" in result.stderr
     assert "use --sentence_objective=none" in result.stderr
+
+
+ALBERT_SPIECE = REPO / "tests" / "fixtures" / "albert_spiece"
+
+
+def albert_corpus(path: Path) -> list[str]:
+    """README prose (the text the fixture's SentencePiece model was trained on) as documents of
+    four lines; returns the lines, blank lines between documents."""
+    from tests.make_xlnet_golden import training_text
+
+    lines = [line for line in training_text().splitlines() if len(line.split()) > 4][:120]
+    text = [line for k, line in enumerate(lines) for line in ([line, ""] if k % 4 == 3 else [line])]
+    path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    return text
+
+
+def test_albert_sentencepiece_records_hold_its_pieces_with_whole_words_masked(tmp_path):
+    """--vocab_file an ALBERT spiece.model folder: records of its lower-cased pieces on two
+    worker processes, each segment a run of the corpus's own ids, [CLS] / [SEP] its control
+    pieces, and whole-word masking over ALBERT's word starts (pretraining_data.spiece_word_start:
+    a piece with the word boundary, or punctuation) masks every piece of a word or none."""
+    from data_prep import spiece
+    from data_prep.pretraining_data import spiece_word_start
+
+    corpus = albert_corpus(tmp_path / "corpus.txt")
+    out = tmp_path / "albert.tfrecord"
+    r = helpers.run_main("data_prep/create_pretraining_data.py", [
+        f"--input_file={tmp_path / 'corpus.txt'}", f"--output_file={out}",
+        f"--vocab_file={ALBERT_SPIECE}", "--max_seq_length=48", "--max_predictions_per_seq=8",
+        "--dupe_factor=2", "--sentence_objective=sop", "--do_whole_word_mask", "--num_workers=2",
+    ])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    tok = spiece.SentencePieceTokenizer(ALBERT_SPIECE / "spiece.model", do_lower_case=True)
+    stream = " " + " ".join(str(i) for line in corpus for i in tok.encode(line)) + " "
+    cls, sep = tok.vocab["[CLS]"], tok.vocab["[SEP]"]
+    records = [tf.train.Example.FromString(x.numpy()) for x in tf.data.TFRecordDataset(str(out))]
+    assert len(records) > 40
+    labels, whole = set(), 0
+    for example in records:
+        f = {k: list(v.int64_list.value or v.float_list.value)
+             for k, v in example.features.feature.items()}  # fmt: skip
+        ids = f["input_ids"][: sum(f["input_mask"])]
+        masked = {p for p, w in zip(f["masked_lm_positions"], f["masked_lm_weights"]) if w}
+        for p, i, w in zip(f["masked_lm_positions"], f["masked_lm_ids"], f["masked_lm_weights"]):
+            if w:
+                ids[p] = i  # the original piece back
+        assert ids[0] == cls and ids[-1] == sep and ids.count(sep) == 2
+        first_sep = ids.index(sep)
+        for segment in (ids[1:first_sep], ids[first_sep + 1 : -1]):
+            assert f" {' '.join(map(str, segment))} " in stream  # a run of the corpus's ids
+        assert f["segment_ids"][: len(ids)] == [0] * (first_sep + 1) + [1] * (
+            len(ids) - first_sep - 1
+        )
+        pieces = tok.convert_ids_to_tokens(ids)
+        words, current = [], []
+        for p, piece in enumerate(pieces):
+            if ids[p] in (cls, sep):
+                continue
+            if current and (spiece_word_start(piece) or current[-1] != p - 1):
+                words.append(current)
+                current = []
+            current.append(p)
+        words.append(current)
+        for word in words:
+            assert set(word) <= masked or not set(word) & masked, (pieces, word, masked)
+            whole += len(word) > 1 and set(word) <= masked
+        labels.add(f["next_sentence_labels"][0])
+    assert labels == {0, 1} and whole > 5  # both orders; words of several pieces masked whole
+
+
+def test_albert_pretrains_on_its_sentencepiece_records_with_dynamic_masks(tmp_path):
+    """run_pretraining.py --masking=dynamic --vocab_file=the spiece.model folder: [MASK] and the
+    other ids come from the SentencePiece model; an ALBERT of its 300 pieces trains on them."""
+    albert_corpus(tmp_path / "corpus.txt")
+    out = tmp_path / "albert.tfrecord"
+    r = helpers.run_main("data_prep/create_pretraining_data.py", [
+        f"--input_file={tmp_path / 'corpus.txt'}", f"--output_file={out}",
+        f"--vocab_file={ALBERT_SPIECE}", "--max_seq_length=32", "--sentence_objective=sop",
+        "--masking=dynamic", "--num_workers=1",
+    ])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    config = tmp_path / "albert_config.json"
+    values = json.loads((REPO / "configs" / "albert_tiny.json").read_text())
+    config.write_text(json.dumps({**values, "vocab_size": 300, "hidden_size": 32,
+                                  "intermediate_size": 64, "embedding_size": 16}))  # fmt: skip
+    run = tmp_path / "run"
+    r = helpers.run_main("run_pretraining.py", [
+        f"--bert_config_file={config}", f"--input_file={out}", f"--output_dir={run}",
+        f"--vocab_file={ALBERT_SPIECE}", "--masking=dynamic", "--sentence_objective=sop",
+        "--max_seq_length=32", "--max_predictions_per_seq=5", "--train_batch_size=4",
+        "--eval_batch_size=4", "--num_train_steps=3", "--num_warmup_steps=1",
+        "--save_checkpoints_steps=3", "--iterations_per_loop=3", "--do_train", "--do_eval",
+        "--max_eval_steps=1",
+    ])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = (run / "eval_results.txt").read_text()
+    assert "global_step = 3" in results and "sentence_order_accuracy" in results
+    r = helpers.run_main("data_prep/create_pretraining_data.py", [
+        f"--input_file={tmp_path / 'corpus.txt'}", f"--output_file={tmp_path / 'no.tfrecord'}",
+        f"--vocab_file={ALBERT_SPIECE}", "--compat_original",
+    ])  # fmt: skip
+    assert r.returncode != 0 and "is a SentencePiece model" in r.stderr
+    assert not (tmp_path / "no.tfrecord").exists()
