@@ -27,11 +27,14 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
                   only; spiece.model is copied along, run_classifier's --vocab_file), gpt2
                   (GPT2LMHeadModel / GPT2Model) or openai-gpt (GPT-1: OpenAIGPTLMHeadModel /
                   OpenAIGPTModel; task heads and causal-mask buffers are not read; a GPT-2's
-                  vocab.json + merges.txt are copied as encoder.json + vocab.bpe)
+                  vocab.json + merges.txt are copied as encoder.json + vocab.bpe), or t5
+                  (T5ForConditionalGeneration / T5Model: t5-small's relu, T5 v1.1's and
+                  FLAN-T5's gated-gelu with their own lm_head; spiece.model is copied along,
+                  run_text2text's --vocab_file)
         cloze     a Cloze output folder or checkpoint prefix, with bert_config.json or
                   model_config.json beside it (or --bert_config_file); BERT, ALBERT, ELECTRA
-                  or BART, XLNet or GPT (a run_pretraining / run_text2text checkpoint; --to=hf or
-                  cloze, a GPT-2 also tf1_gpt2), told by the config's keys
+                  or BART, XLNet, GPT or T5 (a run_pretraining / run_text2text checkpoint; --to=hf
+                  or cloze, a GPT-2 also tf1_gpt2), told by the config's keys
         keras_hub a keras-hub BertBackbone preset folder (config.json, model.weights.h5,
                   assets/tokenizer/vocabulary.txt), e.g. one written by --to=keras_hub
 --to:   cloze        ckpt-1 + bert_config.json + vocab.txt; any run script takes the folder as
@@ -43,7 +46,8 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
                      an XLNet: XLNetLMHeadModel's, spiece.model copied along; a GPT:
                      GPT2LMHeadModel's (pre-LN) or OpenAIGPTLMHeadModel's (post-LN), its
                      config's bos / eos the vocabulary's <|endoftext|>, tokenizer_config.json
-                     naming GPT2Tokenizer)
+                     naming GPT2Tokenizer; a T5: T5ForConditionalGeneration's, spiece.model
+                     copied along)
                      model.safetensors + config.json + vocab.txt (or RoBERTa's vocab.json +
                      merges.txt, RobertaTokenizer) + tokenizer_config.json, as
                      transformers writes the family: BertModel / BertForPreTraining, RobertaModel /
@@ -265,9 +269,9 @@ def check_target_family(config, target_format: str, where: str) -> None:
 
 
 def own_module_family(config_file) -> str | None:
-    """ "bart", "xlnet" or "gpt" when the config (Hugging Face's or Cloze's names) is of a family
-    whose module converts it whole (convert_by_module), else None."""
-    from modeling import bart, checkpoints, gpt, xlnet
+    """ "bart", "xlnet", "gpt" or "t5" when the config (Hugging Face's or Cloze's names) is of a
+    family whose module converts it whole (convert_by_module), else None."""
+    from modeling import bart, checkpoints, gpt, t5, xlnet
 
     values = checkpoints.read_json(config_file)
     if bart.is_bart_config(values):
@@ -276,20 +280,22 @@ def own_module_family(config_file) -> str | None:
         return "xlnet"
     if gpt.is_gpt_config(values) or values.get("model_type") in gpt.HF_MODEL_TYPES:
         return "gpt"
+    if t5.is_t5_config(values):
+        return "t5"
     return None
 
 
 def module_vocab_files(family: str, input_dir, target_format: str) -> list:
     """(file in --input_dir, name in the output) of the vocabulary a convert_by_module family
-    carries along: XLNet's spiece.model (one name everywhere); BART's and GPT's byte-level BPE
-    files, each found under either naming (bpe.BPE_FILE_NAMES) and written as Hugging Face's
-    vocab.json + merges.txt for --to=hf, else as OpenAI's encoder.json + vocab.bpe (which
-    create_seq2seq_data, create_lm_data and OpenAI's GPT-2 code read)."""
+    carries along: XLNet's and T5's spiece.model (one name everywhere); BART's and GPT's
+    byte-level BPE files, each found under either naming (bpe.BPE_FILE_NAMES) and written as
+    Hugging Face's vocab.json + merges.txt for --to=hf, else as OpenAI's encoder.json +
+    vocab.bpe (which create_seq2seq_data, create_lm_data and OpenAI's GPT-2 code read)."""
     from data_prep import bpe
 
     if not input_dir:
         return []
-    if family == "xlnet":
+    if family in ("xlnet", "t5"):
         model = Path(input_dir) / "spiece.model"
         return [(model, "spiece.model")] if model.is_file() else []
     out = []
@@ -302,21 +308,23 @@ def module_vocab_files(family: str, input_dir, target_format: str) -> list:
 def module_family(family: str):
     """(display name, module, config from Hugging Face's config.json values, Cloze config class,
     model class) of a family convert_by_module converts."""
-    from modeling import bart, gpt, xlnet
+    from modeling import bart, gpt, t5, xlnet
 
     return {
         "bart": ("BART", bart, bart.BartConfig.from_hf_config, bart.BartConfig, bart.BartModel),
         "xlnet": ("XLNet", xlnet, xlnet.config_from_hf, xlnet.XLNetConfig, xlnet.XLNetPretrainer),
         "gpt": ("GPT", gpt, gpt.config_from_hf, gpt.GptConfig, gpt.GptLM),
+        "t5": ("T5", t5, t5.config_from_hf, t5.T5Config, t5.T5Model),
     }[family]
 
 
 def convert_by_module(
     family, source_format, target_format, config_file, input_dir, checkpoint
 ) -> None:
-    """BART, XLNet or GPT between a Cloze checkpoint (run_pretraining's, run_text2text's) and
+    """BART, XLNet, GPT or T5 between a Cloze checkpoint (run_pretraining's, run_text2text's) and
     Hugging Face's files (model.safetensors + config.json of a BartForConditionalGeneration, an
-    XLNetLMHeadModel, a GPT2LMHeadModel or an OpenAIGPTLMHeadModel), both ways, by the family's
+    XLNetLMHeadModel, a GPT2LMHeadModel, an OpenAIGPTLMHeadModel or a
+    T5ForConditionalGeneration), both ways, by the family's
     module (load_hf / save_hf) and checkpoints.load_whole / save_whole. The vocabulary files in
     --input_dir are copied under the target's names."""
     from data_prep.errors import input_error

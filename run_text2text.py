@@ -22,7 +22,10 @@ as T5) scored by the official SQuAD v1.1 exact match and F1 against every gold a
 eval_results.txt too).
 --do_predict writes test_predictions.tsv (index, prediction), after training with the kept best.
 The BPE files and --num_sentinels must be those the checkpoint was pretrained with (the
-config's special ids are checked).
+config's special ids are checked). A released T5 (convert_checkpoint.py --from=hf of t5-small, a
+T5 v1.1, FLAN-T5) brings its SentencePiece model instead: --vocab_file=its spiece.model or the
+converted folder (the library's pieces as Hugging Face's T5Tokenizer makes them, </s> after
+each text, --num_sentinels <extra_id_i> after the pieces: T5Tokenizer's extra_ids, 100).
 """
 
 from __future__ import annotations
@@ -42,6 +45,12 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("encoder_file", None, "GPT-2 style encoder.json of the pretraining data.")
 flags.DEFINE_string("merges_file", None, "GPT-2 style vocab.bpe of the pretraining data.")
+flags.DEFINE_string(
+    "vocab_file",
+    None,
+    "Instead of the BPE files, a released T5's SentencePiece model (spiece.model, or a folder "
+    "holding it, e.g. convert_checkpoint.py's output).",
+)
 flags.DEFINE_integer("num_sentinels", 100, "Sentinels the pretraining data appended.")
 flags.DEFINE_string("init_checkpoint", None, "Checkpoint (prefix or folder); empty = scratch.")
 flags.DEFINE_string("output_dir", None, "Where checkpoints, predictions and results go.")
@@ -113,13 +122,17 @@ def write_predictions(path: str, pairs, predictions, with_targets: bool) -> None
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from data_prep import glue, seq2seq_data, text2text
-    from data_prep.errors import InputError
+    from data_prep import glue, seq2seq_data, spiece, text2text
+    from data_prep.errors import InputError, input_error
 
     if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
         raise app.UsageError("at least one of --do_train, --do_eval or --do_predict must be set")
-    required = ("task_name", "data_dir", "bert_config_file", "encoder_file", "merges_file")
-    for name in (*required, "output_dir"):
+    required = ("task_name", "data_dir", "bert_config_file", "output_dir")
+    if not FLAGS.vocab_file:
+        required += ("encoder_file", "merges_file")
+    elif FLAGS.encoder_file or FLAGS.merges_file:
+        raise app.UsageError("--vocab_file or --encoder_file and --merges_file, not both")
+    for name in required:
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
     if FLAGS.num_beams < 1 or FLAGS.max_seq_length < 2 or FLAGS.max_target_length < 2:
@@ -136,9 +149,17 @@ def main(argv):
         # layout) and decoding starts from </s> (the released models' decoder_start_token_id);
         # T5's are ... </s>, started from <pad>.
         is_bart = bart.is_bart_config(values)
-        vocab = seq2seq_data.Seq2SeqVocab.from_files(
-            FLAGS.encoder_file, FLAGS.merges_file, FLAGS.num_sentinels, bos=is_bart
-        )
+        if FLAGS.vocab_file:
+            model_file = spiece.model_file(FLAGS.vocab_file)
+            if model_file is None or is_bart:
+                expected = "a T5's SentencePiece model (spiece.model or a folder holding it)"
+                found = "a BART config: give its BPE files" if is_bart else "another file"
+                raise input_error(FLAGS.vocab_file, expected, found)
+            vocab = seq2seq_data.Seq2SeqVocab.from_spiece(model_file, FLAGS.num_sentinels)
+        else:
+            vocab = seq2seq_data.Seq2SeqVocab.from_files(
+                FLAGS.encoder_file, FLAGS.merges_file, FLAGS.num_sentinels, bos=is_bart
+            )
         if is_bart:
             family, make_model, start = "bart", bart.BartModel, vocab.eos_id
             config = bart.BartConfig.from_dict(values, FLAGS.bert_config_file)

@@ -51,17 +51,19 @@ def sentinel_name(i: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Seq2SeqVocab:
-    """A byte-level BPE tokenizer plus the special ids of an encoder-decoder.
+    """A byte-level BPE tokenizer (or a released T5's SentencePiece model: from_spiece) plus the
+    special ids of an encoder-decoder.
 
     size: the vocabulary the model needs (T5Config.vocab_size at least this); pad_id doubles as
     the decoder start id (T5Config.decoder_start_token_id), eos_id ends inputs and targets.
     bos_id: BART's <s>, which starts its inputs and targets (None: T5, which has none).
+    mask_id: BART's <mask> (None: a SentencePiece T5's vocabulary, which has none).
     """
 
     tokenizer: bpe.ByteLevelBPE
     pad_id: int
     eos_id: int
-    mask_id: int
+    mask_id: int | None
     sentinel_ids: tuple[int, ...]
     size: int
     bos_id: int | None = None
@@ -103,8 +105,28 @@ class Seq2SeqVocab:
         tokenizer = bpe.ByteLevelBPE.from_files(encoder_file, merges_file)
         return cls.from_bpe(tokenizer, num_sentinels, bos)
 
+    @classmethod
+    def from_spiece(cls, model_file, num_sentinels: int = NUM_SENTINELS):
+        """A released T5's vocabulary: its SentencePiece model's pieces (the library's own, as
+        Hugging Face's T5Tokenizer: spiece.SentencePieceTokenizer without preprocessing), its
+        <pad> and </s>, and num_sentinels <extra_id_i> after the pieces, extra_id_0 the last
+        (T5Tokenizer's extra_ids). Raises InputError naming the file without <pad> or </s>."""
+        from data_prep import spiece
+
+        tokenizer = spiece.SentencePieceTokenizer(model_file, preprocess=False)
+        missing = [t for t in (PAD, EOS) if t not in tokenizer.vocab]
+        if missing:
+            where = str(model_file)
+            raise input_error(where, f"T5's pieces {[PAD, EOS]}", f"a model without {missing}")
+        n = len(tokenizer.vocab)
+        sentinels = tuple(n + num_sentinels - 1 - i for i in range(num_sentinels))
+        pad, eos = tokenizer.vocab[PAD], tokenizer.vocab[EOS]
+        return cls(tokenizer, pad, eos, None, sentinels, n + num_sentinels)
+
     def special_names(self) -> dict[int, str]:
-        names = {self.pad_id: PAD, self.eos_id: EOS, self.mask_id: MASK}
+        names = {self.pad_id: PAD, self.eos_id: EOS}
+        if self.mask_id is not None:
+            names[self.mask_id] = MASK
         if self.bos_id is not None:
             names[self.bos_id] = BOS
         return names | {t: sentinel_name(i) for i, t in enumerate(self.sentinel_ids)}

@@ -11,6 +11,8 @@ whether the vocabulary happens to hold "1,". Ids are the model's piece ids.
 
 The library (Google's reference implementation, a keras-hub dependency) does the segmentation
 and its model's own normalisation; only the original's wrapping around it is written here.
+T5's tokenizer has no such wrapping: SentencePieceTokenizer(preprocess=False) gives the
+library's own pieces of the text as it is (Hugging Face's T5Tokenizer, without its </s>).
 """
 
 from __future__ import annotations
@@ -56,10 +58,12 @@ class SentencePieceTokenizer:
     do_lower_case.
     """
 
-    def __init__(self, path: str | os.PathLike, do_lower_case: bool = False):
+    def __init__(
+        self, path: str | os.PathLike, do_lower_case: bool = False, preprocess: bool = True
+    ):
         import sentencepiece
 
-        self.path, self.do_lower_case = str(path), do_lower_case
+        self.path, self.do_lower_case, self.preprocess = str(path), do_lower_case, preprocess
         if not os.path.isfile(path):
             raise input_error(
                 self.path, "a SentencePiece model file (spiece.model)", "no such file"
@@ -72,6 +76,8 @@ class SentencePieceTokenizer:
         self.vocab = {self.model.IdToPiece(i): i for i in range(self.model.GetPieceSize())}
 
     def pieces(self, text: str) -> list[str]:
+        if not self.preprocess:  # T5's: the library's pieces of the text as it is
+            return self.model.EncodeAsPieces(text.lower() if self.do_lower_case else text)
         text = preprocess_text(text, lower=self.do_lower_case)
         out = []
         for piece in self.model.EncodeAsPieces(text):
@@ -99,6 +105,13 @@ class SentencePieceTokenizer:
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
         return [self.model.IdToPiece(int(i)) for i in ids]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The library's text of piece ids (control pieces such as </s> decode to nothing, ids
+        beyond the model's pieces, which a model's larger embedding table can produce, are
+        dropped)."""
+        size = self.model.GetPieceSize()
+        return self.model.DecodeIds([int(i) for i in ids if 0 <= int(i) < size])
 
     @staticmethod
     def detokenize(tokens: Sequence[str]) -> str:

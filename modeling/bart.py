@@ -740,7 +740,9 @@ def load_hf(weights, config: BartConfig, config_where: str = "config.json", skip
     tied = {f"{prefix}{s}.embed_tokens.weight": shared for s in ("encoder", "decoder")}
     tied["lm_head.weight"] = shared
     if "final_logits_bias" not in source.shapes:
-        source = _with_zero_logits_bias(source, config)
+        shape = (1, config.vocab_size)
+        source = checkpoints.with_array(source, "final_logits_bias", shape,
+                                        lambda: np.zeros(shape, np.float32))  # fmt: skip
     model = BartModel(config)
     model.build()
     where = (
@@ -753,23 +755,6 @@ def load_hf(weights, config: BartConfig, config_where: str = "config.json", skip
         checkpoints._hf_ignore(tied, source), skip, heads=True,
     )  # fmt: skip
     return model, report
-
-
-def _with_zero_logits_bias(source, config: BartConfig):
-    from modeling import checkpoints
-
-    zeros = np.zeros((1, config.vocab_size), np.float32)
-    inner = source
-
-    class WithBias(checkpoints.Source):
-        label = inner.label
-        shapes = {**inner.shapes, "final_logits_bias": zeros.shape}
-        dtypes = {**inner.dtypes, "final_logits_bias": "float32"}
-
-        def read(self, name):
-            return zeros if name == "final_logits_bias" else inner.read(name)
-
-    return WithBias()
 
 
 def save_hf(model: BartModel, output_dir) -> list:

@@ -194,10 +194,10 @@ def cloze_variables(model) -> dict:
     rather than the attribute `output_dense` that checkpoints use), then checks that the walk found
     every trainable variable of the model, so a layer added later cannot be skipped silently.
     """
-    from modeling import albert, bart, bert, electra, gpt, xlnet
+    from modeling import albert, bart, bert, electra, gpt, t5, xlnet
 
-    if isinstance(model, (bart.BartModel, xlnet.XLNetPretrainer, gpt.GptLM)):
-        # Their name maps (bart / xlnet / gpt.hf_entries) use the Keras paths below the model
+    if isinstance(model, (bart.BartModel, xlnet.XLNetPretrainer, gpt.GptLM, t5.T5Model)):
+        # Their name maps (bart / xlnet / gpt / t5.hf_entries) use the Keras paths below the model
         # (`encoder_0/self_attn/query/kernel`, `encoder/layer_0/rel_attn/q`, `encoder/h_0/ln_1`).
         root = model.name + "/"
         out = {v.path[len(root) :]: v for v in model.weights if v.path.startswith(root)}
@@ -1280,8 +1280,7 @@ class ConversionReport:
         folded: dict[str, int] = {}
         for e in self.entries:
             line = f"  {_brace(e.sources)} {_shape(e.source_shapes[0])} -> {e.target}"
-            # One line for every layer: BERT's layer_N / layer.N, GPT's h.N / h_N / OpenAI's hN.
-            line = re.sub(r"(layer[._]|\bh[._]?)\d+", r"\1*", line)
+            line = _fold_layer_numbers(line)
             folded[line] = folded.get(line, 0) + 1
         lines += [f"{line}{f'  (x{n})' if n > 1 else ''}" for line, n in folded.items()]
         if self.ignored:
@@ -1295,6 +1294,17 @@ class ConversionReport:
                 lines.append(f"not converted ({why}): {shown}")
         lines += self.notes
         return "\n".join(lines)
+
+
+def _fold_layer_numbers(line: str) -> str:
+    """A summary line with its layer numbers as `*`, so each layer's variables share one line:
+    BERT's layer_N / layer.N, BART's layers.N, GPT's h.N / h_N / OpenAI's hN, T5's block.N (its
+    layer.N after it numbers sub-blocks, and stays) and Cloze's encoder_N / decoder_N."""
+    if re.search(r"\bblock\.\d+\.", line):
+        line = re.sub(r"\bblock\.\d+\.", "block.*.", line)
+    else:
+        line = re.sub(r"(\blayers?[._]|\bh[._]?)\d+", r"\1*", line)
+    return re.sub(r"\b(encoder|decoder)_\d+", r"\1_*", line)
 
 
 def _shape(shape) -> str:
@@ -1616,6 +1626,22 @@ def _hf_source(weights, trust_pickle: bool):
     return source
 
 
+def with_array(source: Source, name: str, shape, read: Callable[[], np.ndarray]) -> Source:
+    """`source` plus one float32 array `name` of `shape` that `read()` makes (what a format
+    leaves out because it is implied: BART's zero final_logits_bias, the lm_head a T5 ties)."""
+    inner = source
+
+    class With(Source):
+        label = inner.label
+        shapes = {**inner.shapes, name: tuple(shape)}
+        dtypes = {**inner.dtypes, name: "float32"}
+
+        def read(self, key):
+            return read() if key == name else inner.read(key)
+
+    return With()
+
+
 def _hf_ignore(tied: dict, source: Source, extra: dict | None = None):
     """The `ignore` of convert_into for Hugging Face files: buffers, tied copies (checked equal
     here, before anything is assigned) and `extra` names with their reasons."""
@@ -1788,7 +1814,11 @@ def load_cloze(checkpoint, config: bert.BertConfig, config_where: str = "the con
 
     def ignore(name):
         # Dropout's random-number state is not a weight (and absent when dropout is 0).
-        return "dropout seed state" if "seed_generator" in name else None
+        if "seed_generator" in name:
+            return "dropout seed state"
+        if name.startswith("model/span_boundary_head/"):
+            return "SpanBERT's span boundary head (the BERT formats have no place for it)"
+        return None
 
     report = convert_into(model, entries, source, describe(config, config_where), ignore, skip)
     if source.training_state:

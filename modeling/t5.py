@@ -574,6 +574,161 @@ def to_keras_hub(model: T5Model):
     return ref
 
 
+# ---------------------------------------------------------------------------------------------
+# Hugging Face's files (T5ForConditionalGeneration / T5Model safetensors)
+# ---------------------------------------------------------------------------------------------
+
+# Keys of Hugging Face's T5 config.json that change the computation, with the one value Cloze's
+# T5 has (umT5 and LongT5 differ in more than these and have their own model_type).
+HF_FIXED = {"model_type": "t5", "is_encoder_decoder": True, "is_decoder": False}
+# Keys that do not change what T5Model computes: generation settings, the legacy n_positions,
+# and dense_act_fn / is_gated_act, which transformers derives from feed_forward_proj (checked
+# equal to what it derives). scale_decoder_outputs is read below.
+HF_IGNORED = frozenset(
+    "n_positions output_past dense_act_fn is_gated_act scale_decoder_outputs".split()
+)
+# feed_forward_proj -> transformers' derived dense_act_fn ("gelu_new": the tanh approximation).
+HF_ACTIVATIONS = {"relu": "relu", "gated-relu": "relu", "gated-gelu": "gelu_new"}
+
+
+def config_from_hf(values: dict, source: str = "config.json") -> T5Config:
+    """A Hugging Face T5 `config.json` as published (t5-small's, a T5 v1.1's, FLAN-T5's) ->
+    T5Config (the same names). HF_FIXED's keys must have their value; the keys of HF_IGNORED
+    and modeling/checkpoints.py's _HF_IGNORED are dropped; any other unknown key is an error
+    naming `source`, as is a feed_forward_proj Cloze does not compute."""
+    from data_prep.errors import input_error
+    from modeling import checkpoints
+
+    checkpoints.check_hf_fixed(values, HF_FIXED, source, "T5")
+    ff = values.get("feed_forward_proj", "relu")
+    if ff not in HF_ACTIVATIONS:
+        raise input_error(
+            f"{source}: feed_forward_proj", f"one of {list(HF_ACTIVATIONS)}", repr(ff)
+        )
+    derived = {"dense_act_fn": HF_ACTIVATIONS[ff], "is_gated_act": ff.startswith("gated")}
+    for key, want in derived.items():
+        if values.get(key, want) != want:
+            where = f"{source}: {key}"
+            raise input_error(where, f"{want!r} (feed_forward_proj {ff!r})", repr(values[key]))
+    own = {f.name for f in dataclasses.fields(T5Config)}
+    known = own | set(HF_FIXED) | HF_IGNORED | checkpoints._HF_IGNORED
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise input_error(source, "the keys of a Hugging Face T5 config", f"{unknown}")
+    kept = {k: v for k, v in values.items() if k in own}
+    # The published configs say tie_word_embeddings false for T5 v1.1's own, unscaled lm_head;
+    # transformers 5 writes true always and says it with scale_decoder_outputs false instead.
+    if "scale_decoder_outputs" in values:
+        kept["tie_word_embeddings"] = bool(values["scale_decoder_outputs"])
+    return T5Config.from_dict(kept, source)
+
+
+def hf_config(config: T5Config) -> dict:
+    """The config.json transformers writes for a T5ForConditionalGeneration of this config."""
+    return {
+        **config.to_dict(),
+        **HF_FIXED,
+        "architectures": ["T5ForConditionalGeneration"],
+        "dense_act_fn": HF_ACTIVATIONS[config.feed_forward_proj],
+        "is_gated_act": config.feed_forward_proj.startswith("gated"),
+    }
+
+
+def hf_entries(config: T5Config) -> list:
+    """Hugging Face's T5 parameter names (modeling_t5.py) onto T5Model's variables (paths below
+    the model). Every nn.Linear weight is (out, in), transposed; a gated feed-forward's wi_0 is
+    Cloze's activated wi; relative_attention_bias (buckets, N) is the first block's of each
+    stack in both; lm_head (V, H) only when untied."""
+    from modeling.checkpoints import _copy, _transposed
+
+    c = config
+    h, inner = c.d_model, c.num_heads * c.d_kv
+    out = [_copy("shared", "shared.weight", (c.vocab_size, h))]
+    if not c.tie_word_embeddings:
+        out.append(_copy("lm_head", "lm_head.weight", (c.vocab_size, h)))
+
+    def attention(dst, src, has_bias):
+        parts = [_transposed(f"{dst}/{w}/kernel", f"{src}.{w}.weight", (inner, h)) for w in "qkv"]
+        parts.append(_transposed(f"{dst}/o/kernel", f"{src}.o.weight", (h, inner)))
+        if has_bias:
+            shape = (c.relative_attention_num_buckets, c.num_heads)
+            bias = f"{src}.relative_attention_bias.weight"
+            parts.append(_copy(f"{dst}/relative_attention_bias", bias, shape))
+        return parts
+
+    for side, n in (("encoder", c.num_layers), ("decoder", c.decoder_layers)):
+        for i in range(n):
+            dst, src = f"{side}_{i}", f"{side}.block.{i}.layer"
+            out += attention(f"{dst}/self_attention", f"{src}.0.SelfAttention", i == 0)
+            out.append(_copy(f"{dst}/self_norm/weight", f"{src}.0.layer_norm.weight", (h,)))
+            ff = 1
+            if side == "decoder":
+                out += attention(f"{dst}/cross_attention", f"{src}.1.EncDecAttention", False)
+                out.append(_copy(f"{dst}/cross_norm/weight", f"{src}.1.layer_norm.weight", (h,)))
+                ff = 2
+            dense = f"{src}.{ff}.DenseReluDense"
+            if c.feed_forward_proj.startswith("gated"):
+                out.append(_transposed(f"{dst}/wi/kernel", f"{dense}.wi_0.weight", (c.d_ff, h)))
+                out.append(_transposed(f"{dst}/wi_1/kernel", f"{dense}.wi_1.weight", (c.d_ff, h)))
+            else:
+                out.append(_transposed(f"{dst}/wi/kernel", f"{dense}.wi.weight", (c.d_ff, h)))
+            out.append(_transposed(f"{dst}/wo/kernel", f"{dense}.wo.weight", (h, c.d_ff)))
+            out.append(_copy(f"{dst}/ff_norm/weight", f"{src}.{ff}.layer_norm.weight", (h,)))
+        out.append(_copy(f"{side}_norm/weight", f"{side}.final_layer_norm.weight", (h,)))
+    return out
+
+
+def load_hf(weights, config: T5Config, config_where: str = "config.json", skip=None,
+            trust_pickle: bool = False):  # fmt: skip
+    """Hugging Face T5 weights (folder, file or shard index of a T5ForConditionalGeneration or
+    T5Model) -> (T5Model, checkpoints.ConversionReport). The copies of `shared` (encoder /
+    decoder embed_tokens, and lm_head when the config ties it) are checked equal and not
+    converted. An untied config without lm_head.weight (transformers 5 leaves out a v1.1's head
+    equal to `shared`) takes `shared` as its lm_head."""
+    from modeling import checkpoints
+
+    source = checkpoints._hf_source(weights, trust_pickle)
+    if not config.tie_word_embeddings and "lm_head.weight" not in source.shapes:
+        shared = source
+        source = checkpoints.with_array(shared, "lm_head.weight", shared.shapes["shared.weight"],
+                                        lambda: shared.read("shared.weight"))  # fmt: skip
+    tied = {f"{side}.embed_tokens.weight": "shared.weight" for side in ("encoder", "decoder")}
+    if config.tie_word_embeddings:
+        tied["lm_head.weight"] = "shared.weight"
+    model = T5Model(config)
+    model.build()
+    where = (
+        f"{config_where} (T5: {config.num_layers} + {config.decoder_layers} layers, "
+        f"d_model={config.d_model}, {config.feed_forward_proj})"
+    )
+    report = checkpoints.convert_into(
+        model, hf_entries(config), source, where, checkpoints._hf_ignore(tied, source), skip,
+        heads=True,
+    )  # fmt: skip
+    return model, report
+
+
+def save_hf(model: T5Model, output_dir) -> list:
+    """Writes model.safetensors and config.json as transformers' save_pretrained does for a
+    T5ForConditionalGeneration (the tied embed_tokens and lm_head left out: transformers ties
+    them on load)."""
+    import json
+    from pathlib import Path
+
+    from safetensors.numpy import save_file
+
+    from modeling import checkpoints
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    arrays = checkpoints.export_arrays(model, hf_entries(model.config))
+    # transformers refuses safetensors files whose metadata lacks a known "format".
+    save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
+    text = json.dumps(hf_config(model.config), indent=2, sort_keys=True) + "\n"
+    (out / "config.json").write_text(text)
+    return [out / "model.safetensors", out / "config.json"]
+
+
 def shift_right(targets: np.ndarray, start_id: int) -> np.ndarray:
     """Decoder inputs for teacher forcing: the targets moved one to the right after start_id."""
     targets = np.asarray(targets)

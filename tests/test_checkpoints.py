@@ -646,6 +646,22 @@ def test_cloze_checkpoints_round_trip_and_feed_init_checkpoint(tmp_path):
         checkpoints.load_cloze(tmp_path / "run", helpers.tiny_config(num_hidden_layers=1))
 
 
+def test_a_spanbert_pretrainer_loads_without_its_span_boundary_head(tmp_path):
+    """run_pretraining --span_boundary_objective's checkpoint: the encoder and BERT's heads load
+    (and so convert to every BERT format); the span boundary head is listed as not converted."""
+    config = helpers.tiny_config()
+    model = bert.BertPretrainer(config, span_boundary=True)
+    model.build()
+    tf.train.Checkpoint(model=model).save(str(tmp_path / "spanbert/ckpt"))
+    loaded, report = checkpoints.load_cloze(tmp_path / "spanbert", config)
+    assert isinstance(loaded, bert.BertPretrainer) and not loaded.span_boundary
+    assert "SpanBERT's span boundary head (the BERT formats have no place for it)" in (
+        report.summary()
+    )
+    inputs = random_inputs(config)
+    assert_same_outputs(outputs(model.encoder, inputs), outputs(loaded.encoder, inputs))
+
+
 # ---------------------------------------------------------------------------------------------
 # .keras file and the output folder
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,188 @@
+"""T5 from and to Hugging Face's files against transformers (tests/fixtures/t5_tiny: relu, tied,
+with its SentencePiece model; tests/fixtures/t5_v1_1_tiny: gated-gelu, untied lm_head; written
+by tests/make_t5_golden.py from transformers' T5ForConditionalGeneration with seeded weights,
+with what transformers computed and generated), so CI checks Cloze against an implementation no
+one here wrote without installing PyTorch. Then the converted folder fine-tunes through
+run_text2text.py with T5's own SentencePiece tokenization."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from data_prep import seq2seq_data
+from data_prep.errors import InputError
+from modeling import checkpoints, t5
+from tests import helpers
+from tests.conftest import ROOT
+from tests.make_t5_golden import EXTRA_IDS, NEW_TOKENS, VOCAB_STRIDE
+
+T5 = ROOT / "tests" / "fixtures" / "t5_tiny"
+V1_1 = ROOT / "tests" / "fixtures" / "t5_v1_1_tiny"
+TOLERANCE = 1e-5  # max absolute difference in float32
+FIXTURES = {"t5": T5, "v1_1": V1_1}
+
+
+def convert(*args):
+    r = helpers.run_main("convert_checkpoint.py", args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """Both fixtures converted with convert_checkpoint.py --from=hf --to=cloze."""
+    root = tmp_path_factory.mktemp("t5")
+    for name, folder in FIXTURES.items():
+        r = convert(
+            "--from=hf", "--to=cloze", f"--input_dir={folder}", f"--output_dir={root / name}"
+        )
+        assert "converted T5 --from=hf to --to=cloze" in r.stdout
+    gated = (
+        "decoder.block.*.layer.2.DenseReluDense.wi_0.weight (32, 16) -> decoder_*/wi/kernel  (x3)"
+    )
+    assert gated in r.stdout
+    return root
+
+
+def golden(name):
+    return dict(np.load(FIXTURES[name] / "golden.npz"))
+
+
+def load(folder):
+    config = t5.T5Config.from_json_file(folder / "bert_config.json")
+    return checkpoints.load_whole(t5.T5Model(config), folder)[0]
+
+
+@pytest.mark.parametrize("name", ["t5", "v1_1"])
+def test_converted_t5_computes_and_generates_what_transformers_does(converted, name):
+    """Encoder states at the real source tokens, decoder states and logits under teacher forcing
+    at the real target positions, and greedy decoding token for token."""
+    g = golden(name)
+    model = load(converted / name)
+    c = model.config
+    want = ("relu", True) if name == "t5" else ("gated-gelu", False)
+    assert (c.feed_forward_proj, c.tie_word_embeddings, c.vocab_size) == (*want, 320)
+    inputs = {
+        "input_ids": g["input_ids"].astype("int32"),
+        "input_mask": g["input_mask"].astype("int32"),
+        "decoder_input_ids": g["decoder_input_ids"].astype("int32"),
+    }
+    out = model(inputs)
+    src, tgt = g["input_mask"].astype(bool), g["target_mask"].astype(bool)
+    enc = np.asarray(out["encoder_output"])
+    np.testing.assert_allclose(enc[src], g["encoder_states"][src], atol=TOLERANCE)
+    dec = np.asarray(out["decoder_output"])
+    np.testing.assert_allclose(dec[tgt], g["decoder_states"][tgt], atol=TOLERANCE)
+    logits = np.asarray(out["lm_logits"])[..., ::VOCAB_STRIDE]
+    np.testing.assert_allclose(logits[tgt], g["lm_logits"][tgt], atol=TOLERANCE)
+    greedy = t5.greedy_decode(model, inputs["input_ids"], inputs["input_mask"], NEW_TOKENS)
+    want = g["greedy_ids"][:, 1:]  # transformers' rows start with the decoder start
+    # Both pad a row after its </s>; Cloze stops early when every row has ended.
+    assert greedy.shape[1] <= want.shape[1] and not want[:, greedy.shape[1] :].any()
+    np.testing.assert_array_equal(greedy, want[:, : greedy.shape[1]])
+    assert (want == c.eos_token_id).any() or name == "t5"  # an early </s> is among the checks
+
+
+def test_t5_sentencepiece_vocabulary_is_t5_tokenizers(converted):
+    """Seq2SeqVocab.from_spiece over the converted folder's spiece.model: T5Tokenizer's ids (the
+    library's pieces of the raw text, </s> after), sentinels counted down from the end."""
+    g = golden("t5")
+    vocab = seq2seq_data.Seq2SeqVocab.from_spiece(converted / "t5" / "spiece.model", EXTRA_IDS)
+    assert (vocab.pad_id, vocab.eos_id, vocab.size) == (0, 1, 310)
+    assert vocab.sentinel_ids[:2] == (309, 308) and vocab.mask_id is None
+    offsets = g["tokenizer_offsets"]
+    for i, text in enumerate(g["tokenizer_texts"]):
+        assert vocab.encode(str(text)) == g["tokenizer_ids"][offsets[i] : offsets[i + 1]].tolist()
+    for text, ids, mask in zip(g["sources"], g["input_ids"], g["input_mask"]):
+        assert vocab.wrap(vocab.encode(str(text))) == ids[mask.astype(bool)].tolist()
+    assert vocab.decode(vocab.encode("The house is wonderful.") + [1, 5]) == (
+        "The house is wonderful."
+    )
+    assert vocab.decode([309, 315]) == "<extra_id_0>"  # an id past the pieces decodes to nothing
+
+
+@pytest.mark.parametrize("name", ["t5", "v1_1"])
+def test_cloze_to_hf_round_trips_bit_for_bit(converted, tmp_path, name):
+    fixture = FIXTURES[name]
+    out = tmp_path / "hf"
+    convert("--from=cloze", "--to=hf", f"--input_dir={converted / name}", f"--output_dir={out}")
+    files = ["config.json", "model.safetensors", *(["spiece.model"] if name == "t5" else [])]
+    assert sorted(p.name for p in out.iterdir()) == files
+    mine, theirs = load_file(out / "model.safetensors"), load_file(fixture / "model.safetensors")
+    tied = {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}
+    if name == "t5":
+        tied.add("lm_head.weight")
+    assert sorted(mine) == sorted(set(theirs) - tied)  # the tied copies left out, as transformers
+    for key in mine:
+        np.testing.assert_array_equal(mine[key], theirs[key], err_msg=key)
+    written, published = (json.loads((f / "config.json").read_text()) for f in (out, fixture))
+    assert {k: published[k] for k in written} == written  # the keys written have its values
+
+
+def test_hf_configs_that_compute_something_else_are_refused():
+    published = json.loads((T5 / "config.json").read_text())
+    for change, where in (
+        ({"model_type": "umt5"}, "config.json: model_type: expected 't5'"),
+        ({"feed_forward_proj": "gated-silu"}, "config.json: feed_forward_proj: expected one of"),
+        ({"dense_act_fn": "gelu_new"}, "config.json: dense_act_fn: expected 'relu'"),
+        ({"made_up": 1}, "expected the keys of a Hugging Face T5 config, found ['made_up']"),
+    ):
+        with pytest.raises(InputError, match=re.escape(where)):
+            t5.config_from_hf({**published, **change})
+    v1_1 = json.loads((V1_1 / "config.json").read_text())
+    assert t5.config_from_hf(v1_1).feed_forward_proj == "gated-gelu"
+
+
+def test_a_v1_1_folder_saved_by_transformers_5_converts(tmp_path):
+    """transformers 5 saves a T5 v1.1 with tie_word_embeddings true, scale_decoder_outputs false
+    and no lm_head.weight when the head equals `shared`: Cloze reads it as untied and unscaled,
+    its lm_head a copy of `shared`."""
+    arrays = load_file(V1_1 / "model.safetensors")
+    arrays["lm_head.weight"] = arrays["shared.weight"].copy()
+    values = json.loads((V1_1 / "config.json").read_text())
+    values |= {"tie_word_embeddings": True, "scale_decoder_outputs": False}
+    config = t5.config_from_hf(values)
+    assert not config.tie_word_embeddings
+    folder = tmp_path / "v5"
+    folder.mkdir()
+    del arrays["lm_head.weight"]
+    save_file(arrays, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    model, _ = t5.load_hf(folder, config)
+    np.testing.assert_array_equal(model.lm_head.numpy(), arrays["shared.weight"])
+    assert t5.config_from_hf({**values, "scale_decoder_outputs": True}).tie_word_embeddings
+
+
+def test_converted_t5_fine_tunes_through_run_text2text_with_its_sentencepiece(converted, tmp_path):
+    """run_text2text.py with the converted folder as --vocab_file (its spiece.model), config and
+    --init_checkpoint: the released layout's ids (pad 0 starts decoding, </s> 1) are checked
+    against the config, it learns two label words by heart and writes them back as text."""
+    folder = converted / "t5"
+    data = tmp_path / "sst"
+    data.mkdir()
+    rows = ["The house is wonderful.\t1", "The dessert costs francs.\t0"] * 8
+    (data / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    (data / "dev.tsv").write_text("sentence\tlabel\n" + "\n".join(rows[:2]) + "\n")
+    out = tmp_path / "out"
+    r = helpers.run_main("run_text2text.py", [
+        "--task_name=sst-2", f"--data_dir={data}", f"--vocab_file={folder}",
+        f"--bert_config_file={folder / 'bert_config.json'}", f"--init_checkpoint={folder}",
+        f"--output_dir={out}", f"--num_sentinels={EXTRA_IDS}", "--do_train", "--do_eval",
+        "--max_seq_length=48", "--max_target_length=12", "--train_batch_size=4",
+        "--learning_rate=1e-2", "--num_train_epochs=12",
+    ])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "train.tsv: 16 examples, 0 truncated" in r.stderr
+    lines = (out / "eval_results.txt").read_text().splitlines()
+    results = dict(line.split(" = ") for line in lines)
+    assert float(results["accuracy"]) == 1.0
+    predictions = (out / "dev_predictions.tsv").read_text().splitlines()[1:]
+    assert [row.split("\t")[1] for row in predictions] == ["positive", "negative"]
+    r = helpers.run_main("run_text2text.py", [
+        "--task_name=sst-2", f"--data_dir={data}", f"--vocab_file={folder}",
+        f"--bert_config_file={folder / 'bert_config.json'}", f"--output_dir={tmp_path / 'x'}",
+        "--do_eval", "--encoder_file=encoder.json",
+    ])  # fmt: skip
+    assert r.returncode != 0 and "--vocab_file or --encoder_file and --merges_file" in r.stderr
