@@ -16,6 +16,9 @@ Documents are tokenized on --num_workers processes (data_prep/parallel.map_texts
 corpus order) while this process noises them with the one seeded rng and writes the records
 without TensorFlow, so the workers are forked; the output does not depend on the number of
 workers.
+--vocab_file=a released T5's spiece.model (or the folder convert_checkpoint.py wrote) instead of
+the BPE files gives records of its own pieces (T5's span corruption; each sentence its pieces,
+no line break between them, as SentencePiece has none), for continuing that T5's pretraining.
 """
 
 import sys
@@ -48,7 +51,19 @@ flags.DEFINE_integer(
     "Tokenizing processes (default: the cores this process may use). The records do not depend "
     "on it.",
 )
-flags.mark_flags_as_required(["input_file", "output_file", "encoder_file", "merges_file"])
+flags.DEFINE_string(
+    "vocab_file",
+    None,
+    "T5 only, instead of the BPE files: a released T5's SentencePiece model (spiece.model, or a "
+    "folder holding it, e.g. convert_checkpoint.py's output); --num_sentinels after its pieces.",
+)
+flags.mark_flags_as_required(["input_file", "output_file"])
+flags.register_multi_flags_validator(
+    ["encoder_file", "merges_file", "vocab_file"],
+    lambda f: bool(f["vocab_file"]) != bool(f["encoder_file"] and f["merges_file"]),
+    "give --encoder_file and --merges_file (byte-level BPE) or --vocab_file (a T5 SentencePiece "
+    "model)",
+)
 flags.register_validator("max_seq_length", lambda n: n >= 3, "must be at least 3")
 flags.register_validator("max_target_length", lambda n: n >= 3, "must be at least 3")
 flags.register_validator("num_workers", lambda n: n is None or n >= 1, "must be at least 1")
@@ -62,7 +77,7 @@ def main(argv):
 
     import numpy as np
 
-    from data_prep import files, lm_data, parallel, seq2seq_data
+    from data_prep import files, lm_data, parallel, seq2seq_data, spiece
     from data_prep.errors import InputError
 
     try:
@@ -81,11 +96,20 @@ def main(argv):
         raise app.UsageError(str(e)) from None
     try:
         inputs = files.expand_input_files(FLAGS.input_file)
-        # BART's records start with <s> (the released models' layout); T5's have none.
-        vocab = seq2seq_data.Seq2SeqVocab.from_files(
-            FLAGS.encoder_file, FLAGS.merges_file, FLAGS.num_sentinels,
-            bos=FLAGS.noising == "bart_infill",
-        )  # fmt: skip
+        if FLAGS.vocab_file:
+            model = spiece.model_file(FLAGS.vocab_file)
+            if model is None or FLAGS.noising != "t5_span":
+                raise app.UsageError(
+                    f"--vocab_file={FLAGS.vocab_file}: a T5 SentencePiece model (spiece.model or "
+                    "its folder) for --noising=t5_span; BART's records need its BPE files"
+                )
+            vocab = seq2seq_data.Seq2SeqVocab.from_spiece(model, FLAGS.num_sentinels)
+        else:
+            # BART's records start with <s> (the released models' layout); T5's have none.
+            vocab = seq2seq_data.Seq2SeqVocab.from_files(
+                FLAGS.encoder_file, FLAGS.merges_file, FLAGS.num_sentinels,
+                bos=FLAGS.noising == "bart_infill",
+            )  # fmt: skip
     except InputError as e:
         raise SystemExit(f"create_seq2seq_data: {e}") from None
     outputs = [f.strip() for f in FLAGS.output_file.split(",") if f.strip()]

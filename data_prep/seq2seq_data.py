@@ -183,8 +183,11 @@ def read_sentence_documents(paths: Sequence[str]) -> Iterator[list[str]]:
 
 
 def encode_sentences(vocab: Seq2SeqVocab, sentences: Sequence[str]) -> list[list[int]]:
-    """Each sentence's ids, with its line break kept so decoding gives the lines back."""
-    return [vocab.encode(s + "\n") for s in sentences]
+    """Each sentence's ids, with its line break kept so decoding gives the lines back (a byte-level
+    BPE's; a SentencePiece model has no line break, and its pieces start each word anew)."""
+    if isinstance(vocab.tokenizer, bpe.ByteLevelBPE):
+        return [vocab.encode(s + "\n") for s in sentences]
+    return [vocab.encode(s) for s in sentences]
 
 
 def encode_document(vocab: Seq2SeqVocab, text: str) -> list[list[int]]:

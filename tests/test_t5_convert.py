@@ -186,3 +186,45 @@ def test_converted_t5_fine_tunes_through_run_text2text_with_its_sentencepiece(co
         "--do_eval", "--encoder_file=encoder.json",
     ])  # fmt: skip
     assert r.returncode != 0 and "--vocab_file or --encoder_file and --merges_file" in r.stderr
+
+
+def test_a_converted_t5_continues_pretraining_on_span_corruption_of_its_own_pieces(
+    converted, tmp_path
+):
+    """create_seq2seq_data.py --vocab_file=the converted folder: T5 span corruption of its
+    spiece.model's pieces (the records put back together are the corpus's pieces, sentence after
+    sentence), which run_pretraining.py trains the converted T5 on from its checkpoint."""
+    from data_prep import noising
+
+    folder = converted / "t5"
+    sentences = ["The house is wonderful.", "Crème brûlée costs 12 francs!", "Hello world."]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(sentences * 2) + "\n\n" + "\n".join(sentences) + "\n")
+    out = tmp_path / "t5.tfrecord"
+    r = helpers.run_main("data_prep/create_seq2seq_data.py", [
+        f"--input_file={corpus}", f"--output_file={out}", f"--vocab_file={folder}",
+        f"--num_sentinels={EXTRA_IDS}", "--noising=t5_span", "--max_seq_length=48",
+        "--max_target_length=16", "--num_workers=1",
+    ])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "T5 config: vocab_size >= 310, pad_token_id=0, eos_token_id=1" in r.stdout
+    vocab = seq2seq_data.Seq2SeqVocab.from_spiece(folder / "spiece.model", EXTRA_IDS)
+    pieces = []
+    for inputs, targets in seq2seq_data.read_seq2seq_records(str(out)):
+        assert inputs[-1] == targets[-1] == vocab.eos_id
+        assert any(t in vocab.sentinel_ids for t in inputs)
+        whole = noising.t5_reconstruct(inputs, targets, vocab.sentinel_ids)
+        pieces += [i for i in whole if i != vocab.eos_id]  # the targets' </s> and the inputs'
+    want = [i for s in sentences * 3 for i in vocab.encode(s)]
+    assert pieces == want
+    run = tmp_path / "run"
+    r = helpers.run_main("run_pretraining.py", [
+        f"--bert_config_file={folder / 'bert_config.json'}", f"--input_file={out}",
+        f"--init_checkpoint={folder}", f"--output_dir={run}", "--do_train", "--do_eval",
+        "--max_seq_length=48", "--train_batch_size=2",
+        "--eval_batch_size=2", "--num_train_steps=2", "--num_warmup_steps=1",
+        "--save_checkpoints_steps=2", "--iterations_per_loop=2", "--max_eval_steps=1",
+    ])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"initialised the model from {folder / 'ckpt-1'}" in r.stderr
+    assert "global_step = 2" in (run / "eval_results.txt").read_text()
