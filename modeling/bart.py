@@ -17,7 +17,6 @@ length, H d_model, N heads, D head depth (H / N), F ffn_dim, V vocab, P position
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import ClassVar
 
 import keras
@@ -761,17 +760,7 @@ def save_hf(model: BartModel, output_dir) -> list:
     """Writes model.safetensors and config.json as transformers' save_pretrained does for a
     BartForConditionalGeneration: `model.`-prefixed names, the tied embed_tokens / lm_head
     left out (transformers ties them on load), final_logits_bias (1, V)."""
-    from pathlib import Path
-
-    from safetensors.numpy import save_file
-
     from modeling import checkpoints
 
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     arrays = checkpoints.export_arrays(model, hf_entries(model.config))
-    # transformers refuses safetensors files whose metadata lacks a known "format".
-    save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
-    text = json.dumps(hf_config(model.config), indent=2, sort_keys=True) + "\n"
-    (out / "config.json").write_text(text)
-    return [out / "model.safetensors", out / "config.json"]
+    return checkpoints.write_hf_files(output_dir, arrays, hf_config(model.config))

@@ -2007,15 +2007,23 @@ HF_TOKENIZER_CLASSES = {
 }
 
 
-def _write_hf_folder(
-    arrays: dict, config: dict, out: Path, do_lower_case: bool, vocab_kind: str = "wordpiece"
-) -> list[Path]:
+def write_hf_files(output_dir, arrays: dict, config: dict) -> list[Path]:
+    """model.safetensors and config.json as transformers' save_pretrained writes them; returns
+    their paths."""
     from safetensors.numpy import save_file
 
+    out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     # transformers refuses safetensors files whose metadata lacks a known "format".
     save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return [out / "model.safetensors", out / "config.json"]
+
+
+def _write_hf_folder(
+    arrays: dict, config: dict, out: Path, do_lower_case: bool, vocab_kind: str = "wordpiece"
+) -> list[Path]:
+    write_hf_files(out, arrays, config)
     tokenizer_config = {"tokenizer_class": HF_TOKENIZER_CLASSES[vocab_kind]}
     if vocab_kind != "bpe":
         tokenizer_config["do_lower_case"] = do_lower_case

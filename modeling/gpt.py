@@ -709,22 +709,15 @@ def save_hf(model: GptLM, output_dir, eos_token_id: int | None = None) -> list:
     GPT-2's 50256; None writes null, not transformers' default 50256, which a vocabulary of
     another size does not hold."""
     import json
-    from pathlib import Path
-
-    from safetensors.numpy import save_file
 
     from modeling import checkpoints
 
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     config = {**hf_config(model.config), "bos_token_id": eos_token_id, "eos_token_id": eos_token_id}
     arrays = checkpoints.export_arrays(model, hf_entries(model.config))
-    # transformers refuses safetensors files whose metadata lacks a known "format".
-    save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    tokenizer = {"tokenizer_class": "GPT2Tokenizer"}
-    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer, indent=2) + "\n")
-    return [out / "model.safetensors", out / "config.json", out / "tokenizer_config.json"]
+    files = checkpoints.write_hf_files(output_dir, arrays, config)
+    tokenizer = files[0].parent / "tokenizer_config.json"
+    tokenizer.write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer"}, indent=2) + "\n")
+    return [*files, tokenizer]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -712,21 +712,10 @@ def save_hf(model: T5Model, output_dir) -> list:
     """Writes model.safetensors and config.json as transformers' save_pretrained does for a
     T5ForConditionalGeneration (the tied embed_tokens and lm_head left out: transformers ties
     them on load)."""
-    import json
-    from pathlib import Path
-
-    from safetensors.numpy import save_file
-
     from modeling import checkpoints
 
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     arrays = checkpoints.export_arrays(model, hf_entries(model.config))
-    # transformers refuses safetensors files whose metadata lacks a known "format".
-    save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
-    text = json.dumps(hf_config(model.config), indent=2, sort_keys=True) + "\n"
-    (out / "config.json").write_text(text)
-    return [out / "model.safetensors", out / "config.json"]
+    return checkpoints.write_hf_files(output_dir, arrays, hf_config(model.config))
 
 
 def shift_right(targets: np.ndarray, start_id: int) -> np.ndarray:

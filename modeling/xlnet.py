@@ -771,21 +771,11 @@ def load_hf(weights, config: XLNetConfig, config_where: str = "config.json", ski
 def save_hf(model: XLNetPretrainer, output_dir) -> list:
     """Writes model.safetensors and config.json as transformers' save_pretrained does for an
     XLNetLMHeadModel (`transformer.`-prefixed names, the tied lm_loss.weight left out)."""
-    import json
-    from pathlib import Path
-
-    from safetensors.numpy import save_file
-
     from modeling import checkpoints
 
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    config = hf_config(model.config)
+    config = hf_config(model.config)  # first: it refuses what Hugging Face's XLNet cannot hold
     arrays = checkpoints.export_arrays(model, hf_entries(model.config))
-    # transformers refuses safetensors files whose metadata lacks a known "format".
-    save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    return [out / "model.safetensors", out / "config.json"]
+    return checkpoints.write_hf_files(output_dir, arrays, config)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -355,6 +355,13 @@ class Completed:
     stderr: str
 
 
+def convert_checkpoint(*args: str) -> Completed:
+    """convert_checkpoint.py with `args` (run_main), asserting that it succeeded."""
+    r = run_main("convert_checkpoint.py", args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
 def run_main(script: str, args=()) -> Completed:
     """Runs entrypoint `script` (a path under the repository, e.g. "run_pretraining.py" or
     "bench/run_all.py") in this process with command-line `args`, as `app.run(main)` would:

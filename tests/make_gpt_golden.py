@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.make_xlnet_golden import report, tokenizer_record, training_text
+from tests.make_xlnet_golden import report, seeded_model, tokenizer_record, training_text
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT2_FOLDER = ROOT / "tests" / "fixtures" / "gpt2_tiny"
@@ -44,15 +44,6 @@ VOCAB_SIZE = 400
 VOCAB_STRIDE = 5
 
 
-def perturbed(model, torch):
-    """The model with every parameter moved by seeded noise, in eval mode."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    return model.eval()
-
-
 def outputs(model, ids, mask, torch) -> dict:
     """golden.npz's hidden_states (L + 1, B, S, H) as transformers returns them (GPT-2's last
     one after ln_f) and lm_logits (B, S, V / VOCAB_STRIDE)."""
@@ -67,11 +58,6 @@ def outputs(model, ids, mask, torch) -> dict:
         "hidden_states": np.stack([h.numpy() for h in out.hidden_states]).astype(np.float32),
         "lm_logits": out.logits.numpy()[..., ::VOCAB_STRIDE].astype(np.float32),
     }
-
-
-def save(model, folder: Path) -> None:
-    model.save_pretrained(str(folder), safe_serialization=True)
-    (folder / "generation_config.json").unlink(missing_ok=True)
 
 
 def make_gpt2(torch, transformers, np) -> None:
@@ -93,8 +79,7 @@ def make_gpt2(torch, transformers, np) -> None:
         vocab_size=len(tokenizer), activation_function="gelu_new", resid_pdrop=0.0,
         embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=eos, eos_token_id=eos, **SIZES,
     )  # fmt: skip
-    model = perturbed(transformers.GPT2LMHeadModel(config), torch)
-    save(model, GPT2_FOLDER)
+    model = seeded_model(transformers.GPT2LMHeadModel, config, torch, GPT2_FOLDER)
 
     rows = [tokenizer(text)["input_ids"] for text in TEXTS]
     length = max(len(r) for r in rows)
@@ -128,8 +113,7 @@ def make_gpt1(torch, transformers, np) -> None:
         vocab_size=VOCAB_SIZE, afn="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
         **SIZES,
     )  # fmt: skip
-    model = perturbed(transformers.OpenAIGPTLMHeadModel(config), torch)
-    save(model, GPT1_FOLDER)
+    model = seeded_model(transformers.OpenAIGPTLMHeadModel, config, torch, GPT1_FOLDER)
     rng = np.random.default_rng(0)
     ids = rng.integers(0, VOCAB_SIZE, (3, 11)).astype(np.int64)
     mask = np.ones_like(ids)

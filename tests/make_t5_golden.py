@@ -28,7 +28,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from tests.make_xlnet_golden import report, tokenizer_record, training_text
+from tests.make_xlnet_golden import report, seeded_model, tokenizer_record, training_text
 
 ROOT = Path(__file__).resolve().parents[1]
 T5_FOLDER = ROOT / "tests" / "fixtures" / "t5_tiny"
@@ -109,13 +109,7 @@ def make(folder: Path, tokenizer, torch, transformers, np, feed_forward_proj: st
         vocab_size=VOCAB_SIZE, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0,
         eos_token_id=1, feed_forward_proj=feed_forward_proj, **SIZES,
     )  # fmt: skip
-    torch.manual_seed(0)
-    model = transformers.T5ForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    model.save_pretrained(str(folder), safe_serialization=True)
-    (folder / "generation_config.json").unlink(missing_ok=True)
+    seeded_model(transformers.T5ForConditionalGeneration, config, torch, folder)
     # transformers 5.24 writes tie_word_embeddings true and scale_decoder_outputs; the published
     # folders (t5-small, google/t5-v1_1-*, FLAN-T5) hold neither, and a v1.1's own lm_head with
     # tie_word_embeddings false, which transformers reads as no scaling and an untied head.

@@ -40,7 +40,9 @@ VOCAB_STRIDE = 7
 
 
 def training_text() -> str:
-    """Sentences for the SentencePiece model: the README's prose and TEXTS."""
+    """Sentences for the SentencePiece model: the README's prose and TEXTS. The README changes
+    from session to session, so a rerun of a maker learns another vocabulary: rerun one only to
+    change its fixture, and commit the files it writes together."""
     lines = [line.strip() for line in (ROOT / "README.md").read_text().splitlines()]
     lines = [line for line in lines if line and not line.startswith(("|", "```", "#"))]
     return "\n".join(lines + [t for pair in TEXTS for t in pair if t])
@@ -84,6 +86,21 @@ def packed_pairs(tokenizer, pairs, pad_segment: int, left: bool) -> dict:
     }
 
 
+def seeded_model(model_class, config, torch, folder: Path | None = None):
+    """model_class(config) made under torch.manual_seed(0), every parameter then moved by 0.1 x
+    seeded noise (so that every bias and norm matters), in eval mode; saved into `folder` as
+    save_pretrained writes it (without generation_config.json) when one is given."""
+    torch.manual_seed(0)
+    model = model_class(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    if folder is not None:
+        model.save_pretrained(str(folder), safe_serialization=True)
+        (folder / "generation_config.json").unlink(missing_ok=True)
+    return model
+
+
 def report(folder: Path) -> None:
     files = ", ".join(f"{p.name} {p.stat().st_size}" for p in sorted(folder.iterdir()))
     print(f"wrote {folder}: {files}")
@@ -117,13 +134,7 @@ def main() -> None:
         vocab_size=tokenizer.vocab_size, ff_activation="gelu", untie_r=True, dropout=0.0,
         **SIZES,
     )  # fmt: skip
-    torch.manual_seed(0)
-    model = transformers.XLNetLMHeadModel(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    model.save_pretrained(str(FOLDER), safe_serialization=True)
-    (FOLDER / "generation_config.json").unlink(missing_ok=True)
+    model = seeded_model(transformers.XLNetLMHeadModel, config, torch, FOLDER)
 
     # Single texts are packed alone (`a <sep> <cls>`), padded on the left as XLNet's; padding
     # in XLNet's SEG_ID_PAD 4.

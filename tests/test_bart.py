@@ -449,17 +449,14 @@ def test_convert_checkpoint_moves_bart_between_cloze_and_hugging_face(tmp_path):
     (cloze / "bert_config.json").write_text(model.config.to_json_string())
     (cloze / "encoder.json").write_text('{"a": 0}')
 
-    def convert(*args):
-        r = helpers.run_main("convert_checkpoint.py", args)
-        assert r.returncode == 0, r.stderr[-3000:]
-        return r.stdout
-
-    convert("--from=cloze", "--to=hf", f"--input_dir={cloze}", f"--output_dir={tmp_path / 'hf'}")
+    helpers.convert_checkpoint(
+        "--from=cloze", "--to=hf", f"--input_dir={cloze}", f"--output_dir={tmp_path / 'hf'}"
+    )
     assert (tmp_path / "hf/vocab.json").read_text() == '{"a": 0}'
-    out = convert(
+    out = helpers.convert_checkpoint(
         "--from=hf", "--to=cloze", f"--input_dir={tmp_path / 'hf'}",
         f"--output_dir={tmp_path / 'back'}",
-    )  # fmt: skip
+    ).stdout  # fmt: skip
     # One summary line for the decoder layers' cross-attention outputs.
     line = (r"model\.decoder\.layers\.\*\.encoder_attn\.out_proj\.weight \(\d+, \d+\) "
             r"-> decoder_\*/encoder_attn/attention_output/kernel  \(x\d\)")  # fmt: skip

@@ -25,18 +25,12 @@ GPT1 = ROOT / "tests" / "fixtures" / "openai_gpt_tiny"
 TOLERANCE = 1e-5  # max absolute difference in float32
 
 
-def convert(*args):
-    r = helpers.run_main("convert_checkpoint.py", args)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
-
-
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     """Both fixtures converted with convert_checkpoint.py --from=hf --to=cloze."""
     root = tmp_path_factory.mktemp("gpt")
     for name, folder in (("gpt2", GPT2), ("gpt1", GPT1)):
-        r = convert(
+        r = helpers.convert_checkpoint(
             "--from=hf", "--to=cloze", f"--input_dir={folder}", f"--output_dir={root / name}"
         )
         assert "converted GPT --from=hf to --to=cloze" in r.stdout
@@ -109,7 +103,9 @@ def test_converted_gpt2_tokenizes_and_generates_as_transformers(converted):
 def test_cloze_to_hf_round_trips_bit_for_bit(converted, tmp_path, name):
     fixture = GPT2 if name == "gpt2" else GPT1
     out = tmp_path / "hf"
-    convert("--from=cloze", "--to=hf", f"--input_dir={converted / name}", f"--output_dir={out}")
+    helpers.convert_checkpoint(
+        "--from=cloze", "--to=hf", f"--input_dir={converted / name}", f"--output_dir={out}"
+    )
     files = ["config.json", "model.safetensors", "tokenizer_config.json"]
     if name == "gpt2":
         files = sorted([*files, "merges.txt", "vocab.json"])
@@ -273,7 +269,9 @@ def test_openai_gpt2_release_converts_both_ways(tmp_path):
     shutil.copy(GPT2 / "vocab.json", release / "encoder.json")
     shutil.copy(GPT2 / "merges.txt", release / "vocab.bpe")
     cloze = tmp_path / "cloze"
-    r = convert("--from=tf1_gpt2", "--to=cloze", f"--input_dir={release}", f"--output_dir={cloze}")
+    r = helpers.convert_checkpoint(
+        "--from=tf1_gpt2", "--to=cloze", f"--input_dir={release}", f"--output_dir={cloze}"
+    )
     assert "model/h*/mlp/c_fc/w (1, 16, 64) -> encoder/h_*/c_fc/kernel  (x2)" in r.stdout
     assert (cloze / "vocab.bpe").read_bytes() == (GPT2 / "merges.txt").read_bytes()
     g = golden(GPT2)
@@ -283,7 +281,9 @@ def test_openai_gpt2_release_converts_both_ways(tmp_path):
     real = g["input_mask"].astype(bool)
     np.testing.assert_allclose(logits[real], g["lm_logits"][real], atol=TOLERANCE)
     back = tmp_path / "back"
-    convert("--from=cloze", "--to=tf1_gpt2", f"--input_dir={cloze}", f"--output_dir={back}")
+    helpers.convert_checkpoint(
+        "--from=cloze", "--to=tf1_gpt2", f"--input_dir={cloze}", f"--output_dir={back}"
+    )
     assert sorted(p.name for p in back.iterdir()) == [
         "checkpoint", "encoder.json", "hparams.json", "model.ckpt.data-00000-of-00001",
         "model.ckpt.index", "vocab.bpe",

@@ -25,18 +25,12 @@ TOLERANCE = 1e-5  # max absolute difference in float32
 FIXTURES = {"t5": T5, "v1_1": V1_1}
 
 
-def convert(*args):
-    r = helpers.run_main("convert_checkpoint.py", args)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
-
-
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     """Both fixtures converted with convert_checkpoint.py --from=hf --to=cloze."""
     root = tmp_path_factory.mktemp("t5")
     for name, folder in FIXTURES.items():
-        r = convert(
+        r = helpers.convert_checkpoint(
             "--from=hf", "--to=cloze", f"--input_dir={folder}", f"--output_dir={root / name}"
         )
         assert "converted T5 --from=hf to --to=cloze" in r.stdout
@@ -108,7 +102,9 @@ def test_t5_sentencepiece_vocabulary_is_t5_tokenizers(converted):
 def test_cloze_to_hf_round_trips_bit_for_bit(converted, tmp_path, name):
     fixture = FIXTURES[name]
     out = tmp_path / "hf"
-    convert("--from=cloze", "--to=hf", f"--input_dir={converted / name}", f"--output_dir={out}")
+    helpers.convert_checkpoint(
+        "--from=cloze", "--to=hf", f"--input_dir={converted / name}", f"--output_dir={out}"
+    )
     files = ["config.json", "model.safetensors", *(["spiece.model"] if name == "t5" else [])]
     assert sorted(p.name for p in out.iterdir()) == files
     mine, theirs = load_file(out / "model.safetensors"), load_file(fixture / "model.safetensors")

@@ -28,17 +28,13 @@ def golden():
     return dict(np.load(FIXTURE / "golden.npz"))
 
 
-def convert(*args):
-    r = helpers.run_main("convert_checkpoint.py", args)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
-
-
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     """The fixture converted with convert_checkpoint.py --from=hf --to=cloze."""
     out = tmp_path_factory.mktemp("xlnet") / "cloze"
-    r = convert("--from=hf", "--to=cloze", f"--input_dir={FIXTURE}", f"--output_dir={out}")
+    r = helpers.convert_checkpoint(
+        "--from=hf", "--to=cloze", f"--input_dir={FIXTURE}", f"--output_dir={out}"
+    )
     assert "converted XLNet --from=hf to --to=cloze" in r.stdout
     assert "transformer.layer.{0,1}.rel_attn.r_w_bias (2, 8) -> encoder/r_w_bias" in r.stdout
     return out
@@ -85,7 +81,9 @@ def test_converted_xlnet_computes_what_transformers_computes(converted, golden):
 
 def test_cloze_to_hf_round_trips_bit_for_bit(converted, tmp_path):
     out = tmp_path / "hf"
-    convert("--from=cloze", "--to=hf", f"--input_dir={converted}", f"--output_dir={out}")
+    helpers.convert_checkpoint(
+        "--from=cloze", "--to=hf", f"--input_dir={converted}", f"--output_dir={out}"
+    )
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors",
                                                      "spiece.model"]  # fmt: skip
     mine, theirs = load_file(out / "model.safetensors"), load_file(FIXTURE / "model.safetensors")
