@@ -18,7 +18,10 @@ already in --output_dir. Without --do_train, prediction uses output_dir's latest
 --bert_config_file may be a BERT, RoBERTa, ALBERT or ELECTRA config, or an XLNet one (its
 released names): XLNet packs `question <sep> window <sep> <cls>` with its own vocabulary (its
 spiece.model, or the BPE / WordPiece vocabulary it was pretrained with), reads "no answer" at
-the <cls> and trains modeling/xlnet.XLNetSpanQA.
+the <cls> and trains modeling/xlnet.XLNetBeamSpanQA (--xlnet_span_head=beam, the released
+code's head: the 5 best starts, each with its 5 best ends, and an answer-class logit whose
+lowest value over a question's windows is its null_odds.json score, compared with
+--null_score_diff_threshold) or XLNetSpanQA (simple).
 
 Memory does not grow with the number of windows: training windows stream to a TFRecord, and
 prediction makes, scores and post-processes windows in chunks (training/squad_eval.py), writing
@@ -113,6 +116,14 @@ flags.DEFINE_enum(
     FINETUNE_PRECISION_HELP,
 )
 flags.DEFINE_enum(
+    "xlnet_span_head",
+    "beam",
+    ["beam", "simple"],
+    "An XLNet config's span head: beam, the released code's (an end conditioned on each of the "
+    "5 best starts, an answer class for v2.0; transformers' XLNetForQuestionAnswering), or "
+    "simple (a start and an end logit per position; XLNetForQuestionAnsweringSimple).",
+)
+flags.DEFINE_enum(
     "distribution_strategy",
     "one_device",
     ["one_device", "mirrored", "multi_worker_mirrored", "tpu"],
@@ -176,6 +187,8 @@ def main(argv):
                 FLAGS.bert_config_file, FLAGS.vocab_file, FLAGS.do_lower_case,
                 FLAGS["do_lower_case"].present,
             )  # fmt: skip
+        if needs_model and not is_xlnet and FLAGS["xlnet_span_head"].present:
+            raise app.UsageError("--xlnet_span_head: the span head of an XLNet config only")
         squad.check_lengths(s, FLAGS.max_query_length, FLAGS.doc_stride, packing)
         train_examples = predict_examples = predict_data = None
         if FLAGS.do_train:
@@ -253,7 +266,11 @@ def main(argv):
 
     keras.utils.set_random_seed(FLAGS.random_seed)
     with strategy.scope(), optimization.dtype_policy(FLAGS.precision):
-        model = xlnet.XLNetSpanQA(config) if is_xlnet else span_qa.BertSpanQA(config)
+        beam = is_xlnet and FLAGS.xlnet_span_head == "beam"
+        if is_xlnet:
+            model = xlnet.XLNetBeamSpanQA(config) if beam else xlnet.XLNetSpanQA(config)
+        else:
+            model = span_qa.BertSpanQA(config)
         model.build()
         try:  # a TPUStrategy's scope refuses --remove_padding
             bert.set_execution_options(
@@ -305,7 +322,10 @@ def main(argv):
             loaded, part = trainer.init_from_checkpoint(model, FLAGS.init_checkpoint)
             logging.info("initialised the %s from %s", part, loaded)
 
-        task = squad_eval.span_qa_task(model, mask_padding=train_trim)
+        if beam:  # its logits outside the window are -1e30: padding never counts
+            task = squad_eval.beam_span_qa_task(model)
+        else:
+            task = squad_eval.span_qa_task(model, mask_padding=train_trim)
         fit = trainer.Trainer(strategy, task, optimizer)
         trainer.run_training(
             fit,
@@ -356,8 +376,14 @@ def main(argv):
     predicted = None  # (predictions, best non-null answers) of this run
     if FLAGS.do_predict:
         batch_size = FLAGS.predict_batch_size
+        # The beam head gives one row per window (XLNetBeamSpanQA's `beam`), whatever its length.
+        predictor = (
+            finetune_tasks.Predictor(strategy, model, output_key="beam")
+            if beam
+            else finetune_tasks.Predictor(strategy, model, sequence_length=s if trim else None)
+        )
         predict_fn = squad_eval.WindowPredictor(
-            finetune_tasks.Predictor(strategy, model, sequence_length=s if trim else None),
+            predictor,
             batch_size,
             workers,
             worker_index,
@@ -384,6 +410,11 @@ def main(argv):
             v2,
             FLAGS.null_score_diff_threshold,
             tokenizer.detokenize,
+            **(
+                {"example_fn": squad_eval.beam_example_predictions, "unpack": model.unpack_beam}
+                if beam
+                else {}
+            ),
         )
         progress = tqdm(results, total=len(predict_examples), desc="predicting", unit=" questions")
         predicted = squad_eval.write_predictions(

@@ -196,7 +196,8 @@ def cloze_variables(model) -> dict:
     """
     from modeling import albert, bart, bert, electra, gpt, t5, xlnet
 
-    if isinstance(model, (bart.BartModel, xlnet.XLNetPretrainer, gpt.GptLM, t5.T5Model)):
+    whole = (bart.BartModel, xlnet.XLNetPretrainer, xlnet.XLNetBeamSpanQA, gpt.GptLM, t5.T5Model)
+    if isinstance(model, whole):
         # Their name maps (bart / xlnet / gpt / t5.hf_entries) use the Keras paths below the model
         # (`encoder_0/self_attn/query/kernel`, `encoder/layer_0/rel_attn/q`, `encoder/h_0/ln_1`).
         root = model.name + "/"

@@ -28,6 +28,7 @@ import math
 from typing import ClassVar
 
 import keras
+import numpy as np
 from keras import ops
 
 from data_prep import glue
@@ -578,6 +579,132 @@ class XLNetSpanQA(keras.Model):
         return cls(**config)
 
 
+def answer_positions(segment_ids, input_mask):
+    """bool (B, S) positions of `question <sep> window <sep> <cls>` windows (glue.xlnet_packing
+    in data_prep/squad.py) that may start or end an answer: the window's tokens (segment 1 but
+    its closing <sep>) and the <cls>, where "no answer" is read; and int32 (B,) the <cls>'s
+    index (segment 2). The released code's p_mask, inverted."""
+    seg = ops.convert_to_tensor(segment_ids, "int32")
+    real = ops.cast(input_mask, "bool")
+    following = ops.pad(seg[:, 1:], ((0, 0), (0, 1)))  # each position's next segment id
+    window = ops.logical_and(ops.equal(seg, 1), ops.equal(following, 1))
+    cls = ops.logical_and(ops.equal(seg, 2), real)
+    allowed = ops.logical_and(ops.logical_or(window, cls), real)
+    return allowed, ops.cast(ops.argmax(ops.cast(cls, "int32"), axis=1), "int32")
+
+
+@keras.saving.register_keras_serializable(package="cloze")
+class XLNetBeamSpanQA(keras.Model):
+    """SQuAD with the released XLNet's span head (its run_squad.py; Hugging Face's
+    XLNetForQuestionAnswering): start logits at every position; end logits conditioned on a
+    start (the start's content state beside each position's, a dense layer to H, tanh,
+    LayerNorm, a dense layer to 1); an answer-class logit from a start state and the <cls>
+    state (dense to H, tanh, dense to 1 without bias) for SQuAD 2.0's "no answer", trained with
+    the span. Positions outside the window (answer_positions) get -1e30 logits.
+
+    call(inputs, training) with int (B, S) input_ids, input_mask, segment_ids:
+      with int (B,) start_positions in inputs (training): float32 start_logits (B, S), end_logits
+        (B, S) conditioned on the given starts, cls_logits (B,) from the given starts' states;
+      without: the beam of top_n starts and for each its top_n ends, as the released code
+        searches it: start_top_log_probs, start_top_index (B, K), end_top_log_probs,
+        end_top_index (B, K, K) (start rank, end rank), and cls_logits (B,) from the starts'
+        expected state (the start probabilities' weighted sum of the content states).
+    top_n: K, the released code's start_n_top = end_n_top = 5.
+    """
+
+    def __init__(self, config: XLNetConfig | dict, top_n: int = 5, **kwargs):
+        super().__init__(**kwargs)
+        c = XLNetConfig.from_dict(config) if isinstance(config, dict) else config
+        self.config, self.top_n = c, top_n
+        self.encoder = XLNetModel(c, name="encoder")
+        h, std = c.d_model, c.init_std
+        self.start_dense = layers.Dense(1, initializer_range=std, name="start_dense")
+        self.end_dense_0 = layers.Dense(h, "tanh", initializer_range=std, name="end_dense_0")
+        self.end_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="end_ln")
+        self.end_dense_1 = layers.Dense(1, initializer_range=std, name="end_dense_1")
+        self.cls_dense_0 = layers.Dense(h, "tanh", initializer_range=std, name="cls_dense_0")
+        self.cls_dense_1 = layers.Dense(
+            1, initializer_range=std, use_bias=False, name="cls_dense_1"
+        )
+
+    def build(self, input_shape=None):
+        h = self.config.d_model
+        self.encoder.build()
+        self.start_dense.build((None, None, h))
+        self.end_dense_0.build((None, None, 2 * h))
+        self.end_norm.build((None, None, h))
+        self.end_dense_1.build((None, None, h))
+        self.cls_dense_0.build((None, 2 * h))
+        self.cls_dense_1.build((None, h))
+        self.built = True
+
+    def _end_logits(self, h, start_states, allowed):
+        """float32 (..., S) end logits of content states h (B, S, H) beside start_states of the
+        same shape (or broadcast to it)."""
+        x = self.end_dense_0(ops.concatenate([h, start_states], axis=-1))
+        x = ops.cast(self.end_dense_1(self.end_norm(x))[..., 0], "float32")
+        return ops.where(allowed, x, -1e30)
+
+    def _cls_logits(self, h, start_states, cls_index):
+        cls_states = ops.take_along_axis(h, cls_index[:, None, None], axis=1)[:, 0]  # (B, H)
+        x = self.cls_dense_0(ops.concatenate([start_states, cls_states], axis=-1))
+        return ops.cast(self.cls_dense_1(x)[:, 0], "float32")  # (B,)
+
+    def call(self, inputs, training=False):
+        keys = ("input_ids", "input_mask", "segment_ids")
+        h = self.encoder({k: inputs[k] for k in keys}, training=training)["sequence_output"]
+        allowed, cls_index = answer_positions(inputs["segment_ids"], inputs["input_mask"])
+        start = ops.where(allowed, ops.cast(self.start_dense(h)[..., 0], "float32"), -1e30)
+        if "start_positions" in inputs:  # training: the gold starts
+            given = ops.cast(inputs["start_positions"], "int32")[:, None, None]
+            start_states = ops.take_along_axis(h, given, axis=1)  # (B, 1, H)
+            s = ops.shape(h)[1]
+            end = self._end_logits(h, ops.repeat(start_states, s, axis=1), allowed)
+            cls = self._cls_logits(h, start_states[:, 0], cls_index)
+            return {"start_logits": start, "end_logits": end, "cls_logits": cls}
+        k = self.top_n
+        start_log_probs = ops.log_softmax(start, axis=-1)  # (B, S)
+        start_top, start_index = ops.top_k(start_log_probs, k)  # (B, K)
+        start_states = ops.take_along_axis(h, start_index[:, :, None], axis=1)  # (B, K, H)
+        s = ops.shape(h)[1]
+        tiled = ops.repeat(h[:, None], k, axis=1)  # (B, K, S, H)
+        starts = ops.repeat(start_states[:, :, None], s, axis=2)  # (B, K, S, H)
+        end = self._end_logits(tiled, starts, allowed[:, None])  # (B, K, S)
+        end_top, end_index = ops.top_k(ops.log_softmax(end, axis=-1), k)  # (B, K, K)
+        expected = ops.einsum("bs,bsh->bh", ops.exp(start_log_probs), ops.cast(h, "float32"))
+        cls = self._cls_logits(h, ops.cast(expected, h.dtype), cls_index)
+        b = ops.shape(h)[0]
+        beam = [start_top, start_index, end_top, end_index, cls[:, None]]
+        return {
+            "start_top_log_probs": start_top,
+            "start_top_index": ops.cast(start_index, "int32"),
+            "end_top_log_probs": end_top,
+            "end_top_index": ops.cast(end_index, "int32"),
+            "cls_logits": cls,
+            # All of it in one float32 row per window (unpack_beam), for predictors that gather
+            # one array; the indices are exact in float32 below 2^24 positions.
+            "beam": ops.concatenate(
+                [ops.reshape(ops.cast(x, "float32"), (b, -1)) for x in beam], 1
+            ),
+        }
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict(), "top_n": self.top_n}
+
+    def unpack_beam(self, row) -> tuple:
+        """One window's `beam` row -> (start_log_probs (K,), start_index (K,), end_log_probs
+        (K, K), end_index (K, K), cls_logit), numpy."""
+        k = self.top_n
+        row = np.array(row, np.float32)  # a copy: views of it must not keep a chunk alive
+        parts = np.split(row, np.cumsum([k, k, k * k, k * k]))
+        return (parts[0], parts[1].astype(np.int64), parts[2].reshape(k, k),
+                parts[3].reshape(k, k).astype(np.int64), float(parts[4][0]))  # fmt: skip
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
 # ---------------------------------------------------------------------------------------------
 # Hugging Face's XLNet files (transformers' XLNetModel / XLNetLMHeadModel), both ways
 # ---------------------------------------------------------------------------------------------
@@ -734,16 +861,56 @@ def hf_entries(config: XLNetConfig, prefix: str = HF_PREFIX, heads: bool = True)
     return out
 
 
+def hf_qa_head_entries(config: XLNetConfig) -> list:
+    """Hugging Face's XLNetForQuestionAnswering heads (start_logits, end_logits, answer_class)
+    onto XLNetBeamSpanQA's layers."""
+    from modeling.checkpoints import _hf_linear_entries, _hf_norm_entries, _transposed
+
+    h = config.d_model
+    return [
+        *_hf_linear_entries("start_dense", "start_logits.dense", h, 1),
+        *_hf_linear_entries("end_dense_0", "end_logits.dense_0", 2 * h, h),
+        *_hf_norm_entries("end_ln", "end_logits.LayerNorm", h),
+        *_hf_linear_entries("end_dense_1", "end_logits.dense_1", h, 1),
+        *_hf_linear_entries("cls_dense_0", "answer_class.dense_0", 2 * h, h),
+        _transposed("cls_dense_1/kernel", "answer_class.dense_1.weight", (1, h)),
+    ]
+
+
+def load_hf_qa(weights, config: XLNetConfig, config_where: str = "config.json", skip=None,
+               trust_pickle: bool = False):  # fmt: skip
+    """A fine-tuned Hugging Face XLNetForQuestionAnswering (folder, file or shard index) ->
+    (XLNetBeamSpanQA with its encoder and heads, checkpoints.ConversionReport)."""
+    from modeling import checkpoints
+
+    source = checkpoints._hf_source(weights, trust_pickle)
+    prefix = checkpoints._prefix_of(source.shapes, HF_PREFIX)
+    model = XLNetBeamSpanQA(config)
+    model.build()
+    entries = hf_entries(config, prefix, heads=False) + hf_qa_head_entries(config)
+    where = f"{config_where} (XLNet span QA: {config.n_layer} layers, d_model={config.d_model})"
+    report = checkpoints.convert_into(
+        model, entries, source, where, checkpoints._hf_ignore({}, source), skip, heads=True
+    )
+    return model, report
+
+
 def load_hf(weights, config: XLNetConfig, config_where: str = "config.json", skip=None,
             trust_pickle: bool = False):  # fmt: skip
     """Hugging Face XLNet weights (folder, file or shard index of an XLNetLMHeadModel, an
     XLNetModel or an XLNetFor* task model) -> (XLNetPretrainer, checkpoints.ConversionReport).
     lm_loss.weight, the tied word embedding, is checked equal and not converted; without
     lm_loss.bias (a bare XLNetModel or a task model) the softmax bias stays zeros; task heads are
-    listed as not converted."""
+    listed as not converted, but for a fine-tuned XLNetForQuestionAnswering's: that one becomes
+    an XLNetBeamSpanQA with its heads (load_hf_qa), which run_squad.py predicts with."""
     from modeling import checkpoints
 
     source = checkpoints._hf_source(weights, trust_pickle)
+    if (
+        "start_logits.dense.weight" in source.shapes
+        and "answer_class.dense_1.weight" in source.shapes
+    ):
+        return load_hf_qa(weights, config, config_where, skip, trust_pickle)
     prefix = checkpoints._prefix_of(source.shapes, HF_PREFIX)
     heads = "lm_loss.bias" in source.shapes
     model = XLNetPretrainer(config)

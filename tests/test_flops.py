@@ -303,8 +303,9 @@ def test_gpt_classifier_counts_its_language_model_and_head():
 
 def test_xlnet_counts_both_streams_and_its_heads():
     """XLNet's pretrainer (content and query streams, the relative positions once a batch, the
-    tied decoder at the targets), classifier (segments, summary, head) and span model (start and
-    end logits at every position): the task counts are
+    tied decoder at the targets), classifier (segments, summary, head) and span models (start and
+    end logits at every position; the beam head's end and answer class from the gold starts):
+    the task counts are
     3 forward passes of the traced graph's matrix products, at two batch sizes (the per-batch
     terms do not scale with the rows)."""
     config = test_xlnet.tiny_config()
@@ -317,6 +318,9 @@ def test_xlnet_counts_both_streams_and_its_heads():
     span = xlnet.XLNetSpanQA(config)
     span.build()
     span_task = squad_eval.span_qa_task(span)
+    beam = xlnet.XLNetBeamSpanQA(config)
+    beam.build()
+    beam_task = squad_eval.beam_span_qa_task(beam)
     for rows in (B, 1):
         inputs = {
             "input_ids": tf.TensorSpec([rows, S], tf.int32),
@@ -339,6 +343,12 @@ def test_xlnet_counts_both_streams_and_its_heads():
         forward = helpers.graph_matmul_flops(lambda x: span(x, training=False), inputs)
         assert flops.xlnet_span_qa_flops(config, S, rows) == forward
         assert float(traced(span_task.flops_fn)(batch)) == pytest.approx(3 * forward, rel=1e-6)
+        # The beam head in training: the gold starts' end logits and answer class.
+        beam_inputs = {**inputs, "start_positions": tf.TensorSpec([rows], tf.int32)}
+        forward = helpers.graph_matmul_flops(lambda x: beam(x, training=False), beam_inputs)
+        assert flops.xlnet_beam_span_qa_flops(config, S, rows) == forward
+        batch = {k: tf.ones(v.shape, tf.int32) for k, v in beam_inputs.items()}
+        assert float(traced(beam_task.flops_fn)(batch)) == pytest.approx(3 * forward, rel=1e-6)
 
 
 @pytest.mark.parametrize("char_cnn", [True, False])

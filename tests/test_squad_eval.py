@@ -182,6 +182,44 @@ def test_make_predictions_respects_max_context_and_dedupes():
     assert [n["text"] for n in nbest["e1"]] == ["empty", ""]
 
 
+def test_beam_predictions_by_hand():
+    """beam_example_predictions (the released XLNet's post-processing) on one_window's example:
+    each start's own ends, filtered as the logits path filters, ranked by the summed
+    log-probabilities, duplicates dropped; for v2.0 the lowest answer-class logit over the
+    windows is the null score, "" when it exceeds the threshold."""
+    import math
+
+    example, feature, _ = one_window()
+    log = math.log
+    beam = (
+        np.array([log(0.5), log(0.3), log(0.2)]),  # starts: paris, [CLS], eiffel
+        np.array([7, 0, 4]),
+        np.array([[log(0.9), log(0.1)], [log(0.6), log(0.4)], [log(0.7), log(0.3)]]),
+        np.array([[7, 8], [0, 7], [6, 7]]),  # each start's ends
+        -1.0,  # the answer-class logit
+    )
+    args = (3, 3, True)
+    # (7, 7) 0.45 "Paris"; (7, 8) 0.05 "Paris."; [CLS] starts are not in the document;
+    # (4, 6) 0.14 "Eiffel Tower,"; (4, 7) holds 4 tokens > max_answer_length.
+    r = se.beam_example_predictions(example, [feature], [beam], *args, False, 0.0)
+    assert r.text == "Paris" and r.null_odds is None
+    texts = ["Paris", "Eiffel Tower,", "Paris."]
+    assert [n["text"] for n in r.nbest] == texts
+    assert r.nbest[0]["start_logit"] == pytest.approx(log(0.5))
+    assert r.nbest[0]["probability"] == pytest.approx(0.45 / (0.45 + 0.14 + 0.05))
+    second = (*beam[:4], -3.0)  # a second window with a lower answer-class logit
+    for threshold, expected in ((0.0, "Paris"), (-3.5, "")):
+        r = se.beam_example_predictions(
+            example, [feature, feature], [beam, second], *args, True, threshold
+        )
+        assert (r.text, r.null_odds, r.best_non_null) == (expected, -3.0, "Paris")
+        assert [n["text"] for n in r.nbest] == texts  # the second window's copies dropped
+    # No valid span at all: the released code's empty prediction.
+    none = (beam[0], np.array([0, 0, 0]), beam[2], np.zeros((3, 2), int), 1.0)
+    r = se.beam_example_predictions(example, [feature], [none], *args, True, 0.0)
+    assert r.text == "" and [n["text"] for n in r.nbest] == [""]
+
+
 def test_span_sums_by_hand():
     # Uniform logits over S = 4: each cross-entropy is log 4, the loss their mean.
     logits = np.zeros((3, 4, 2), np.float32)

@@ -18,6 +18,7 @@ from modeling import checkpoints, xlnet
 from tests import helpers
 from tests.conftest import ROOT
 from tests.make_xlnet_golden import VOCAB_STRIDE
+from training import squad_eval
 
 FIXTURE = ROOT / "tests" / "fixtures" / "xlnet_tiny"
 TOLERANCE = 1e-5  # max absolute difference in float32
@@ -204,12 +205,13 @@ def test_xlnet_squad_windows_put_the_question_first_and_cls_last(tmp_path):
     } == {"q0", "q1"}
 
 
-@pytest.mark.parametrize("v2", [False, True])
-def test_converted_xlnet_fine_tunes_through_run_squad(converted, tmp_path, v2):
-    """run_squad.py with the converted folder as --vocab_file, config and --init_checkpoint:
-    XLNetSpanQA initialised from the converted encoder trains, predicts every question with a
-    span of its context's original (cased, accented) text, and with v2.0 writes the null odds
-    read at the <cls>; its FLOP/s are counted."""
+@pytest.mark.parametrize("v2, head", [(False, "simple"), (False, "beam"), (True, "beam")])
+def test_converted_xlnet_fine_tunes_through_run_squad(converted, tmp_path, v2, head):
+    """run_squad.py with the converted folder as --vocab_file, config and --init_checkpoint: the
+    span model (XLNetSpanQA, or the released code's beam head, the default) initialised from the
+    converted encoder learns the questions by heart and answers them with spans of the original
+    (cased, accented) text; with v2.0 the beam head's answer class (null_odds.json) tells the
+    unanswerable question apart at the default threshold 0. FLOP/s are counted."""
     data = tmp_path / "squad.json"
     data.write_text(json.dumps(squad_data(impossible=v2)))
     out = tmp_path / "out"
@@ -218,24 +220,24 @@ def test_converted_xlnet_fine_tunes_through_run_squad(converted, tmp_path, v2):
         f"--init_checkpoint={converted}", f"--train_file={data}", f"--predict_file={data}",
         f"--output_dir={out}", "--do_train", "--do_predict", "--do_eval", "--max_seq_length=48",
         "--doc_stride=16", "--max_query_length=16", "--train_batch_size=2",
-        "--predict_batch_size=2", "--num_train_epochs=2", "--learning_rate=1e-3",
-        "--peak_tflops=1e-4", "--layerwise_lr_decay=0.9",
+        "--predict_batch_size=2", "--num_train_epochs=80", "--learning_rate=3e-3",
+        "--peak_tflops=1e-4", "--layerwise_lr_decay=0.9", f"--xlnet_span_head={head}",
     ]  # fmt: skip
     if v2:
         args.append("--version_2_with_negative")
     r = helpers.run_main("run_squad.py", args)
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"initialised the encoder from {converted / 'ckpt-1'}" in r.stderr
-    # XLNetSpanQA's count (flops.xlnet_span_qa_flops, checked in tests/test_flops.py) logged
+    # the span model's count (flops.xlnet_span_qa_flops / xlnet_beam_span_qa_flops, checked in
+    # tests/test_flops.py) logged
     assert re.search(r"step \d+/\d+ .* [0-9.]+ [KMG]?FLOP/s \(\d+% of the peak\)", r.stderr)
     predictions = json.loads((out / "predictions.json").read_text())
-    contexts = {f"q{i}": p["context"] for i, p in enumerate(squad_data()["data"][0]["paragraphs"])}
-    assert set(predictions) == set(contexts) | ({"none"} if v2 else set())
-    for qid, context in contexts.items():
-        assert predictions[qid] in context, predictions
+    answers = {"q0": "on the MAT", "q1": "Noon"}
+    assert predictions == answers | ({"none": ""} if v2 else {})
     if v2:
         odds = json.loads((out / "null_odds.json").read_text())
-        assert set(odds) == set(predictions)
+        assert odds["none"] > 0 > max(odds["q0"], odds["q1"])
+        assert "NoAns_exact = 100.0" in (out / "eval_results.txt").read_text()
 
 
 def test_xlnet_ner_windows_end_in_sep_and_cls():
@@ -324,3 +326,82 @@ def test_a_converted_xlnet_continues_pretraining_on_blocks_of_its_own_pieces(con
     assert f"initialised the model from {converted / 'ckpt-1'}" in r.stderr
     results = (out / "eval_results.txt").read_text()
     assert "global_step = 4" in results and "plm_loss = " in results
+
+
+QA_FIXTURE = ROOT / "tests" / "fixtures" / "xlnet_qa_tiny"
+
+
+def test_beam_span_qa_computes_what_transformers_computes():
+    """XLNetBeamSpanQA with the weights of a tiny XLNetForQuestionAnswering that transformers
+    made and ran (tests/make_xlnet_qa_golden.py) on SQuAD windows: the answer positions are its
+    p_mask, the teacher-forced start / end / answer-class logits and the loss (the released
+    code's) equal its own, and the beam (top starts, each one's top ends, the answer class from
+    the expected start state) picks the same positions with the same probabilities."""
+    g = dict(np.load(QA_FIXTURE / "golden.npz"))
+    config = xlnet.config_from_hf(json.loads((QA_FIXTURE / "config.json").read_text()))
+    model, report = xlnet.load_hf_qa(QA_FIXTURE, config)
+    assert "answer_class.dense_1.weight (1, 16) -> cls_dense_1/kernel" in report.summary()
+    model.top_n = k = 3  # the fixture's start_n_top = end_n_top
+    inputs = {key: g[key].astype("int32") for key in ("input_ids", "input_mask", "segment_ids")}
+    allowed, cls_index = xlnet.answer_positions(inputs["segment_ids"], inputs["input_mask"])
+    np.testing.assert_array_equal(np.asarray(allowed), g["p_mask"] == 0)
+    np.testing.assert_array_equal(np.asarray(cls_index), g["cls_index"])
+    starts = g["start_positions"].astype("int32")
+    out = model({**inputs, "start_positions": starts})
+    ok = g["p_mask"] == 0
+    for name in ("start_logits", "end_logits"):
+        np.testing.assert_allclose(
+            np.asarray(out[name])[ok], g[f"train_{name}"][ok], atol=TOLERANCE
+        )
+    np.testing.assert_allclose(out["cls_logits"], g["train_cls_logits"], atol=TOLERANCE)
+    task = squad_eval.beam_span_qa_task(model)
+    batch = {**inputs, "start_positions": starts, "end_positions": g["end_positions"]}
+    sums = task.sums_fn(batch, False)
+    assert float(sums["loss_sum"] / sums["count"]) == pytest.approx(float(g["loss"]), abs=1e-5)
+    beam = model(inputs)
+    np.testing.assert_array_equal(beam["start_top_index"], g["start_top_index"])
+    np.testing.assert_allclose(
+        np.exp(beam["start_top_log_probs"]), g["start_top_log_probs"], atol=TOLERANCE
+    )
+
+    # transformers flattens its ends from (end rank, start rank); Cloze keeps (start, end).
+    def per_start(a):
+        return a.reshape(-1, k, k).transpose(0, 2, 1)
+
+    np.testing.assert_array_equal(beam["end_top_index"], per_start(g["end_top_index"]))
+    np.testing.assert_allclose(
+        np.exp(beam["end_top_log_probs"]), per_start(g["end_top_log_probs"]), atol=TOLERANCE
+    )
+    np.testing.assert_allclose(beam["cls_logits"], g["cls_logits"], atol=TOLERANCE)
+    row = model.unpack_beam(np.asarray(beam["beam"])[1])
+    np.testing.assert_array_equal(row[1], g["start_top_index"][1])
+    np.testing.assert_array_equal(row[3], per_start(g["end_top_index"])[1])
+    assert row[4] == pytest.approx(float(g["cls_logits"][1]), abs=TOLERANCE)
+
+
+def test_a_fine_tuned_hf_squad_xlnet_converts_with_its_heads_and_predicts(tmp_path):
+    """convert_checkpoint.py --from=hf of an XLNetForQuestionAnswering keeps its span heads (an
+    XLNetBeamSpanQA checkpoint, the same weights), and run_squad.py predicts with the whole
+    model from it, no head left untrained."""
+    out = tmp_path / "qa"
+    r = helpers.convert_checkpoint(
+        "--from=hf", "--to=cloze", f"--input_dir={QA_FIXTURE}", f"--output_dir={out}"
+    )
+    assert "start_logits.dense.weight (1, 16) -> start_dense/kernel" in r.stdout
+    config = xlnet.XLNetConfig.from_json_file(out / "bert_config.json")
+    converted, _ = checkpoints.load_whole(xlnet.XLNetBeamSpanQA(config), out)
+    direct, _ = xlnet.load_hf_qa(QA_FIXTURE, config)
+    for mine, theirs in zip(converted.weights, direct.weights):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy(), err_msg=mine.path)
+    data = tmp_path / "squad.json"
+    data.write_text(json.dumps(squad_data(impossible=True)))
+    r = helpers.run_main("run_squad.py", [
+        f"--vocab_file={FIXTURE}", f"--bert_config_file={out / 'bert_config.json'}",
+        f"--init_checkpoint={out}", f"--predict_file={data}", f"--output_dir={tmp_path / 'p'}",
+        "--do_predict", "--version_2_with_negative", "--max_seq_length=48", "--doc_stride=16",
+        "--max_query_length=16", "--predict_batch_size=2",
+    ])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"predicting with {out / 'ckpt-1'}" in r.stderr and "holds no span head" not in r.stderr
+    odds = json.loads((tmp_path / "p" / "null_odds.json").read_text())
+    assert set(odds) == {"q0", "q1", "none"}

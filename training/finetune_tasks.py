@@ -49,7 +49,8 @@ def flops_fn(model):
     (its run then logs no FLOP/s rather than a wrong one): BertClassifier, BertMultipleChoice,
     BertSpanQA and BertTagger (fine-tuned or on frozen features, with or without a BiLSTM) on a
     BERT, ALBERT or ELECTRA encoder; FeatureTagger (run_ner's cached features); ElmoTagger and
-    ElmoClassifier on a frozen biLM; XLNetClassifier and XLNetSpanQA.
+    ElmoClassifier on a frozen biLM; XLNetClassifier, XLNetSpanQA and XLNetBeamSpanQA (in
+    training: the gold starts' end and answer-class logits).
 
     A trained part counts 3 forward passes (modeling/flops.py's docstring), a frozen encoder 1:
     its backward pass is skipped, as no trained weight lies below it (a Transformer up to the
@@ -97,10 +98,15 @@ def flops_fn(model):
             segments = "segment_ids" in batch
             return flops.xlnet_classifier_flops(config, s, rows, model.num_classes, segments)
 
-    elif isinstance(model, xlnet.XLNetSpanQA):
+    elif isinstance(model, xlnet.XLNetSpanQA | xlnet.XLNetBeamSpanQA):
+        count_qa = (
+            flops.xlnet_span_qa_flops
+            if isinstance(model, xlnet.XLNetSpanQA)
+            else flops.xlnet_beam_span_qa_flops
+        )
 
         def trained(rows, s, batch):
-            return flops.xlnet_span_qa_flops(config, s, rows, "segment_ids" in batch)
+            return count_qa(config, s, rows, "segment_ids" in batch)
 
     else:
         return None

@@ -108,6 +108,44 @@ def span_qa_task(model, mask_padding: bool = False) -> Task:
     )
 
 
+def beam_span_qa_task(model) -> Task:
+    """The Task of modeling/xlnet.XLNetBeamSpanQA: the released XLNet's SQuAD loss, the mean of
+    the start and end cross-entropies (the end's conditioned on the gold start) plus 0.5 x the
+    answer class's logistic loss, "no answer" being a gold start at the <cls>. Positions outside
+    the window have -1e30 logits, so padding never counts."""
+    from modeling import xlnet
+
+    def sums_fn(batch, training):
+        keys = ("input_ids", "input_mask", "segment_ids", "start_positions")
+        out = model({k: batch[k] for k in keys}, training=training)
+        logits = ops.stack([out["start_logits"], out["end_logits"]], axis=-1)  # (B, S, 2)
+        sums = span_sums(logits, batch["start_positions"], batch["end_positions"])
+        _, cls_index = xlnet.answer_positions(batch["segment_ids"], batch["input_mask"])
+        start = ops.reshape(ops.cast(batch["start_positions"], "int32"), (-1,))
+        impossible = ops.cast(ops.equal(start, cls_index), "float32")  # (B,)
+        cls = out["cls_logits"]
+        bce = ops.binary_crossentropy(impossible, cls, from_logits=True)  # (B,)
+        sums["loss_sum"] = sums["loss_sum"] + 0.5 * ops.sum(bce)
+        predicted = ops.cast(ops.greater(cls, 0.0), "float32")
+        sums["answer_class_correct"] = ops.sum(
+            ops.cast(ops.equal(predicted, impossible), "float32")
+        )
+        return sums
+
+    return Task(
+        model=model,
+        sums_fn=sums_fn,
+        loss_terms=[("loss_sum", "count")],
+        metrics={
+            "span_loss": ("loss_sum", "count"),
+            "start_accuracy": ("start_correct", "count"),
+            "end_accuracy": ("end_correct", "count"),
+            "answer_class_accuracy": ("answer_class_correct", "count"),
+        },
+        flops_fn=finetune_tasks.flops_fn(model),
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Predictions
 # ---------------------------------------------------------------------------------------------
@@ -278,6 +316,68 @@ def example_predictions(
     return ExampleResult(example.qas_id, text, entries, diff, best.text)
 
 
+def beam_example_predictions(
+    example,
+    features: Sequence,
+    rows: Sequence[tuple],
+    n_best_size: int,
+    max_answer_length: int,
+    do_lower_case: bool,
+    version_2_with_negative: bool,
+    null_score_diff_threshold: float,
+    detokenize: Callable[[Sequence[str]], str] = tokenization.wordpiece_text,
+) -> ExampleResult:
+    """The released XLNet's post-processing (its run_squad.py write_predictions) for one example,
+    from each window's beam (XLNetBeamSpanQA.unpack_beam: the top starts, each with its top
+    ends, as log-probabilities, and the answer-class logit). Spans are filtered as in
+    example_predictions and ranked by start + end log-probability; nbest's start_logit /
+    end_logit are those log-probabilities. For v2.0 the null score is the lowest answer-class
+    logit over the windows, and the answer is "" when it exceeds null_score_diff_threshold
+    (null_odds.json holds it, as the released code writes score_null)."""
+    prelim = []
+    score_null = math.inf
+    for w, (feature, beam) in enumerate(zip(features, rows)):
+        start_lp, start_index, end_lp, end_index, cls_logit = beam
+        score_null = min(score_null, cls_logit)
+        for i, s in enumerate(start_index.tolist()):
+            for j, e in enumerate(end_index[i].tolist()):
+                if s not in feature.token_to_orig_map or e not in feature.token_to_orig_map:
+                    continue
+                if not feature.token_is_max_context.get(s, False):
+                    continue
+                if e < s or e - s + 1 > max_answer_length:
+                    continue
+                prelim.append((w, s, e, float(start_lp[i]), float(end_lp[i, j])))
+    prelim.sort(key=lambda p: p[3] + p[4], reverse=True)
+    seen, nbest = set(), []
+    for w, s, e, start_lp, end_lp in prelim:
+        if len(nbest) >= n_best_size:
+            break
+        feature = features[w]
+        orig_words = example.doc_tokens[
+            feature.token_to_orig_map[s] : feature.token_to_orig_map[e] + 1
+        ]
+        pieces = feature.tokens[s : e + 1]
+        text = get_final_text(detokenize(pieces), " ".join(orig_words), do_lower_case)
+        if text in seen:
+            continue
+        seen.add(text)
+        nbest.append(Prediction(text, start_lp, end_lp))
+    if not nbest:
+        nbest.append(Prediction("", -1e6, -1e6))
+    probs = softmax([p.start_logit + p.end_logit for p in nbest])
+    entries = [
+        {"text": p.text, "probability": prob, "start_logit": p.start_logit,
+         "end_logit": p.end_logit}
+        for p, prob in zip(nbest, probs)
+    ]  # fmt: skip
+    best = nbest[0].text
+    if not version_2_with_negative:
+        return ExampleResult(example.qas_id, best, entries, None, best)
+    text = "" if score_null > null_score_diff_threshold else best
+    return ExampleResult(example.qas_id, text, entries, float(score_null), best)
+
+
 def make_predictions(
     examples,
     features,
@@ -345,6 +445,8 @@ def stream_predictions(
     version_2_with_negative: bool,
     null_score_diff_threshold: float,
     detokenize: Callable[[Sequence[str]], str] = tokenization.wordpiece_text,
+    example_fn: Callable = example_predictions,
+    unpack: Callable = np.array,
 ) -> Iterator[ExampleResult]:
     """Yields every example's ExampleResult, in example order, from windows that stream past.
 
@@ -354,6 +456,8 @@ def stream_predictions(
     chunk_size windows (make it a multiple of the global batch size so that every chunk but the
     last fills whole batches). At most one chunk of windows and the windows of one example
     are alive at a time, whatever the size of the file; the results equal make_predictions'.
+    example_fn: example_predictions, or beam_example_predictions with predict_fn's rows being
+    XLNetBeamSpanQA's `beam` and unpack its unpack_beam (each row is copied through unpack).
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size: expected at least 1, found {chunk_size}")
@@ -382,14 +486,14 @@ def stream_predictions(
                     f"example {done}: an example's windows must be next to each other"
                 )
             while feature.example_index > done:
-                yield example_predictions(examples[done], windows, rows, *post)
+                yield example_fn(examples[done], windows, rows, *post)
                 windows, rows = [], []
                 done += 1
             windows.append(feature)
-            rows.append(np.array(row))  # a copy: a view would keep the chunk's logits alive
+            rows.append(unpack(row))  # a copy: a view would keep the chunk's logits alive
         chunk = logits = feature = row = None  # free the chunk before the next one is made
     while done < len(examples):
-        yield example_predictions(examples[done], windows, rows, *post)
+        yield example_fn(examples[done], windows, rows, *post)
         windows, rows = [], []
         done += 1
 
