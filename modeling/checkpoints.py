@@ -1923,8 +1923,8 @@ def save_cloze(model, output_dir) -> str:
 
 
 def load_whole(model, checkpoint) -> tuple:
-    """Builds `model` (a BART, XLNet or GPT model: their Cloze checkpoints hold the whole model
-    under `model`, from run_pretraining, run_text2text or a conversion) and restores it from
+    """Builds `model` (a BART, T5, XLNet, XLNet span QA or GPT model: their Cloze checkpoints
+    hold the whole model under `model`, from a run script or a conversion) and restores it from
     `checkpoint` (a prefix or a folder: its latest). Returns (model, the prefix read); raises
     ValueError naming the path when it does not fit."""
     from training import trainer
