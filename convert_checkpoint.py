@@ -23,8 +23,9 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
                   generator, a separate model there, are not read), bart
                   (BartForConditionalGeneration / BartModel; --to=cloze only, no vocab.txt
                   needed: vocab.json and merges.txt are copied as encoder.json and vocab.bpe),
-                  xlnet (XLNetLMHeadModel / XLNetModel / a task model's encoder; --to=cloze
-                  only; spiece.model is copied along, run_classifier's --vocab_file), gpt2
+                  xlnet (XLNetLMHeadModel / XLNetModel / a task model's encoder, or a fine-tuned
+                  XLNetForQuestionAnswering with its span heads: run_squad's XLNetBeamSpanQA;
+                  spiece.model is copied along, run_classifier's --vocab_file), gpt2
                   (GPT2LMHeadModel / GPT2Model) or openai-gpt (GPT-1: OpenAIGPTLMHeadModel /
                   OpenAIGPTModel; task heads and causal-mask buffers are not read; a GPT-2's
                   vocab.json + merges.txt are copied as encoder.json + vocab.bpe), or t5
@@ -43,7 +44,8 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
                      tf1: the folder is then also the run scripts' --vocab_file)
         hf           (a BART checkpoint: BartForConditionalGeneration's model.safetensors +
                      config.json, encoder.json / vocab.bpe copied as vocab.json / merges.txt;
-                     an XLNet: XLNetLMHeadModel's, spiece.model copied along; a GPT:
+                     an XLNet: XLNetLMHeadModel's, or XLNetForQuestionAnswering's for
+                     run_squad's beam head, spiece.model copied along; a GPT:
                      GPT2LMHeadModel's (pre-LN) or OpenAIGPTLMHeadModel's (post-LN), its
                      config's bos / eos the vocabulary's <|endoftext|>, tokenizer_config.json
                      naming GPT2Tokenizer; a T5: T5ForConditionalGeneration's, spiece.model
@@ -318,6 +320,19 @@ def module_family(family: str):
     }[family]
 
 
+def load_xlnet_span_qa(source, config, config_file):
+    """run_squad's XLNetBeamSpanQA checkpoint (prefix or folder) -> (model, prefix read); an
+    InputError naming the path when it is neither that nor an XLNet pretraining checkpoint."""
+    from data_prep.errors import input_error
+    from modeling import checkpoints, xlnet
+
+    try:
+        return checkpoints.load_whole(xlnet.XLNetBeamSpanQA(config), source)
+    except ValueError as e:
+        where = f"a Cloze XLNet pretraining or run_squad checkpoint of {config_file}"
+        raise input_error(str(source), where, str(e)) from None
+
+
 def convert_by_module(
     family, source_format, target_format, config_file, input_dir, checkpoint
 ) -> None:
@@ -359,8 +374,11 @@ def convert_by_module(
         try:
             model, prefix = checkpoints.load_whole(model_class(config), source)
         except ValueError as e:
-            where = f"a Cloze {name} checkpoint of {config_file}"
-            raise input_error(str(source), where, str(e)) from None
+            if family != "xlnet":
+                where = f"a Cloze {name} checkpoint of {config_file}"
+                raise input_error(str(source), where, str(e)) from None
+            # run_squad's fine-tuned XLNet with the released span head.
+            model, prefix = load_xlnet_span_qa(source, config, config_file)
         summary = f"read the Cloze checkpoint {prefix}"
     with checkpoints.AtomicOutputDir(FLAGS.output_dir) as tmp:
         if target_format == "tf1_gpt2":

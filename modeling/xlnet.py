@@ -935,13 +935,21 @@ def load_hf(weights, config: XLNetConfig, config_where: str = "config.json", ski
     return model, report
 
 
-def save_hf(model: XLNetPretrainer, output_dir) -> list:
+def save_hf(model: XLNetPretrainer | XLNetBeamSpanQA, output_dir) -> list:
     """Writes model.safetensors and config.json as transformers' save_pretrained does for an
-    XLNetLMHeadModel (`transformer.`-prefixed names, the tied lm_loss.weight left out)."""
+    XLNetLMHeadModel (`transformer.`-prefixed names, the tied lm_loss.weight left out), or for
+    an XLNetBeamSpanQA an XLNetForQuestionAnswering (its heads' names, start_n_top = end_n_top =
+    top_n)."""
     from modeling import checkpoints
 
     config = hf_config(model.config)  # first: it refuses what Hugging Face's XLNet cannot hold
-    arrays = checkpoints.export_arrays(model, hf_entries(model.config))
+    if isinstance(model, XLNetBeamSpanQA):
+        entries = hf_entries(model.config, heads=False) + hf_qa_head_entries(model.config)
+        config |= {"architectures": ["XLNetForQuestionAnswering"], "start_n_top": model.top_n,
+                   "end_n_top": model.top_n}  # fmt: skip
+    else:
+        entries = hf_entries(model.config)
+    arrays = checkpoints.export_arrays(model, entries)
     return checkpoints.write_hf_files(output_dir, arrays, config)
 
 

@@ -381,8 +381,8 @@ def test_beam_span_qa_computes_what_transformers_computes():
 
 def test_a_fine_tuned_hf_squad_xlnet_converts_with_its_heads_and_predicts(tmp_path):
     """convert_checkpoint.py --from=hf of an XLNetForQuestionAnswering keeps its span heads (an
-    XLNetBeamSpanQA checkpoint, the same weights), and run_squad.py predicts with the whole
-    model from it, no head left untrained."""
+    XLNetBeamSpanQA checkpoint, the same weights), run_squad.py predicts with the whole model
+    from it, no head left untrained, and --to=hf writes it back."""
     out = tmp_path / "qa"
     r = helpers.convert_checkpoint(
         "--from=hf", "--to=cloze", f"--input_dir={QA_FIXTURE}", f"--output_dir={out}"
@@ -405,3 +405,19 @@ def test_a_fine_tuned_hf_squad_xlnet_converts_with_its_heads_and_predicts(tmp_pa
     assert f"predicting with {out / 'ckpt-1'}" in r.stderr and "holds no span head" not in r.stderr
     odds = json.loads((tmp_path / "p" / "null_odds.json").read_text())
     assert set(odds) == {"q0", "q1", "none"}
+    # And back: an XLNetForQuestionAnswering again, bit for bit (start_n_top / end_n_top are
+    # run_squad's beam width, 5).
+    back = tmp_path / "back"
+    helpers.convert_checkpoint(
+        "--from=cloze", "--to=hf", f"--input_dir={out}", f"--output_dir={back}"
+    )
+    mine, theirs = (
+        load_file(back / "model.safetensors"),
+        load_file(QA_FIXTURE / "model.safetensors"),
+    )
+    assert sorted(mine) == sorted(theirs)
+    for name in mine:
+        np.testing.assert_array_equal(mine[name], theirs[name], err_msg=name)
+    written = json.loads((back / "config.json").read_text())
+    assert written["architectures"] == ["XLNetForQuestionAnswering"]
+    assert (written["start_n_top"], written["end_n_top"]) == (5, 5)
