@@ -67,7 +67,9 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
                      or a RoBERTa's vocab.json + merges.txt in --input_dir: byte-level BPE in
                      the graph, cased unless --do_lower_case is given explicitly)
         keras        model.keras (+ bert_config.json, vocab.txt)
-        keras_hub    a keras-hub preset: keras_hub.models.BertBackbone.from_preset(output_dir)
+        keras_hub    (a GPT-2: GPT2Backbone + GPT2Tokenizer of its BPE, GPT2CausalLM.from_preset
+                     loads it)
+                     a keras-hub preset: keras_hub.models.BertBackbone.from_preset(output_dir)
                      and BertTokenizer.from_preset(output_dir) load it offline (encoder only;
                      needs a vocab). keras-hub's BertBackbone always computes the tanh GELU, so
                      hidden_act=gelu_exact (Hugging Face models) is refused unless
@@ -346,7 +348,7 @@ def convert_by_module(
     from modeling import checkpoints
 
     name, module, from_hf, config_class, model_class = module_family(family)
-    targets = ["hf", "cloze", *(["tf1_gpt2"] if family == "gpt" else [])]
+    targets = ["hf", "cloze", *(["tf1_gpt2", "keras_hub"] if family == "gpt" else [])]
     if target_format not in targets:
         where = f"--to={target_format}"
         raise input_error(where, f"one of {targets} for a {name} model", target_format)
@@ -383,6 +385,11 @@ def convert_by_module(
     with checkpoints.AtomicOutputDir(FLAGS.output_dir) as tmp:
         if target_format == "tf1_gpt2":
             module.save_tf1(model, tmp)
+        elif target_format == "keras_hub":
+            try:
+                module.save_keras_hub(model, tmp, input_dir)
+            except ValueError as e:
+                raise input_error(str(config_file), "a GPT-2 keras-hub can hold", str(e)) from None
         elif target_format == "hf":
             # A GPT's config names its <|endoftext|> id, as GPT-2's names 50256.
             extra = {"eos_token_id": module.end_of_text_id(input_dir)} if family == "gpt" else {}
@@ -395,7 +402,8 @@ def convert_by_module(
             checkpoints.save_whole(model, tmp)
             (tmp / "bert_config.json").write_text(config.to_json_string())
         for file, copy in module_vocab_files(family, input_dir, target_format):
-            shutil.copyfile(file, tmp / copy)
+            if target_format != "keras_hub":  # a preset keeps them in its assets
+                shutil.copyfile(file, tmp / copy)
         written = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
     print(f"converted {name} --from={source_format} to --to={target_format}")
     print(summary)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import ClassVar
 
 import keras
@@ -470,11 +471,16 @@ def to_keras_hub(model: GptLM):
     import keras_hub
 
     c = model.config
-    if c.layer_norm_position != "pre" or c.activation_function != "gelu":
+    if (
+        c.layer_norm_position != "pre"
+        or c.activation_function != "gelu"
+        or (c.layer_norm_epsilon != 1e-5)
+    ):
         raise ValueError(
-            "to_keras_hub: keras-hub's GPT2Backbone is pre-LN with the tanh GELU; found "
-            f"layer_norm_position={c.layer_norm_position!r}, "
-            f"activation_function={c.activation_function!r}"
+            "to_keras_hub: keras-hub's GPT2Backbone is pre-LN with the tanh GELU and LayerNorm "
+            f"epsilon 1e-5; found layer_norm_position={c.layer_norm_position!r}, "
+            f"activation_function={c.activation_function!r}, "
+            f"layer_norm_epsilon={c.layer_norm_epsilon}"
         )
     enc = model.encoder
     ref = keras_hub.models.GPT2Backbone(
@@ -512,6 +518,26 @@ def to_keras_hub(model: GptLM):
     ref.get_layer("layer_norm").gamma.assign(enc.ln_f.gamma)
     ref.get_layer("layer_norm").beta.assign(enc.ln_f.beta)
     return ref
+
+
+def save_keras_hub(model: GptLM, output_dir, vocab_dir) -> list:
+    """A keras-hub preset of a GPT-2 (to_keras_hub's backbone and a GPT2Tokenizer of the
+    byte-level BPE in vocab_dir, either naming): `keras_hub.models.GPT2CausalLM.from_preset
+    (output_dir)` loads it offline and generates. Raises ValueError for a model keras-hub's
+    GPT2Backbone cannot compute or a folder without the BPE files."""
+    import keras_hub
+
+    from data_prep import bpe
+
+    backbone = to_keras_hub(model)  # first: it refuses what keras-hub's GPT-2 cannot compute
+    files = bpe.folder_files(vocab_dir) if vocab_dir else None
+    if files is None:
+        raise ValueError("a keras-hub preset needs the model's BPE files (encoder.json + "
+                         "vocab.bpe, or vocab.json + merges.txt) beside it")  # fmt: skip
+    backbone.save_to_preset(str(output_dir))
+    tokenizer = keras_hub.models.GPT2Tokenizer(vocabulary=str(files[0]), merges=str(files[1]))
+    tokenizer.save_to_preset(str(output_dir))
+    return sorted(str(p) for p in Path(output_dir).rglob("*") if p.is_file())
 
 
 # ---------------------------------------------------------------------------------------------

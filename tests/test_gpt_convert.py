@@ -300,3 +300,29 @@ def test_openai_gpt2_release_converts_both_ways(tmp_path):
     assert r.returncode == 1
     assert "'layer_norm_position': 'post'}: OpenAI's GPT-2 code computes" in r.stderr
     assert not (tmp_path / "no").exists()
+
+
+def test_a_gpt2_goes_to_a_keras_hub_preset(converted, tmp_path):
+    """--to=keras_hub of a converted GPT-2: keras-hub's GPT2Backbone and GPT2Tokenizer load the
+    preset offline and compute what transformers computed with the published files; a GPT-1
+    (post-LN, which keras-hub's GPT-2 is not) is refused."""
+    import keras_hub
+
+    out = tmp_path / "preset"
+    helpers.convert_checkpoint(
+        "--from=cloze", "--to=keras_hub", f"--input_dir={converted / 'gpt2'}", f"--output_dir={out}"
+    )
+    g = golden(GPT2)
+    backbone = keras_hub.models.GPT2Backbone.from_preset(str(out))
+    states = backbone({"token_ids": g["input_ids"], "padding_mask": g["input_mask"]})
+    real = g["input_mask"].astype(bool)
+    want = g["hidden_states"][-1]  # after ln_f, as the backbone's output
+    np.testing.assert_allclose(np.asarray(states)[real], want[real], atol=TOLERANCE)
+    tokenizer = keras_hub.models.GPT2Tokenizer.from_preset(str(out))
+    for text, ids, mask in zip(g["texts"], g["input_ids"], g["input_mask"]):
+        assert np.asarray(tokenizer(str(text))).tolist() == ids[mask.astype(bool)].tolist()
+    r = helpers.run_main("convert_checkpoint.py", [
+        "--from=cloze", "--to=keras_hub", f"--input_dir={converted / 'gpt1'}",
+        f"--output_dir={tmp_path / 'no'}",
+    ])  # fmt: skip
+    assert r.returncode == 1 and "keras-hub's GPT2Backbone is pre-LN" in r.stderr
