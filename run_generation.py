@@ -3,8 +3,8 @@ converted (as GPT-2's released generate_unconditional_samples.py and
 interactive_conditional_samples.py do).
 
 Example (a converted GPT-2, whose folder is config, checkpoint and BPE at once):
-  python run_generation.py --bert_config_file=converted/gpt2/bert_config.json \
-    --init_checkpoint=converted/gpt2 --vocab_file=converted/gpt2 --input_file=prompts.txt \
+  python run_generation.py --bert_config_file=converted/gpt2/bert_config.json \\
+    --init_checkpoint=converted/gpt2 --vocab_file=converted/gpt2 --input_file=prompts.txt \\
     --output_file=out/samples.jsonl --max_new_tokens=40 --top_k=40 --num_samples=2
 
 --input_file holds one prompt a line; an empty line asks for an unconditional sample (the
