@@ -95,6 +95,11 @@ def span_qa_task(model, mask_padding: bool = False) -> Task:
         mask = batch["input_mask"] if mask_padding else None
         return span_sums(logits, batch["start_positions"], batch["end_positions"], mask)
 
+    return _span_task(model, sums_fn)
+
+
+def _span_task(model, sums_fn, **metrics) -> Task:
+    """A span model's Task: span_sums' loss and accuracies, and `metrics` beside them."""
     return Task(
         model=model,
         sums_fn=sums_fn,
@@ -103,6 +108,7 @@ def span_qa_task(model, mask_padding: bool = False) -> Task:
             "span_loss": ("loss_sum", "count"),
             "start_accuracy": ("start_correct", "count"),
             "end_accuracy": ("end_correct", "count"),
+            **metrics,
         },
         flops_fn=finetune_tasks.flops_fn(model),
     )
@@ -132,18 +138,7 @@ def beam_span_qa_task(model) -> Task:
         )
         return sums
 
-    return Task(
-        model=model,
-        sums_fn=sums_fn,
-        loss_terms=[("loss_sum", "count")],
-        metrics={
-            "span_loss": ("loss_sum", "count"),
-            "start_accuracy": ("start_correct", "count"),
-            "end_accuracy": ("end_correct", "count"),
-            "answer_class_accuracy": ("answer_class_correct", "count"),
-        },
-        flops_fn=finetune_tasks.flops_fn(model),
-    )
+    return _span_task(model, sums_fn, answer_class_accuracy=("answer_class_correct", "count"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,6 +222,26 @@ class ExampleResult:
     best_non_null: str
 
 
+def is_answer_span(feature, s: int, e: int, max_answer_length: int) -> bool:
+    """Whether window positions s..e can be an answer: spans outside the document (question,
+    padding), not the window's max-context choice for their start, reversed or longer than
+    max_answer_length cannot."""
+    if s not in feature.token_to_orig_map or e not in feature.token_to_orig_map:
+        return False
+    if not feature.token_is_max_context.get(s, False):
+        return False
+    return s <= e and e - s + 1 <= max_answer_length
+
+
+def span_text(example, feature, s: int, e: int, detokenize, do_lower_case: bool) -> str:
+    """The original text of window positions s..e: its pieces detokenized (WordPiece's
+    "un ##aff ##able" -> "unaffable", or byte-level BPE / SentencePiece) and projected onto the
+    example's original words (get_final_text)."""
+    words = example.doc_tokens[feature.token_to_orig_map[s] : feature.token_to_orig_map[e] + 1]
+    pieces = feature.tokens[s : e + 1]
+    return get_final_text(detokenize(pieces), " ".join(words), do_lower_case)
+
+
 def example_predictions(
     example,
     features: Sequence,
@@ -259,15 +274,8 @@ def example_predictions(
                 null_start, null_end = start_logits[k], end_logits[k]
         for s in best_indexes(start_logits, n_best_size):
             for e in best_indexes(end_logits, n_best_size):
-                # Spans outside the document (query, padding), not the window's best
-                # context, reversed, or too long cannot be answers.
-                if s not in feature.token_to_orig_map or e not in feature.token_to_orig_map:
-                    continue
-                if not feature.token_is_max_context.get(s, False):
-                    continue
-                if e < s or e - s + 1 > max_answer_length:
-                    continue
-                prelim.append((w, s, e, start_logits[s], end_logits[e]))
+                if is_answer_span(feature, s, e, max_answer_length):
+                    prelim.append((w, s, e, start_logits[s], end_logits[e]))
     if version_2_with_negative:
         prelim.append((null_window, 0, 0, null_start, null_end))
     prelim.sort(key=lambda p: p[3] + p[4], reverse=True)
@@ -276,14 +284,8 @@ def example_predictions(
     for w, s, e, start_logit, end_logit in prelim:
         if len(nbest) >= n_best_size:
             break
-        feature = features[w]
         if s > 0:
-            pieces = feature.tokens[s : e + 1]
-            orig_words = example.doc_tokens[
-                feature.token_to_orig_map[s] : feature.token_to_orig_map[e] + 1
-            ]
-            # Undo WordPiece ("un ##aff ##able" -> "unaffable") or byte-level BPE.
-            text = get_final_text(detokenize(pieces), " ".join(orig_words), do_lower_case)
+            text = span_text(example, features[w], s, e, detokenize, do_lower_case)
             if text in seen:
                 continue
         else:
@@ -341,24 +343,14 @@ def beam_example_predictions(
         score_null = min(score_null, cls_logit)
         for i, s in enumerate(start_index.tolist()):
             for j, e in enumerate(end_index[i].tolist()):
-                if s not in feature.token_to_orig_map or e not in feature.token_to_orig_map:
-                    continue
-                if not feature.token_is_max_context.get(s, False):
-                    continue
-                if e < s or e - s + 1 > max_answer_length:
-                    continue
-                prelim.append((w, s, e, float(start_lp[i]), float(end_lp[i, j])))
+                if is_answer_span(feature, s, e, max_answer_length):
+                    prelim.append((w, s, e, float(start_lp[i]), float(end_lp[i, j])))
     prelim.sort(key=lambda p: p[3] + p[4], reverse=True)
     seen, nbest = set(), []
     for w, s, e, start_lp, end_lp in prelim:
         if len(nbest) >= n_best_size:
             break
-        feature = features[w]
-        orig_words = example.doc_tokens[
-            feature.token_to_orig_map[s] : feature.token_to_orig_map[e] + 1
-        ]
-        pieces = feature.tokens[s : e + 1]
-        text = get_final_text(detokenize(pieces), " ".join(orig_words), do_lower_case)
+        text = span_text(example, features[w], s, e, detokenize, do_lower_case)
         if text in seen:
             continue
         seen.add(text)
