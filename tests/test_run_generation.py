@@ -115,6 +115,12 @@ def test_bad_input_is_refused_naming_the_line_and_nothing_is_written(converted, 
     (tmp_path / "t5.json").write_text(json.dumps({"d_model": 8, "num_layers": 1}))
     r, out = generate(converted, tmp_path, "short\n", config=tmp_path / "t5.json")
     assert r.returncode != 0 and "generate through run_text2text.py" in r.stderr
+    small = tmp_path / "small.json"  # a config whose embedding table the vocabulary outgrows
+    small.write_text(json.dumps({**json.loads((converted / "bert_config.json").read_text()),
+                                 "n_vocab": 300}))  # fmt: skip
+    r, out = generate(converted, tmp_path, "short\n", config=small)
+    assert r.returncode != 0
+    assert "expected ids below the config's n_vocab 300, found ids up to 399" in r.stderr
     r, out = generate(converted, tmp_path, b"fine\nbad \xff byte\n")
     assert r.returncode != 0
     assert "prompts.txt:2: expected UTF-8 text, found byte 0xff at column 5" in r.stderr

@@ -182,6 +182,14 @@ def test_converted_t5_fine_tunes_through_run_text2text_with_its_sentencepiece(co
         "--do_eval", "--encoder_file=encoder.json",
     ])  # fmt: skip
     assert r.returncode != 0 and "--vocab_file or --encoder_file and --merges_file" in r.stderr
+    (tmp_path / "vocab.txt").write_text("[PAD]\n")
+    r = helpers.run_main("run_text2text.py", [
+        "--task_name=sst-2", f"--data_dir={data}", f"--vocab_file={tmp_path / 'vocab.txt'}",
+        f"--bert_config_file={folder / 'bert_config.json'}", f"--output_dir={tmp_path / 'x'}",
+        "--do_eval",
+    ])  # fmt: skip
+    assert r.returncode != 0
+    assert "vocab.txt: expected a T5's SentencePiece model (spiece.model or a folder" in r.stderr
 
 
 def test_a_converted_t5_continues_pretraining_on_span_corruption_of_its_own_pieces(
@@ -204,6 +212,12 @@ def test_a_converted_t5_continues_pretraining_on_span_corruption_of_its_own_piec
     ])  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert "T5 config: vocab_size >= 310, pad_token_id=0, eos_token_id=1" in r.stdout
+    r = helpers.run_main("data_prep/create_seq2seq_data.py", [
+        f"--input_file={corpus}", f"--output_file={tmp_path / 'no.tfrecord'}",
+        f"--vocab_file={folder}", "--noising=bart_infill",
+    ])  # fmt: skip
+    assert r.returncode != 0 and "BART's records need its BPE files" in r.stderr
+    assert not (tmp_path / "no.tfrecord").exists()
     vocab = seq2seq_data.Seq2SeqVocab.from_spiece(folder / "spiece.model", EXTRA_IDS)
     pieces = []
     for inputs, targets in seq2seq_data.read_seq2seq_records(str(out)):
