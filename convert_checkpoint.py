@@ -68,7 +68,8 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
                      the graph, cased unless --do_lower_case is given explicitly)
         keras        model.keras (+ bert_config.json, vocab.txt)
         keras_hub    (a GPT-2: GPT2Backbone + GPT2Tokenizer of its BPE, GPT2CausalLM.from_preset
-                     loads it)
+                     loads it; a T5 keras-hub's T5Backbone computes: T5Backbone + T5Tokenizer of
+                     its spiece.model)
                      a keras-hub preset: keras_hub.models.BertBackbone.from_preset(output_dir)
                      and BertTokenizer.from_preset(output_dir) load it offline (encoder only;
                      needs a vocab). keras-hub's BertBackbone always computes the tanh GELU, so
@@ -348,7 +349,8 @@ def convert_by_module(
     from modeling import checkpoints
 
     name, module, from_hf, config_class, model_class = module_family(family)
-    targets = ["hf", "cloze", *(["tf1_gpt2", "keras_hub"] if family == "gpt" else [])]
+    targets = {"gpt": ["hf", "cloze", "tf1_gpt2", "keras_hub"], "t5": ["hf", "cloze", "keras_hub"]}
+    targets = targets.get(family, ["hf", "cloze"])
     if target_format not in targets:
         where = f"--to={target_format}"
         raise input_error(where, f"one of {targets} for a {name} model", target_format)
@@ -389,7 +391,8 @@ def convert_by_module(
             try:
                 module.save_keras_hub(model, tmp, input_dir)
             except ValueError as e:
-                raise input_error(str(config_file), "a GPT-2 keras-hub can hold", str(e)) from None
+                where = f"a {name} keras-hub can hold"
+                raise input_error(str(config_file), where, str(e)) from None
         elif target_format == "hf":
             # A GPT's config names its <|endoftext|> id, as GPT-2's names 50256.
             extra = {"eos_token_id": module.end_of_text_id(input_dir)} if family == "gpt" else {}

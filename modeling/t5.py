@@ -529,11 +529,20 @@ def to_keras_hub(model: T5Model):
     import keras_hub
 
     c = model.config
-    if c.feed_forward_proj == "gated-gelu" or not c.tie_word_embeddings:
+    fixed = (c.relative_attention_num_buckets, c.relative_attention_max_distance) == (32, 128)
+    if (
+        c.feed_forward_proj == "gated-gelu"
+        or not c.tie_word_embeddings
+        or c.decoder_layers != c.num_layers
+        or not fixed
+    ):
         raise ValueError(
-            "to_keras_hub: keras-hub's T5Backbone has relu or gated-relu feed-forwards and a "
-            f"tied output; found feed_forward_proj={c.feed_forward_proj!r}, "
-            f"tie_word_embeddings={c.tie_word_embeddings}"
+            "to_keras_hub: keras-hub's T5Backbone has relu or gated-relu feed-forwards, a tied "
+            "output, as many decoder as encoder layers and 32 relative buckets up to 128; found "
+            f"feed_forward_proj={c.feed_forward_proj!r}, "
+            f"tie_word_embeddings={c.tie_word_embeddings}, {c.num_layers} + {c.decoder_layers} "
+            f"layers, {c.relative_attention_num_buckets} buckets up to "
+            f"{c.relative_attention_max_distance}"
         )
     ref = keras_hub.models.T5Backbone(
         vocabulary_size=c.vocab_size,
@@ -716,6 +725,26 @@ def save_hf(model: T5Model, output_dir) -> list:
 
     arrays = checkpoints.export_arrays(model, hf_entries(model.config))
     return checkpoints.write_hf_files(output_dir, arrays, hf_config(model.config))
+
+
+def save_keras_hub(model: T5Model, output_dir, vocab_dir) -> list:
+    """A keras-hub preset of a T5 (to_keras_hub's backbone and a T5Tokenizer of the
+    spiece.model in vocab_dir): `keras_hub.models.T5Backbone.from_preset(output_dir)` and
+    `T5Tokenizer.from_preset` load it offline. Raises ValueError for a model keras-hub's
+    T5Backbone cannot compute or a folder without its SentencePiece model."""
+    from pathlib import Path
+
+    import keras_hub
+
+    from data_prep import spiece
+
+    backbone = to_keras_hub(model)  # first: it refuses what keras-hub's T5 cannot compute
+    proto = spiece.model_file(vocab_dir) if vocab_dir else None
+    if proto is None:
+        raise ValueError("a keras-hub preset needs the model's spiece.model beside it")
+    backbone.save_to_preset(str(output_dir))
+    keras_hub.models.T5Tokenizer(proto=str(proto)).save_to_preset(str(output_dir))
+    return sorted(str(p) for p in Path(output_dir).rglob("*") if p.is_file())
 
 
 def shift_right(targets: np.ndarray, start_id: int) -> np.ndarray:

@@ -238,3 +238,55 @@ def test_a_converted_t5_continues_pretraining_on_span_corruption_of_its_own_piec
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"initialised the model from {folder / 'ckpt-1'}" in r.stderr
     assert "global_step = 2" in (run / "eval_results.txt").read_text()
+
+
+def test_a_t5_goes_to_a_keras_hub_preset(converted, tmp_path):
+    """--to=keras_hub of a Cloze T5 that keras-hub's T5Backbone computes (relu, tied, as many
+    decoder as encoder layers; t5_tiny's encoder and decoder weights with its third decoder
+    block left out): keras-hub loads the preset offline, its backbone gives Cloze's states and
+    its T5Tokenizer the spiece.model's ids. The fixture itself (3 decoder layers) and a T5 v1.1
+    (gated-gelu) are refused, naming what keras-hub's T5 lacks."""
+    import keras_hub
+
+    g = golden("t5")
+    model = load(converted / "t5")
+    config = model.config.replace(num_decoder_layers=None)  # 2 + 2
+    two = t5.T5Model(config)
+    two.build()
+    ours = checkpoints.cloze_variables(two)
+    theirs = checkpoints.cloze_variables(model)
+    for name, variable in ours.items():
+        variable.assign(theirs[name])
+    folder = tmp_path / "cloze"
+    folder.mkdir()
+    checkpoints.save_whole(two, folder)
+    (folder / "bert_config.json").write_text(config.to_json_string())
+    (folder / "spiece.model").write_bytes((T5 / "spiece.model").read_bytes())
+    out = tmp_path / "preset"
+    helpers.convert_checkpoint(
+        "--from=cloze", "--to=keras_hub", f"--input_dir={folder}", f"--output_dir={out}"
+    )
+    backbone = keras_hub.models.T5Backbone.from_preset(str(out))
+    x = {k: g[k].astype("int32") for k in ("input_ids", "input_mask", "decoder_input_ids")}
+    mine = two(x)
+    preset = backbone({
+        "encoder_token_ids": x["input_ids"], "encoder_padding_mask": x["input_mask"],
+        "decoder_token_ids": x["decoder_input_ids"],
+        "decoder_padding_mask": np.ones_like(x["decoder_input_ids"]),
+    })  # fmt: skip
+    src = g["input_mask"].astype(bool)
+    np.testing.assert_allclose(
+        np.asarray(preset["encoder_sequence_output"])[src], np.asarray(mine["encoder_output"])[src],
+        atol=2e-5,
+    )  # fmt: skip
+    np.testing.assert_allclose(preset["decoder_sequence_output"], mine["decoder_output"], atol=2e-5)
+    tokenizer = keras_hub.models.T5Tokenizer.from_preset(str(out))
+    vocab = seq2seq_data.Seq2SeqVocab.from_spiece(T5 / "spiece.model", EXTRA_IDS)
+    for text in g["sources"]:
+        assert np.asarray(tokenizer(str(text))).tolist() == vocab.encode(str(text))
+    for name in ("t5", "v1_1"):
+        r = helpers.run_main("convert_checkpoint.py", [
+            "--from=cloze", "--to=keras_hub", f"--input_dir={converted / name}",
+            f"--output_dir={tmp_path / name}",
+        ])  # fmt: skip
+        assert r.returncode == 1 and "keras-hub's T5Backbone has relu or gated-relu" in r.stderr
