@@ -281,11 +281,12 @@ def xlnet_classifier_flops(config, s, rows, outputs: int, segments: bool = True)
 def xlnet_beam_span_qa_flops(config, s, rows, segments: bool = True):
     """Forward FLOPs of an XLNetBeamSpanQA in training (gold starts given) over `rows` sequences
     of s tokens: the content stream; at every position the start logit (2 H) and the end logit
-    (2 x 2H x H, then 2 H); per row the answer class (2 x 2H x H, then 2 H)."""
+    (the position's half of the first end layer, 2 H x H, then 2 H); per row the start's half
+    of it (2 H x H) and the answer class (2 x 2H x H, then 2 H)."""
     h = config.d_model
-    per_position = 2 * h + 4 * h * h + 2 * h
+    per_position = 2 * h + 2 * h * h + 2 * h
     return xlnet_flops(config, s, rows, segments=segments) + rows * (
-        s * per_position + 4 * h * h + 2 * h
+        s * per_position + 2 * h * h + 4 * h * h + 2 * h
     )
 
 

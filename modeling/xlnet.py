@@ -604,7 +604,8 @@ class XLNetBeamSpanQA(keras.Model):
 
     call(inputs, training) with int (B, S) input_ids, input_mask, segment_ids:
       with int (B,) start_positions in inputs (training): float32 start_logits (B, S), end_logits
-        (B, S) conditioned on the given starts, cls_logits (B,) from the given starts' states;
+        (B, S) conditioned on the given starts, cls_logits (B,) from the given starts' states,
+        and cls_index int32 (B,), the <cls>'s position (answer_positions);
       without: the beam of top_n starts and for each its top_n ends, as the released code
         searches it: start_top_log_probs, start_top_index (B, K), end_top_log_probs,
         end_top_index (B, K, K) (start rank, end rank), and cls_logits (B,) from the starts'
@@ -619,7 +620,8 @@ class XLNetBeamSpanQA(keras.Model):
         self.encoder = XLNetModel(c, name="encoder")
         h, std = c.d_model, c.init_std
         self.start_dense = layers.Dense(1, initializer_range=std, name="start_dense")
-        self.end_dense_0 = layers.Dense(h, "tanh", initializer_range=std, name="end_dense_0")
+        # Its weights only: _end_logits applies its two halves of rows apart, then tanh.
+        self.end_dense_0 = layers.Dense(h, initializer_range=std, name="end_dense_0")
         self.end_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="end_ln")
         self.end_dense_1 = layers.Dense(1, initializer_range=std, name="end_dense_1")
         self.cls_dense_0 = layers.Dense(h, "tanh", initializer_range=std, name="cls_dense_0")
@@ -639,11 +641,18 @@ class XLNetBeamSpanQA(keras.Model):
         self.built = True
 
     def _end_logits(self, h, start_states, allowed):
-        """float32 (..., S) end logits of content states h (B, S, H) beside start_states of the
-        same shape (or broadcast to it)."""
-        x = self.end_dense_0(ops.concatenate([h, start_states], axis=-1))
+        """float32 (B, K, S) end logits of content states h (B, S, H) beside each of K start
+        states (B, K, H). end_dense_0 reads [position; start] (2H wide): its two halves of rows
+        are applied once each, to the S positions and to the K starts, and summed by
+        broadcasting, rather than to K x S concatenated rows (the same values; K times fewer
+        products at the beam's K = 5)."""
+        dense, hd = self.end_dense_0, self.config.d_model
+        kernel = ops.cast(dense.kernel, h.dtype)
+        positions = ops.matmul(h, kernel[:hd])[:, None]  # (B, 1, S, H)
+        starts = ops.matmul(start_states, kernel[hd:])[:, :, None]  # (B, K, 1, H)
+        x = ops.tanh(positions + starts + ops.cast(dense.bias, h.dtype))  # (B, K, S, H)
         x = ops.cast(self.end_dense_1(self.end_norm(x))[..., 0], "float32")
-        return ops.where(allowed, x, -1e30)
+        return ops.where(allowed[:, None], x, -1e30)
 
     def _cls_logits(self, h, start_states, cls_index):
         cls_states = ops.take_along_axis(h, cls_index[:, None, None], axis=1)[:, 0]  # (B, H)
@@ -658,18 +667,15 @@ class XLNetBeamSpanQA(keras.Model):
         if "start_positions" in inputs:  # training: the gold starts
             given = ops.cast(inputs["start_positions"], "int32")[:, None, None]
             start_states = ops.take_along_axis(h, given, axis=1)  # (B, 1, H)
-            s = ops.shape(h)[1]
-            end = self._end_logits(h, ops.repeat(start_states, s, axis=1), allowed)
+            end = self._end_logits(h, start_states, allowed)[:, 0]  # (B, S)
             cls = self._cls_logits(h, start_states[:, 0], cls_index)
-            return {"start_logits": start, "end_logits": end, "cls_logits": cls}
+            return {"start_logits": start, "end_logits": end, "cls_logits": cls,
+                    "cls_index": cls_index}  # fmt: skip
         k = self.top_n
         start_log_probs = ops.log_softmax(start, axis=-1)  # (B, S)
         start_top, start_index = ops.top_k(start_log_probs, k)  # (B, K)
         start_states = ops.take_along_axis(h, start_index[:, :, None], axis=1)  # (B, K, H)
-        s = ops.shape(h)[1]
-        tiled = ops.repeat(h[:, None], k, axis=1)  # (B, K, S, H)
-        starts = ops.repeat(start_states[:, :, None], s, axis=2)  # (B, K, S, H)
-        end = self._end_logits(tiled, starts, allowed[:, None])  # (B, K, S)
+        end = self._end_logits(h, start_states, allowed)  # (B, K, S)
         end_top, end_index = ops.top_k(ops.log_softmax(end, axis=-1), k)  # (B, K, K)
         expected = ops.einsum("bs,bsh->bh", ops.exp(start_log_probs), ops.cast(h, "float32"))
         cls = self._cls_logits(h, ops.cast(expected, h.dtype), cls_index)

@@ -119,16 +119,14 @@ def beam_span_qa_task(model) -> Task:
     the start and end cross-entropies (the end's conditioned on the gold start) plus 0.5 x the
     answer class's logistic loss, "no answer" being a gold start at the <cls>. Positions outside
     the window have -1e30 logits, so padding never counts."""
-    from modeling import xlnet
 
     def sums_fn(batch, training):
         keys = ("input_ids", "input_mask", "segment_ids", "start_positions")
         out = model({k: batch[k] for k in keys}, training=training)
         logits = ops.stack([out["start_logits"], out["end_logits"]], axis=-1)  # (B, S, 2)
         sums = span_sums(logits, batch["start_positions"], batch["end_positions"])
-        _, cls_index = xlnet.answer_positions(batch["segment_ids"], batch["input_mask"])
         start = ops.reshape(ops.cast(batch["start_positions"], "int32"), (-1,))
-        impossible = ops.cast(ops.equal(start, cls_index), "float32")  # (B,)
+        impossible = ops.cast(ops.equal(start, out["cls_index"]), "float32")  # (B,)
         cls = out["cls_logits"]
         bce = ops.binary_crossentropy(impossible, cls, from_logits=True)  # (B,)
         sums["loss_sum"] = sums["loss_sum"] + 0.5 * ops.sum(bce)
@@ -242,6 +240,17 @@ def span_text(example, feature, s: int, e: int, detokenize, do_lower_case: bool)
     return get_final_text(detokenize(pieces), " ".join(words), do_lower_case)
 
 
+def nbest_entries(nbest: Sequence[Prediction]) -> list[dict]:
+    """nbest_predictions.json's entries of Predictions: text, the softmax of the summed scores
+    over the list as probability, start_logit and end_logit."""
+    probs = softmax([p.start_logit + p.end_logit for p in nbest])
+    return [
+        {"text": p.text, "probability": prob, "start_logit": float(p.start_logit),
+         "end_logit": float(p.end_logit)}
+        for p, prob in zip(nbest, probs)
+    ]  # fmt: skip
+
+
 def example_predictions(
     example,
     features: Sequence,
@@ -299,17 +308,7 @@ def example_predictions(
             nbest.insert(0, Prediction("empty", 0.0, 0.0))
     if not nbest:
         nbest.append(Prediction("empty", 0.0, 0.0))
-
-    probs = softmax([p.start_logit + p.end_logit for p in nbest])
-    entries = [
-        {
-            "text": p.text,
-            "probability": prob,
-            "start_logit": float(p.start_logit),
-            "end_logit": float(p.end_logit),
-        }
-        for p, prob in zip(nbest, probs)
-    ]
+    entries = nbest_entries(nbest)
     best = next((p for p in nbest if p.text), nbest[0])
     if not version_2_with_negative:
         return ExampleResult(example.qas_id, nbest[0].text, entries, None, best.text)
@@ -357,12 +356,7 @@ def beam_example_predictions(
         nbest.append(Prediction(text, start_lp, end_lp))
     if not nbest:
         nbest.append(Prediction("", -1e6, -1e6))
-    probs = softmax([p.start_logit + p.end_logit for p in nbest])
-    entries = [
-        {"text": p.text, "probability": prob, "start_logit": p.start_logit,
-         "end_logit": p.end_logit}
-        for p, prob in zip(nbest, probs)
-    ]  # fmt: skip
+    entries = nbest_entries(nbest)
     best = nbest[0].text
     if not version_2_with_negative:
         return ExampleResult(example.qas_id, best, entries, None, best)
