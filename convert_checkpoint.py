@@ -89,7 +89,16 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
-FORMATS_IN = ["tf1_bert", "tf1_albert", "tf1_electra", "tf1_gpt2", "hf", "cloze", "keras_hub"]
+FORMATS_IN = [
+    "tf1_bert",
+    "tf1_albert",
+    "tf1_electra",
+    "tf1_gpt2",
+    "bilm_hdf5",
+    "hf",
+    "cloze",
+    "keras_hub",
+]
 FORMATS_OUT = [
     "cloze",
     "hf",
@@ -97,6 +106,7 @@ FORMATS_OUT = [
     "tf1_albert",
     "tf1_electra",
     "tf1_gpt2",
+    "bilm_hdf5",
     "saved_model",
     "keras",
     "keras_hub",
@@ -107,6 +117,7 @@ FAMILY_OF_FORMAT = {
     "tf1_albert": "albert",
     "tf1_electra": "electra",
     "tf1_gpt2": "gpt",
+    "bilm_hdf5": "elmo",
     "saved_model": "bert",
     "keras_hub": "bert",
 }
@@ -178,6 +189,7 @@ CONFIG_NAMES = {
     "tf1_albert": ("albert_config.json",),
     "tf1_electra": ("electra_config.json",),
     "tf1_gpt2": ("hparams.json",),
+    "bilm_hdf5": ("options.json", "*_options.json"),
     "hf": ("config.json",),
     "cloze": ("bert_config.json", "model_config.json"),
     "keras_hub": ("config.json",),
@@ -204,8 +216,12 @@ def find_config(source_format: str, input_dir: str | None, checkpoint: str | Non
     for folder in folders:
         for name in CONFIG_NAMES[source_format]:
             looked.append(str(folder / name))
-            if (folder / name).is_file():
-                return folder / name
+            found = sorted(folder.glob(name)) if "*" in name else [folder / name]
+            if len(found) > 1:
+                names = ", ".join(f.name for f in found)
+                raise input_error(str(folder / name), "one config file", f"{len(found)}: {names}")
+            if found and found[0].is_file():
+                return found[0]
     raise input_error(
         " or ".join(looked) or "--bert_config_file", "a model config file", "no such file"
     )
@@ -275,10 +291,13 @@ def check_target_family(config, target_format: str, where: str) -> None:
 
 def own_module_family(config_file) -> str | None:
     """ "bart", "xlnet", "gpt" or "t5" when the config (Hugging Face's or Cloze's names) is of a
-    family whose module converts it whole (convert_by_module), else None."""
-    from modeling import bart, checkpoints, gpt, t5, xlnet
+    family whose module converts it whole (convert_by_module), "elmo" for an ELMo options.json
+    (convert_elmo), else None."""
+    from modeling import bart, checkpoints, elmo, gpt, t5, xlnet
 
     values = checkpoints.read_json(config_file)
+    if elmo.is_elmo_config(values):
+        return "elmo"
     if bart.is_bart_config(values):
         return "bart"
     if xlnet.is_xlnet_config(values) or values.get("model_type") == "xlnet":
@@ -413,6 +432,92 @@ def convert_by_module(
     print(f"wrote {FLAGS.output_dir}: {', '.join(written)}")
 
 
+def find_hdf5_weights(input_dir, checkpoint) -> Path:
+    """--from=bilm_hdf5's weights: --init_checkpoint (the .hdf5 file), else --input_dir's
+    weights.hdf5 or its one *_weights.hdf5 (the published files' names)."""
+    from data_prep.errors import input_error
+
+    if checkpoint:
+        if not Path(checkpoint).is_file():
+            raise input_error(checkpoint, "ELMo's weights.hdf5 (--init_checkpoint)", "no such file")
+        return Path(checkpoint)
+    folder = Path(input_dir)
+    found = [folder / "weights.hdf5"] if (folder / "weights.hdf5").is_file() else []
+    found = found or sorted(folder.glob("*_weights.hdf5"))
+    if len(found) != 1:
+        names = ", ".join(f.name for f in found) or "none"
+        where = str(folder / "weights.hdf5") + " or one *_weights.hdf5"
+        raise input_error(where, "ELMo's weights (bilm-tf's weights.hdf5)", names)
+    return found[0]
+
+
+def convert_elmo(source_format, target_format, config_file, input_dir, checkpoint) -> None:
+    """An ELMo biLM between bilm-tf's published files (options.json + weights.hdf5, which
+    AllenNLP's Elmo reads) and a Cloze checkpoint (run_pretraining's ElmoLM, whose softmax is
+    left out, or a converted biLM: `model/encoder`, what run_classifier, run_ner and
+    extract_features load), both ways. A WordPiece vocab.txt in --input_dir (or --vocab_file)
+    goes along; a biLM whose options.json counts a vocabulary (n_tokens_vocab) spells it into
+    its character table from that file, and without one reads words alone (n_tokens_vocab is
+    dropped from the written config)."""
+    import tensorflow as tf
+
+    from data_prep import tokenization
+    from data_prep.errors import input_error
+    from modeling import checkpoints, elmo
+    from training import trainer
+
+    if target_format not in ("cloze", "bilm_hdf5"):
+        where = f"--to={target_format}"
+        raise input_error(where, "cloze or bilm_hdf5 for an ELMo biLM", target_format)
+    config = elmo.ElmoConfig.from_json_file(config_file)
+    vocab_file = find_vocab(input_dir)
+    notes = []
+    if source_format == "bilm_hdf5":
+        if config.n_tokens_vocab is not None and vocab_file is None:
+            notes.append(
+                f"{config_file} counts a vocabulary (n_tokens_vocab={config.n_tokens_vocab}) "
+                "but none was given (--vocab_file): the biLM reads words through its character "
+                "CNN alone, and n_tokens_vocab is left out of the written config"
+            )
+            config = config.replace(n_tokens_vocab=None)
+        weights = find_hdf5_weights(input_dir, checkpoint)
+        try:
+            bilm, report = elmo.load_hdf5(weights, config, str(config_file), FLAGS.skip_variables)
+        except ValueError as e:  # a biLM without a character CNN
+            raise input_error(str(config_file), "an ELMo with a character CNN", str(e)) from None
+        if config.n_tokens_vocab is not None:
+            try:
+                bilm.set_char_table(list(tokenization.load_vocab(vocab_file)))
+            except ValueError as e:
+                where = f"the vocabulary of {config_file}"
+                raise input_error(str(vocab_file), where, str(e)) from None
+        summary = report.summary()
+    else:
+        bilm = elmo.ElmoBiLM(config, name="encoder")
+        bilm.build()
+        source = checkpoint or input_dir
+        try:  # run_pretraining's ElmoLM or a converted biLM: both hold model/encoder
+            prefix = trainer.restore_model_weights(tf.train.Checkpoint(encoder=bilm), source)
+        except ValueError as e:
+            where = f"a Cloze ELMo checkpoint of {config_file}"
+            raise input_error(str(source), where, str(e)) from None
+        summary = f"read the Cloze checkpoint {prefix} (its biLM; a softmax is not converted)"
+    with checkpoints.AtomicOutputDir(FLAGS.output_dir) as tmp:
+        if target_format == "bilm_hdf5":
+            elmo.save_hdf5(bilm, tmp)
+        else:
+            tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=bilm)).save(str(tmp / "ckpt"))
+            (tmp / "bert_config.json").write_text(config.to_json_string())
+        if vocab_file is not None:
+            shutil.copyfile(vocab_file, tmp / "vocab.txt")
+        written = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
+    print(f"converted ELMo --from={source_format} to --to={target_format}")
+    print(summary)
+    for note in notes:
+        logging.warning(note)
+    print(f"wrote {FLAGS.output_dir}: {', '.join(written)}")
+
+
 def check_serving_inputs(config, config_where: str, bpe_files) -> None:
     """Refuses --max_seq_length beyond the config's positions (after a RoBERTa's offset) and a
     RoBERTa BPE vocabulary (bpe_files, when it is the SavedModel's) beyond the embedding table."""
@@ -443,8 +548,8 @@ def convert(source_format: str, target_format: str) -> None:
     # An ALBERT's SentencePiece model goes along too (run scripts read the folder's spiece.model).
     spiece_file = spiece.model_file(input_dir) if input_dir else None
     own_module = source_format in ("hf", "cloze") and own_module_family(config_file)
-    if source_format == "tf1_gpt2":
-        own_module = "gpt"
+    if source_format in ("tf1_gpt2", "bilm_hdf5"):
+        own_module = FAMILY_OF_FORMAT[source_format]
     if (
         vocab_file is None
         and target_format in ("hf", "saved_model", "keras_hub")
@@ -459,6 +564,8 @@ def convert(source_format: str, target_format: str) -> None:
         )
     checkpoints.check_output_dir(FLAGS.output_dir)  # before the slow part
 
+    if own_module == "elmo":
+        return convert_elmo(source_format, target_format, config_file, input_dir, checkpoint)
     if own_module:
         return convert_by_module(
             own_module, source_format, target_format, config_file, input_dir, checkpoint

@@ -194,8 +194,10 @@ def cloze_variables(model) -> dict:
     rather than the attribute `output_dense` that checkpoints use), then checks that the walk found
     every trainable variable of the model, so a layer added later cannot be skipped silently.
     """
-    from modeling import albert, bart, bert, electra, gpt, t5, xlnet
+    from modeling import albert, bart, bert, electra, elmo, gpt, t5, xlnet
 
+    if isinstance(model, elmo.ElmoBiLM):
+        return elmo.bilm_variables(model)
     whole = (bart.BartModel, xlnet.XLNetPretrainer, xlnet.XLNetBeamSpanQA, gpt.GptLM, t5.T5Model)
     if isinstance(model, whole):
         # Their name maps (bart / xlnet / gpt / t5.hf_entries) use the Keras paths below the model
@@ -1300,12 +1302,14 @@ class ConversionReport:
 def _fold_layer_numbers(line: str) -> str:
     """A summary line with its layer numbers as `*`, so each layer's variables share one line:
     BERT's layer_N / layer.N, BART's layers.N, GPT's h.N / h_N / OpenAI's hN, T5's block.N (its
-    layer.N after it numbers sub-blocks, and stays) and Cloze's encoder_N / decoder_N."""
+    layer.N after it numbers sub-blocks, and stays), bilm-tf's ELMo CellN and Cloze's encoder_N /
+    decoder_N and biLM forward_N / backward_N."""
     if re.search(r"\bblock\.\d+\.", line):
         line = re.sub(r"\bblock\.\d+\.", "block.*.", line)
     else:
         line = re.sub(r"(\blayers?[._]|\bh[._]?)\d+", r"\1*", line)
-    return re.sub(r"\b(encoder|decoder)_\d+", r"\1_*", line)
+    line = re.sub(r"\bCell\d+/", "Cell*/", line)
+    return re.sub(r"\b(encoder|decoder|forward|backward)_\d+", r"\1_*", line)
 
 
 def _shape(shape) -> str:

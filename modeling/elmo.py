@@ -248,17 +248,24 @@ class ElmoConfig(bert.JsonConfig):
 # ---------------------------------------------------------------------------------------------
 
 # bilm-tf's UnicodeCharsVocabulary: a token is its UTF-8 bytes (0-255) between a begin-of-word
-# (256) and an end-of-word (257) marker, padded with 260 (258 and 259 mark <S> and </S>). The
-# published weights take these ids plus one (allennlp's ELMoCharacterMapper), so that id 0 is a
-# padding *token*; hence n_characters = 262. The same shifted ids here keep the table compatible.
-CHAR_BOW, CHAR_EOW, CHAR_PAD = 257, 258, 261
+# (258) and an end-of-word (259) marker, padded with 260; 256 and 257 spell the sentence markers
+# <S> and </S>, each as [begin-of-word, 256 or 257, end-of-word, padding...]. The published
+# weights take these ids plus one (allennlp's ELMoCharacterMapper), so that id 0 is a padding
+# *token* (all zeros, the zero row of the character table); hence n_characters = 262.
+CHAR_SENTENCE_START, CHAR_SENTENCE_END, CHAR_BOW, CHAR_EOW, CHAR_PAD = 257, 258, 259, 260, 261
 CHAR_VOCAB_SIZE = 262
+SENTENCE_START, SENTENCE_END = "<S>", "</S>"
 
 
 def token_char_ids(token: str, max_characters: int) -> list[int]:
-    """The max_characters character ids of one token (bytes past max_characters - 2 are cut)."""
-    data = token.encode("utf-8")[: max_characters - 2]
-    ids = [CHAR_BOW, *(b + 1 for b in data), CHAR_EOW]
+    """The max_characters character ids of one token (bytes past max_characters - 2 are cut;
+    <S> and </S> are the sentence markers)."""
+    marker = {SENTENCE_START: CHAR_SENTENCE_START, SENTENCE_END: CHAR_SENTENCE_END}.get(token)
+    if marker is not None:
+        ids = [CHAR_BOW, marker, CHAR_EOW]
+    else:
+        data = token.encode("utf-8")[: max_characters - 2]
+        ids = [CHAR_BOW, *(b + 1 for b in data), CHAR_EOW]
     return ids + [CHAR_PAD] * (max_characters - len(ids))
 
 
@@ -747,3 +754,181 @@ class ElmoClassifier(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Published weights: bilm-tf's weights.hdf5, as allennlp.modules.elmo reads it
+# ---------------------------------------------------------------------------------------------
+
+HDF5_WEIGHTS, HDF5_OPTIONS = "weights.hdf5", "options.json"
+# bilm-tf's LSTMCell multiplies [x_t, h_{t-1}] by one W_0; Cloze's cell keeps the input rows and
+# the recurrent rows as two variables, so the map reads W_0 as these two halves.
+_INPUT_ROWS, _RECURRENT_ROWS = "/input_rows", "/recurrent_rows"
+
+
+def bilm_variables(bilm: ElmoBiLM) -> dict:
+    """The biLM's weights by stable names (`char_cnn/conv_0/kernel`, `forward_0/cell/kernel`):
+    Keras' own paths number the LSTM cells in creation order across models. The vocabulary's
+    character table is data, not a weight: left out."""
+    out = {}
+    encoder = bilm.token_encoder
+    if bilm.config.char_cnn is None:
+        out["token_embedding/embeddings"] = encoder.embeddings
+    else:
+        root = encoder.name + "/"
+        out |= {"char_cnn/" + v.path.split(root, 1)[1]: v for v in encoder.weights}
+    for direction in ("forward", "backward"):
+        for i, rnn in enumerate(bilm.lstms(direction)):
+            cell = rnn.cell
+            for name in ("kernel", "recurrent_kernel", "bias", "projection"):
+                out[f"{direction}_{i}/cell/{name}"] = getattr(cell, name)
+    found = {id(v) for v in out.values()}
+    missed = [v.path for v in bilm.trainable_weights if id(v) not in found]
+    if missed:
+        raise RuntimeError(f"bilm_variables missed {missed}")
+    return out
+
+
+def hdf5_entries(config: ElmoConfig) -> list:
+    """bilm-tf's weights.hdf5 names (dump_weights: `char_embed`, `CNN/W_cnn_i`, `CNN_high_k`,
+    `CNN_proj`, `RNN_d/RNN/MultiRNNCell/Cell{k}/LSTMCell/{W_0, B, W_P_0}` with RNN_0 the forward
+    LM) onto bilm_variables' names. The file's character table has no row for the padding id 0
+    (AllenNLP prepends a zero row); its convolutions are (1, width, E, n) 2-D kernels; its
+    highway carry gate is Cloze's `gate`; B is TF1's i, j, f, o biases without the forget bias
+    of 1 the cell adds, as LstmpCell's."""
+    from modeling.checkpoints import Entry, _copy, _reshaped
+
+    c = config.char_cnn
+    if c is None:
+        raise ValueError(
+            "the published weights.hdf5 layout holds a character CNN; this options.json has no "
+            "char_cnn (a token-embedding biLM)"
+        )
+    e, f, p, h = c.embedding.dim, c.num_filters, config.lstm.projection_dim, config.lstm.dim
+    rows = c.n_characters - 1
+    out = [
+        Entry(
+            "char_cnn/char_embedding/embeddings", ("char_embed",), ((rows, e),),
+            lambda a: np.concatenate([np.zeros((1, e), a[0].dtype), a[0]]),
+            lambda x: [x[1:]],
+        )
+    ]  # fmt: skip
+    for i, (width, count) in enumerate(c.filters):
+        out += [
+            _reshaped(f"char_cnn/conv_{i}/kernel", f"CNN/W_cnn_{i}", (1, width, e, count),
+                      (width, e, count)),
+            _copy(f"char_cnn/conv_{i}/bias", f"CNN/b_cnn_{i}", (count,)),
+        ]  # fmt: skip
+    for k in range(c.n_highway):
+        for cloze, name in (("transform", "transform"), ("gate", "carry")):
+            out += [
+                _copy(f"char_cnn/{cloze}_{k}/kernel", f"CNN_high_{k}/W_{name}", (f, f)),
+                _copy(f"char_cnn/{cloze}_{k}/bias", f"CNN_high_{k}/b_{name}", (f,)),
+            ]
+    out += [
+        _copy("char_cnn/projection/kernel", "CNN_proj/W_proj", (f, p)),
+        _copy("char_cnn/projection/bias", "CNN_proj/b_proj", (p,)),
+    ]
+    for d, direction in enumerate(("forward", "backward")):
+        for k in range(config.lstm.n_layers):
+            src, dst = f"RNN_{d}/RNN/MultiRNNCell/Cell{k}/LSTMCell", f"{direction}_{k}/cell"
+            out += [
+                _copy(f"{dst}/kernel", f"{src}/W_0{_INPUT_ROWS}", (p, 4 * h)),
+                _copy(f"{dst}/recurrent_kernel", f"{src}/W_0{_RECURRENT_ROWS}", (p, 4 * h)),
+                _copy(f"{dst}/bias", f"{src}/B", (4 * h,)),
+                _copy(f"{dst}/projection", f"{src}/W_P_0", (h, p)),
+            ]
+    return out
+
+
+def read_hdf5(path, input_rows: int):
+    """A weights.hdf5 as a checkpoints.ArraySource: every dataset by its path, each LSTMCell's
+    W_0 as its first `input_rows` rows and the rest (hdf5_entries' names). InputError naming the
+    file when it is no readable HDF5 file."""
+    import h5py
+
+    from data_prep.errors import input_error
+    from modeling.checkpoints import ArraySource
+
+    arrays = {}
+
+    def keep(name, item):
+        if isinstance(item, h5py.Dataset):
+            arrays[name] = item[...]
+
+    try:
+        with h5py.File(path, "r") as f:
+            f.visititems(keep)
+    except OSError as e:
+        raise input_error(str(path), "a readable HDF5 file (ELMo's weights.hdf5)", str(e)) from None
+    for name in [n for n in arrays if n.endswith("/LSTMCell/W_0")]:
+        w = arrays.pop(name)
+        arrays[name + _INPUT_ROWS], arrays[name + _RECURRENT_ROWS] = w[:input_rows], w[input_rows:]
+    return ArraySource(arrays, str(path))
+
+
+def load_hdf5(path, config: ElmoConfig, config_where: str = HDF5_OPTIONS, skip=None):
+    """A published ELMo's weights.hdf5 (bilm-tf's layout) -> (ElmoBiLM, ConversionReport). The
+    file holds no softmax: the biLM alone, as AllenNLP's Elmo reads it."""
+    from modeling import checkpoints
+
+    entries = hdf5_entries(config)  # ValueError for a biLM without a character CNN
+    source = read_hdf5(path, config.lstm.projection_dim)
+    bilm = ElmoBiLM(config, name="encoder")
+    bilm.build()
+    where = (
+        f"{config_where} (ELMo: {config.lstm.n_layers} layers of {config.lstm.dim} cells "
+        f"projected to {config.lstm.projection_dim}, {config.char_cnn.num_filters} filters)"
+    )
+    report = checkpoints.convert_into(bilm, entries, source, where, skip=skip, heads=False)
+    return bilm, report
+
+
+def save_hdf5(bilm: ElmoBiLM, output_dir) -> list:
+    """Writes weights.hdf5 (bilm-tf's layout, hdf5_entries) and options.json; returns their
+    paths. The character table's row 0 (the padding id, zeros in AllenNLP) is not written."""
+    from pathlib import Path
+
+    import h5py
+
+    from modeling import checkpoints
+
+    arrays = checkpoints.export_arrays(bilm, hdf5_entries(bilm.config))
+    for name in [n for n in arrays if n.endswith(_INPUT_ROWS)]:
+        cell = name[: -len(_INPUT_ROWS)]
+        rows = (arrays.pop(name), arrays.pop(cell + _RECURRENT_ROWS))
+        arrays[cell] = np.concatenate(rows)
+    out = Path(output_dir)
+    with h5py.File(out / HDF5_WEIGHTS, "w") as f:
+        for name in sorted(arrays):
+            f[name] = arrays[name]
+    (out / HDF5_OPTIONS).write_text(bilm.config.to_json_string())
+    return [out / HDF5_WEIGHTS, out / HDF5_OPTIONS]
+
+
+def sentence_char_ids(sentences: Sequence[Sequence[str]], max_characters: int) -> tuple:
+    """Words -> (char_ids int32 (B, S + 2, C), mask int32 (B, S + 2)): each sentence between <S>
+    and </S>, as AllenNLP's Elmo adds them, right-padded with all-zero rows (the padding token)."""
+    longest = max((len(s) for s in sentences), default=0) + 2
+    chars = np.zeros((len(sentences), longest, max_characters), np.int32)
+    mask = np.zeros((len(sentences), longest), np.int32)
+    for b, words in enumerate(sentences):
+        spelled = [SENTENCE_START, *words, SENTENCE_END]
+        chars[b, : len(spelled)] = [token_char_ids(w, max_characters) for w in spelled]
+        mask[b, : len(spelled)] = 1
+    return chars, mask
+
+
+def sentence_layer_outputs(bilm: ElmoBiLM, sentences: Sequence[Sequence[str]]) -> tuple:
+    """The L + 1 representations of words, as a published ELMo computes them: each sentence
+    between <S> and </S> (sentence_char_ids), the markers' positions taken out again.
+    Returns (list of L + 1 float32 (B, S, 2 P), mask int32 (B, S))."""
+    c = bilm.config.char_cnn
+    if c is None:
+        raise ValueError("ELMo on words needs a character CNN (options.json's char_cnn)")
+    chars, mask = sentence_char_ids(sentences, c.max_characters_per_token)
+    inputs = {"input_ids": np.zeros(mask.shape, np.int32), "char_ids": chars, "input_mask": mask}
+    words = mask[:, 2:]  # (B, S): position t + 1 holds word t, real up to the sentence's length
+    keep = words[:, :, None].astype("float32")
+    outputs = elmo_layer_outputs(bilm, inputs["input_ids"], mask, chars)
+    return [ops.convert_to_numpy(h)[:, 1:-1] * keep for h in outputs], words

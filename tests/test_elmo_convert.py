@@ -1,0 +1,233 @@
+"""ELMo's published files (options.json + weights.hdf5, bilm-tf's layout) into and out of Cloze,
+against AllenNLP (tests/fixtures/elmo_bilm_tiny, written by tests/make_elmo_golden.py: seeded
+weights in that layout and what allennlp.modules.elmo's own _ElmoBiLm computed with them), so CI
+checks Cloze against an implementation no one here wrote without installing PyTorch."""
+
+import json
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from modeling import elmo
+from tests import helpers
+from tests.conftest import ROOT
+from training import trainer
+
+FIXTURE = ROOT / "tests" / "fixtures" / "elmo_bilm_tiny"
+TOLERANCE = 1e-5  # max absolute difference in float32
+
+
+def golden():
+    g = dict(np.load(FIXTURE / "golden.npz"))
+    return g, json.loads(str(g["sentences"]))
+
+
+def datasets(path) -> dict:
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, d: out.update({n: d[...]}) if isinstance(d, h5py.Dataset) else None)
+    return out
+
+
+def restore_bilm(folder, config=None):
+    """The biLM of a Cloze ELMo checkpoint, as convert_checkpoint --from=cloze reads it."""
+    config = config or elmo.ElmoConfig.from_json_file(folder / "bert_config.json")
+    bilm = elmo.ElmoBiLM(config, name="encoder")
+    bilm.build()
+    trainer.restore_model_weights(tf.train.Checkpoint(encoder=bilm), str(folder))
+    return bilm
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("elmo") / "cloze"
+    r = helpers.convert_checkpoint(
+        "--from=bilm_hdf5", "--to=cloze", f"--input_dir={FIXTURE}", f"--output_dir={out}"
+    )
+    assert "converted ELMo --from=bilm_hdf5 to --to=cloze" in r.stdout
+    assert "RNN_1/RNN/MultiRNNCell/Cell*/LSTMCell/B (96) -> backward_*/cell/bias  (x2)" in r.stdout
+    return out
+
+
+def test_character_ids_equal_allennlps_mapper():
+    """ELMoCharacterMapper's ids of the fixture's words (bytes + 1, its word markers, padding,
+    a word cut to 48 bytes) are sentence_char_ids' rows between <S> and </S>."""
+    g, sentences = golden()
+    chars, mask = elmo.sentence_char_ids(sentences, 50)
+    words = g["mask"].astype(bool)
+    assert np.array_equal(mask[:, 2:], g["mask"])
+    assert np.array_equal(chars[:, 1:-1][words], g["char_ids"][words])
+    assert (g["char_ids"][~words] == 0).all()  # padding words: all-zero rows, in both
+    assert (chars[:, 0] == elmo.token_char_ids(elmo.SENTENCE_START, 50)).all()
+    for b, n in enumerate(g["mask"].sum(axis=1)):
+        assert (chars[b, n + 1] == elmo.token_char_ids(elmo.SENTENCE_END, 50)).all()
+        assert (chars[b, n + 2 :] == 0).all()
+
+
+def test_converted_bilm_computes_what_allennlp_computed(converted):
+    """Every layer (the token layer [x; x] and both LSTM layers [forward; backward]) at every word
+    of a right-padded batch within TOLERANCE of AllenNLP's _ElmoBiLm, and zero at padding."""
+    g, sentences = golden()
+    layers, mask = elmo.sentence_layer_outputs(restore_bilm(converted), sentences)
+    assert np.array_equal(mask, g["mask"])
+    assert len(layers) == len(g["layers"]) == 3
+    for k, (ours, theirs) in enumerate(zip(layers, g["layers"])):
+        assert ours.shape == theirs.shape
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=TOLERANCE, err_msg=f"layer {k}")
+    assert np.abs(g["layers"][2]).max() > 3.0  # the residual sum passes the clipping
+
+
+def test_converted_bilm_loads_into_the_feature_models(converted):
+    """extract_features' ELMo model and run_classifier's take the converted folder as
+    --init_checkpoint (the whole model, or its `model/encoder`), the same weights as the direct
+    load."""
+    config = elmo.ElmoConfig.from_json_file(converted / "bert_config.json")
+    assert config.n_tokens_vocab is None  # the published options.json counts no vocabulary
+    direct = restore_bilm(converted).weights
+    for model, part in ((elmo.ElmoFeatures(config, mix=False), "model"),
+                        (elmo.ElmoClassifier(config, 2), "encoder")):  # fmt: skip
+        model.build()
+        assert trainer.init_from_checkpoint(model, str(converted))[1] == part
+        for a, b in zip(model.encoder.weights, direct, strict=True):
+            assert np.array_equal(a.numpy(), b.numpy())
+
+
+def test_round_trip_is_bit_for_bit_and_allennlp_reads_the_export(converted, tmp_path):
+    helpers.convert_checkpoint(
+        "--from=cloze",
+        "--to=bilm_hdf5",
+        f"--input_dir={converted}",
+        f"--output_dir={tmp_path / 'h'}",
+    )
+    ours, theirs = datasets(tmp_path / "h" / "weights.hdf5"), datasets(FIXTURE / "weights.hdf5")
+    assert sorted(ours) == sorted(theirs)
+    for name in theirs:
+        assert ours[name].dtype == theirs[name].dtype and np.array_equal(ours[name], theirs[name])
+    options = json.loads((tmp_path / "h" / "options.json").read_text())
+    published = json.loads((FIXTURE / "options.json").read_text())
+    assert options["lstm"] == published["lstm"] and options["char_cnn"] == published["char_cnn"]
+
+
+def test_a_wordpiece_bilm_goes_out_and_back_with_its_vocabulary(tmp_path):
+    """A biLM as run_pretraining saves it (ElmoLM, WordPieces spelled into its character table)
+    to weights.hdf5 (the softmax left out) and back with the vocab.txt carried along: the table
+    is spelled again from the vocabulary and every layer is the same."""
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "##s", "sat", "é"]
+    values = json.loads((FIXTURE / "options.json").read_text()) | {"n_tokens_vocab": len(tokens)}
+    config = elmo.ElmoConfig.from_dict(values)
+    lm = elmo.ElmoLM(config)
+    lm.build()
+    lm.encoder.set_char_table(tokens)
+    source = tmp_path / "pretrained"
+    tf.train.Checkpoint(model=lm).save(str(source / "ckpt"))
+    (source / "bert_config.json").write_text(config.to_json_string())
+    (source / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    r = helpers.convert_checkpoint(
+        "--from=cloze", "--to=bilm_hdf5", f"--input_dir={source}", f"--output_dir={tmp_path / 'h'}"
+    )
+    assert "a softmax is not converted" in r.stdout
+    assert "softmax" not in " ".join(datasets(tmp_path / "h" / "weights.hdf5"))
+    helpers.convert_checkpoint(
+        "--from=bilm_hdf5", "--to=cloze", f"--input_dir={tmp_path / 'h'}",
+        f"--output_dir={tmp_path / 'back'}",
+    )  # fmt: skip
+    back = restore_bilm(tmp_path / "back")
+    assert back.config == config
+    assert np.array_equal(back.char_table.numpy(), lm.encoder.char_table.numpy())
+    ids = np.array([[2, 5, 6, 7, 8, 3], [2, 9, 3, 0, 0, 0]], np.int32)
+    mask = (np.arange(6) < np.array([[6], [3]])).astype(np.int32)
+    for a, b in zip(
+        elmo.elmo_layer_outputs(lm, ids, mask), elmo.elmo_layer_outputs(back, ids, mask)
+    ):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-6)
+
+
+def test_without_its_vocabulary_a_counted_bilm_reads_words_alone(tmp_path):
+    source = tmp_path / "published"
+    shutil.copytree(FIXTURE, source)
+    values = json.loads((source / "options.json").read_text()) | {"n_tokens_vocab": 793471}
+    (source / "options.json").write_text(json.dumps(values))
+    r = helpers.convert_checkpoint(
+        "--from=bilm_hdf5", "--to=cloze", f"--input_dir={source}", f"--output_dir={tmp_path / 'c'}"
+    )
+    assert "n_tokens_vocab=793471" in r.stderr and "left out of the written config" in r.stderr
+    assert "n_tokens_vocab" not in json.loads((tmp_path / "c" / "bert_config.json").read_text())
+    (source / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
+    r = helpers.run_main(
+        "convert_checkpoint.py",
+        [
+            "--from=bilm_hdf5",
+            "--to=cloze",
+            f"--input_dir={source}",
+            f"--output_dir={tmp_path / 'd'}",
+        ],
+    )
+    assert r.returncode == 1 and "vocab.txt" in r.stderr and "793471" in r.stderr
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("drop", "CNN_proj/b_proj: missing (expected shape (8))"),
+        ("reshape", "CNN/W_cnn_1: expected shape (1, 2, 4, 6), found (1, 3, 4, 6)"),
+        ("extra", "softmax/W (5, 8): has no place in this model"),
+        ("garbage", "a readable HDF5 file"),
+    ],
+)
+def test_a_damaged_weights_file_is_named_and_nothing_is_written(tmp_path, damage, message):
+    source = tmp_path / "published"
+    shutil.copytree(FIXTURE, source)
+    weights = source / "weights.hdf5"
+    if damage == "garbage":
+        weights.write_bytes(b"not an hdf5 file")
+    else:
+        with h5py.File(weights, "a") as f:
+            if damage == "drop":
+                del f["CNN_proj/b_proj"]
+            elif damage == "reshape":
+                del f["CNN/W_cnn_1"]
+                f["CNN/W_cnn_1"] = np.zeros((1, 3, 4, 6), np.float32)
+            else:
+                f["softmax/W"] = np.zeros((5, 8), np.float32)
+    out = tmp_path / "out"
+    r = helpers.run_main(
+        "convert_checkpoint.py",
+        ["--from=bilm_hdf5", "--to=cloze", f"--input_dir={source}", f"--output_dir={out}"],
+    )
+    assert r.returncode == 1, r.stdout
+    assert str(weights) in r.stderr and message in r.stderr
+    assert "nothing was written" in r.stderr and not out.exists()
+
+
+def test_other_targets_and_families_are_refused(converted, tmp_path):
+    r = helpers.run_main(
+        "convert_checkpoint.py",
+        ["--from=cloze", "--to=hf", f"--input_dir={converted}", f"--output_dir={tmp_path / 'a'}"],
+    )
+    assert r.returncode == 1 and "cloze or bilm_hdf5 for an ELMo biLM" in r.stderr
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    shutil.copyfile(ROOT / "configs" / "bert_tiny.json", bert / "bert_config.json")
+    r = helpers.run_main(
+        "convert_checkpoint.py",
+        ["--from=cloze", "--to=bilm_hdf5", f"--input_dir={bert}", f"--output_dir={tmp_path / 'b'}"],
+    )
+    assert r.returncode == 1 and "holds ELMO models only" in r.stderr
+    twice = tmp_path / "twice"
+    shutil.copytree(FIXTURE, twice)
+    (twice / "options.json").rename(twice / "a_options.json")
+    shutil.copyfile(twice / "a_options.json", twice / "b_options.json")
+    r = helpers.run_main(
+        "convert_checkpoint.py",
+        [
+            "--from=bilm_hdf5",
+            "--to=cloze",
+            f"--input_dir={twice}",
+            f"--output_dir={tmp_path / 'c'}",
+        ],
+    )
+    assert r.returncode == 1 and "a_options.json, b_options.json" in r.stderr
