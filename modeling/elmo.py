@@ -646,7 +646,8 @@ class ElmoFeatures(keras.Model):
     """A frozen biLM that returns chosen layer representations and the ELMo vector
     (extract_features.py).
 
-    call(inputs) with int (B, S) `input_ids` and `input_mask` returns float32 (B, S, K + 1, 2 P):
+    call(inputs) with int (B, S) `input_ids` and `input_mask` (and, for a biLM that reads words,
+    int (B, S, C) `char_ids`: reads_words) returns float32 (B, S, K + 1, 2 P):
     the representations `layers[k]` (feature_layer_indices) at [:, :, k], and at [:, :, K] the
     ELMo vector gamma * sum_j softmax(s)_j h_j over those K layers (eq. 1, tagging.ScalarMix; as
     initialised, an equal mix with gamma 1, until a task trains s and gamma). mix=False leaves
@@ -671,7 +672,9 @@ class ElmoFeatures(keras.Model):
         self.built = True
 
     def call(self, inputs, training=False):
-        outputs = elmo_layer_outputs(self.encoder, inputs["input_ids"], inputs.get("input_mask"))
+        outputs = elmo_layer_outputs(
+            self.encoder, inputs["input_ids"], inputs.get("input_mask"), inputs.get("char_ids")
+        )
         chosen = [outputs[i] for i in self.indices]  # K x (B, S, 2P)
         if self.scalar_mix is not None:
             chosen.append(self.scalar_mix(chosen))  # (B, S, 2P)
@@ -904,6 +907,12 @@ def save_hdf5(bilm: ElmoBiLM, output_dir) -> list:
             f[name] = arrays[name]
     (out / HDF5_OPTIONS).write_text(bilm.config.to_json_string())
     return [out / HDF5_WEIGHTS, out / HDF5_OPTIONS]
+
+
+def reads_words(config: ElmoConfig) -> bool:
+    """Whether the biLM reads words through its character CNN alone (the published options.json:
+    a char_cnn and no n_tokens_vocab), rather than a vocabulary's ids spelled into its table."""
+    return config.char_cnn is not None and config.n_tokens_vocab is None
 
 
 def sentence_char_ids(sentences: Sequence[Sequence[str]], max_characters: int) -> tuple:

@@ -231,3 +231,45 @@ def test_other_targets_and_families_are_refused(converted, tmp_path):
         ],
     )
     assert r.returncode == 1 and "a_options.json, b_options.json" in r.stderr
+
+
+def test_extract_features_gives_each_word_what_allennlp_computed(converted, tmp_path):
+    """A converted published biLM needs no --vocab_file: extract_features splits each line into
+    words, wraps them in <S> ... </S> and writes every word's L + 1 representations (within
+    TOLERANCE of AllenNLP's) and their scalar mix; a line past max_seq_length is cut with a
+    warning naming it, and a pair line is refused naming its line."""
+    from data_prep import feature_files
+
+    g, sentences = golden()
+    text = tmp_path / "input.txt"
+    text.write_text("".join(" ".join(words) + "\n" for words in sentences))
+    args = [
+        f"--input_file={text}", f"--bert_config_file={converted / 'bert_config.json'}",
+        f"--init_checkpoint={converted}", "--max_seq_length=12", "--batch_size=3",
+        "--elmo_word_split=whitespace", f"--npz_file={tmp_path / 'f.npz'}",
+    ]  # fmt: skip
+    r = helpers.run_main("extract_features.py", args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = list(feature_files.read_npz(tmp_path / "f.npz"))
+    assert [line.tokens for line in lines] == [list(w) for w in sentences]
+    for b, line in enumerate(lines):
+        n = len(line.tokens)
+        assert line.layers == (0, 1, 2, 3) and line.values.shape == (n, 4, 16)
+        for k in range(3):
+            np.testing.assert_allclose(
+                line.values[:, k], g["layers"][k, b, :n], rtol=0, atol=TOLERANCE
+            )
+        np.testing.assert_allclose(
+            line.values[:, 3], g["layers"][:, b, :n].mean(axis=0), rtol=0, atol=TOLERANCE
+        )
+    # BERT's basic split (the default): punctuation is split off, the case is kept.
+    text.write_text("Zürich, (again)!\n" + " ".join(["w"] * 11) + "\n")
+    args[-1] = f"--npz_file={tmp_path / 'g.npz'}"
+    r = helpers.run_main("extract_features.py", [a for a in args if "word_split" not in a])
+    assert r.returncode == 0, r.stderr[-3000:]
+    first, long = feature_files.read_npz(tmp_path / "g.npz")
+    assert first.tokens == ["Zürich", ",", "(", "again", ")", "!"]
+    assert long.tokens == ["w"] * 10 and f"{text}:2" in r.stderr and "were cut" in r.stderr
+    text.write_text("one\na ||| b\n")
+    r = helpers.run_main("extract_features.py", args)
+    assert r.returncode == 1 and f"{text}:2: expected one text a line" in r.stderr
