@@ -219,7 +219,7 @@ def main(argv):
 
     if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
         raise app.UsageError("at least one of --do_train, --do_eval or --do_predict must be set")
-    for name in ("task_name", "vocab_file", "bert_config_file", "output_dir"):
+    for name in ("task_name", "bert_config_file", "output_dir"):
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
     if not (FLAGS.data_dir or FLAGS.tfds_name):
@@ -234,6 +234,16 @@ def main(argv):
             "fine-tuned on MNLI as --init_checkpoint"
         )
     family = config_family(FLAGS.bert_config_file)
+    # A published ELMo reads the data's own words (tokenization.WordTokenizer, made once the
+    # splits are read); every other model its --vocab_file.
+    try:
+        from modeling import elmo
+
+        word_elmo = family == "elmo" and elmo.config_reads_words(FLAGS.bert_config_file)
+    except InputError as e:
+        raise SystemExit(f"run_classifier: {e}") from None
+    if not (word_elmo or FLAGS.vocab_file):
+        raise app.UsageError("--vocab_file is required (only an ELMo reading words has none)")
     if family == "gpt":
         return run_gpt(task)
     # XLNet (training/xlnet_finetuning.py): its tokenizer and packing, then this BERT path.
@@ -263,7 +273,9 @@ def main(argv):
         raise app.UsageError(str(e)) from None
     s = FLAGS.max_seq_length
     try:
-        if is_xlnet:  # its own vocabulary: its BPE folder or SentencePiece model
+        if word_elmo:  # [CLS] a [SEP] b [SEP], [CLS] and [SEP] spelled <S> and </S>
+            tokenizer, packing = None, glue.BERT_PACKING
+        elif is_xlnet:  # its own vocabulary: its BPE folder or SentencePiece model
             from training import xlnet_finetuning
 
             tokenizer = xlnet_finetuning.XLNetTextEncoder(
@@ -280,9 +292,9 @@ def main(argv):
     if s < packing.pair_specials:
         raise app.UsageError(f"--max_seq_length={s} leaves no room for {packing.pair_form}")
 
-    def load(split):
+    def read(split):
         try:
-            data = glue.read_split(
+            return glue.read_split(
                 task,
                 split,
                 FLAGS.data_dir,
@@ -292,13 +304,15 @@ def main(argv):
             )
         except (InputError, ValueError) as e:
             raise SystemExit(f"run_classifier: {e}") from None
+
+    def load(data):
         if data is None:
             return None
         if is_xlnet:
             encoded = tokenizer.encode_examples(data.examples, task, s)
         else:
             encoded = glue.encode_examples(data.examples, task, tokenizer, s, packing)
-        if is_elmo:
+        if is_elmo and not word_elmo:
             # The biLM was pretrained on WordPiece blocks that [SEP] separates and never saw
             # [CLS] (as run_ner's ELMo tagger): [CLS] is read as [SEP].
             cls_id, sep_id = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
@@ -311,9 +325,23 @@ def main(argv):
         logging.info("%s: %d examples", data.source, len(data.examples))
         return data, encoded
 
-    train = load(task.train) if FLAGS.do_train else None
-    devs = [load(split) for split in task.dev] if FLAGS.do_eval else []
-    tests = [t for t in (load(split) for split in task.test) if t] if FLAGS.do_predict else []
+    train = read(task.train) if FLAGS.do_train else None
+    devs = [read(split) for split in task.dev] if FLAGS.do_eval else []
+    tests = [t for t in (read(split) for split in task.test) if t] if FLAGS.do_predict else []
+    if word_elmo:  # every word of every split read, cased (BasicTokenizer's split)
+        from data_prep import tokenization
+
+        texts = (
+            text
+            for data in (train, *devs, *tests)
+            for x in (data.examples if data else ())
+            for text in (x.text_a, x.text_b)
+            if text is not None
+        )
+        tokenizer = tokenization.WordTokenizer.from_texts(texts)
+        distinct = len(tokenizer.vocab) - len(tokenization.RESERVED_TOKENS)
+        logging.info("an ELMo that reads words: %d distinct words in the data", distinct)
+    train, devs, tests = load(train), [load(x) for x in devs], [load(x) for x in tests]
 
     import keras
     import tensorflow as tf
@@ -363,6 +391,8 @@ def main(argv):
             model = xlnet.XLNetClassifier(config, task.num_outputs)
         elif is_elmo:
             model = elmo.ElmoClassifier(config, task.num_outputs)
+            if word_elmo:  # the ids index this run's words
+                model.encoder.read_words(tokenizer.spelled_tokens())
         elif task.kind == glue.MULTIPLE_CHOICE:
             model = finetuning.BertMultipleChoice(config, pooling=FLAGS.pooling)
         else:

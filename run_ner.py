@@ -25,7 +25,11 @@ An ELMo options.json as --bert_config_file (modeling/elmo.py, pretrained by run_
 WordPiece blocks of the same --vocab_file) gives ELMo's downstream tagger: its frozen biLM's token
 layer and biLSTM layers take the place of the encoder's outputs (sum_all: ELMo's scalar mix with
 gamma), the words are WordPieces with the first one labelled as for BERT, and [CLS] is read as
-[SEP], the document boundary the biLM was pretrained with. Only frozen modes apply to it.
+[SEP], the document boundary the biLM was pretrained with. Only frozen modes apply to it. A
+published ELMo converted by `convert_checkpoint.py --from=bilm_hdf5` reads words instead (its
+options.json has a character CNN and no n_tokens_vocab; no --vocab_file): each CoNLL word is one
+token, spelled by the character CNN, and every window is `<S> words </S>` as AllenNLP's Elmo reads
+a sentence (ELMo's NER recipe, Peters et al. 2018 sec. 5).
 
 --feature_mode other than finetune freezes the encoder and trains only a tagger on its layers
 (BERT paper table 7: embeddings, second_to_last, last, sum_last_four, concat_last_four, sum_all;
@@ -51,7 +55,8 @@ flags.DEFINE_string(
     "vocab_file",
     None,
     "WordPiece vocabulary the model was trained with, or a RoBERTa checkpoint's byte-level BPE "
-    "folder (vocab.json + merges.txt; each word's tokens with a leading space, <s> ... </s>).",
+    "folder (vocab.json + merges.txt; each word's tokens with a leading space, <s> ... </s>). "
+    "None for an ELMo that reads words (a converted published ELMo).",
 )
 flags.DEFINE_string("bert_config_file", None, "JSON config of the BERT model (original fields).")
 flags.DEFINE_string(
@@ -215,12 +220,13 @@ def _with_layer_features(
     batch_size,
     branches,
     remove_padding,
+    words=None,
 ):
     """`encoded` with float32 `layer_features` (W, S, L + 1, H) added: every output of the frozen
     encoder in --init_checkpoint, read from --feature_cache/<split>.npz when that was made from the
-    same checkpoint, config and windows, else computed here (the encoder in `branches` row
-    slices, see --encoder_branches, and on the real tokens alone with `remove_padding`) and
-    written there."""
+    same checkpoint, config, windows and (an ELMo that reads words) `words`, the words the ids
+    index, else computed here (the encoder in `branches` row slices, see --encoder_branches, and
+    on the real tokens alone with `remove_padding`) and written there."""
     if encoded is None:
         return None
     import dataclasses
@@ -234,7 +240,8 @@ def _with_layer_features(
 
     path = os.path.join(cache_dir, f"{split}.npz")
     prefix = tf.train.latest_checkpoint(ckpt) if tf.io.gfile.isdir(ckpt) else ckpt
-    key = feature_files.cache_key(prefix or ckpt, config.to_json_string(), encoded.features)
+    described = config.to_json_string() + ("\n".join(words) if words else "")
+    key = feature_files.cache_key(prefix or ckpt, described, encoded.features)
     values = feature_files.read_layer_cache(path, key)
     if values is not None:
         logging.info("%s: %s windows' encoder outputs read from %s", split, values.shape, path)
@@ -242,6 +249,8 @@ def _with_layer_features(
         with strategy.scope():
             extractor = tagging.all_layer_features(config)
             extractor.build()
+            if words:
+                extractor.encoder.read_words(words)
         # (an ELMo extractor and a TPU were refused before)
         bert.set_execution_options(extractor, branches, remove_padding)
         loaded, _ = trainer.init_from_checkpoint(extractor, ckpt)
@@ -264,7 +273,7 @@ def main(argv):
 
     if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
         raise app.UsageError("at least one of --do_train, --do_eval or --do_predict must be set")
-    for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
+    for name in ("data_dir", "bert_config_file", "output_dir"):
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
     s = FLAGS.max_seq_length
@@ -299,13 +308,22 @@ def main(argv):
                 "(or --init_checkpoint folder) holding the training run's model_config.json"
             )
     try:
+        from data_prep import tokenization
+        from modeling import elmo
         from training import xlnet_finetuning
 
-        # XLNet packs `pieces <sep> <cls>` with its own vocabulary.
-        tokenizer, packing, _ = xlnet_finetuning.load_tokenizer(
-            FLAGS.bert_config_file, FLAGS.vocab_file, FLAGS.do_lower_case,
-            FLAGS["do_lower_case"].present,
-        )  # fmt: skip
+        # An ELMo that reads words takes the data's own words (tokenization.WordTokenizer, made
+        # once the splits are read); other models their --vocab_file.
+        word_elmo = elmo.config_reads_words(FLAGS.bert_config_file)
+        if word_elmo:
+            tokenizer, packing = None, glue.BERT_PACKING  # [CLS] / [SEP] spelled <S> / </S>
+        elif not FLAGS.vocab_file:
+            raise app.UsageError("--vocab_file is required (only an ELMo reading words has none)")
+        else:  # XLNet packs `pieces <sep> <cls>` with its own vocabulary.
+            tokenizer, packing, _ = xlnet_finetuning.load_tokenizer(
+                FLAGS.bert_config_file, FLAGS.vocab_file, FLAGS.do_lower_case,
+                FLAGS["do_lower_case"].present,
+            )  # fmt: skip
 
         def read(split, labelled=True):
             data = conll.read_conll(conll.find_split(FLAGS.data_dir, split), FLAGS.skip_bad_lines)
@@ -370,6 +388,11 @@ def main(argv):
         dev_sentences = normalize(dev) if dev else None
         test = read("test", labelled=False) if FLAGS.do_predict else None
         test_sentences = normalize(test) if test else None
+        if word_elmo:  # every word of the splits, cased as written, one token each
+            splits = (train_sentences, dev_sentences, test_sentences)
+            tokenizer = tokenization.WordTokenizer(
+                w for sentences in splits for x in sentences or () for w in x.words
+            )
     except InputError as e:
         raise SystemExit(f"run_ner: {e}") from None
     except ValueError as e:  # a bad --label_list / --tag_scheme combination
@@ -421,7 +444,7 @@ def main(argv):
             "--remove_padding: runs a Transformer encoder's layers on the real tokens alone "
             f"(found {'an ELMo biLM' if elmo_encoder else 'a TPU, which needs static shapes'})"
         )
-    if elmo_encoder:
+    if elmo_encoder and not word_elmo:
         # The biLM was pretrained on WordPiece blocks where [SEP] ends each document
         # (data_prep/create_lm_data.py) and never saw [CLS]: with [SEP] at both ends a sentence
         # looks to it like a document of its own.
@@ -492,6 +515,7 @@ def main(argv):
                 FLAGS.predict_batch_size,
                 branches,
                 FLAGS.remove_padding,
+                tokenizer.spelled_tokens() if word_elmo else None,
             )  # fmt: skip
             for x, name in ((train_enc, "train"), (dev_enc, "dev"), (test_enc, "test"))
         )
@@ -505,6 +529,8 @@ def main(argv):
             lstm_layers=settings["lstm_layers"],
         )
         model.build()
+        if word_elmo and not cached:  # the ids index this run's words
+            model.encoder.read_words(tokenizer.spelled_tokens())
         try:  # a cached run's tagger holds no encoder; TPUs and ELMo were refused before
             bert.set_execution_options(
                 model,

@@ -378,6 +378,55 @@ class WordpieceTokenizer:
         return tuple(pieces)
 
 
+class WordTokenizer:
+    """Whole words as tokens, for an ELMo biLM that reads words through its character CNN (a
+    published ELMo: modeling/elmo.reads_words). Its vocabulary is the reserved tokens and then
+    every word of `words` (a run's data, so no word is unknown), in order of first appearance;
+    the biLM spells each id's word (ElmoBiLM.read_words), [CLS] and [SEP] as the sentence
+    markers <S> and </S> (spelled_tokens).
+
+    split: "basic" (BasicTokenizer: punctuation split off, cased unless do_lower_case) or
+    "whitespace" (the text's whitespace-separated words as they are). The interface is
+    FullTokenizer's that glue.encode_examples and conll.encode_sentences use."""
+
+    SPELLED = {"[CLS]": "<S>", "[SEP]": "</S>"}
+
+    def __init__(self, words: Iterable[str], split: str = "basic", do_lower_case: bool = False):
+        if split not in ("basic", "whitespace"):
+            raise ValueError(f"split: expected basic or whitespace, found {split!r}")
+        self.split, self.do_lower_case = split, do_lower_case
+        self._basic = BasicTokenizer(do_lower_case=do_lower_case)
+        self.vocab = {t: i for i, t in enumerate(RESERVED_TOKENS)}
+        for word in words:
+            self.vocab.setdefault(word, len(self.vocab))
+        self.inv_vocab = {i: t for t, i in self.vocab.items()}
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str], split: str = "basic", do_lower_case: bool = False):
+        """The tokenizer whose vocabulary holds every word of `texts`, split as it splits."""
+        splitter = cls((), split, do_lower_case)
+        return cls((w for text in texts for w in splitter.tokenize(text)), split, do_lower_case)
+
+    def tokenize(self, text: str) -> list[str]:
+        return text.split() if self.split == "whitespace" else self._basic.tokenize(text)
+
+    def tokenize_word(self, word: str) -> list[str]:
+        """One word of pre-split text (conll.encode_sentences) is one token, as it is."""
+        return [word]
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
+        """A word outside `texts` is [UNK]'s id."""
+        unk = self.vocab["[UNK]"]
+        return [self.vocab.get(t, unk) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.inv_vocab[int(i)] for i in ids]
+
+    def spelled_tokens(self) -> list[str]:
+        """What the biLM spells for each id: the word, <S> for [CLS] and </S> for [SEP]."""
+        return [self.SPELLED.get(t, t) for t in self.vocab]
+
+
 def wordpiece_text(pieces: Sequence[str]) -> str:
     """The text of WordPieces, as the original run_squad.py shows a span: "un ##aff ##able" ->
     "unaffable", one space between words."""

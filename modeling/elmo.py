@@ -433,7 +433,8 @@ class ElmoBiLM(keras.Model):
     call(inputs, training=False): inputs a dict with int (B, S) `input_ids`, optionally
     `input_mask` (1 real, 0 padding; right padding) and, for a char-CNN config, optionally
     int (B, S, C) `char_ids` (else looked up from `input_ids` in `char_table`, filled by
-    set_char_table from the vocabulary). Returns a dict: `token` float (B, S, P) and
+    set_char_table from the vocabulary, or for a biLM that reads words in the table of the
+    run's words that read_words sets). Returns a dict: `token` float (B, S, P) and
     `forward`, `backward`: lists of L float (B, S, P), each layer's states (0 at padding).
     """
 
@@ -441,6 +442,7 @@ class ElmoBiLM(keras.Model):
         super().__init__(**kwargs)
         c = self.config = _config(config)
         p = c.lstm.projection_dim
+        self.word_chars = None  # read_words' table (a biLM that reads words)
         if c.char_cnn is not None:
             self.token_encoder = CharCnnEncoder(c.char_cnn, p, name="char_cnn")
         else:
@@ -492,15 +494,27 @@ class ElmoBiLM(keras.Model):
             )
         self.char_table.assign(vocab_char_table(tokens, c.char_cnn.max_characters_per_token))
 
+    def read_words(self, tokens: Sequence[str]) -> None:
+        """For a biLM that reads words (reads_words): the words `input_ids` index from now on
+        (a run's tokenization.WordTokenizer.spelled_tokens), spelled into a constant table.
+        It is data of the run, not a weight: checkpoints do not hold it."""
+        c = self.config
+        if not reads_words(c):
+            raise ValueError("read_words: this biLM reads a vocabulary's ids (n_tokens_vocab)")
+        self.word_chars = vocab_char_table(tokens, c.char_cnn.max_characters_per_token)
+
     def token_representation(self, inputs):
         """float (B, S, P): the context-independent token layer x_k."""
         if self.config.char_cnn is None:
             return self.token_encoder(inputs["input_ids"])
         chars = inputs.get("char_ids")
         if chars is None:
-            if self.config.n_tokens_vocab is None:
-                raise ValueError("a char-CNN config without n_tokens_vocab needs `char_ids`")
-            chars = ops.take(self.char_table, inputs["input_ids"], axis=0)  # (B, S, C)
+            table = self.char_table if self.config.n_tokens_vocab else self.word_chars
+            if table is None:
+                raise ValueError(
+                    "a char-CNN config without n_tokens_vocab needs `char_ids` or read_words"
+                )
+            chars = ops.take(table, inputs["input_ids"], axis=0)  # (B, S, C)
         return self.token_encoder(chars)
 
     def _run(self, direction, x, mask, training):
@@ -913,6 +927,13 @@ def reads_words(config: ElmoConfig) -> bool:
     """Whether the biLM reads words through its character CNN alone (the published options.json:
     a char_cnn and no n_tokens_vocab), rather than a vocabulary's ids spelled into its table."""
     return config.char_cnn is not None and config.n_tokens_vocab is None
+
+
+def config_reads_words(path) -> bool:
+    """Whether a model config file is an ELMo options.json whose biLM reads words (reads_words);
+    InputError naming the file when it is no JSON object or a bad options.json."""
+    values = bert.read_config_json(path, "a model config JSON file")
+    return is_elmo_config(values) and reads_words(ElmoConfig.from_dict(values, str(path)))
 
 
 def sentence_char_ids(sentences: Sequence[Sequence[str]], max_characters: int) -> tuple:

@@ -151,8 +151,9 @@ def load_config(path, max_seq_length: int, vocab_size: int):
     if not elmo.is_elmo_config(values):
         return albert.load_encoder_config(path, max_seq_length, vocab_size)
     config = elmo.ElmoConfig.from_dict(values, str(path))
-    # The tagger feeds WordPiece ids: the token table, or the char table spelling them, is V long.
-    if config.n_tokens_vocab != vocab_size:
+    # The tagger feeds WordPiece ids: the token table, or the char table spelling them, is V long
+    # (a biLM that reads words takes the run's words instead: tokenization.WordTokenizer).
+    if not elmo.reads_words(config) and config.n_tokens_vocab != vocab_size:
         raise InputError(
             f"{path}: n_tokens_vocab is {config.n_tokens_vocab}, expected the vocabulary's "
             f"{vocab_size} entries (the biLM reads the ids of --vocab_file)"

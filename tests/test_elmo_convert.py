@@ -273,3 +273,101 @@ def test_extract_features_gives_each_word_what_allennlp_computed(converted, tmp_
     text.write_text("one\na ||| b\n")
     r = helpers.run_main("extract_features.py", args)
     assert r.returncode == 1 and f"{text}:2: expected one text a line" in r.stderr
+
+
+def test_run_ner_tags_words_with_a_converted_published_bilm(converted, tmp_path):
+    """ELMo's NER recipe on a converted published biLM, no --vocab_file: each CoNLL word is one
+    token and each window `<S> words </S>`, so the cached layers of a one-window sentence are the
+    ones AllenNLP's computation gives it (sentence_layer_outputs, checked against AllenNLP above);
+    the tagger trains on their scalar mix and tags every test word; a second run reads the cache
+    (its key holds the run's words)."""
+    from data_prep import conll
+    from tests.test_run_ner import results, sentences, write_conll2003
+
+    rng = np.random.default_rng(4)
+    rows = {split: sentences(rng, n) for split, n in (("train", 12), ("dev", 5), ("test", 4))}
+    rows["train"][0] = (["John", "visited", "New", "York", "."], ["B-PER", "O", "B-geo-loc",
+                        "I-geo-loc", "O"])  # fmt: skip
+    for split, name in (("train", "eng.train"), ("dev", "eng.testa"), ("test", "eng.testb")):
+        write_conll2003(tmp_path / "conll" / name, rows[split])
+    cache = tmp_path / "cache"
+    args = [
+        f"--data_dir={tmp_path / 'conll'}", f"--bert_config_file={converted / 'bert_config.json'}",
+        f"--init_checkpoint={converted}", "--max_seq_length=11", "--window_overlap=3",
+        "--feature_mode=sum_all", f"--feature_cache={cache}", "--do_train", "--do_eval",
+        "--do_predict", "--train_batch_size=3", "--eval_batch_size=4", "--predict_batch_size=4",
+        "--num_train_epochs=2", "--learning_rate=5e-2", "--save_checkpoints_steps=4",
+    ]  # fmt: skip
+    first = helpers.run_main("run_ner.py", [*args, f"--output_dir={tmp_path / 'a'}"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "train: encoder outputs (" in first.stderr
+    layers = np.load(cache / "train.npz")["layer_features"]  # (W, S, L + 1, 2 P)
+    expected, _ = elmo.sentence_layer_outputs(restore_bilm(converted), [rows["train"][0][0]])
+    for k in range(3):
+        np.testing.assert_allclose(
+            layers[0, 1:6, k], expected[k][0], rtol=0, atol=TOLERANCE, err_msg=f"layer {k}"
+        )
+    assert 0 <= results(tmp_path / "a" / "eval_results.txt")["f1"] <= 1
+    tagged = conll.read_conll(tmp_path / "a" / "test_predictions.txt").sentences
+    assert [list(x.words) for x in tagged] == [w for w, _ in rows["test"]]
+    second = helpers.run_main("run_ner.py", [*args, f"--output_dir={tmp_path / 'b'}"])
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "train: (" in second.stderr and "read from" in second.stderr
+    # Without the cache the tagger runs the biLM on the run's words itself.
+    plain = [a for a in args if not a.startswith(("--feature_cache", "--do_predict"))]
+    uncached = helpers.run_main("run_ner.py", [*plain, f"--output_dir={tmp_path / 'd'}"])
+    assert uncached.returncode == 0, uncached.stderr[-3000:]
+    assert 0 <= results(tmp_path / "d" / "eval_results.txt")["f1"] <= 1
+    # Other words under the same ids must not read the first run's outputs.
+    rows["train"][0] = (["Mary", "visited", "New", "York", "."], rows["train"][0][1])
+    write_conll2003(tmp_path / "conll" / "eng.train", rows["train"])
+    third = helpers.run_main("run_ner.py", [*args, f"--output_dir={tmp_path / 'c'}"])
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "train: encoder outputs (" in third.stderr
+
+
+def test_word_ids_read_through_the_runs_words_equal_the_sentences_characters(converted):
+    """The ids path the run scripts take (tokenization.WordTokenizer's ids, [CLS] words [SEP],
+    ElmoBiLM.read_words spelling [CLS] / [SEP] as <S> / </S>) computes what the character path
+    does on the same sentences, which is AllenNLP's; a word the run did not see is [UNK]."""
+    from data_prep import tokenization
+
+    g, sentences = golden()
+    tokenizer = tokenization.WordTokenizer(w for words in sentences for w in words)
+    assert tokenizer.convert_tokens_to_ids(["unseen"]) == [tokenizer.vocab["[UNK]"]]
+    bilm = restore_bilm(converted)
+    bilm.read_words(tokenizer.spelled_tokens())
+    longest = max(map(len, sentences)) + 2
+    ids = np.zeros((len(sentences), longest), np.int32)
+    for b, words in enumerate(sentences):
+        ids[b, : len(words) + 2] = tokenizer.convert_tokens_to_ids(["[CLS]", *words, "[SEP]"])
+    layers = elmo.elmo_layer_outputs(bilm, ids, (ids > 0).astype(np.int32))
+    for k, layer in enumerate(layers):
+        got = np.asarray(layer)[:, 1:-1] * g["mask"][:, :, None]
+        np.testing.assert_allclose(got, g["layers"][k], rtol=0, atol=TOLERANCE)
+    with pytest.raises(ValueError, match="reads a vocabulary's ids"):
+        elmo.ElmoBiLM(
+            elmo.ElmoConfig.from_dict(
+                json.loads((FIXTURE / "options.json").read_text()) | {"n_tokens_vocab": 9}
+            )
+        ).read_words(["a"])
+
+
+def test_run_classifier_learns_on_a_converted_published_bilm(converted, tmp_path):
+    """run_classifier.py with the converted folder's options.json and no --vocab_file: the
+    sentences' words (BasicTokenizer, cased) are the tokens, the frozen biLM is loaded and the
+    scalar mix and softmax learn the two sentences."""
+    from data_prep import glue
+
+    args, out = helpers.two_sentences_args(
+        tmp_path, converted / "bert_config.json", f"--init_checkpoint={converted}",
+        "--max_seq_length=9", "--num_train_epochs=10", "--learning_rate=5e-2",
+        "--iterations_per_loop=10", "--save_checkpoints_steps=30",
+    )  # fmt: skip
+    r = helpers.run_main("run_classifier.py", [a for a in args if "--vocab_file" not in a])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "an ELMo that reads words: 6 distinct words in the data" in r.stderr  # The ... .
+    assert f"initialised the encoder from {converted / 'ckpt-1'}" in r.stderr
+    results = dict(x.split(" = ") for x in (out / "eval_results.txt").read_text().splitlines())
+    assert float(results["accuracy"]) == 1.0, results
+    assert glue.read_submission(out / "SST-2.tsv") == [("4", "0"), ("8", "1")]
