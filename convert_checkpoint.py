@@ -17,6 +17,11 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
         tf1_gpt2  OpenAI's GPT-2 release (github.com/openai/gpt-2's download_model.py): model.ckpt.*
                   (or a `checkpoint` file), hparams.json, encoder.json + vocab.bpe (copied along);
                   --to=cloze, hf or tf1_gpt2
+        bilm_hdf5 a published ELMo (bilm-tf's dump_weights, as AllenNLP's Elmo reads it):
+                  weights.hdf5 (or one *_weights.hdf5, or --init_checkpoint naming the file) and
+                  options.json (or one *_options.json); --to=cloze (the biLM under
+                  `model/encoder`: run_classifier, run_ner and extract_features read words with
+                  it, no vocab needed) or bilm_hdf5
         hf        a folder with model.safetensors (or a shard index), config.json, vocab.txt;
                   config.json's model_type says the family: bert, roberta (positions from
                   pad_token_id + 1), albert or electra (the discriminator; its head and a
@@ -35,7 +40,9 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
         cloze     a Cloze output folder or checkpoint prefix, with bert_config.json or
                   model_config.json beside it (or --bert_config_file); BERT, ALBERT, ELECTRA
                   or BART, XLNet, GPT or T5 (a run_pretraining / run_text2text checkpoint; --to=hf
-                  or cloze, a GPT-2 also tf1_gpt2), told by the config's keys
+                  or cloze, a GPT-2 also tf1_gpt2), or an ELMo options.json (--to=bilm_hdf5
+                  or cloze; run_pretraining's softmax is not converted), told by the config's
+                  keys
         keras_hub a keras-hub BertBackbone preset folder (config.json, model.weights.h5,
                   assets/tokenizer/vocabulary.txt), e.g. one written by --to=keras_hub
 --to:   cloze        ckpt-1 + bert_config.json + vocab.txt; any run script takes the folder as
@@ -60,6 +67,8 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
         tf1_albert   model.ckpt.* with google-research/albert's names + albert_config.json
         tf1_electra  model.ckpt.* with google-research/electra's names + electra_config.json
                      (Cloze's ELECTRA config; the original ships none)
+        bilm_hdf5    an ELMo biLM as bilm-tf and AllenNLP's Elmo read it: weights.hdf5 (no
+                     softmax; the character table's padding row 0 is implied) + options.json
         tf1_gpt2     OpenAI's GPT-2 layout: model.ckpt.* with src/model.py's names, hparams.json
                      (its five keys), encoder.json + vocab.bpe (a pre-LN GPT with the tanh GELU,
                      inner size 4H and epsilon 1e-5: what the released code computes)
