@@ -55,8 +55,8 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
                      run_squad's beam head, spiece.model copied along; a GPT:
                      GPT2LMHeadModel's (pre-LN) or OpenAIGPTLMHeadModel's (post-LN), its
                      config's bos / eos the vocabulary's <|endoftext|>, tokenizer_config.json
-                     naming GPT2Tokenizer; a T5: T5ForConditionalGeneration's, spiece.model
-                     copied along)
+                     naming GPT2Tokenizer, or OpenAIGPTTokenizer for GPT-1's word-end BPE;
+                     a T5: T5ForConditionalGeneration's, spiece.model copied along)
                      model.safetensors + config.json + vocab.txt (or RoBERTa's vocab.json +
                      merges.txt, RobertaTokenizer) + tokenizer_config.json, as
                      transformers writes the family: BertModel / BertForPreTraining, RobertaModel /
@@ -423,7 +423,10 @@ def convert_by_module(
                 raise input_error(str(config_file), where, str(e)) from None
         elif target_format == "hf":
             # A GPT's config names its <|endoftext|> id, as GPT-2's names 50256.
-            extra = {"eos_token_id": module.end_of_text_id(input_dir)} if family == "gpt" else {}
+            extra = {}
+            if family == "gpt":  # GPT-1's word-end BPE names its own tokenizer class
+                eos, kind = module.end_of_text_id(input_dir), module.tokenizer_class(input_dir)
+                extra = {"eos_token_id": eos, "tokenizer": kind}
             try:
                 module.save_hf(model, tmp, **extra)
             except ValueError as e:  # a setting Hugging Face's model cannot hold

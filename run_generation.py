@@ -10,7 +10,8 @@ Example (a converted GPT-2, whose folder is config, checkpoint and BPE at once):
 --input_file holds one prompt a line; an empty line asks for an unconditional sample (the
 prompt is <|endoftext|> alone, as GPT-2's unconditional samples start). Each prompt gets
 --num_samples continuations of --max_new_tokens tokens, each cut before its first
-<|endoftext|>. --temperature=0 decodes greedily; otherwise tokens are drawn after
+<|endoftext|> (a converted GPT-1, whose word-end BPE has none, runs the full length and takes no
+empty prompt). --temperature=0 decodes greedily; otherwise tokens are drawn after
 --top_k / --top_p filtering (modeling/gpt.filter_logits), from stateless random ops keyed by
 --seed, the batch and the step: the same file and flags give the same text. --output_file gets
 one JSON object a line: {"line", "sample", "prompt", "text", "ids"} (ids: the new tokens),
@@ -32,8 +33,8 @@ flags.DEFINE_string("init_checkpoint", None, "Cloze GPT checkpoint (prefix or fo
 flags.DEFINE_string(
     "vocab_file",
     None,
-    "The GPT's byte-level BPE: a folder with encoder.json + vocab.bpe (or vocab.json + "
-    "merges.txt), or the encoder.json with vocab.bpe beside it.",
+    "The GPT's BPE (GPT-2's byte-level or GPT-1's word-end one): a folder with encoder.json + "
+    "vocab.bpe (or vocab.json + merges.txt), or the encoder.json with vocab.bpe beside it.",
 )
 flags.DEFINE_integer("max_new_tokens", 40, "Tokens generated after each prompt.")
 flags.DEFINE_float("temperature", 1.0, "Softmax temperature; 0 decodes greedily.")
@@ -74,8 +75,9 @@ def main(argv):
             )
         config = gpt.GptConfig.from_dict(values, FLAGS.bert_config_file)
         tokenizer = gpt_finetuning.load_bpe(FLAGS.vocab_file)
+        # GPT-1's word-end BPE has no <|endoftext|>: its continuations run the full length.
         end = tokenizer.encoder.get(bpe.GPT2_END_OF_TEXT)
-        if end is None:
+        if end is None and not isinstance(tokenizer, bpe.WordEndBPE):
             raise input_error(FLAGS.vocab_file, f"the token {bpe.GPT2_END_OF_TEXT!r}", "none")
         if max(tokenizer.encoder.values()) >= config.n_vocab:
             raise input_error(
@@ -86,7 +88,13 @@ def main(argv):
         lines = [line for _, line in tokenization.read_utf8_lines(FLAGS.input_file)]
         prompts = []
         for number, line in enumerate(lines, 1):
+            where = f"{FLAGS.input_file}:{number}"
+            if not line and end is None:
+                expected = "a prompt (an unconditional sample starts from <|endoftext|>, which "
+                raise input_error(where, expected + "this vocabulary lacks)", "an empty line")
             ids = tokenizer.encode(line) if line else [end]
+            if not ids:
+                raise input_error(where, "a prompt with tokens", "none after tokenization")
             if len(ids) + FLAGS.max_new_tokens > config.n_ctx:
                 raise input_error(
                     f"{FLAGS.input_file}:{number}",

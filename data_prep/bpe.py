@@ -11,7 +11,8 @@ Two flavours of one algorithm:
 `learn_bpe` is the exact greedy algorithm: repeatedly merge the most frequent adjacent pair
 (ties: the larger pair, as subword-nmt breaks them), counting pairs incrementally with a lazy
 max-heap. `ByteLevelBPE` reads and writes GPT-2's `encoder.json` + `vocab.bpe` and encodes id for
-id as GPT-2's encoder does.
+id as GPT-2's encoder does; `WordEndBPE` is GPT-1's character-level one (its vocab.json and
+merges.txt), as Hugging Face's OpenAIGPTTokenizer encodes without ftfy and spaCy.
 
 Written by hand: keras-hub's BytePairTokenizer and Hugging Face `tokenizers` encode but neither
 learns merges with subword-nmt's tie-breaking or keeps its file format, and the encoder here is a
@@ -34,6 +35,7 @@ from pathlib import Path
 import regex
 
 from data_prep.errors import input_error
+from data_prep.tokenization import BasicTokenizer
 
 END_OF_WORD = "</w>"
 # GPT-2's pre-tokenizer (encoder.py): contractions, letters, numbers and other symbols each with an
@@ -485,12 +487,7 @@ class ByteLevelBPE:
     @classmethod
     def from_files(cls, encoder_file, merges_file) -> ByteLevelBPE:
         """Reads GPT-2's `encoder.json` and `vocab.bpe`; errors name the file and line."""
-        try:
-            encoder = json.loads(Path(encoder_file).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise input_error(str(encoder_file), "a JSON object token -> id", str(e)) from None
-        if not isinstance(encoder, dict) or not all(isinstance(v, int) for v in encoder.values()):
-            raise input_error(str(encoder_file), "a JSON object token -> id", "another JSON value")
+        encoder = read_encoder(encoder_file)
         merges = read_merges(merges_file)
         try:
             return cls(encoder, merges)
@@ -536,6 +533,76 @@ class ByteLevelBPE:
         _write_text(enc, json.dumps(self.encoder, ensure_ascii=False))
         write_merges(self.merges, mer)
         return str(enc), str(mer)
+
+
+class WordEndBPE:
+    """GPT-1's tokenizer (Hugging Face's OpenAIGPTTokenizer without ftfy and spaCy): BERT's
+    BasicTokenizer (lower-cased, accents stripped, punctuation split off), then Sennrich's BPE
+    with "</w>" ending each word (CharacterBPE), over its vocab.json and merges.txt. A unit the
+    vocabulary lacks is `<unk>`'s id. The released GPT-1 split words with spaCy after ftfy's
+    text repair (transformers does when both are installed); this is transformers' fallback,
+    which differs from it on text spaCy splits otherwise (contractions, some punctuation).
+
+    The interface is ByteLevelBPE's that create_lm_data, GPT fine-tuning and run_generation use:
+    encode, decode, tokens, encoder, save."""
+
+    UNK = "<unk>"
+
+    def __init__(self, encoder: dict[str, int], merges: Sequence[tuple[str, str]]):
+        self.encoder = dict(encoder)
+        self.decoder = {i: t for t, i in self.encoder.items()}
+        self.merges = list(merges)
+        self.bpe = CharacterBPE(self.merges)
+        self.words = BasicTokenizer(do_lower_case=True)
+        self.unk_id = self.encoder.get(self.UNK)
+
+    def __reduce__(self):  # to worker processes as its vocabulary and merges
+        return WordEndBPE, (self.encoder, self.merges)
+
+    def _id(self, unit: str) -> int:
+        i = self.encoder.get(unit, self.unk_id)
+        if i is None:
+            raise ValueError(f"the vocabulary has neither {unit!r} nor {self.UNK!r}")
+        return i
+
+    def tokens(self, text: str) -> list[str]:
+        return [u for w in self.words.tokenize(text) for u in self.bpe.segment_word(w)]
+
+    def encode(self, text: str) -> list[int]:
+        return [self._id(u) for u in self.tokens(text)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """As OpenAIGPTTokenizer: the units joined, each "</w>" a space."""
+        return "".join(self.decoder[int(i)] for i in ids).replace(END_OF_WORD, " ").strip()
+
+    def save(self, directory) -> tuple[str, str]:
+        """Writes vocab.json and merges.txt (the released files' names) into `directory`."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        enc, mer = directory / "vocab.json", directory / "merges.txt"
+        _write_text(enc, json.dumps(self.encoder, ensure_ascii=False))
+        write_merges(self.merges, mer)
+        return str(enc), str(mer)
+
+
+def read_encoder(path) -> dict[str, int]:
+    """A BPE vocabulary file (JSON token -> id); errors name the file."""
+    try:
+        encoder = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise input_error(str(path), "a JSON object token -> id", str(e)) from None
+    if not isinstance(encoder, dict) or not all(isinstance(v, int) for v in encoder.values()):
+        raise input_error(str(path), "a JSON object token -> id", "another JSON value")
+    return encoder
+
+
+def load_gpt_bpe(encoder_file, merges_file):
+    """A GPT's BPE from its two files: GPT-1's word-end BPE (WordEndBPE) when the vocabulary's
+    units end words with "</w>", else GPT-2's byte-level BPE (ByteLevelBPE.from_files)."""
+    encoder = read_encoder(encoder_file)
+    if any(token.endswith(END_OF_WORD) for token in encoder):
+        return WordEndBPE(encoder, read_merges(merges_file))
+    return ByteLevelBPE.from_files(encoder_file, merges_file)
 
 
 # A byte-level BPE folder's two files under GPT-2's release names and under Hugging Face's

@@ -74,12 +74,13 @@ def main(argv):
     from data_prep import bpe, files, lm_data, parallel, spiece, tokenization
     from data_prep.errors import InputError, input_error
 
+    tokenizer = None  # a BPE's
     try:
         inputs = files.expand_input_files(FLAGS.input_file)
         model = spiece.model_file(FLAGS.vocab_file) if FLAGS.vocab_file else None
         bpe_files = bpe.folder_files(FLAGS.vocab_file) if FLAGS.vocab_file else None
-        if bpe_files:  # a GPT-2 style folder, e.g. convert_checkpoint.py's output
-            tokenizer = bpe.ByteLevelBPE.from_files(*bpe_files)
+        if bpe_files:  # a GPT folder (GPT-2's byte-level BPE or GPT-1's word-end one)
+            tokenizer = bpe.load_gpt_bpe(*bpe_files)
             encode, vocab, vocab_path = tokenizer.encode, tokenizer.encoder, str(bpe_files[0])
         elif model:
             lower = FLAGS.do_lower_case and FLAGS["do_lower_case"].present
@@ -89,13 +90,16 @@ def main(argv):
             wordpiece = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
             encode, vocab, vocab_path = wordpiece.tokenize_to_ids, wordpiece.vocab, FLAGS.vocab_file
         else:
-            tokenizer = bpe.ByteLevelBPE.from_files(FLAGS.encoder_file, FLAGS.merges_file)
+            tokenizer = bpe.load_gpt_bpe(FLAGS.encoder_file, FLAGS.merges_file)
             encode, vocab, vocab_path = tokenizer.encode, tokenizer.encoder, FLAGS.encoder_file
         end = FLAGS.end_of_text
         if FLAGS.vocab_file and not bpe_files and not FLAGS["end_of_text"].present:
             end = "<eod>" if model else "[SEP]"
         if end not in vocab:
-            raise input_error(vocab_path, f"the token {end!r}", "none")
+            hint = ""
+            if isinstance(tokenizer, bpe.WordEndBPE):  # GPT-1's vocabulary has no such token
+                hint = "; a GPT-1 vocabulary has none: name one of its tokens with --end_of_text"
+            raise input_error(vocab_path, f"the token {end!r}", "none" + hint)
     except InputError as e:
         raise SystemExit(f"create_lm_data: {e}") from None
     outputs = [f.strip() for f in FLAGS.output_file.split(",") if f.strip()]

@@ -726,11 +726,24 @@ def end_of_text_id(vocab_dir) -> int | None:
     return json.loads(files[0].read_text(encoding="utf-8")).get(bpe.GPT2_END_OF_TEXT)
 
 
-def save_hf(model: GptLM, output_dir, eos_token_id: int | None = None) -> list:
+def tokenizer_class(vocab_dir) -> str:
+    """Hugging Face's tokenizer class of the BPE folder `vocab_dir`: OpenAIGPTTokenizer for
+    GPT-1's word-end BPE ("</w>" units), else (also without a folder) GPT2Tokenizer."""
+    from data_prep import bpe
+
+    files = bpe.folder_files(vocab_dir) if vocab_dir else None
+    if files and any(t.endswith(bpe.END_OF_WORD) for t in bpe.read_encoder(files[0])):
+        return "OpenAIGPTTokenizer"
+    return "GPT2Tokenizer"
+
+
+def save_hf(
+    model: GptLM, output_dir, eos_token_id: int | None = None, tokenizer: str = "GPT2Tokenizer"
+) -> list:
     """Writes model.safetensors and config.json as transformers' save_pretrained does for a
     GPT2LMHeadModel or an OpenAIGPTLMHeadModel (`transformer.`-prefixed names, the tied
-    lm_head.weight left out), and tokenizer_config.json naming GPT2Tokenizer: the byte-level BPE
-    that Cloze's GPTs read (also for a post-LN model, whose published GPT-1 tokenizer differs).
+    lm_head.weight left out), and tokenizer_config.json naming `tokenizer` (tokenizer_class of
+    the vocabulary: the byte-level BPE's GPT2Tokenizer, or GPT-1's OpenAIGPTTokenizer).
     eos_token_id (end_of_text_id of the vocabulary) becomes the config's bos and eos token, as
     GPT-2's 50256; None writes null, not transformers' default 50256, which a vocabulary of
     another size does not hold."""
@@ -741,9 +754,9 @@ def save_hf(model: GptLM, output_dir, eos_token_id: int | None = None) -> list:
     config = {**hf_config(model.config), "bos_token_id": eos_token_id, "eos_token_id": eos_token_id}
     arrays = checkpoints.export_arrays(model, hf_entries(model.config))
     files = checkpoints.write_hf_files(output_dir, arrays, config)
-    tokenizer = files[0].parent / "tokenizer_config.json"
-    tokenizer.write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer"}, indent=2) + "\n")
-    return [*files, tokenizer]
+    written = files[0].parent / "tokenizer_config.json"
+    written.write_text(json.dumps({"tokenizer_class": tokenizer}, indent=2) + "\n")
+    return [*files, written]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -60,8 +60,7 @@ def test_converted_gpt_computes_what_transformers_computes(converted, name):
     folder = converted / name
     g = golden(GPT2 if name == "gpt2" else GPT1)
     files = ["bert_config.json", "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
-    if name == "gpt2":
-        files = sorted([*files, "encoder.json", "vocab.bpe"])  # vocab.json, merges.txt renamed
+    files = sorted([*files, "encoder.json", "vocab.bpe"])  # vocab.json, merges.txt renamed
     assert sorted(p.name for p in folder.iterdir()) == files
     config = gpt.GptConfig.from_json_file(folder / "bert_config.json")
     position = "pre" if name == "gpt2" else "post"
@@ -106,11 +105,15 @@ def test_cloze_to_hf_round_trips_bit_for_bit(converted, tmp_path, name):
     helpers.convert_checkpoint(
         "--from=cloze", "--to=hf", f"--input_dir={converted / name}", f"--output_dir={out}"
     )
-    files = ["config.json", "model.safetensors", "tokenizer_config.json"]
-    if name == "gpt2":
-        files = sorted([*files, "merges.txt", "vocab.json"])
-        for file in ("merges.txt", "vocab.json"):
-            assert (out / file).read_bytes() == (fixture / file).read_bytes()
+    files = [
+        "config.json",
+        "merges.txt",
+        "model.safetensors",
+        "tokenizer_config.json",
+        "vocab.json",
+    ]
+    for file in ("merges.txt", "vocab.json"):  # GPT-2's byte-level BPE, GPT-1's word-end one
+        assert (out / file).read_bytes() == (fixture / file).read_bytes()
     assert sorted(p.name for p in out.iterdir()) == files
     mine, theirs = load_file(out / "model.safetensors"), load_file(fixture / "model.safetensors")
     assert sorted(mine) == sorted(theirs)
@@ -119,7 +122,8 @@ def test_cloze_to_hf_round_trips_bit_for_bit(converted, tmp_path, name):
     written, published = (json.loads((f / "config.json").read_text()) for f in (out, fixture))
     assert {k: published[k] for k in written} == written  # the keys written have its values
     tokenizer = json.loads((out / "tokenizer_config.json").read_text())
-    assert tokenizer == {"tokenizer_class": "GPT2Tokenizer"}
+    kind = "GPT2Tokenizer" if name == "gpt2" else "OpenAIGPTTokenizer"
+    assert tokenizer == {"tokenizer_class": kind}
 
 
 def test_bare_gpt2_model_with_buffers_and_a_task_head_converts(tmp_path):
@@ -232,6 +236,69 @@ def test_a_converted_gpt2_continues_pretraining_on_blocks_of_its_own_bpe(convert
     assert f"initialised the model from {folder / 'ckpt-1'}" in r.stderr
     results = (out / "eval_results.txt").read_text()
     assert "global_step = 4" in results and "perplexity = " in results
+
+
+def test_gpt1_tokenizer_equals_transformers_openaigpttokenizer():
+    """GPT-1's word-end BPE (bpe.WordEndBPE, from the fixture's vocab.json + merges.txt: a
+    vocabulary with "</w>" units is GPT-1's) gives OpenAIGPTTokenizer's ids and decoded text on
+    every 25th README line, accented text and characters the vocabulary lacks (<unk>)."""
+    g = np.load(GPT1 / "tokenizer_golden.npz")
+    tokenizer = bpe.load_gpt_bpe(GPT1 / "vocab.json", GPT1 / "merges.txt")
+    assert isinstance(tokenizer, bpe.WordEndBPE)
+    assert (g["tokenizer_ids"] == tokenizer.encoder["<unk>"]).sum() >= 4  # the unknown path ran
+    offsets = g["tokenizer_offsets"]
+    for i, text in enumerate(g["tokenizer_texts"]):
+        ids = tokenizer.encode(str(text))
+        assert ids == g["tokenizer_ids"][offsets[i] : offsets[i + 1]].tolist(), str(text)
+        assert tokenizer.decode(ids) == str(g["tokenizer_decoded"][i])
+    again = bpe.WordEndBPE(tokenizer.encoder, tokenizer.merges)
+    assert again.encode("Crème brûlée!") == tokenizer.encode("Crème brûlée!")
+
+
+def test_a_converted_gpt1_fine_tunes_with_its_own_vocabulary_and_new_delimiters(
+    converted, tmp_path
+):
+    """The converted GPT-1 folder carries its word-end BPE (as encoder.json + vocab.bpe) and is
+    run_classifier's --vocab_file: the vocabulary has no delimiters nor <|endoftext|>, so the
+    three are new tokens 400-402 whose rows are added at random to the checkpoint's 400 (GPT-1
+    sec. 3.3), and the two sentences are learnt by heart; init_with_new_tokens keeps every
+    checkpoint weight and the new rows as the model drew them."""
+    from training import gpt_finetuning
+
+    folder = converted / "gpt1"
+    tokenizer = gpt_finetuning.load_bpe(str(folder))
+    assert isinstance(tokenizer, bpe.WordEndBPE)
+    assert gpt_finetuning.delimiter_ids(tokenizer, 400) == (400, 401, 402)
+    with pytest.raises(ValueError, match="for the delimiter tokens"):
+        gpt_finetuning.delimiter_ids(tokenizer)
+    helpers.converted_folder_learns_two_sentences(tmp_path, folder)
+    config = gpt.GptConfig.from_json_file(folder / "bert_config.json")
+    grown = gpt.GptClassifier(config.replace(n_vocab=403), 2)
+    grown.build()
+    fresh = grown.encoder.wte.numpy()
+    gpt_finetuning.init_with_new_tokens(grown, str(folder), config, 2)
+    lm, _ = checkpoints.load_whole(gpt.GptLM(config), folder)
+    table = grown.encoder.wte.numpy()
+    np.testing.assert_array_equal(table[:400], lm.encoder.wte.numpy())
+    np.testing.assert_array_equal(table[400:], fresh[400:])
+    for a, b in zip(grown.encoder.weights[1:], lm.encoder.weights[1:], strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_gpt1_blocks_need_an_end_of_text_token_named(converted, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The cat sat.\n\nThe dog barked.\n")
+    args = [f"--input_file={corpus}", f"--vocab_file={converted / 'gpt1'}", "--block_size=8",
+            "--num_workers=1"]  # fmt: skip
+    r = helpers.run_main(
+        "data_prep/create_lm_data.py", [*args, f"--output_file={tmp_path / 'a.tfrecord'}"]
+    )
+    assert r.returncode != 0 and "a GPT-1 vocabulary has none" in r.stderr
+    r = helpers.run_main(
+        "data_prep/create_lm_data.py",
+        [*args, "--end_of_text=<unk>", f"--output_file={tmp_path / 'b.tfrecord'}"],
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
 
 
 def openai_names(arrays: dict) -> dict:

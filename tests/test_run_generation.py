@@ -125,3 +125,28 @@ def test_bad_input_is_refused_naming_the_line_and_nothing_is_written(converted, 
     assert r.returncode != 0
     assert "prompts.txt:2: expected UTF-8 text, found byte 0xff at column 5" in r.stderr
     assert not out.exists()
+
+
+def test_a_converted_gpt1_continues_prompts_of_its_word_end_bpe(tmp_path):
+    """A converted GPT-1 (tests/fixtures/openai_gpt_tiny with its word-end BPE): the prompt is
+    encoded as OpenAIGPTTokenizer encodes (tests/test_gpt_convert.py), the continuation runs the
+    full length (no <|endoftext|> to stop at) as gpt.generate's, its text the BPE's decoding;
+    an empty line, an unconditional sample, is refused naming the line."""
+    folder = tmp_path / "gpt1"
+    helpers.convert_checkpoint(
+        "--from=hf", "--to=cloze", f"--input_dir={GPT2.parent / 'openai_gpt_tiny'}",
+        f"--output_dir={folder}",
+    )  # fmt: skip
+    r, out = generate(folder, tmp_path, "Crème brûlée in Zürich\n", "--temperature=0",
+                      "--max_new_tokens=6")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    (row,) = read(out)
+    tok = bpe.load_gpt_bpe(folder / "encoder.json", folder / "vocab.bpe")
+    ids = tok.encode(row["prompt"])
+    config = gpt.GptConfig.from_json_file(folder / "bert_config.json")
+    model, _ = checkpoints.load_whole(gpt.GptLM(config), folder)
+    assert row["ids"] == gpt.generate(model, [ids], 6, temperature=0)[0, len(ids) :].tolist()
+    assert row["text"] == tok.decode(row["ids"]) and len(row["ids"]) == 6
+    r, out = generate(folder, tmp_path, "a prompt\n\n", name="refused.jsonl")
+    assert r.returncode != 0 and f"{tmp_path / 'prompts.txt'}:2" in r.stderr
+    assert "which this vocabulary lacks" in r.stderr and not out.exists()

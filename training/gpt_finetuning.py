@@ -7,7 +7,10 @@ on the same text is added with weight lm_coef (the paper's lambda = 0.5, sec. 3.
 delimiters are the encoder's `<|start|>`, `<|delim|>` and `<|extract|>` when it holds them (GPT-1
 added them as new embeddings); a vocabulary without them, such as one a GPT was pretrained on by
 create_lm_data.py, uses its `<|endoftext|>` for each missing role, whose embedding pretraining
-learned as a document boundary.
+learned as a document boundary. A vocabulary with neither, such as the released GPT-1's word-end
+BPE (data_prep/bpe.WordEndBPE), gets the three as new tokens after the config's n_vocab, their
+embedding rows initialised at random as GPT-1 did, the checkpoint's rows kept
+(init_with_new_tokens).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from absl import logging
 
 from data_prep import bpe, glue
 from data_prep.errors import input_error
-from modeling import flops, losses
+from modeling import flops, gpt, losses
+from training import trainer
 from training.trainer import Task, float_shape
 
 DELIMITERS = ("<|start|>", "<|delim|>", "<|extract|>")
@@ -61,10 +65,10 @@ class GptFinetuneSettings:
     tpu: str | None = None
 
 
-def load_bpe(vocab_file: str) -> bpe.ByteLevelBPE:
-    """The byte-level BPE of `vocab_file`: a folder holding encoder.json and vocab.bpe (or
-    Hugging Face's vocab.json and merges.txt), or the encoder.json itself with vocab.bpe beside
-    it."""
+def load_bpe(vocab_file: str):
+    """The BPE of `vocab_file`: a folder holding encoder.json and vocab.bpe (or Hugging Face's
+    vocab.json and merges.txt), or the encoder.json itself with vocab.bpe beside it; GPT-2's
+    byte-level BPE or GPT-1's word-end one, told by the vocabulary (bpe.load_gpt_bpe)."""
     path = Path(vocab_file)
     files = bpe.folder_files(path)
     if files is None and path.is_file():
@@ -75,20 +79,43 @@ def load_bpe(vocab_file: str) -> bpe.ByteLevelBPE:
             "a GPT BPE folder with encoder.json and vocab.bpe (or vocab.json and merges.txt)",
             "no such files",
         )
-    return bpe.ByteLevelBPE.from_files(*files)
+    return bpe.load_gpt_bpe(*files)
 
 
-def delimiter_ids(tokenizer: bpe.ByteLevelBPE) -> tuple[int, int, int]:
-    """(start, delim, extract) ids; see the module docstring for the fallback."""
+def delimiter_ids(tokenizer, n_vocab: int | None = None) -> tuple[int, int, int]:
+    """(start, delim, extract) ids; see the module docstring for the fallback. A vocabulary with
+    neither the delimiters nor `<|endoftext|>` gets them as n_vocab, n_vocab + 1 and n_vocab + 2
+    (new tokens: the model must grow its table, init_with_new_tokens); without n_vocab that is
+    a ValueError."""
     enc = tokenizer.encoder
     fallback = enc.get(bpe.GPT2_END_OF_TEXT)
     ids = tuple(enc.get(name, fallback) for name in DELIMITERS)
+    if None in ids and n_vocab is not None and not any(name in enc for name in DELIMITERS):
+        return n_vocab, n_vocab + 1, n_vocab + 2
     if None in ids:
         raise ValueError(
             f"the BPE vocabulary has neither {list(DELIMITERS)} nor {bpe.GPT2_END_OF_TEXT!r} "
             "for the delimiter tokens"
         )
     return ids
+
+
+def init_with_new_tokens(model, path: str, base_config: gpt.GptConfig, num_outputs: int):
+    """trainer.init_from_checkpoint for a GptClassifier whose token table has rows the
+    checkpoint (of a model with base_config's n_vocab) lacks: the checkpoint is read into a
+    model of the base config, whose weights are copied over, the table's first n_vocab rows
+    from it and its new rows as `model` initialised them. Returns (prefix, part loaded)."""
+    base = gpt.GptClassifier(base_config, num_outputs)
+    base.build()
+    loaded, part = trainer.init_from_checkpoint(base, path)
+    for new, old in zip(model.weights, base.weights, strict=True):
+        value = old.numpy()
+        if tuple(new.shape) != tuple(old.shape):  # the token table: (n_vocab + 3, n_embd)
+            if not new.path.endswith("wte") and not new.path.endswith("tokens_embed"):
+                raise RuntimeError(f"{new.path}: {new.shape} against {old.shape}")
+            value = np.concatenate([value, new.numpy()[len(value) :]])
+        new.assign(value)
+    return loaded, part
 
 
 def encode_example(tokenizer, ids3, text_a: str, text_b: str | None, max_seq_length: int):
@@ -176,8 +203,7 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
     task's submission files."""
     import keras
 
-    from modeling import gpt
-    from training import distribute, finetune_tasks, optimization, trainer
+    from training import distribute, finetune_tasks, optimization
 
     if task.kind == glue.REGRESSION:
         raise ValueError(
@@ -191,7 +217,22 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
         raise input_error(
             s.vocab_file, f"at most n_vocab={config.n_vocab} tokens", f"{len(tokenizer.encoder)}"
         )
-    ids3 = delimiter_ids(tokenizer)
+    base_config = config
+    ids3 = delimiter_ids(tokenizer, config.n_vocab)
+    if ids3[0] >= config.n_vocab:  # new tokens: the table grows by three rows
+        config = config.replace(n_vocab=config.n_vocab + len(DELIMITERS))
+        logging.info("%s has no delimiter tokens: %s added as ids %s", s.vocab_file,
+                     ", ".join(DELIMITERS), ", ".join(map(str, ids3)))  # fmt: skip
+
+    def load_initial(path):
+        """--init_checkpoint (or a given checkpoint to predict with) into the model: a checkpoint
+        without the new tokens' rows through init_with_new_tokens."""
+        if config is base_config:
+            return trainer.init_from_checkpoint(model, path)
+        try:  # this run's own checkpoints hold the grown table
+            return trainer.init_from_checkpoint(model, path)
+        except (ValueError, tf.errors.InvalidArgumentError):
+            return init_with_new_tokens(model, path, base_config, task.num_outputs)
 
     def load(split):
         data = glue.read_split(task, split, s.data_dir, skip_bad_rows=s.skip_bad_rows)
@@ -256,7 +297,7 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
             return data.batch(s.train_batch_size // workers, drop_remainder=True)
 
         def init_fn():
-            loaded, part = trainer.init_from_checkpoint(model, s.init_checkpoint)
+            loaded, part = load_initial(s.init_checkpoint)
             logging.info("initialised the %s from %s", part, loaded)
 
         run_config = {"gpt_config": config.to_dict(), "task": task.name, "lm_coef": s.lm_coef}
@@ -286,7 +327,7 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
         source = best.prefix or tf.train.latest_checkpoint(s.output_dir) or s.init_checkpoint
         if not source:
             raise ValueError(f"{s.output_dir} holds no checkpoint and init_checkpoint is empty")
-        trainer.init_from_checkpoint(model, source)
+        load_initial(source)
     results = {}
     if s.do_eval:
         step = int(optimizer.iterations.numpy())
