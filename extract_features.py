@@ -101,12 +101,10 @@ def split_words(lines, max_words: int) -> list:
             f"{FLAGS.input_file}:{pair.line}: expected one text a line for an ELMo biLM, "
             "found a `text_a ||| text_b` pair"
         )
-    if FLAGS.elmo_word_split == "whitespace":
-        words = [x.text_a.split() for x in lines]
-    else:  # cased unless --do_lower_case is given: ELMo's characters keep the case
-        lower = FLAGS.do_lower_case and FLAGS["do_lower_case"].present
-        basic = tokenization.BasicTokenizer(do_lower_case=lower)
-        words = [basic.tokenize(x.text_a) for x in lines]
+    # Cased unless --do_lower_case is given: ELMo's characters keep the case.
+    lower = FLAGS.do_lower_case and FLAGS["do_lower_case"].present
+    splitter = tokenization.WordTokenizer((), FLAGS.elmo_word_split, lower)
+    words = [splitter.tokenize(x.text_a) for x in lines]
     cut = [f"{FLAGS.input_file}:{x.line}" for x, w in zip(lines, words) if len(w) > max_words]
     if cut:
         logging.warning(

@@ -536,15 +536,15 @@ class ByteLevelBPE:
 
 
 class WordEndBPE:
-    """GPT-1's tokenizer (Hugging Face's OpenAIGPTTokenizer without ftfy and spaCy): BERT's
-    BasicTokenizer (lower-cased, accents stripped, punctuation split off), then Sennrich's BPE
-    with "</w>" ending each word (CharacterBPE), over its vocab.json and merges.txt. A unit the
-    vocabulary lacks is `<unk>`'s id. The released GPT-1 split words with spaCy after ftfy's
-    text repair (transformers does when both are installed); this is transformers' fallback,
-    which differs from it on text spaCy splits otherwise (contractions, some punctuation).
+    """GPT-1's tokenizer as Hugging Face's OpenAIGPTTokenizer encodes (transformers 5's; 4's
+    without ftfy and spaCy): BERT's BasicTokenizer (lower-cased, accents stripped, punctuation
+    split off), then Sennrich's BPE with "</w>" ending each word (CharacterBPE), over its
+    vocab.json and merges.txt. A unit the vocabulary lacks is `<unk>`'s id. The released GPT-1
+    split words with spaCy after ftfy's text repair (transformers 4 did when both were
+    installed), which differs on text spaCy splits otherwise (contractions, some punctuation).
 
     The interface is ByteLevelBPE's that create_lm_data, GPT fine-tuning and run_generation use:
-    encode, decode, tokens, encoder, save."""
+    encode, decode, tokens, encoder."""
 
     UNK = "<unk>"
 
@@ -574,15 +574,6 @@ class WordEndBPE:
     def decode(self, ids: Iterable[int]) -> str:
         """As OpenAIGPTTokenizer: the units joined, each "</w>" a space."""
         return "".join(self.decoder[int(i)] for i in ids).replace(END_OF_WORD, " ").strip()
-
-    def save(self, directory) -> tuple[str, str]:
-        """Writes vocab.json and merges.txt (the released files' names) into `directory`."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        enc, mer = directory / "vocab.json", directory / "merges.txt"
-        _write_text(enc, json.dumps(self.encoder, ensure_ascii=False))
-        write_merges(self.merges, mer)
-        return str(enc), str(mer)
 
 
 def read_encoder(path) -> dict[str, int]:

@@ -957,8 +957,7 @@ def sentence_layer_outputs(bilm: ElmoBiLM, sentences: Sequence[Sequence[str]]) -
     if c is None:
         raise ValueError("ELMo on words needs a character CNN (options.json's char_cnn)")
     chars, mask = sentence_char_ids(sentences, c.max_characters_per_token)
-    inputs = {"input_ids": np.zeros(mask.shape, np.int32), "char_ids": chars, "input_mask": mask}
     words = mask[:, 2:]  # (B, S): position t + 1 holds word t, real up to the sentence's length
     keep = words[:, :, None].astype("float32")
-    outputs = elmo_layer_outputs(bilm, inputs["input_ids"], mask, chars)
+    outputs = elmo_layer_outputs(bilm, np.zeros(mask.shape, np.int32), mask, chars)
     return [ops.convert_to_numpy(h)[:, 1:-1] * keep for h in outputs], words

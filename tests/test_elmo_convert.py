@@ -371,3 +371,18 @@ def test_run_classifier_learns_on_a_converted_published_bilm(converted, tmp_path
     results = dict(x.split(" = ") for x in (out / "eval_results.txt").read_text().splitlines())
     assert float(results["accuracy"]) == 1.0, results
     assert glue.read_submission(out / "SST-2.tsv") == [("4", "0"), ("8", "1")]
+
+
+@pytest.mark.parametrize("script", ["run_classifier.py", "run_ner.py", "extract_features.py"])
+def test_every_other_model_still_needs_its_vocab_file(tmp_path, script):
+    config = f"--bert_config_file={ROOT / 'configs' / 'bert_tiny.json'}"
+    args = {
+        "run_classifier.py": ["--task_name=sst-2", f"--data_dir={tmp_path}", "--do_train"],
+        "run_ner.py": [f"--data_dir={tmp_path}", "--do_train"],
+        "extract_features.py": [f"--input_file={tmp_path / 'in.txt'}", "--init_checkpoint=x",
+                                f"--output_file={tmp_path / 'f.jsonl'}"],
+    }[script]  # fmt: skip
+    (tmp_path / "in.txt").write_text("a line\n")
+    out = [] if script == "extract_features.py" else [f"--output_dir={tmp_path / 'out'}"]
+    r = helpers.run_main(script, [*args, config, *out])
+    assert r.returncode == 1 and "--vocab_file is required" in r.stderr, r.stderr[-2000:]

@@ -22,8 +22,9 @@ def test_run_main_starts_from_the_defaults_and_reports_failures_as_app_run_does(
     r = helpers.run_main("run_pretraining.py", [f"--output_dir={tmp_path}"])
     assert r.returncode == 1 and "at least one of --do_train or --do_eval" in r.stderr
     # run_classifier.py defines the same flag names (--bert_config_file ...) in this process.
-    r = helpers.run_main("run_classifier.py", ["--do_eval", "--task_name=sst-2"])
-    assert r.returncode == 1 and "--vocab_file is required" in r.stderr
+    args = ["--do_eval", "--task_name=sst-2", f"--bert_config_file={tmp_path}/c.json"]
+    r = helpers.run_main("run_classifier.py", [*args, f"--output_dir={tmp_path}/c"])
+    assert r.returncode == 1 and "--data_dir (or --tfds_name) is required" in r.stderr
     r = helpers.run_main("run_classifier.py", ["--no_such_flag=1"])
     assert r.returncode == 1 and "no_such_flag" in r.stderr
     # A failure inside main (not a usage error) keeps its traceback.
