@@ -181,11 +181,23 @@ flags.DEFINE_enum(
     "(RoBERTa sec. 4.1).",
 )
 flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to predict (--masking=dynamic).")
+flags.DEFINE_bool(
+    "xlnet_span_prediction",
+    False,
+    "XLNet: predict spans of 1-5 tokens starting at words, each in a context of --mask_alpha / "
+    "--mask_beta times its length, and let the context tokens see each other (the release's "
+    "partial prediction, sec. A.1; data_prep/permutation.py). Needs --vocab_file, the records' "
+    "vocabulary, to tell word starts. Default: the last --max_predictions_per_seq tokens of each "
+    "order, every position following the order.",
+)
+flags.DEFINE_integer("mask_alpha", 6, "XLNet span prediction: context tokens per span token.")
+flags.DEFINE_integer("mask_beta", 1, "XLNet span prediction: the divisor of --mask_alpha.")
 flags.DEFINE_string(
     "vocab_file",
     None,
     "The vocabulary of the records (a WordPiece vocab.txt, or an ALBERT's SentencePiece model): "
-    "ids of [MASK], [CLS], [SEP] for dynamic masking.",
+    "ids of [MASK], [CLS], [SEP] for dynamic masking; XLNet's word starts for "
+    "--xlnet_span_prediction (also a byte-level BPE folder or an XLNet's spiece.model).",
 )
 flags.DEFINE_bool(
     "span_boundary_objective",
@@ -630,7 +642,12 @@ def _train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, cu
                     {
                         k: FLAGS[k].value
                         # --precision: fp16 adds the loss scale's state to the checkpoint
-                        for k in ("skip_corrupt_records", "span_boundary_objective", "precision")
+                        for k in (
+                            "skip_corrupt_records",
+                            "span_boundary_objective",
+                            "precision",
+                            "xlnet_span_prediction",
+                        )  # fmt: skip
                     }
                 ),
             ),
@@ -908,12 +925,36 @@ def pretrain_permutation_lm(config) -> None:
         raise SystemExit(
             f"run_pretraining: {e} (make blocks with data_prep/create_lm_data.py)"
         ) from None
-    logging.info("XLNet, blocks of %d, %d predicted each", s, p)
+    spans = {}
+    if FLAGS.xlnet_span_prediction:
+        if not FLAGS.vocab_file:
+            raise app.UsageError("--xlnet_span_prediction: give --vocab_file to tell word starts")
+        if FLAGS.mask_alpha < 1 or FLAGS.mask_beta < 1:
+            raise app.UsageError(
+                f"--mask_alpha={FLAGS.mask_alpha} / --mask_beta={FLAGS.mask_beta}: expected >= 1"
+            )
+        try:
+            starts = permutation.word_start_table(FLAGS.vocab_file)
+        except InputError as e:
+            raise SystemExit(f"run_pretraining: {e}") from None
+        if len(starts) < config.n_token:  # ids past the table would be read as continuations
+            raise app.UsageError(
+                f"--vocab_file={FLAGS.vocab_file}: {len(starts)} tokens, fewer than the config's "
+                f"n_token {config.n_token}"
+            )
+        spans = {"word_starts": starts, "mask_alpha": FLAGS.mask_alpha,
+                 "mask_beta": FLAGS.mask_beta}  # fmt: skip
+    elif FLAGS["mask_alpha"].present or FLAGS["mask_beta"].present:
+        raise app.UsageError("--mask_alpha / --mask_beta: only with --xlnet_span_prediction")
+    logging.info("XLNet, blocks of %d, %d predicted each%s", s, p,
+                 " (spans)" if spans else "")  # fmt: skip
     pretrain_blocks(
         config,
         xlnet.XLNetPretrainer,
         plm_tasks.permutation_lm_task,
-        lambda f, b, train, *shard: permutation.permutation_lm_dataset(f, b, s, p, train, *shard),
+        lambda f, b, train, *shard: permutation.permutation_lm_dataset(
+            f, b, s, p, train, *shard, **spans
+        ),
         (train_files, eval_files, (features_files, lm_data.lm_feature_spec(s))),
         {"perplexity": "plm_loss"},
         ["plm_loss", "plm_accuracy"],

@@ -12,11 +12,18 @@ context only; the paper sets K = |z| / (|z| - c) (K = 6 for XLNet-Large, Appendi
 predicts about |z| / K tokens of each block: num_predict_for_k(). K = 1 predicts every token
 (the first one of z from its position alone); num_predict = 1 predicts only the last one of z.
 
-Left out: span-based prediction (the release predicts whole n-gram spans, sec. A.1) and the
-release's choice of letting context tokens see each other bidirectionally; here every position,
-context or target, follows z strictly.
+Span-based prediction (sec. A.1, as XLNet's release trains; run_pretraining's
+--xlnet_span_prediction): the targets are spans of 1 to 5 tokens (length L drawn with
+probability proportional to 1 / L), each starting at a word and chosen within a context of
+L * mask_alpha / mask_beta tokens (XLNet's mask_alpha 6, mask_beta 1: about one token in six),
+topped up with single tokens to P. Then, as the release's permutation, the context tokens see
+each other and are seen by every position, while a target sees the context and the targets
+before it in z (and no context token sees a target). Without it, every position, context or
+target, follows z strictly.
 
   num_predict_for_k       the paper's K -> tokens predicted per block
+  word_start_table        a vocabulary -> which of its tokens begin a word
+  span_targets            a batch's span targets, from a stateless seed
   permutation_lm_features a batch of blocks + a stateless seed -> model inputs and targets
   permutation_lm_dataset  LM blocks from data_prep/create_lm_data.py -> those, seeded per batch
 Shapes: B batch, S block length, P predicted positions per block.
@@ -26,9 +33,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from data_prep import lm_data
+
+# Span-based prediction: lengths 1 .. MAX_SPAN tokens, drawn with probability proportional to
+# 1 / length (XLNet's release, max_gram 5).
+MAX_SPAN = 5
 
 
 def num_predict_for_k(length: int, k: float) -> int:
@@ -39,7 +51,88 @@ def num_predict_for_k(length: int, k: float) -> int:
     return max(1, int(round(length / k)))
 
 
-def permutation_lm_features(input_ids, seed, num_predict: int) -> dict:
+def word_start_table(vocab_file) -> np.ndarray:
+    """bool (V,): which tokens of the vocabulary --vocab_file names begin a word, for span
+    targets. A byte-level BPE folder (GPT-2's encoder.json or vocab.json): tokens with a leading
+    space ("Ġ") or not starting with a letter or digit; a SentencePiece model (or a folder with
+    spiece.model): XLNet's rule (pretraining_data.spiece_word_start); a WordPiece vocab.txt:
+    tokens without "##". Raises InputError naming the file."""
+    from data_prep import bpe, pretraining_data, spiece, tokenization
+
+    if files := bpe.folder_files(vocab_file):
+        encoder = bpe.read_encoder(files[0])
+        starts = {t: t.startswith(bpe.BYTE_TO_CHAR[32]) or not t[:1].isalnum() for t in encoder}
+        ids = encoder
+    elif model := spiece.model_file(vocab_file):
+        pieces = spiece.SentencePieceTokenizer(model, False)
+        ids = pieces.vocab
+        starts = {t: pretraining_data.spiece_word_start(t) for t in ids}
+    else:
+        ids = tokenization.load_vocab(vocab_file)
+        starts = {t: not t.startswith(tokenization.SUFFIX_INDICATOR) for t in ids}
+    table = np.zeros(max(ids.values()) + 1, bool)
+    for token, i in ids.items():
+        table[i] = starts[token]
+    return table
+
+
+def span_targets(word_start, num_predict: int, seed, mask_alpha: int = 6, mask_beta: int = 1):
+    """bool (B, S): exactly num_predict targets in each row, from span sampling over the rows'
+    word starts (word_start bool (B, S): True where a token begins a word). Each row walks its
+    block left to right: draw a span length L in 1 .. MAX_SPAN (probability proportional to 1 / L,
+    at most the targets still wanted), take a context of C = max(1, L * mask_alpha // mask_beta)
+    tokens, start the span at a random offset below C moved on to the next word start, mark its
+    L tokens and skip the rest of the context; a span that would reach the block's end stops the
+    walk, and random single tokens then make up num_predict (XLNet's release, sec. A.1).
+
+    Pure TensorFlow with stateless random ops keyed by `seed` (int (2,)), the row and the step:
+    the same inputs give the same targets, and it can sit in a tf.data pipeline whose iterator
+    is checkpointed (a numpy function there cannot be saved)."""
+    word_start = tf.cast(tf.convert_to_tensor(word_start), tf.bool)
+    s = tf.shape(word_start)[1]
+    positions = tf.range(s)
+    seed = tf.cast(seed, tf.int64)
+    logits = tf.math.log(1.0 / tf.range(1, MAX_SPAN + 1, dtype=tf.float32))[None]  # (1, 5)
+    p = tf.constant(num_predict, tf.int32)
+
+    def row(args):
+        starts, index = args
+        key = tf.random.experimental.stateless_fold_in(seed, index)
+
+        def more(cursor, count, mask, step, stop):
+            return tf.logical_and(tf.logical_not(stop), tf.logical_and(cursor < s, count < p))
+
+        def span(cursor, count, mask, step, stop):
+            draw = tf.random.experimental.stateless_fold_in(key, step)
+            n = tf.cast(tf.random.stateless_categorical(logits, 1, draw)[0, 0], tf.int32) + 1
+            n = tf.minimum(n, p - count)
+            context = tf.maximum(1, n * mask_alpha // mask_beta)
+            offset = tf.random.experimental.stateless_fold_in(draw, 1)
+            left = tf.random.stateless_uniform([], offset, 0, context, tf.int32)
+            candidates = tf.logical_and(starts, positions >= cursor + left)
+            begin = tf.cast(tf.argmax(tf.cast(candidates, tf.int32)), tf.int32)
+            fits = tf.logical_and(tf.reduce_any(candidates), begin + n < s)
+            covered = tf.logical_and(positions >= begin, positions < begin + n)
+            mask = tf.where(fits, tf.logical_or(mask, covered), mask)
+            count = tf.where(fits, count + n, count)
+            cursor = begin + n + context - left
+            return cursor, count, mask, step + 1, tf.logical_not(fits)
+
+        zero = tf.constant(0, tf.int32)
+        state = (zero, zero, tf.zeros([s], tf.bool), zero, tf.constant(False))
+        _, count, mask, _, _ = tf.while_loop(more, span, state)
+        # Top up with random free positions: the p - count smallest keys among them.
+        top_up = tf.random.experimental.stateless_fold_in(key, 1 << 30)  # no step reaches it
+        keys = tf.random.stateless_uniform([s], top_up)
+        keys = tf.where(mask, 2.0, keys)
+        _, extra = tf.math.top_k(-keys, p - count)
+        return tf.logical_or(mask, tf.reduce_any(positions[:, None] == extra[None, :], axis=1))
+
+    rows = tf.range(tf.shape(word_start)[0], dtype=tf.int64)
+    return tf.map_fn(row, (word_start, rows), fn_output_signature=tf.TensorSpec([None], tf.bool))
+
+
+def permutation_lm_features(input_ids, seed, num_predict: int, is_target=None) -> dict:
     """Samples one factorisation order per block and builds the model inputs and targets.
 
     Pure: the same ids and seed give the same output (stateless random ops), so it can run in
@@ -48,10 +141,13 @@ def permutation_lm_features(input_ids, seed, num_predict: int) -> dict:
       input_ids: int (B, S) blocks.
       seed: int (2,), a stateless seed (tf.random.stateless_uniform's).
       num_predict: P, how many positions of each block are predicted (the last P of its order).
+      is_target: None, or bool (B, S) with P True per row (span_targets): those are the
+        predicted positions, and the masks follow the release (see the module docstring).
     Returns a dict:
       input_ids int32 (B, S), unchanged;
-      perm_mask float32 (B, S, S), [b, i, j] = 1 where j is not before i in the order
-        (its diagonal is all 1);
+      perm_mask float32 (B, S, S), [b, i, j] = 1 where i may not see j: j is not before i in
+        the order (its diagonal is all 1); with is_target, j is a target not before i (a
+        context i sees no target; the diagonal is 1 at targets);
       target_mapping float32 (B, P, S), one-hot rows: the predicted positions, ascending;
       target_ids int32 (B, P), the tokens at those positions; target_weights float32 (B, P), 1.
     """
@@ -64,9 +160,20 @@ def permutation_lm_features(input_ids, seed, num_predict: int) -> dict:
     keys = tf.random.stateless_uniform(shape, seed=tf.cast(seed, tf.int64))
     order = tf.argsort(keys, axis=1, stable=True)  # (B, S): order[b, t] = position at step t
     rank = tf.argsort(order, axis=1, stable=True)  # (B, S): rank[b, i] = step of position i
-    before = rank[:, None, :] < rank[:, :, None]  # (B, S, S): [b, i, j] j precedes i
-    perm_mask = 1.0 - tf.cast(before, tf.float32)
-    targets = tf.sort(order[:, s - num_predict :], axis=1)  # (B, P) the last P steps' positions
+    if is_target is None:
+        before = rank[:, None, :] < rank[:, :, None]  # (B, S, S): [b, i, j] j precedes i
+        perm_mask = 1.0 - tf.cast(before, tf.float32)
+        targets = tf.sort(order[:, s - num_predict :], axis=1)  # (B, P) the last P steps'
+    else:
+        is_target = tf.cast(is_target, tf.bool)
+        # A target's step in z; a context token's is -1, and it may read only what comes
+        # before step 0 among the targets: none of them.
+        step = tf.where(is_target, rank, -1)
+        reads_below = tf.where(is_target, step, 0)  # (B, S): i reads targets with step < this
+        hidden = tf.logical_and(is_target[:, None, :], reads_below[:, :, None] <= step[:, None, :])
+        perm_mask = tf.cast(hidden, tf.float32)
+        targets = tf.reshape(tf.where(is_target)[:, 1], (-1, num_predict))  # row-major: sorted
+        targets = tf.cast(targets, tf.int32)
     return {
         "input_ids": ids,
         "perm_mask": perm_mask,
@@ -85,11 +192,15 @@ def permutation_lm_dataset(
     seed: int = 12345,
     num_shards: int = 1,
     shard_index: int = 0,
+    word_starts=None,
+    mask_alpha: int = 6,
+    mask_beta: int = 1,
 ) -> tf.data.Dataset:
     """lm_data.lm_dataset's batches with permutation_lm_features applied; batch n of shard k
     draws its orders with the stateless seed (seed, n * num_shards + k), so evaluation sees the
     same orders every time, workers draw different ones, and a training iterator restored from a
-    checkpoint continues the same sequence."""
+    checkpoint continues the same sequence. word_starts (word_start_table's, indexed by id):
+    span-based targets (span_targets with mask_alpha / mask_beta), drawn with the same pair."""
     if not 1 <= num_predict <= block_size:
         raise ValueError(
             f"num_predict: expected 1 .. {block_size} (the block size), found {num_predict}"
@@ -97,10 +208,15 @@ def permutation_lm_dataset(
     blocks = lm_data.lm_dataset(
         files, batch_size, block_size, is_training, seed, num_shards, shard_index
     )
+    table = None if word_starts is None else tf.constant(np.asarray(word_starts, bool))
 
     def features(n, batch):
         draw = tf.cast(n, tf.int64) * num_shards + shard_index
         pair = tf.stack([tf.constant(seed, tf.int64), draw])
-        return permutation_lm_features(batch["input_ids"], pair, num_predict)
+        is_target = None
+        if word_starts is not None:
+            starts = tf.gather(table, tf.clip_by_value(batch["input_ids"], 0, len(word_starts) - 1))
+            is_target = span_targets(starts, num_predict, pair, mask_alpha, mask_beta)
+        return permutation_lm_features(batch["input_ids"], pair, num_predict, is_target)
 
     return blocks.enumerate().map(features, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -441,3 +441,45 @@ def test_classifier_output_does_not_depend_on_padding():
     np.testing.assert_allclose(logits(13, examples[1:2]), short[1:], atol=1e-5)
     changed = logits(9, [([3, 4, 20], [6, 7])])
     assert np.max(np.abs(changed - short[:1])) > 1e-3
+
+
+def test_span_prediction_pretrains_saves_and_resumes(tmp_path):
+    """--xlnet_span_prediction with a WordPiece vocabulary: spans start at words (not at
+    "##" pieces), the run trains, saves its checkpoint with the input position and resumes
+    from it; the settings file refuses a resume without the flag; a run without --vocab_file
+    and --mask_alpha without the flag are refused."""
+    from data_prep import lm_data
+
+    vocab = tmp_path / "vocab.txt"
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "##s", "cat", "sat", "##x"]
+    vocab.write_text("\n".join(tokens + [f"w{i}" for i in range(19)]) + "\n")  # 29 = n_token
+    rng = np.random.default_rng(0)
+    data = tmp_path / "lm.tfrecord"
+    lm_data.write_lm_tfrecords([rng.integers(5, 29, 12) for _ in range(8)], [str(data)])
+    config = tmp_path / "xlnet_config.json"
+    config.write_text(json.dumps(TINY))
+    out = tmp_path / "out"
+    args = [
+        f"--bert_config_file={config}", f"--input_file={data}", f"--output_dir={out}",
+        f"--vocab_file={vocab}", "--max_seq_length=12", "--max_predictions_per_seq=3",
+        "--train_batch_size=4", "--eval_batch_size=4", "--num_warmup_steps=1",
+        "--save_checkpoints_steps=2", "--iterations_per_loop=2", "--max_eval_steps=1",
+        "--do_train", "--do_eval",
+    ]  # fmt: skip
+    r = helpers.run_main("run_pretraining.py", [*args, "--xlnet_span_prediction",
+                                                "--num_train_steps=2"])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "3 predicted each (spans)" in r.stderr
+    r = helpers.run_main("run_pretraining.py", [*args, "--xlnet_span_prediction",
+                                                "--num_train_steps=4"])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"resumed from {out / 'ckpt-2'} at step 2" in r.stderr
+    results = (out / "eval_results.txt").read_text()
+    assert "global_step = 4" in results
+    r = helpers.run_main("run_pretraining.py", [*args, "--num_train_steps=6"])
+    assert r.returncode == 1 and "--xlnet_span_prediction was True and is now False" in r.stderr
+    no_vocab = [a for a in args if not a.startswith("--vocab_file")]
+    r = helpers.run_main("run_pretraining.py", [*no_vocab, "--xlnet_span_prediction"])
+    assert r.returncode == 1 and "give --vocab_file to tell word starts" in r.stderr
+    r = helpers.run_main("run_pretraining.py", [*args, "--mask_alpha=4"])
+    assert r.returncode == 1 and "only with --xlnet_span_prediction" in r.stderr
