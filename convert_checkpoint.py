@@ -481,9 +481,13 @@ def convert_elmo(source_format, target_format, config_file, input_dir, checkpoin
     if target_format not in ("cloze", "bilm_hdf5"):
         where = f"--to={target_format}"
         raise input_error(where, "cloze or bilm_hdf5 for an ELMo biLM", target_format)
-    config = elmo.ElmoConfig.from_json_file(config_file)
+    values, notes = checkpoints.read_json(config_file), []
+    if source_format == "bilm_hdf5" and isinstance(values, dict):  # bilm-tf's training wrote
+        values, dropped = elmo.options_from_bilm_tf(values)
+        if dropped:
+            notes.append(f"{config_file}: bilm-tf's run settings not kept: {', '.join(dropped)}")
+    config = elmo.ElmoConfig.from_dict(values, str(config_file))
     vocab_file = find_vocab(input_dir)
-    notes = []
     if source_format == "bilm_hdf5":
         if config.n_tokens_vocab is not None and vocab_file is None:
             notes.append(

@@ -778,6 +778,20 @@ class ElmoClassifier(keras.Model):
 # ---------------------------------------------------------------------------------------------
 
 HDF5_WEIGHTS, HDF5_OPTIONS = "weights.hdf5", "options.json"
+# What bilm-tf's train.py writes into options.json besides the model: run settings, which are
+# flags in Cloze (the published feature files' options.json holds none of them).
+BILM_TF_RUN_KEYS = (
+    "all_clip_norm_val", "batch_size", "n_epochs", "n_negative_samples_batch", "n_train_tokens",
+    "unroll_steps",
+)  # fmt: skip
+
+
+def options_from_bilm_tf(values: dict) -> tuple[dict, list]:
+    """(the options without bilm-tf's run settings, the keys left out)."""
+    dropped = [k for k in BILM_TF_RUN_KEYS if k in values]
+    return {k: v for k, v in values.items() if k not in dropped}, dropped
+
+
 # bilm-tf's LSTMCell multiplies [x_t, h_{t-1}] by one W_0; Cloze's cell keeps the input rows and
 # the recurrent rows as two variables, so the map reads W_0 as these two halves.
 _INPUT_ROWS, _RECURRENT_ROWS = "/input_rows", "/recurrent_rows"

@@ -146,14 +146,19 @@ def test_a_wordpiece_bilm_goes_out_and_back_with_its_vocabulary(tmp_path):
 
 
 def test_without_its_vocabulary_a_counted_bilm_reads_words_alone(tmp_path):
+    """An options.json as bilm-tf's training writes it (its vocabulary size and run settings):
+    without the vocabulary the biLM reads words, the run settings are named and left out; a
+    vocabulary of another size is refused naming both files."""
     source = tmp_path / "published"
     shutil.copytree(FIXTURE, source)
+    run = {"batch_size": 128, "n_epochs": 10, "unroll_steps": 20}  # bilm-tf's train.py's
     values = json.loads((source / "options.json").read_text()) | {"n_tokens_vocab": 793471}
-    (source / "options.json").write_text(json.dumps(values))
+    (source / "options.json").write_text(json.dumps(values | run))
     r = helpers.convert_checkpoint(
         "--from=bilm_hdf5", "--to=cloze", f"--input_dir={source}", f"--output_dir={tmp_path / 'c'}"
     )
     assert "n_tokens_vocab=793471" in r.stderr and "left out of the written config" in r.stderr
+    assert "run settings not kept: batch_size, n_epochs, unroll_steps" in r.stderr
     assert "n_tokens_vocab" not in json.loads((tmp_path / "c" / "bert_config.json").read_text())
     (source / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
     r = helpers.run_main(
