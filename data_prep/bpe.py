@@ -688,6 +688,23 @@ def byte_level_vocab(
     return vocab
 
 
+def word_end_vocab(
+    words: dict[tuple[str, ...], int],
+    merges: Sequence[tuple[str, str]],
+    special_tokens: Sequence[str] = (GPT2_END_OF_TEXT,),
+) -> dict[str, int]:
+    """GPT-1's layout for a word-end BPE learned from `words` (character_words'): every symbol
+    the words start from (characters, and characters with "</w>"), sorted, then one id per
+    merge, then WordEndBPE.UNK and the special tokens (text never encodes to them; the
+    end-of-text one separates documents in create_lm_data's blocks, as GPT-2's)."""
+    vocab = {c: i for i, c in enumerate(sorted({c for word in words for c in word}))}
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    for t in (WordEndBPE.UNK, *special_tokens):
+        vocab.setdefault(t, len(vocab))
+    return vocab
+
+
 # ---------------------------------------------------------------------------------------------
 # Files
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,10 @@ codes file, written to --vocab_file); --vocab_type=byte_level_bpe learns GPT-2-s
 merges and writes GPT-2's two files, --vocab_file (encoder.json) and vocab.bpe beside it:
   python data_prep/build_vocab.py --input_file=a.txt --vocab_type=byte_level_bpe \
       --vocab_file=bpe/encoder.json --num_merges=8000
+--vocab_type=word_end_bpe learns GPT-1's: character-level merges ("</w>" ending each word) from
+the lower-cased words BERT's BasicTokenizer splits, written as GPT-1's vocab.json (--vocab_file;
+<unk> and <|endoftext|> last) and merges.txt beside it, the folder data_prep/bpe.WordEndBPE,
+create_lm_data.py and the GPT scripts read.
 
 Words (WordPiece, character-level BPE) or GPT-2 pre-tokens are counted on --num_workers
 processes (default: the cores), each reading its own pieces of the files; the WordPiece
@@ -20,6 +24,7 @@ corpus at 8,000 merges, learned about 7.5x faster, in bench/vocab_learning.py, w
 """
 
 import functools
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -41,7 +46,10 @@ flags.DEFINE_string("vocab_file", None, "Where to write the vocabulary, one toke
 flags.DEFINE_integer("vocab_size", 8000, "Most tokens in the vocabulary, reserved ones included.")
 flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (WordPiece only).")
 flags.DEFINE_enum(
-    "vocab_type", "wordpiece", ["wordpiece", "bpe", "byte_level_bpe"], "What to learn."
+    "vocab_type",
+    "wordpiece",
+    ["wordpiece", "bpe", "byte_level_bpe", "word_end_bpe"],
+    "What to learn.",
 )
 flags.DEFINE_integer("num_merges", 8000, "BPE: the most merges to learn.")
 flags.DEFINE_integer("min_frequency", 2, "BPE: stop when no pair occurs this often.")
@@ -86,6 +94,9 @@ def learn_merges(paths, workers: int) -> None:
 
     if FLAGS.vocab_type == "bpe":
         words = bpe.character_words(count_corpus(paths, bpe.count_whitespace_words, workers))
+    elif FLAGS.vocab_type == "word_end_bpe":  # GPT-1's words: lower-cased, punctuation apart
+        count = functools.partial(tokenization.count_words, do_lower_case=True)
+        words = bpe.character_words(count_corpus(paths, count, workers))
     else:
         words = bpe.pretoken_words(count_corpus(paths, bpe.count_pretokens, workers))
     if not words:
@@ -102,6 +113,12 @@ def learn_merges(paths, workers: int) -> None:
     if FLAGS.vocab_type == "bpe":
         bpe.write_merges(merges, out)
         print(f"wrote {len(merges)} merges to {out}")
+        return
+    if FLAGS.vocab_type == "word_end_bpe":
+        vocab = bpe.word_end_vocab(words, merges)
+        out.write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        bpe.write_merges(merges, out.parent / "merges.txt")
+        print(f"wrote {len(vocab)} tokens to {out} and {len(merges)} merges beside it")
         return
     tok = bpe.ByteLevelBPE(bpe.byte_level_vocab(merges), merges)
     encoder, merges_file = tok.save(out.parent)

@@ -9,6 +9,7 @@ import pytest
 
 from data_prep.tokenization import (
     RESERVED_TOKENS,
+    BasicTokenizer,
     FullTokenizer,
     InGraphTokenizer,
     _learn_like_tf_text,
@@ -212,3 +213,55 @@ def test_script_learns_byte_level_and_character_bpe(tmp_path, monkeypatch):
     words = [w for line in lines for w in line.split()]
     assert merges == bpe.learn_bpe(bpe.character_words(words), 60)
     assert bpe.CharacterBPE(merges).segment("the the") == ["the</w>", "the</w>"]  # most common
+
+
+def test_script_learns_gpt1s_word_end_bpe_which_rusts_bpe_reads_alike(tmp_path):
+    """--vocab_type=word_end_bpe: GPT-1's vocab.json + merges.txt from the lower-cased words
+    BasicTokenizer splits; bpe.load_gpt_bpe reads the folder as GPT-1's tokenizer, and Hugging
+    Face `tokenizers`' BPE (Rust) over the same files, behind BERT's normalizer and
+    pre-tokenizer (transformers' OpenAIGPTTokenizer), gives the same ids, <unk> included."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    from data_prep import bpe
+
+    lines = make_corpus()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "gpt1" / "vocab.json"
+    result = run_build_vocab(
+        f"--input_file={corpus}", "--vocab_type=word_end_bpe", f"--vocab_file={out}",
+        "--num_merges=80", "--num_workers=2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    tok = bpe.load_gpt_bpe(out, out.parent / "merges.txt")
+    assert isinstance(tok, bpe.WordEndBPE) and len(tok.merges) == 80
+    words = count_words(lines, do_lower_case=True)
+    assert tok.merges == bpe.learn_bpe(bpe.character_words(words), 80)
+    files = str(out), str(out.parent / "merges.txt")
+    rust = Tokenizer(models.BPE.from_file(*files, unk_token="<unk>", end_of_word_suffix="</w>"))
+    rust.normalizer = normalizers.BertNormalizer(lowercase=True)
+    rust.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    texts = [*lines[:40:7], "The Walker, wandering to Zürich's café!", "qqq \u2603 x"]
+    for text in texts:
+        assert tok.encode(text) == rust.encode(text).ids, text
+    assert tok.unk_id in tok.encode("qqq \u2603 x")  # a character no word had
+    assert tok.decode(tok.encode("The walker walked.")) == "the walker walked ."
+    assert list(tok.encoder)[-2:] == ["<unk>", "<|endoftext|>"]  # create_lm_data's separator
+    # The folder makes GPT blocks: create_lm_data's ids put back together are the corpus'
+    # lower-cased words, documents apart at <|endoftext|>.
+    from data_prep import lm_data
+
+    blocks = tmp_path / "blocks.tfrecord"
+    result = helpers.run_main("data_prep/create_lm_data.py", [
+        f"--input_file={corpus}", f"--output_file={blocks}", f"--vocab_file={out.parent}",
+        "--block_size=16", "--num_workers=1",
+    ])  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    ids = [i for batch in lm_data.lm_dataset([str(blocks)], 1, 16, False)
+           for i in batch["input_ids"].numpy()[0].tolist()]  # fmt: skip
+    decoded = tok.decode(ids).replace(bpe.GPT2_END_OF_TEXT, " ").split()
+    basic = BasicTokenizer(do_lower_case=True)
+    words = [w for line in lines for w in basic.tokenize(line)]
+    # The last block may end inside a word (the rest went with the partial block dropped).
+    assert len(decoded) > 100 and decoded[:-1] == words[: len(decoded) - 1]
+    assert words[len(decoded) - 1].startswith(decoded[-1])
