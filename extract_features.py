@@ -191,7 +191,12 @@ def main(argv):
     except InputError as e:
         raise SystemExit(f"extract_features: {e}") from None
 
-    def elmo_model(vocab_size=None):
+    def setup():  # (strategy, workers, worker_index)
+        return distribute.setup(
+            FLAGS.distribution_strategy, FLAGS.tpu or "", {"batch_size": FLAGS.batch_size}
+        )
+
+    def elmo_model(strategy, vocab_size=None):
         """The chosen biLM layers (default all L + 1) and their scalar mix."""
         try:
             with strategy.scope():
@@ -206,11 +211,8 @@ def main(argv):
             raise app.UsageError(f"--max_seq_length={s} leaves no room for <S> word </S>")
         words = split_words(lines, s - 2)
         logging.info("%s: %d lines, %d words", FLAGS.input_file, len(lines), sum(map(len, words)))
-        strategy_info = distribute.setup(
-            FLAGS.distribution_strategy, FLAGS.tpu or "", {"batch_size": FLAGS.batch_size}
-        )
-        strategy = strategy_info[0]
-        model, written, width = elmo_model()
+        strategy_info = setup()
+        model, written, width = elmo_model(strategy_info[0])
         c = elmo_config.char_cnn.max_characters_per_token
         write_features(
             model, lines, words, lambda a, z: word_inputs(words[a:z], c), 1, list(written), width,
@@ -237,14 +239,12 @@ def main(argv):
     logging.info("%s: %d lines, %d tokens", FLAGS.input_file, len(lines), int(lengths.sum()))
     ids = encoded.features["input_ids"]
     tokens = [tokenizer.convert_ids_to_tokens(ids[i, : lengths[i]]) for i in range(len(lines))]
-    strategy_info = distribute.setup(
-        FLAGS.distribution_strategy, FLAGS.tpu or "", {"batch_size": FLAGS.batch_size}
-    )
+    strategy_info = setup()
     strategy = strategy_info[0]
     if elmo_config is not None:  # a biLM pretrained on this vocabulary's WordPieces
         if why := glue.elmo_packing_error(packing, FLAGS.vocab_file):
             raise app.UsageError(why)
-        model, layers, width = elmo_model(len(tokenizer.vocab))
+        model, layers, width = elmo_model(strategy, len(tokenizer.vocab))
         layers = list(layers)
     else:
         # BERT, ALBERT or ELECTRA, told apart by the config's keys (as run_classifier does).
