@@ -487,6 +487,9 @@ def convert_elmo(source_format, target_format, config_file, input_dir, checkpoin
         if dropped:
             notes.append(f"{config_file}: bilm-tf's run settings not kept: {', '.join(dropped)}")
     config = elmo.ElmoConfig.from_dict(values, str(config_file))
+    if "bilm_hdf5" in (source_format, target_format) and config.char_cnn is None:
+        expected = "an ELMo with a character CNN (the weights.hdf5 layout holds one)"
+        raise input_error(str(config_file), expected, "no char_cnn: a token-embedding biLM")
     vocab_file = find_vocab(input_dir)
     if source_format == "bilm_hdf5":
         if config.n_tokens_vocab is not None and vocab_file is None:
@@ -497,10 +500,7 @@ def convert_elmo(source_format, target_format, config_file, input_dir, checkpoin
             )
             config = config.replace(n_tokens_vocab=None)
         weights = find_hdf5_weights(input_dir, checkpoint)
-        try:
-            bilm, report = elmo.load_hdf5(weights, config, str(config_file), FLAGS.skip_variables)
-        except ValueError as e:  # a biLM without a character CNN
-            raise input_error(str(config_file), "an ELMo with a character CNN", str(e)) from None
+        bilm, report = elmo.load_hdf5(weights, config, str(config_file), FLAGS.skip_variables)
         if config.n_tokens_vocab is not None:
             try:
                 bilm.set_char_table(list(tokenization.load_vocab(vocab_file)))

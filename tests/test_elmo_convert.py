@@ -236,6 +236,21 @@ def test_other_targets_and_families_are_refused(converted, tmp_path):
         ],
     )
     assert r.returncode == 1 and "a_options.json, b_options.json" in r.stderr
+    tokens = tmp_path / "tokens"  # a token-embedding biLM: the hdf5 layout has no place for it
+    tokens.mkdir()
+    options = {"lstm": json.loads((FIXTURE / "options.json").read_text())["lstm"],
+               "n_tokens_vocab": 9}  # fmt: skip
+    (tokens / "bert_config.json").write_text(json.dumps(options))
+    r = helpers.run_main(
+        "convert_checkpoint.py",
+        [
+            "--from=cloze",
+            "--to=bilm_hdf5",
+            f"--input_dir={tokens}",
+            f"--output_dir={tmp_path / 'd'}",
+        ],
+    )
+    assert r.returncode == 1 and "no char_cnn: a token-embedding biLM" in r.stderr
 
 
 def test_extract_features_gives_each_word_what_allennlp_computed(converted, tmp_path):
