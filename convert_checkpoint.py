@@ -24,7 +24,9 @@ Example (the real all-MiniLM-L6-v2 from Hugging Face files into a Cloze checkpoi
                   it, no vocab needed) or bilm_hdf5
         hf        a folder with model.safetensors (or a shard index), config.json, vocab.txt;
                   config.json's model_type says the family: bert, roberta (positions from
-                  pad_token_id + 1), albert or electra (the discriminator; its head and a
+                  pad_token_id + 1), distilbert (DistilBertModel / DistilBertFor*: the encoder
+                  as a BERT whose token-type rows are zero; its heads are not read), albert or
+                  electra (the discriminator; its head and a
                   generator, a separate model there, are not read), bart
                   (BartForConditionalGeneration / BartModel; --to=cloze only, no vocab.txt
                   needed: vocab.json and merges.txt are copied as encoder.json and vocab.bpe),

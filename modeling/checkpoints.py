@@ -458,6 +458,15 @@ def hf_prefix(names: Iterable[str]) -> str:
 
 # Each Cloze TransformerBlock part and its name inside one Hugging Face layer: BertLayer's (also
 # ELECTRA's and RoBERTa's) and AlbertLayer's.
+HF_DISTILBERT_BLOCK = {
+    "qkv": "attention.{}",
+    "qkv_parts": ("q_lin", "k_lin", "v_lin"),
+    "attention_output": "attention.out_lin",
+    "attention_norm": "sa_layer_norm",
+    "intermediate": "ffn.lin1",
+    "output": "ffn.lin2",
+    "output_norm": "output_layer_norm",
+}
 HF_BERT_BLOCK = {
     "qkv": "attention.self.{}",
     "attention_output": "attention.output.dense",
@@ -494,8 +503,10 @@ def _hf_norm_entries(dst: str, src: str, width: int) -> list[Entry]:
 
 def _hf_block_entries(dst: str, src: str, h: int, i: int, names: dict) -> list[Entry]:
     """One Transformer block: Cloze `dst` from Hugging Face layer `src`; Q, K and V ((out, in)
-    each) transposed and fused into Cloze's (H, 3H) kernel."""
-    qkv = [f"{src}.{names['qkv'].format(part)}" for part in ("query", "key", "value")]
+    each) transposed and fused into Cloze's (H, 3H) kernel. names["qkv_parts"] (default query,
+    key, value) fill names["qkv"]."""
+    parts = names.get("qkv_parts", ("query", "key", "value"))
+    qkv = [f"{src}.{names['qkv'].format(part)}" for part in parts]
     return [
         _fused(f"{dst}/attention/qkv/kernel", [f"{q}.weight" for q in qkv], (h, h), True),
         _fused(f"{dst}/attention/qkv/bias", [f"{q}.bias" for q in qkv], (h,), False),
@@ -663,8 +674,11 @@ def hf_config_to_config(values: dict, source: str = "config.json"):
     if not isinstance(values, dict):
         raise input_error(source, "a JSON object", type(values).__name__)
     model_type = values.get("model_type", "bert")
+    if model_type == "distilbert":
+        return distilbert_config(values, source)
     if model_type not in HF_MODEL_TYPES:
-        raise input_error(f"{source}: model_type", f"one of {list(HF_MODEL_TYPES)}", model_type)
+        kinds = [*HF_MODEL_TYPES, "distilbert"]
+        raise input_error(f"{source}: model_type", f"one of {kinds}", model_type)
     family = {"albert": albert.AlbertConfig, "electra": electra.ElectraConfig}.get(
         model_type, bert.BertConfig
     )
@@ -705,6 +719,57 @@ def hf_config_to_config(values: dict, source: str = "config.json"):
         if quarter < 1 or quarter % electra.generator_heads(quarter):
             config["generator_hidden_size"] = 1.0
     return family.from_dict(config, source=source)
+
+
+# A Hugging Face DistilBERT config.json's keys and the BertConfig fields they are; its other
+# keys are task-head dropouts and bookkeeping (_HF_IGNORED).
+_DISTILBERT_FIELDS = {
+    "dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
+    "hidden_dim": "intermediate_size", "vocab_size": "vocab_size",
+    "max_position_embeddings": "max_position_embeddings", "dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob", "initializer_range": "initializer_range",
+}  # fmt: skip
+_DISTILBERT_IGNORED = frozenset({"qa_dropout", "seq_classif_dropout", "tie_weights_"})
+
+
+def distilbert_config(values: dict, source: str = "config.json") -> bert.BertConfig:
+    """A Hugging Face DistilBERT config.json -> the BertConfig that computes its encoder: BERT's
+    post-LN layers without token types (type_vocab_size 2 whose rows load_hf_distilbert sets to
+    zero, so segment ids change nothing, as in DistilBERT). `sinusoidal_pos_embds` may be either:
+    the position table is in the weights. Unknown keys and other activations are errors."""
+    from modeling import bert
+
+    unknown = sorted(
+        set(values) - set(_DISTILBERT_FIELDS) - _DISTILBERT_IGNORED - _HF_IGNORED
+        - {"model_type", "activation", "sinusoidal_pos_embds"}
+    )  # fmt: skip
+    if unknown:
+        raise input_error(
+            source,
+            "the keys of a Hugging Face distilbert config",
+            f"unknown key(s) {unknown}; remove them if they do not change the model",
+        )
+    act = values.get("activation", "gelu")
+    if act not in ("gelu", "relu"):
+        raise input_error(f"{source}: activation", "'gelu' or 'relu'", repr(act))
+    config = {field: values[key] for key, field in _DISTILBERT_FIELDS.items() if key in values}
+    config["hidden_act"] = HF_TO_CLOZE_ACTIVATION[act]
+    return bert.BertConfig.from_dict(config | {"type_vocab_size": 2}, source=source)
+
+
+def hf_distilbert_entries(config: bert.BertConfig, prefix: str = "") -> list[Entry]:
+    """Hugging Face DistilBertModel (`prefix=""`) or DistilBertFor* (`prefix="distilbert."`)
+    names onto a BertEncoder (its pooler excepted: DistilBERT has none). The token-type table
+    is `embeddings.token_type_embeddings.weight`, which the files lack: load_hf_distilbert
+    supplies zeros under that name."""
+    c = config
+    h, i = c.hidden_size, c.intermediate_size
+    out = _hf_embedding_entries(c, h, f"{prefix}embeddings")
+    for n in range(c.num_hidden_layers):
+        out += _hf_block_entries(
+            f"encoder/layer_{n}", f"{prefix}transformer.layer.{n}", h, i, HF_DISTILBERT_BLOCK
+        )
+    return out
 
 
 def config_to_hf_config(config, heads: bool) -> dict:
@@ -1591,6 +1656,8 @@ def load_hf_bert(
     equal and not converted.
     """
     source = open_hf_weights(hf_weight_files(weights), trust_pickle)
+    if any(".transformer.layer." in f".{n}" for n in source.shapes):  # DistilBERT's names
+        return load_hf_distilbert(source, config, config_where, skip)
     prefix = hf_prefix(source.shapes)
     heads = any(m in source.shapes for m in HF_HEAD_MARKERS)
     model = build_model(config, heads)
@@ -1621,6 +1688,36 @@ def load_hf_bert(
                 )
     if isinstance(source, ArraySource):  # only pickles are read into memory whole
         report.notes.append(f"WARNING: loaded a pickle because --trust_pickle was given: {weights}")
+    return model, report
+
+
+def load_hf_distilbert(source, config, config_where: str = "config.json", skip=None):
+    """DistilBertModel or DistilBertFor* weights (an open Source) -> (BertEncoder, report): the
+    encoder, with zero token-type rows (DistilBERT has no token types) and the pooler as
+    initialised (it has none either; the classifiers build on it fine-tune it). A masked-LM or
+    task head is listed as not converted."""
+    prefix = _prefix_of(source.shapes, "distilbert.")
+    zeros = f"{prefix}embeddings.token_type_embeddings.weight"
+    shape = (config.type_vocab_size, config.hidden_size)
+    source = with_array(source, zeros, shape, lambda: np.zeros(shape, np.float32))
+    heads = ("vocab_transform", "vocab_layer_norm", "vocab_projector", "pre_classifier",
+             "classifier", "qa_outputs")  # fmt: skip
+
+    def ignore(name):
+        if name.split(".")[0] in heads:
+            return "a DistilBERT head (masked LM or task), not converted: the encoder fine-tunes"
+        return "a buffer, not a weight" if hf_buffer(name) else None
+
+    model = build_model(config, heads=False)
+    where = describe(config, config_where) + " from a DistilBERT"
+    fresh = [k for k in cloze_variables(model) if k.startswith("encoder/pooler/")]
+    report = convert_into(
+        model, hf_distilbert_entries(config, prefix), source, where, ignore, skip, fresh=fresh
+    )
+    report.notes.append(
+        "DistilBERT has no token types and no pooler: the token-type rows are zero (segment ids "
+        "change nothing) and the pooler keeps its initialisation"
+    )
     return model, report
 
 
