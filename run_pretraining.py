@@ -372,6 +372,10 @@ def main(argv):
     from modeling import bart, elmo, gpt, t5, xlnet
 
     values = bert.read_config_json(FLAGS.bert_config_file, "a model config JSON file")
+    xlnet_only = [f"--{n}" for n in ("xlnet_span_prediction", "mask_alpha", "mask_beta")
+                  if FLAGS[n].present]  # fmt: skip
+    if xlnet_only and not xlnet.is_xlnet_config(values):
+        raise app.UsageError(f"{', '.join(xlnet_only)}: XLNet's permutation LM only")
     if bart.is_bart_config(values):
         return pretrain_seq2seq(bart.BartConfig.from_dict(values, FLAGS.bert_config_file))
     if gpt.is_gpt_config(values):

@@ -539,6 +539,7 @@ def test_toggling_span_boundary_objective_is_refused_naming_the_flag(tmp_path):
         "skip_corrupt_records": False,
         "span_boundary_objective": True,
         "precision": "fp32",
+        "xlnet_span_prediction": False,
     }
     toggled = helpers.run_main("run_pretraining.py", [*common, "--num_train_steps=4"])
     assert toggled.returncode == 1

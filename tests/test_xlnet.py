@@ -483,3 +483,10 @@ def test_span_prediction_pretrains_saves_and_resumes(tmp_path):
     assert r.returncode == 1 and "give --vocab_file to tell word starts" in r.stderr
     r = helpers.run_main("run_pretraining.py", [*args, "--mask_alpha=4"])
     assert r.returncode == 1 and "only with --xlnet_span_prediction" in r.stderr
+    bert_config = tmp_path / "bert_config.json"
+    bert_config.write_text(helpers.tiny_config().to_json_string())
+    r = helpers.run_main(
+        "run_pretraining.py",
+        [*args, "--xlnet_span_prediction", f"--bert_config_file={bert_config}"],
+    )
+    assert r.returncode == 1 and "--xlnet_span_prediction: XLNet's permutation LM only" in r.stderr
