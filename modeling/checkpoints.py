@@ -668,7 +668,8 @@ _ELECTRA_GENERATOR_FIELDS = ("generator_hidden_size", "generator_layers")
 def hf_config_to_config(values: dict, source: str = "config.json"):
     """A Hugging Face `config.json` (as a dict) of model_type bert, roberta, albert or electra ->
     BertConfig (RoBERTa: with position_offset = pad_token_id + 1), AlbertConfig or ElectraConfig
-    (the discriminator's; see _ELECTRA_GENERATOR_FIELDS). Checks as hf_config_to_bert_config."""
+    (the discriminator's; see _ELECTRA_GENERATOR_FIELDS); distilbert -> distilbert_config's
+    BertConfig. Checks as hf_config_to_bert_config."""
     from modeling import albert, bert, electra
 
     if not isinstance(values, dict):
@@ -1074,7 +1075,8 @@ def read_json(path) -> dict:
 
 def read_any_config(path):
     """A config file in either field set: Hugging Face's `config.json` (it has `model_type`, or
-    `layer_norm_eps` beside keys no Cloze config has; bert, roberta, albert or electra) or the
+    `layer_norm_eps` beside keys no Cloze config has; bert, roberta, distilbert, albert or
+    electra) or the
     original names (bert_config.json, albert_config.json or an ELECTRA config; a Cloze
     BertConfig may hold layer_norm_eps too). Returns a BertConfig, AlbertConfig or
     ElectraConfig."""
