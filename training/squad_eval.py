@@ -251,6 +251,22 @@ def nbest_entries(nbest: Sequence[Prediction]) -> list[dict]:
     ]  # fmt: skip
 
 
+def distinct_best(prelim, example, features, n_best_size: int, detokenize, do_lower_case: bool):
+    """The n_best_size best spans of `prelim` ((window, start, end, start score, end score)
+    tuples, ranked here by the sum of the scores) whose texts differ, as Predictions; a start of
+    0 is the null answer "" (v2.0's [CLS]; no answer span starts there)."""
+    seen, nbest = set(), []
+    for w, s, e, start, end in sorted(prelim, key=lambda p: p[3] + p[4], reverse=True):
+        if len(nbest) >= n_best_size:
+            break
+        text = span_text(example, features[w], s, e, detokenize, do_lower_case) if s > 0 else ""
+        if text in seen and s > 0:
+            continue
+        seen.add(text)
+        nbest.append(Prediction(text, start, end))
+    return nbest
+
+
 def example_predictions(
     example,
     features: Sequence,
@@ -287,22 +303,9 @@ def example_predictions(
                     prelim.append((w, s, e, start_logits[s], end_logits[e]))
     if version_2_with_negative:
         prelim.append((null_window, 0, 0, null_start, null_end))
-    prelim.sort(key=lambda p: p[3] + p[4], reverse=True)
-
-    seen, nbest = set(), []
-    for w, s, e, start_logit, end_logit in prelim:
-        if len(nbest) >= n_best_size:
-            break
-        if s > 0:
-            text = span_text(example, features[w], s, e, detokenize, do_lower_case)
-            if text in seen:
-                continue
-        else:
-            text = ""
-        seen.add(text)
-        nbest.append(Prediction(text, start_logit, end_logit))
+    nbest = distinct_best(prelim, example, features, n_best_size, detokenize, do_lower_case)
     if version_2_with_negative:
-        if "" not in seen:
+        if all(p.text for p in nbest):
             nbest.append(Prediction("", null_start, null_end))
         if len(nbest) == 1:  # only the null answer: keep a non-null entry, as the original
             nbest.insert(0, Prediction("empty", 0.0, 0.0))
@@ -344,16 +347,7 @@ def beam_example_predictions(
             for j, e in enumerate(end_index[i].tolist()):
                 if is_answer_span(feature, s, e, max_answer_length):
                     prelim.append((w, s, e, float(start_lp[i]), float(end_lp[i, j])))
-    prelim.sort(key=lambda p: p[3] + p[4], reverse=True)
-    seen, nbest = set(), []
-    for w, s, e, start_lp, end_lp in prelim:
-        if len(nbest) >= n_best_size:
-            break
-        text = span_text(example, features[w], s, e, detokenize, do_lower_case)
-        if text in seen:
-            continue
-        seen.add(text)
-        nbest.append(Prediction(text, start_lp, end_lp))
+    nbest = distinct_best(prelim, example, features, n_best_size, detokenize, do_lower_case)
     if not nbest:
         nbest.append(Prediction("", -1e6, -1e6))
     entries = nbest_entries(nbest)
