@@ -100,6 +100,17 @@ def delimiter_ids(tokenizer, n_vocab: int | None = None) -> tuple[int, int, int]
     return ids
 
 
+def table_rows(path: str) -> int | None:
+    """The rows of the GPT token table (`.../wte`) in the Cloze checkpoint `path` (a prefix or a
+    folder: its latest), read from the checkpoint's index alone; None when it has none."""
+    prefix = tf.train.latest_checkpoint(path) if tf.io.gfile.isdir(path) else path
+    if not prefix or not tf.io.gfile.exists(prefix + ".index"):
+        return None  # trainer.init_from_checkpoint names the path
+    shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+    rows = [s[0] for k, s in shapes.items() if k.endswith("/wte/.ATTRIBUTES/VARIABLE_VALUE")]
+    return rows[0] if rows else None
+
+
 def init_with_new_tokens(model, path: str, base_config: gpt.GptConfig, num_outputs: int):
     """trainer.init_from_checkpoint for a GptClassifier whose token table has rows the
     checkpoint (of a model with base_config's n_vocab) lacks: the checkpoint is read into a
@@ -226,13 +237,11 @@ def run_gpt_classifier(task: glue.TaskSpec, s: GptFinetuneSettings) -> dict:
 
     def load_initial(path):
         """--init_checkpoint (or a given checkpoint to predict with) into the model: a checkpoint
-        without the new tokens' rows through init_with_new_tokens."""
-        if config is base_config:
-            return trainer.init_from_checkpoint(model, path)
-        try:  # this run's own checkpoints hold the grown table
-            return trainer.init_from_checkpoint(model, path)
-        except (ValueError, tf.errors.InvalidArgumentError):
+        without the new tokens' rows (told by its token table's rows) through
+        init_with_new_tokens; this run's own checkpoints hold the grown table."""
+        if config is not base_config and table_rows(path) == base_config.n_vocab:
             return init_with_new_tokens(model, path, base_config, task.num_outputs)
+        return trainer.init_from_checkpoint(model, path)
 
     def load(split):
         data = glue.read_split(task, split, s.data_dir, skip_bad_rows=s.skip_bad_rows)
