@@ -117,15 +117,17 @@ XLNetConfig.OPTIONAL = frozenset(f.name for f in dataclasses.fields(XLNetConfig)
 # ---------------------------------------------------------------------------------------------
 
 
-def attention_masks(length, perm_mask=None, input_mask=None):
-    """What each stream may attend to, as bool (B or 1, S, S) masks, [b, i, j] True when
-    position i may read the content of position j.
+def attention_masks(length, perm_mask=None, input_mask=None, mem_length=0):
+    """What each stream may attend to, as bool (B or 1, S, M + S) masks, [b, i, M + j] True when
+    position i may read the content of position j, and [b, i, m] (m < M) of memory slot m.
 
     perm_mask: float or int (B, S, S) with XLNet's meaning, 1 where i may NOT see j (j is not
       before i in the factorisation order; data_prep/permutation.py); None: every position sees
       every other (fine-tuning, sec. 2.3's "standard self-attention").
     input_mask: int (B, S), 1 for real tokens, 0 for padding (the BERT convention, not XLNet's
       inverted one); padded keys are hidden from both streams.
+    mem_length: M, the memory's length (segment recurrence, cache_mems); both streams see all
+      of it, as the released code and Hugging Face's (their perm and input masks are 0 there).
     Returns (content, query): the query mask is perm_mask's complement; the content stream may
     in addition always see its own position (sec. 2.3, eq. 5: h attends to z_{<=t}).
     """
@@ -135,16 +137,23 @@ def attention_masks(length, perm_mask=None, input_mask=None):
     if input_mask is not None:
         allowed = ops.logical_and(allowed, ops.cast(input_mask, "bool")[:, None, :])
     eye = ops.cast(ops.eye(length), "bool")[None]  # (1, S, S)
-    return ops.logical_or(allowed, eye), allowed
+    content = ops.logical_or(allowed, eye)
+    if isinstance(mem_length, int) and mem_length == 0:
+        return content, allowed
+    memory = ops.ones((ops.shape(allowed)[0], length, mem_length), "bool")
+    return ops.concatenate([memory, content], 2), ops.concatenate([memory, allowed], 2)
 
 
-def relative_positional_encoding(length, d_model: int, clamp_len: int = -1, dtype="float32"):
+def relative_positional_encoding(
+    length, d_model: int, clamp_len: int = -1, dtype="float32", mem_length=0
+):
     """Transformer-XL's sinusoid encoding (Dai et al. 2019, sec. 3.3) of the relative distances
-    i - j between a query i and a key j of one block: row k holds distance S - 1 - k, so rows run
-    from S - 1 down to -(S - 1). Returns float (R, H), R = 2S - 1: sines then cosines."""
+    between a query i of the block and a key j of the memory (M slots) and the block, i + M - j:
+    row k holds distance K - 1 - k (K = M + S), so rows run from K - 1 down to -(S - 1).
+    Returns float (R, H), R = K + S - 1: sines then cosines."""
     freq = ops.arange(0, d_model, 2, dtype="float32")  # (H/2,)
     inv_freq = 1.0 / ops.power(10000.0, freq / d_model)
-    distance = ops.arange(length - 1, -length, -1, dtype="float32")  # (R,)
+    distance = ops.arange(length + mem_length - 1, -length, -1, dtype="float32")  # (R,)
     if clamp_len > 0:
         distance = ops.clip(distance, -clamp_len, clamp_len)
     angle = ops.einsum("r,f->rf", distance, inv_freq)  # (R, H/2)
@@ -172,13 +181,15 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
     (Transformer-XL sec. 3.3 plus XLNet's relative segment term, sec. 2.5).
 
     call(h, pos, biases, content_mask, g=None, query_mask=None, target_mapping=None,
-         seg_mat=None, training=False):
+         seg_mat=None, training=False, mem=None):
       h: float (B, S, H) content stream. pos: float (R, H) relative encoding.
       biases: (r_w_bias, r_r_bias, r_s_bias, seg_embed) float (N, D), (N, D), (N, D), (2, N, D).
-      content_mask, query_mask: bool (B, S, S) from attention_masks.
+      content_mask, query_mask: bool (B, S, K) from attention_masks.
       g: float (B, P, H) query stream of the predicted positions; target_mapping float (B, P, S)
         one-hot, which position each of the P queries sits at.
-      seg_mat: None or bool (B, S, S), True where i and j are in different segments.
+      seg_mat: None or bool (B, S, K), True where i and j are in different segments.
+      mem: None or float (B, M, H), this layer's memory (the content stream it read for earlier
+        segments): keys and values are then its M slots followed by h's S positions (K = M + S).
     Returns (attention output for h (B, S, H), for g (B, P, H) or None), before the residual.
     """
 
@@ -198,16 +209,18 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             )
 
     def _attend(self, q, k, v, pos_k, biases, allowed, seg_mat, training):
-        """q, k, v float (B, S, N, D); pos_k float (R, N, D); allowed bool (B, S, S).
+        """q float (B, S, N, D); k, v float (B, K, N, D), the memory's M slots then the block's
+        S positions (K = S without memory); pos_k float (R, N, D); allowed bool (B, S, K).
         Returns float (B, S, N, D)."""
         r_w_bias, r_r_bias, r_s_bias, seg_embed = biases
         s = ops.shape(q)[1]
-        content = ops.einsum("bind,bjnd->bnij", q + r_w_bias, k)  # (B, N, S, S)
+        content = ops.einsum("bind,bjnd->bnij", q + r_w_bias, k)  # (B, N, S, K)
         by_distance = ops.einsum("bind,rnd->bnir", q + r_r_bias, pos_k)  # (B, N, S, R)
-        # Distance i - j sits at row S - 1 - (i - j). A gather rather than Transformer-XL's
-        # pad-and-reshape "rel_shift": the same numbers, and readable; memory is S x S either way.
+        # Key j is at distance i + M - j from query i, at row K - 1 - (i + M - j) = S - 1 - i + j
+        # (relative_positional_encoding). A gather rather than Transformer-XL's pad-and-reshape
+        # "rel_shift": the same numbers, and readable; memory is S x K either way.
         i = ops.arange(s)[:, None]
-        j = ops.arange(s)[None, :]
+        j = ops.arange(ops.shape(k)[1])[None, :]
         index = ops.broadcast_to((s - 1 - i + j)[None, None], ops.shape(content))
         position = ops.take_along_axis(by_distance, index, axis=-1)  # (B, N, S, S)
         scores = content + position
@@ -215,9 +228,9 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             by_segment = ops.einsum("bind,end->bnie", q + r_s_bias, seg_embed)  # (B, N, S, 2)
             scores = scores + ops.where(
                 seg_mat[:, None], by_segment[..., 1:], by_segment[..., :1]
-            )  # (B, N, S, S): s_ij is seg_embed[1] across segments, seg_embed[0] within
+            )  # (B, N, S, K): s_ij is seg_embed[1] across segments, seg_embed[0] within
         scores = scores / math.sqrt(self.d_head)
-        allowed = allowed[:, None]  # (B, 1, S, S)
+        allowed = allowed[:, None]  # (B, 1, S, K)
         # -1e30 as the original in float32 (-3e4 stays finite in half precision); the product
         # below makes a row with nothing to see (the first position of the order, in the query
         # stream) attend to nothing instead of spreading evenly over hidden keys, so no content
@@ -239,9 +252,11 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         target_mapping=None,
         seg_mat=None,
         training=False,
+        mem=None,
     ):
-        k = ops.einsum("bih,hnd->bind", h, self.k)  # (B, S, N, D)
-        v = ops.einsum("bih,hnd->bind", h, self.v)
+        kv = h if mem is None else ops.concatenate([ops.cast(mem, h.dtype), h], axis=1)
+        k = ops.einsum("bih,hnd->bind", kv, self.k)  # (B, K, N, D)
+        v = ops.einsum("bih,hnd->bind", kv, self.v)
         pos_k = ops.einsum("rh,hnd->rnd", pos, self.r)  # (R, N, D)
         q_h = ops.einsum("bih,hnd->bind", h, self.q)
         out_h = self._attend(q_h, k, v, pos_k, biases, content_mask, seg_mat, training)
@@ -272,7 +287,8 @@ class XLNetLayer(keras.layers.Layer):
     through the same weights.
 
     call(h, pos, biases, content_mask, g=None, query_mask=None, target_mapping=None,
-         seg_mat=None, training=False) -> (h float (B, S, H), g float (B, P, H) or None).
+         seg_mat=None, training=False, mem=None) -> (h float (B, S, H), g float (B, P, H) or
+         None); mem: this layer's memory (TwoStreamRelativeAttention).
     """
 
     def __init__(self, config: XLNetConfig | dict, **kwargs):
@@ -314,6 +330,7 @@ class XLNetLayer(keras.layers.Layer):
         target_mapping=None,
         seg_mat=None,
         training=False,
+        mem=None,
     ):
         a_h, a_g = self.rel_attn(
             h,
@@ -325,6 +342,7 @@ class XLNetLayer(keras.layers.Layer):
             target_mapping=target_mapping,
             seg_mat=seg_mat,
             training=training,
+            mem=mem,
         )
         h_out = self._post(h, a_h, training)
         return h_out, (None if g is None else self._post(g, a_g, training))
@@ -344,7 +362,10 @@ class XLNetModel(keras.Model):
 
     call(inputs, training=False): inputs a dict with int (B, S) `input_ids`, and optionally
     `input_mask` (B, S) (1 real, 0 padding), `segment_ids` (B, S), and for permutation LM both
-    `perm_mask` float (B, S, S) and `target_mapping` float (B, P, S) (data_prep/permutation.py).
+    `perm_mask` float (B, S, S) and `target_mapping` float (B, P, S) (data_prep/permutation.py),
+    and for the segment recurrence `mems`, L float (B, M, H) tensors: what each layer read for
+    the segments before (cache_mems of their encoder_outputs), seen by every position as
+    segment 0 at distances M + i - m (Transformer-XL's relative positions).
     Returns a dict: sequence_output float (B, S, H), the last content stream; encoder_outputs,
     the L + 1 content streams (embeddings, then every layer); with perm_mask also query_output
     float (B, P, H) and query_outputs, the L + 1 query streams (mask_emb, then every layer).
@@ -391,16 +412,21 @@ class XLNetModel(keras.Model):
         ids = inputs["input_ids"]
         b, s = ops.shape(ids)[0], ops.shape(ids)[1]
         perm_mask = inputs.get("perm_mask")
-        content_mask, query_mask = attention_masks(s, perm_mask, inputs.get("input_mask"))
-        content_mask = ops.broadcast_to(content_mask, (b, s, s))
-        query_mask = ops.broadcast_to(query_mask, (b, s, s))
+        mems = inputs.get("mems")
+        if mems is not None and len(mems) != c.n_layer:
+            raise ValueError(f"mems: expected {c.n_layer} tensors (one a layer), found {len(mems)}")
+        m = 0 if mems is None else ops.shape(mems[0])[1]
+        content_mask, query_mask = attention_masks(s, perm_mask, inputs.get("input_mask"), m)
+        content_mask = ops.broadcast_to(content_mask, (b, s, s + m))
+        query_mask = ops.broadcast_to(query_mask, (b, s, s + m))
         seg_mat = None
         if inputs.get("segment_ids") is not None:
             seg = inputs["segment_ids"]
-            seg_mat = ops.not_equal(seg[:, :, None], seg[:, None, :])  # (B, S, S)
+            keys = seg if mems is None else ops.pad(seg, ((0, 0), (m, 0)))  # memory: segment 0
+            seg_mat = ops.not_equal(seg[:, :, None], keys[:, None, :])  # (B, S, M + S)
         h = layers.lookup_rows(self.word_embedding, ids, self.compute_dtype)  # (B, S, H)
         h = self.drop(h, training=training)
-        pos = relative_positional_encoding(s, c.d_model, c.clamp_len, h.dtype)
+        pos = relative_positional_encoding(s, c.d_model, c.clamp_len, h.dtype, m)
         pos = self.drop(pos, training=training)  # (R, H)
         g = target_mapping = None
         if perm_mask is not None:
@@ -422,6 +448,7 @@ class XLNetModel(keras.Model):
                 target_mapping=target_mapping,
                 seg_mat=seg_mat,
                 training=training,
+                mem=None if mems is None else mems[i],
             )
             content.append(h)
             query.append(g)
@@ -437,6 +464,27 @@ class XLNetModel(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def cache_mems(mems, encoder_outputs, mem_len: int, reuse_len: int = 0) -> list:
+    """The memory the next segment reads (Transformer-XL's segment recurrence, XLNet sec. 2.5):
+    per layer, the last mem_len slots of the old memory followed by the content stream that
+    layer read for this segment (encoder_outputs[l], the layer's input) at its first reuse_len
+    positions (all of them with 0), without gradient, as the released code's _cache_mem and
+    Hugging Face's cache_mem.
+
+    mems: None (the first segment) or L float (B, M, H); encoder_outputs: XLNetModel's L + 1
+    content streams (the last, the final output, is not cached). Returns L float (B, M', H),
+    M' = min(mem_len, M + reuse_len or S)."""
+    if mem_len < 1:
+        raise ValueError(f"mem_len: expected at least 1, found {mem_len}")
+    new = []
+    for i, h in enumerate(encoder_outputs[:-1]):
+        current = h[:, :reuse_len] if reuse_len else h
+        if mems is not None:
+            current = ops.concatenate([ops.cast(mems[i], h.dtype), current], axis=1)
+        new.append(ops.stop_gradient(current[:, -mem_len:]))
+    return new
 
 
 @keras.saving.register_keras_serializable(package="cloze")

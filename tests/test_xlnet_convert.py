@@ -80,6 +80,43 @@ def test_converted_xlnet_computes_what_transformers_computes(converted, golden):
     assert np.abs(plm[sees == 0] - golden["plm_logits"][sees == 0]).max() > 1e-2
 
 
+def test_segment_recurrence_computes_what_transformers_computes(converted):
+    """Three segments run one after another, each reading the memory the ones before left
+    (tests/make_xlnet_mems_golden.py: mem_len 6, the first 5 positions of a segment cached, so
+    the third reads a memory cut to its last 6 slots), the last with segment ids, a padded
+    position and a two-stream pass: every layer, the memory and both streams' logits within
+    1e-5 of transformers. With memory no query sees nothing, so every query is compared."""
+    g = dict(np.load(FIXTURE / "mems_golden.npz"))
+    config = xlnet.XLNetConfig.from_json_file(converted / "bert_config.json")
+    model, _ = checkpoints.load_whole(xlnet.XLNetPretrainer(config), converted)
+    table = model.encoder.word_embedding.numpy()
+    mem_len, reuse_len = int(g["mem_len"]), int(g["reuse_len"])
+    mems = None
+    for n in range(len(g["input_ids"])):
+        inputs = {"input_ids": g["input_ids"][n].astype("int32")}
+        if n == len(g["input_ids"]) - 1:
+            inputs |= {k: g[k].astype("int32") for k in ("segment_ids", "input_mask")}
+        out = model.encoder(inputs | ({} if mems is None else {"mems": mems}))
+        real = inputs.get("input_mask", np.ones_like(inputs["input_ids"])).astype(bool)
+        for got, want in zip(out["encoder_outputs"], g[f"hidden_states_{n}"]):
+            np.testing.assert_allclose(np.asarray(got)[real], want[real], atol=TOLERANCE)
+        lm = np.asarray(out["sequence_output"]) @ table.T + model.softmax_bias.numpy()
+        np.testing.assert_allclose(
+            lm[..., ::VOCAB_STRIDE][real], g[f"lm_logits_{n}"][real], atol=TOLERANCE
+        )
+        if n == len(g["input_ids"]) - 1:  # the two-stream pass reads the same memory
+            plm = model(inputs | {"mems": mems, "perm_mask": g["perm_mask"],
+                                  "target_mapping": g["target_mapping"]})  # fmt: skip
+            got = np.asarray(plm["plm_logits"])[..., ::VOCAB_STRIDE]
+            np.testing.assert_allclose(got, g["plm_logits"], atol=TOLERANCE)
+        mems = xlnet.cache_mems(mems, out["encoder_outputs"], mem_len, reuse_len)
+        assert [m.shape[1] for m in mems] == [min(mem_len, reuse_len * (n + 1))] * 2
+        np.testing.assert_allclose(np.stack(mems), g[f"mems_{n}"], atol=TOLERANCE)
+    # Without its memory the last segment computes something else: the memory is read.
+    alone = model.encoder(inputs)["sequence_output"]
+    assert np.abs(np.asarray(alone) - g["hidden_states_2"][-1])[real].max() > 1e-2
+
+
 def test_cloze_to_hf_round_trips_bit_for_bit(converted, tmp_path):
     out = tmp_path / "hf"
     helpers.convert_checkpoint(
