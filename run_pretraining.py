@@ -191,6 +191,16 @@ flags.DEFINE_bool(
     "order, every position following the order.",
 )
 flags.DEFINE_integer("mask_alpha", 6, "XLNet span prediction: context tokens per span token.")
+flags.DEFINE_integer(
+    "mem_len",
+    0,
+    "XLNet: the segment recurrence's memory (sec. 2.5, Transformer-XL), in positions: each "
+    "layer also attends to what it read for the last --mem_len positions of its batch row's "
+    "stream, so row j of every training batch is the block that follows row j of the batch "
+    "before (the blocks of one create_lm_data.py output, --input_file its shards in order, cut "
+    "into --train_batch_size streams; no shuffling). Evaluation reads no memory. 0: none, "
+    "shuffled blocks.",
+)
 flags.DEFINE_integer("mask_beta", 1, "XLNet span prediction: the divisor of --mask_alpha.")
 flags.DEFINE_string(
     "vocab_file",
@@ -372,7 +382,7 @@ def main(argv):
     from modeling import bart, elmo, gpt, t5, xlnet
 
     values = bert.read_config_json(FLAGS.bert_config_file, "a model config JSON file")
-    xlnet_only = [f"--{n}" for n in ("xlnet_span_prediction", "mask_alpha", "mask_beta")
+    xlnet_only = [f"--{n}" for n in ("xlnet_span_prediction", "mask_alpha", "mask_beta", "mem_len")
                   if FLAGS[n].present]  # fmt: skip
     if xlnet_only and not xlnet.is_xlnet_config(values):
         raise app.UsageError(f"{', '.join(xlnet_only)}: XLNet's permutation LM only")
@@ -651,6 +661,7 @@ def _train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, cu
                             "span_boundary_objective",
                             "precision",
                             "xlnet_span_prediction",
+                            "mem_len",
                         )  # fmt: skip
                     }
                 ),
@@ -674,7 +685,8 @@ def pretrain_blocks(
     the strategy, the Trainer, per-worker datasets, held-out evaluation with perplexities, and
     train_and_evaluate.
 
-    make_model(config) -> the Keras model; make_task(model) -> its trainer.Task;
+    make_model(config) -> the Keras model; make_task(model) -> its trainer.Task (called under
+    the strategy's scope);
     make_dataset(files, per_worker_batch, is_training, seed, workers, worker_index) -> a
     tf.data.Dataset; files = (train_files, eval_files, (all_files, feature_spec)); perplexity_of
     maps a result name to the mean per-token loss it exponentiates; after_build(model), if given,
@@ -689,10 +701,12 @@ def pretrain_blocks(
     model, optimizer = build_model(strategy, lambda: make_model(config))
     if after_build is not None:
         after_build(model)
+    with strategy.scope():  # a task's state (XLNet's memory) is mirrored as the model is
+        task = make_task(model)
     try:
         fit = trainer.Trainer(
             strategy,
-            make_task(model),
+            task,
             optimizer,
             use_xla=FLAGS.use_xla,
             gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
@@ -950,15 +964,32 @@ def pretrain_permutation_lm(config) -> None:
                  "mask_beta": FLAGS.mask_beta}  # fmt: skip
     elif FLAGS["mask_alpha"].present or FLAGS["mask_beta"].present:
         raise app.UsageError("--mask_alpha / --mask_beta: only with --xlnet_span_prediction")
-    logging.info("XLNet, blocks of %d, %d predicted each%s", s, p,
-                 " (spans)" if spans else "")  # fmt: skip
+    if FLAGS.mem_len < 0:
+        raise app.UsageError(f"--mem_len={FLAGS.mem_len}: expected >= 0")
+    memory = FLAGS.mem_len > 0
+    logging.info("XLNet, blocks of %d, %d predicted each%s%s", s, p,
+                 " (spans)" if spans else "",
+                 f", a memory of {FLAGS.mem_len} (streams)" if memory else "")  # fmt: skip
+
+    def make_task(model):
+        if not memory:
+            return plm_tasks.permutation_lm_task(model)
+        state = plm_tasks.SegmentMemory(config, FLAGS.train_batch_size, FLAGS.mem_len)
+        return plm_tasks.permutation_lm_task(model, state)
+
+    def make_dataset(files, batch_size, is_training, *shard):
+        try:
+            return permutation.permutation_lm_dataset(
+                files, batch_size, s, p, is_training, *shard, **spans, streams=memory
+            )
+        except InputError as e:  # too few blocks for the streams
+            raise SystemExit(f"run_pretraining: {e}") from None
+
     pretrain_blocks(
         config,
         xlnet.XLNetPretrainer,
-        plm_tasks.permutation_lm_task,
-        lambda f, b, train, *shard: permutation.permutation_lm_dataset(
-            f, b, s, p, train, *shard, **spans
-        ),
+        make_task,
+        make_dataset,
         (train_files, eval_files, (features_files, lm_data.lm_feature_spec(s))),
         {"perplexity": "plm_loss"},
         ["plm_loss", "plm_accuracy"],

@@ -144,13 +144,69 @@ def lm_dataset(
         records = records.shard(num_shards, shard_index)
     if is_training:
         records = records.repeat().shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
+    return parsed_blocks(records.batch(batch_size, drop_remainder=True), block_size)
+
+
+def parsed_blocks(batches: tf.data.Dataset, block_size: int) -> tf.data.Dataset:
+    """Batches of serialized blocks -> {"input_ids": int32 (B, block_size)}, prefetched."""
+    import tensorflow as tf
+
     spec = lm_feature_spec(block_size)
 
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, spec)
         return {"input_ids": tf.cast(parsed["input_ids"], tf.int32)}
 
-    batches = records.batch(batch_size, drop_remainder=True)
     return batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(
         tf.data.AUTOTUNE
     )
+
+
+def corpus_order(files: Sequence[str]) -> tf.data.Dataset:
+    """The serialized blocks of one write_lm_tfrecords output (`files` its shards, in order) in
+    the order they were made: block n sits in file n mod the file count."""
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices(list(files)).interleave(
+        tf.data.TFRecordDataset, cycle_length=len(files), block_length=1, deterministic=True
+    )
+
+
+def stream_dataset(
+    files: Sequence[str],
+    batch_size: int,
+    block_size: int,
+    num_shards: int = 1,
+    shard_index: int = 0,
+) -> tf.data.Dataset:
+    """Training batches for a model with segment recurrence (XLNet's memory): row j of batch t+1
+    is the block that follows row j of batch t in the corpus, as the released XLNet data's
+    bsz_per_host streams and Transformer-XL's batchify. The N blocks of `files` (corpus_order)
+    make batch_size x num_shards streams of n = N // (batch_size x num_shards) consecutive
+    blocks (the rest dropped); this shard's batches hold streams shard_index x batch_size onward,
+    repeated from the start of each stream every n batches, without shuffling.
+
+    Reading: every epoch each stream skips to its start through the records before it, so a
+    pass costs about batch_size / 2 reads of the shard's part of the files (record framing
+    only; no parsing)."""
+    import tensorflow as tf
+
+    ordered = corpus_order(files)
+    total = int(ordered.reduce(0, lambda count, _: count + 1))
+    streams = batch_size * num_shards
+    n = total // streams
+    if n < 1:
+        raise input_error(
+            files[0],
+            f"at least {streams} blocks (--train_batch_size streams of consecutive blocks)",
+            f"{total} blocks in {len(files)} file(s)",
+        )
+    first = shard_index * batch_size
+    starts = tf.data.Dataset.range(first, first + batch_size).map(lambda g: g * n)
+    rows = starts.interleave(
+        lambda start: ordered.skip(start).take(n),
+        cycle_length=batch_size,
+        block_length=1,
+        deterministic=True,
+    )
+    return parsed_blocks(rows.repeat().batch(batch_size, drop_remainder=True), block_size)

@@ -195,19 +195,25 @@ def permutation_lm_dataset(
     word_starts=None,
     mask_alpha: int = 6,
     mask_beta: int = 1,
+    streams: bool = False,
 ) -> tf.data.Dataset:
     """lm_data.lm_dataset's batches with permutation_lm_features applied; batch n of shard k
     draws its orders with the stateless seed (seed, n * num_shards + k), so evaluation sees the
     same orders every time, workers draw different ones, and a training iterator restored from a
     checkpoint continues the same sequence. word_starts (word_start_table's, indexed by id):
-    span-based targets (span_targets with mask_alpha / mask_beta), drawn with the same pair."""
+    span-based targets (span_targets with mask_alpha / mask_beta), drawn with the same pair.
+    streams: training batches whose rows continue the rows before (lm_data.stream_dataset), for
+    the segment memory; evaluation is the plain one pass either way."""
     if not 1 <= num_predict <= block_size:
         raise ValueError(
             f"num_predict: expected 1 .. {block_size} (the block size), found {num_predict}"
         )
-    blocks = lm_data.lm_dataset(
-        files, batch_size, block_size, is_training, seed, num_shards, shard_index
-    )
+    if streams and is_training:
+        blocks = lm_data.stream_dataset(files, batch_size, block_size, num_shards, shard_index)
+    else:
+        blocks = lm_data.lm_dataset(
+            files, batch_size, block_size, is_training, seed, num_shards, shard_index
+        )
     table = None if word_starts is None else tf.constant(np.asarray(word_starts, bool))
 
     def features(n, batch):

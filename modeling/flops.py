@@ -237,14 +237,16 @@ def gpt_classifier_flops(config, s, outputs: int):
     return causal_lm_flops(config, s) + 2 * config.n_embd * outputs
 
 
-def xlnet_flops(config, s, rows, p=None, segments: bool = False):
+def xlnet_flops(config, s, rows, p=None, segments: bool = False, m=0):
     """Forward FLOPs of an XLNetModel over `rows` sequences of s tokens (all of them, not per
-    sequence: the relative position terms are computed once a batch). `config`: an
-    XLNetConfig, H = d_model, A = n_head x d_head, F = d_inner, R = 2 s - 1 distances.
+    sequence: the relative position terms are computed once a batch), each reading a memory of
+    m slots (segment recurrence: K = m + s keys). `config`: an XLNetConfig, H = d_model,
+    A = n_head x d_head, F = d_inner, R = K + s - 1 distances.
       per layer, a batch   2 R H A                  the relative positions' key projection
       per layer, per sequence, the content stream:
-                           8 s H A                  Q, K, V and output projections
-                           4 s^2 A + 2 s R A        content scores, probabilities x V, and the
+                           8 s H A + 4 m H A        Q, K, V and output projections, and the
+                                                    memory's K and V
+                           4 s K A + 2 s R A        content scores, probabilities x V, and the
                                                     scores by distance (of all R, then gathered)
                            4 s A                    scores by segment (with `segments`)
                            4 s H F                  the FFN
@@ -254,20 +256,20 @@ def xlnet_flops(config, s, rows, p=None, segments: bool = False):
     and once a batch R H for the sinusoid encoding (an outer product of distances and
     frequencies)."""
     h, a, f = config.d_model, config.n_head * config.d_head, config.d_inner
-    r = 2 * s - 1
-    attend = 4 * s * s * a + 2 * s * r * a + (4 * s * a if segments else 0)
-    content = 8 * s * h * a + attend + 4 * s * h * f
+    r = m + 2 * s - 1
+    attend = 4 * s * (m + s) * a + 2 * s * r * a + (4 * s * a if segments else 0)
+    content = 8 * s * h * a + 4 * m * h * a + attend + 4 * s * h * f
     # `is None`, not a truth test: p may be a tensor (a traced step would make a tf.cond).
     query = 0 if p is None else 4 * p * h * a + 4 * p * s * a + attend + 4 * p * h * f
     per_layer = rows * (content + query) + 2 * r * h * a
     return config.n_layer * per_layer + r * h
 
 
-def xlnet_pretraining_flops(config, s, p, rows):
-    """Forward FLOPs of an XLNetPretrainer over `rows` sequences of s tokens with p targets:
-    both streams (no segments: pretraining reads none), and the tied decoder to the vocabulary
-    at the p targets."""
-    return xlnet_flops(config, s, rows, p) + rows * 2 * p * config.d_model * config.n_token
+def xlnet_pretraining_flops(config, s, p, rows, m=0):
+    """Forward FLOPs of an XLNetPretrainer over `rows` sequences of s tokens with p targets and
+    a memory of m slots: both streams (no segments: pretraining reads none), and the tied
+    decoder to the vocabulary at the p targets."""
+    return xlnet_flops(config, s, rows, p, m=m) + rows * 2 * p * config.d_model * config.n_token
 
 
 def xlnet_classifier_flops(config, s, rows, outputs: int, segments: bool = True):

@@ -117,7 +117,7 @@ XLNetConfig.OPTIONAL = frozenset(f.name for f in dataclasses.fields(XLNetConfig)
 # ---------------------------------------------------------------------------------------------
 
 
-def attention_masks(length, perm_mask=None, input_mask=None, mem_length=0):
+def attention_masks(length, perm_mask=None, input_mask=None, mem_length=0, mem_mask=None):
     """What each stream may attend to, as bool (B or 1, S, M + S) masks, [b, i, M + j] True when
     position i may read the content of position j, and [b, i, m] (m < M) of memory slot m.
 
@@ -127,7 +127,8 @@ def attention_masks(length, perm_mask=None, input_mask=None, mem_length=0):
     input_mask: int (B, S), 1 for real tokens, 0 for padding (the BERT convention, not XLNet's
       inverted one); padded keys are hidden from both streams.
     mem_length: M, the memory's length (segment recurrence, cache_mems); both streams see all
-      of it, as the released code and Hugging Face's (their perm and input masks are 0 there).
+      of it, as the released code and Hugging Face's (their perm and input masks are 0 there),
+      or, with mem_mask int or bool (B, M), the slots it marks (a memory not yet filled).
     Returns (content, query): the query mask is perm_mask's complement; the content stream may
     in addition always see its own position (sec. 2.3, eq. 5: h attends to z_{<=t}).
     """
@@ -140,7 +141,13 @@ def attention_masks(length, perm_mask=None, input_mask=None, mem_length=0):
     content = ops.logical_or(allowed, eye)
     if isinstance(mem_length, int) and mem_length == 0:
         return content, allowed
-    memory = ops.ones((ops.shape(allowed)[0], length, mem_length), "bool")
+    if mem_mask is None:
+        memory = ops.ones((ops.shape(allowed)[0], length, mem_length), "bool")
+    else:
+        b = ops.shape(mem_mask)[0]
+        memory = ops.broadcast_to(ops.cast(mem_mask, "bool")[:, None, :], (b, length, mem_length))
+        content = ops.broadcast_to(content, (b, length, length))
+        allowed = ops.broadcast_to(allowed, (b, length, length))
     return ops.concatenate([memory, content], 2), ops.concatenate([memory, allowed], 2)
 
 
@@ -365,7 +372,8 @@ class XLNetModel(keras.Model):
     `perm_mask` float (B, S, S) and `target_mapping` float (B, P, S) (data_prep/permutation.py),
     and for the segment recurrence `mems`, L float (B, M, H) tensors: what each layer read for
     the segments before (cache_mems of their encoder_outputs), seen by every position as
-    segment 0 at distances M + i - m (Transformer-XL's relative positions).
+    segment 0 at distances M + i - m (Transformer-XL's relative positions), optionally with
+    `mem_mask` (B, M), 1 at the slots that hold something (0: hidden from both streams).
     Returns a dict: sequence_output float (B, S, H), the last content stream; encoder_outputs,
     the L + 1 content streams (embeddings, then every layer); with perm_mask also query_output
     float (B, P, H) and query_outputs, the L + 1 query streams (mask_emb, then every layer).
@@ -416,7 +424,9 @@ class XLNetModel(keras.Model):
         if mems is not None and len(mems) != c.n_layer:
             raise ValueError(f"mems: expected {c.n_layer} tensors (one a layer), found {len(mems)}")
         m = 0 if mems is None else ops.shape(mems[0])[1]
-        content_mask, query_mask = attention_masks(s, perm_mask, inputs.get("input_mask"), m)
+        content_mask, query_mask = attention_masks(
+            s, perm_mask, inputs.get("input_mask"), m, inputs.get("mem_mask")
+        )
         content_mask = ops.broadcast_to(content_mask, (b, s, s + m))
         query_mask = ops.broadcast_to(query_mask, (b, s, s + m))
         seg_mat = None

@@ -331,6 +331,18 @@ def test_xlnet_counts_both_streams_and_its_heads():
         assert flops.xlnet_pretraining_flops(config, S, P, rows) == forward
         batch = {k: tf.ones(v.shape, v.dtype) for k, v in inputs.items()}
         assert float(traced(plm.flops_fn)(batch)) == pytest.approx(3 * forward, rel=1e-6)
+        # With a memory of M slots (segment recurrence): its keys and values, M more keys and
+        # distances; the task counts its SegmentMemory's.
+        M = 3
+        mems = [tf.TensorSpec([rows, M, config.d_model], tf.float32)] * config.n_layer
+        forward = helpers.graph_matmul_flops(
+            lambda x: pretrainer(x, training=False), inputs | {"mems": mems}
+        )
+        assert flops.xlnet_pretraining_flops(config, S, P, rows, M) == forward
+        remembers = plm_tasks.permutation_lm_task(
+            pretrainer, plm_tasks.SegmentMemory(config, rows, M)
+        )
+        assert float(traced(remembers.flops_fn)(batch)) == pytest.approx(3 * forward, rel=1e-6)
 
         inputs = {
             k: tf.TensorSpec([rows, S], tf.int32)
@@ -527,6 +539,10 @@ def test_counts_grow_as_the_formulas_say():
     assert flops.xlnet_flops(x, 2, 2) == 2 * 76 + 12 + 6  # the per-batch terms once
     assert flops.xlnet_flops(x, 2, 1, p=1) == 76 + 52 + 12 + 6
     assert flops.xlnet_flops(x, 2, 1, segments=True) == 76 + 8 + 12 + 6  # 4*2*1 by segment
+    # With m = 1 slot of memory: R = 4, K = 3 keys: the content stream 8*2*2 + 4*1*2 (the
+    # memory's K and V) + (4*2*3 + 2*2*4) + 4*2*2 = 96, the distances' keys 2*4*2 = 16, the
+    # sinusoids 4*2 = 8.
+    assert flops.xlnet_flops(x, 2, 1, m=1) == 96 + 16 + 8
     # ELMo, S = 1, P = 1, D = 1, one layer, V = 1: the cells 2 directions x (16 + 2), the two
     # softmaxes 2*2 = 40; a character CNN over C = 3 characters of E = 1 with filters of widths
     # 1 and 2 (one each): 2*3*1 + 2*2*2 = 14, one highway layer over F = 2: 4*2*2 = 16, the

@@ -540,6 +540,7 @@ def test_toggling_span_boundary_objective_is_refused_naming_the_flag(tmp_path):
         "span_boundary_objective": True,
         "precision": "fp32",
         "xlnet_span_prediction": False,
+        "mem_len": 0,
     }
     toggled = helpers.run_main("run_pretraining.py", [*common, "--num_train_steps=4"])
     assert toggled.returncode == 1

@@ -7,28 +7,93 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from modeling import flops, losses
+from modeling import flops, losses, xlnet
 from training.trainer import Task, float_shape
 
 PLM_INPUTS = ("input_ids", "perm_mask", "target_mapping")
 
 
-def permutation_lm_task(model) -> Task:
+class SegmentMemory:
+    """XLNet's segment recurrence in training (sec. 2.5, Transformer-XL's memory): what every
+    layer read for a batch row's last mem_len positions, read by the same row of the next batch
+    (its stream continues the text: lm_data.stream_dataset). Create under the strategy's scope.
+
+    The state is the whole global batch's, float32 (L, rows, mem_len, H), plus how many of the
+    last slots hold something (0 at the start: the first batch reads an empty memory, as the
+    released code's first step). Each replica reads its rows (replica r: rows r x b .. r x b + b,
+    the slice trainer.slice_for_replica gives it) and writes them back gathered from every
+    replica, so each worker's checkpoint holds the whole state and a resume reads the memory an
+    uninterrupted run would have, under any strategy. The released TPU code keeps it per core in
+    variables the same way; the all-gather costs one memory's size a step in communication.
+    """
+
+    def __init__(self, config: xlnet.XLNetConfig, rows: int, mem_len: int):
+        if mem_len < 1 or rows < 1:
+            raise ValueError(f"SegmentMemory: mem_len {mem_len} and rows {rows} must be >= 1")
+        self.mem_len = mem_len
+        shape = (config.n_layer, rows, mem_len, config.d_model)
+        # ONLY_FIRST_REPLICA: every replica assigns the same gathered value, copied from the first.
+        once = tf.VariableAggregation.ONLY_FIRST_REPLICA
+        self.states = tf.Variable(
+            tf.zeros(shape), trainable=False, aggregation=once, name="segment_memory"
+        )
+        self.filled = tf.Variable(
+            0, dtype=tf.int32, trainable=False, aggregation=once, name="segment_memory_filled"
+        )
+
+    @property
+    def variables(self) -> list:
+        return [self.states, self.filled]
+
+    def read(self, rows) -> tuple[list, tf.Tensor]:
+        """This replica's memory for its `rows` batch rows: L float32 (rows, M, H), and the
+        mem_mask int32 (rows, M) of XLNetModel (1 at the filled slots, the last ones)."""
+        start = tf.distribute.get_replica_context().replica_id_in_sync_group * rows
+        mems = tf.unstack(self.states[:, start : start + rows])
+        filled = tf.range(self.mem_len) >= self.mem_len - self.filled
+        return mems, tf.broadcast_to(tf.cast(filled, tf.int32), (rows, self.mem_len))
+
+    def write(self, mems: list, encoder_outputs: list, length) -> None:
+        """Keeps the memory for the next batch: xlnet.cache_mems of this replica's `mems` (read)
+        and the layers' inputs over its block of `length` positions, gathered over replicas."""
+        new = tf.cast(tf.stack(xlnet.cache_mems(mems, encoder_outputs, self.mem_len)), tf.float32)
+        ctx = tf.distribute.get_replica_context()
+        if ctx.num_replicas_in_sync > 1:
+            new = ctx.all_gather(new, axis=1)
+        self.states.assign(new)
+        self.filled.assign(tf.minimum(self.filled + tf.cast(length, tf.int32), self.mem_len))
+
+
+def permutation_lm_task(model, memory: SegmentMemory | None = None) -> Task:
     """XLNet's objective with partial prediction (Yang et al. 2019, sec. 2.3, eq. 5): the mean
     cross-entropy of the predicted tokens given the content of the positions before them in the
     sampled order. `model` an xlnet.XLNetPretrainer; batches from
-    data_prep/permutation.permutation_lm_features. Perplexity is exp(plm_loss)."""
+    data_prep/permutation.permutation_lm_features. Perplexity is exp(plm_loss).
+
+    memory: a SegmentMemory: every training step also reads the memory its rows' streams left
+    and updates it (the task's state, in the training checkpoints); evaluation reads none. Each
+    step must see its whole batch at once (no gradient accumulation or parallel micro-batches:
+    their parts would each move the memory)."""
 
     def sums_fn(batch, training):
-        out = model({k: batch[k] for k in PLM_INPUTS}, training=training)
+        inputs = {k: batch[k] for k in PLM_INPUTS}
+        remember = training and memory is not None
+        if remember:
+            mems, mem_mask = memory.read(tf.shape(batch["input_ids"])[0])
+            inputs |= {"mems": mems, "mem_mask": mem_mask}
+        out = model(inputs, training=training)
+        if remember:
+            memory.write(mems, out["encoder_outputs"], tf.shape(batch["input_ids"])[1])
         return losses.masked_lm_sums(
             out["plm_logits"], batch["target_ids"], batch["target_weights"]
         )
 
     def flops_fn(batch):
-        """3 forward passes (modeling/flops.py) of the batch: target_mapping (B, P, S)."""
+        """3 forward passes (modeling/flops.py) of the batch: target_mapping (B, P, S), each
+        row reading the memory's mem_len slots."""
         b, p, s = tf.unstack(float_shape(batch, "target_mapping"))
-        return 3.0 * flops.xlnet_pretraining_flops(model.config, s, p, b)
+        m = 0 if memory is None else memory.mem_len
+        return 3.0 * flops.xlnet_pretraining_flops(model.config, s, p, b, m)
 
     return Task(
         model=model,
@@ -36,4 +101,5 @@ def permutation_lm_task(model) -> Task:
         loss_terms=[("loss_sum", "weight")],
         metrics={"plm_loss": ("loss_sum", "weight"), "plm_accuracy": ("correct", "weight")},
         flops_fn=flops_fn,
+        state=[] if memory is None else memory.variables,
     )

@@ -62,6 +62,10 @@ class Task:
     flops_fn: optional `(batch) -> float32 scalar`, the matrix-multiply FLOPs one training step
     spends on `batch` (3 forward passes, modeling/flops.py), computed from its shapes so a batch
     cut by dynamic padding counts what it runs. The train log reports FLOP/s from it.
+
+    state: variables outside the model that the task's training steps carry from one step to
+    the next (XLNet's segment memory, training/plm_tasks.py); saved in the training checkpoints
+    with the model, so a resume continues from them.
     """
 
     model: object
@@ -70,6 +74,7 @@ class Task:
     metrics: dict
     denominators_fn: Callable | None = None
     flops_fn: Callable | None = None
+    state: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -317,6 +322,11 @@ class Trainer:
         self.parallel = _batch_split_count(
             task, parallel_micro_batches, "parallel_micro_batches", "parallel micro-batches"
         )
+        if task.state and self.accumulation * self.parallel > 1:
+            raise ValueError(
+                "gradient accumulation / parallel micro-batches: this task carries state from "
+                "step to step (XLNet's segment memory), which each part of a batch would move"
+            )
         # (numerator, denominator, weight): a pair is weighted 1.
         self.loss_terms = [
             (t[0], t[1], float(t[2]) if len(t) > 2 else 1.0) for t in task.loss_terms
@@ -972,6 +982,7 @@ def run_training(
         global_step=step_var,
         iterator=iterator,
         seed_states=seed_states(model),
+        **({"task_state": trainer.task.state} if trainer.task.state else {}),
     )
     manager = tf.train.CheckpointManager(
         ckpt, out, max_to_keep=settings.max_checkpoints_to_keep, checkpoint_name="ckpt"
