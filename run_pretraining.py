@@ -938,11 +938,23 @@ def pretrain_permutation_lm(config) -> None:
     features_files = sorted(set(train_files + eval_files))
     check_input_files(features_files, lm_data.lm_feature_spec(s))
     try:
-        lm_data.check_lm_files(features_files, s)
+        reuse_len = lm_data.check_lm_files(features_files, s)
     except InputError as e:
         raise SystemExit(
             f"run_pretraining: {e} (make blocks with data_prep/create_lm_data.py)"
         ) from None
+    if reuse_len:
+        if FLAGS.xlnet_span_prediction:
+            raise app.UsageError(
+                "--xlnet_span_prediction: not with two-segment records yet (their targets are "
+                "drawn uniformly in the reused part and the rest)"
+            )
+        if p - p // 2 > reuse_len or p // 2 > s - reuse_len - 3:
+            raise app.UsageError(
+                f"--max_predictions_per_seq={p}: two-segment records predict {p - p // 2} of "
+                f"the reused part's {reuse_len} positions and {p // 2} of the other "
+                f"{s - reuse_len - 3} (<sep>, <sep> and <cls> aside); give fewer"
+            )
     spans = {}
     if FLAGS.xlnet_span_prediction:
         if not FLAGS.vocab_file:
@@ -967,21 +979,23 @@ def pretrain_permutation_lm(config) -> None:
     if FLAGS.mem_len < 0:
         raise app.UsageError(f"--mem_len={FLAGS.mem_len}: expected >= 0")
     memory = FLAGS.mem_len > 0
-    logging.info("XLNet, blocks of %d, %d predicted each%s%s", s, p,
+    logging.info("XLNet, %s of %d, %d predicted each%s%s",
+                 f"two-segment records (reuse_len {reuse_len})" if reuse_len else "blocks", s, p,
                  " (spans)" if spans else "",
                  f", a memory of {FLAGS.mem_len} (streams)" if memory else "")  # fmt: skip
 
     def make_task(model):
         if not memory:
             return plm_tasks.permutation_lm_task(model)
-        state = plm_tasks.SegmentMemory(config, FLAGS.train_batch_size, FLAGS.mem_len)
+        state = plm_tasks.SegmentMemory(config, FLAGS.train_batch_size, FLAGS.mem_len, reuse_len)
         return plm_tasks.permutation_lm_task(model, state)
 
     def make_dataset(files, batch_size, is_training, *shard):
         try:
             return permutation.permutation_lm_dataset(
-                files, batch_size, s, p, is_training, *shard, **spans, streams=memory
-            )
+                files, batch_size, s, p, is_training, *shard, **spans, streams=memory,
+                reuse_len=reuse_len,
+            )  # fmt: skip
         except InputError as e:  # too few blocks for the streams
             raise SystemExit(f"run_pretraining: {e}") from None
 

@@ -18,12 +18,20 @@ With --vocab_file=a folder holding the byte-level BPE files (encoder.json + voca
 Face's vocab.json + merges.txt: a GPT-2 that convert_checkpoint.py converted), they are read from
 it, as with --encoder_file and --merges_file.
 
+With --reuse_len (a SentencePiece model or a WordPiece vocab.txt), the records are XLNet's
+released ones instead of blocks (data_prep/xlnet_data.py): each sentence is tokenized alone, and
+record t of --block_size ids is the corpus from t x --reuse_len on, then segments A and B (B the
+text after A, or half of the time sentences from elsewhere, drawn with --random_seed) with
+<sep> <sep> <cls> ([SEP] [SEP] [CLS] for WordPiece). As the release's data_utils.py, the
+corpus's ids are held in memory (about 5 bytes a token), not streamed.
+
 Documents are tokenized on --num_workers processes (data_prep/parallel.map_texts: batches of about
 a quarter of a million characters, at most two per worker in flight, results in corpus order), and
 the records are written without TensorFlow, so the workers are forked; the output does not depend
 on the number of workers.
 """
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -51,6 +59,14 @@ flags.DEFINE_bool(
 )
 flags.DEFINE_string("end_of_text", "<|endoftext|>", "The separator token after each document.")
 flags.DEFINE_integer(
+    "reuse_len",
+    0,
+    "XLNet's two-segment records: the ids at the start of each record that continue the record "
+    "before's start (what a model with --mem_len caches), then A <sep> B <sep> <cls>; the release "
+    "used 256 of 512. 0: plain blocks.",
+)
+flags.DEFINE_integer("random_seed", 12345, "--reuse_len: the seed of the segments' draws.")
+flags.DEFINE_integer(
     "num_workers",
     None,
     "Tokenizing processes (default: the cores this process may use). The blocks do not depend "
@@ -64,6 +80,7 @@ flags.register_multi_flags_validator(
     "SentencePiece model or a byte-level BPE folder)",
 )
 flags.register_validator("block_size", lambda b: b >= 2, "must be at least 2")
+flags.register_validator("reuse_len", lambda r: r >= 0, "must be >= 0")
 flags.register_validator("num_workers", lambda n: n is None or n >= 1, "must be at least 1")
 FLAGS = flags.FLAGS
 
@@ -71,8 +88,9 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from data_prep import bpe, files, lm_data, parallel, spiece, tokenization
+    from data_prep import bpe, files, lm_data, parallel, spiece, tokenization, xlnet_data
     from data_prep.errors import InputError, input_error
+    from data_prep.pretraining_shards import write_round_robin
 
     tokenizer = None  # a BPE's
     try:
@@ -100,6 +118,22 @@ def main(argv):
             if isinstance(tokenizer, bpe.WordEndBPE):  # GPT-1's vocabulary has no such token
                 hint = "; a GPT-1 vocabulary has none: name one of its tokens with --end_of_text"
             raise input_error(vocab_path, f"the token {end!r}", "none" + hint)
+        if FLAGS.reuse_len:
+            if bpe_files or not FLAGS.vocab_file:
+                raise app.UsageError(
+                    "--reuse_len: XLNet's records need <sep> and <cls>; give --vocab_file a "
+                    "SentencePiece model or a WordPiece vocab.txt"
+                )
+            if not FLAGS.reuse_len < FLAGS.block_size - xlnet_data.SPECIAL_POSITIONS:
+                raise app.UsageError(
+                    f"--reuse_len={FLAGS.reuse_len}: expected below --block_size - 3 = "
+                    f"{FLAGS.block_size - 3} (room for <sep> A <sep> B <cls>)"
+                )
+            specials = ("<sep>", "<cls>") if model else ("[SEP]", "[CLS]")
+            for token in specials:
+                if token not in vocab:
+                    raise input_error(vocab_path, f"the token {token!r}", "none")
+            sep_id, cls_id = (vocab[t] for t in specials)
     except InputError as e:
         raise SystemExit(f"create_lm_data: {e}") from None
     outputs = [f.strip() for f in FLAGS.output_file.split(",") if f.strip()]
@@ -112,22 +146,32 @@ def main(argv):
 
     def documents():
         texts = lm_data.read_lm_documents(inputs, progress=bar.update)
-        for ids in parallel.map_texts(encode, texts, num_workers):
+        per_text = (
+            functools.partial(xlnet_data.encode_sentences, encode) if FLAGS.reuse_len else encode
+        )
+        for ids in parallel.map_texts(per_text, texts, num_workers):
             stats["documents"] += 1
-            stats["tokens"] += len(ids)
+            stats["tokens"] += sum(map(len, ids)) if FLAGS.reuse_len else len(ids)
             if stats["documents"] % 500 == 0:
                 rate = stats["tokens"] / max(time.time() - t0, 1e-9)
                 logging.info("%d documents, %d tokens, %.0f tokens/s", *stats.values(), rate)
             yield ids
 
+    def write(tmp):
+        if not FLAGS.reuse_len:
+            return lm_data.write_lm_tfrecords(
+                lm_data.pack_blocks(documents(), FLAGS.block_size, eot), tmp
+            )
+        ids, sentence_ids = xlnet_data.sentence_stream(documents(), eot)
+        records = xlnet_data.two_segment_records(
+            ids, sentence_ids, FLAGS.block_size, FLAGS.reuse_len, sep_id, cls_id,
+            FLAGS.random_seed,
+        )  # fmt: skip
+        return write_round_robin(records, xlnet_data.serialize_records, tmp, lm_data.WRITE_BATCH)
+
     # Written under temporary names and renamed at the end: a failed run leaves no partial file.
     try:
-        blocks = files.write_atomically(
-            outputs,
-            lambda tmp: lm_data.write_lm_tfrecords(
-                lm_data.pack_blocks(documents(), FLAGS.block_size, eot), tmp
-            ),
-        )
+        blocks = files.write_atomically(outputs, write)
     except InputError as e:
         raise SystemExit(f"create_lm_data: {e}") from None
     finally:
@@ -137,8 +181,9 @@ def main(argv):
             f"create_lm_data: {FLAGS.input_file}: expected at least {FLAGS.block_size} tokens "
             f"for one block, found {stats['tokens']}"
         )
+    kind = f"two-segment records (reuse_len {FLAGS.reuse_len})" if FLAGS.reuse_len else "blocks"
     print(
-        f"wrote {blocks} blocks of {FLAGS.block_size} ids ({stats['documents']} documents, "
+        f"wrote {blocks} {kind} of {FLAGS.block_size} ids ({stats['documents']} documents, "
         f"{stats['tokens']} tokens, {time.time() - t0:.1f}s, {num_workers} worker(s)) to "
         f"{', '.join(outputs)}"
     )

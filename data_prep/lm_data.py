@@ -103,12 +103,19 @@ def write_lm_tfrecords(blocks: Iterable[np.ndarray], output_files: Sequence[str]
     )
 
 
-def check_lm_files(files: Sequence[str], block_size: int) -> None:
-    """Reads each file's first record and checks it is an LM block of block_size ids; raises
-    InputError naming the file (masked BERT records or another length are refused here, not as a
-    shape error deep in tf.data)."""
+def _kind(reuse_len: int) -> str:
+    return f"two-segment records, reuse_len {reuse_len}" if reuse_len else "blocks"
+
+
+def check_lm_files(files: Sequence[str], block_size: int) -> int:
+    """Reads each file's first record and checks it is an LM block of block_size ids, or
+    XLNet's two-segment record of that many (data_prep/xlnet_data.py) in every file alike;
+    raises InputError naming the file (masked BERT records, another length or a mix of kinds are
+    refused here, not as a shape error deep in tf.data). Returns the records' reuse_len: 0 for
+    blocks."""
     import tensorflow as tf
 
+    kinds = {}
     for path in files:
         for raw in tf.data.TFRecordDataset(path).take(1):
             example = tf.train.Example.FromString(raw.numpy())
@@ -120,9 +127,17 @@ def check_lm_files(files: Sequence[str], block_size: int) -> None:
             found = len(feats["input_ids"].int64_list.value)
             if found != block_size:
                 raise input_error(path, f"blocks of {block_size} ids (n_ctx)", f"{found} ids")
+            reuse = feats["reuse_len"].int64_list.value[0] if "reuse_len" in feats else 0
+            kinds.setdefault(reuse, path)
+            if len(kinds) > 1:
+                first, kind = next(iter(kinds.items()))[::-1]
+                raise input_error(
+                    path, f"records like {first}'s ({_kind(kind)})", f"{_kind(reuse)}"
+                )
             break
         else:
             raise input_error(path, "at least one record", "an empty file")
+    return next(iter(kinds), 0)
 
 
 def lm_dataset(
@@ -133,10 +148,12 @@ def lm_dataset(
     seed: int = 12345,
     num_shards: int = 1,
     shard_index: int = 0,
+    spec: dict | None = None,
 ) -> tf.data.Dataset:
-    """Batches of {"input_ids": int32 (B, block_size)}. Training repeats and shuffles with a
-    fixed seed (a plain iterator, checkpointable for exact resume); evaluation is one pass.
-    Batches drop the remainder so every replica gets equal slices."""
+    """Batches of {"input_ids": int32 (B, block_size)} (or of every feature of `spec`, int32).
+    Training repeats and shuffles with a fixed seed (a plain iterator, checkpointable for exact
+    resume); evaluation is one pass. Batches drop the remainder so every replica gets equal
+    slices."""
     import tensorflow as tf
 
     records = tf.data.TFRecordDataset(list(files))
@@ -144,18 +161,20 @@ def lm_dataset(
         records = records.shard(num_shards, shard_index)
     if is_training:
         records = records.repeat().shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
-    return parsed_blocks(records.batch(batch_size, drop_remainder=True), block_size)
+    return parsed_blocks(records.batch(batch_size, drop_remainder=True), block_size, spec)
 
 
-def parsed_blocks(batches: tf.data.Dataset, block_size: int) -> tf.data.Dataset:
-    """Batches of serialized blocks -> {"input_ids": int32 (B, block_size)}, prefetched."""
+def parsed_blocks(
+    batches: tf.data.Dataset, block_size: int, spec: dict | None = None
+) -> tf.data.Dataset:
+    """Batches of serialized blocks -> {"input_ids": int32 (B, block_size)} (or every feature
+    of `spec`, as int32), prefetched."""
     import tensorflow as tf
 
-    spec = lm_feature_spec(block_size)
+    spec = spec or lm_feature_spec(block_size)
 
     def parse(serialized):
-        parsed = tf.io.parse_example(serialized, spec)
-        return {"input_ids": tf.cast(parsed["input_ids"], tf.int32)}
+        return {k: tf.cast(v, tf.int32) for k, v in tf.io.parse_example(serialized, spec).items()}
 
     return batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(
         tf.data.AUTOTUNE
@@ -178,13 +197,15 @@ def stream_dataset(
     block_size: int,
     num_shards: int = 1,
     shard_index: int = 0,
+    spec: dict | None = None,
 ) -> tf.data.Dataset:
     """Training batches for a model with segment recurrence (XLNet's memory): row j of batch t+1
     is the block that follows row j of batch t in the corpus, as the released XLNet data's
     bsz_per_host streams and Transformer-XL's batchify. The N blocks of `files` (corpus_order)
     make batch_size x num_shards streams of n = N // (batch_size x num_shards) consecutive
     blocks (the rest dropped); this shard's batches hold streams shard_index x batch_size onward,
-    repeated from the start of each stream every n batches, without shuffling.
+    repeated from the start of each stream every n batches, without shuffling. `spec`: the
+    records' features (lm_dataset's).
 
     Reading: every epoch each stream skips to its start through the records before it, so a
     pass costs about batch_size / 2 reads of the shard's part of the files (record framing
@@ -209,4 +230,4 @@ def stream_dataset(
         block_length=1,
         deterministic=True,
     )
-    return parsed_blocks(rows.repeat().batch(batch_size, drop_remainder=True), block_size)
+    return parsed_blocks(rows.repeat().batch(batch_size, drop_remainder=True), block_size, spec)

@@ -21,10 +21,19 @@ each other and are seen by every position, while a target sees the context and t
 before it in z (and no context token sees a target). Without it, every position, context or
 target, follows z strictly.
 
+Two-segment records (data_prep/xlnet_data.py, create_lm_data.py --reuse_len): as the release's
+parser, P - P // 2 targets are drawn among the reused part's positions and P // 2 among the
+rest's, never at <sep> or <cls>; the targets follow z and the other tokens are context (as with
+spans); and no position of the reused part sees one after it, so the states a model with memory
+caches there hold nothing of the text the next record predicts. The release also orders <sep>
+and <cls> in z as targets without a loss; here they are context, seen by all (they carry no
+token to leak).
+
   num_predict_for_k       the paper's K -> tokens predicted per block
   word_start_table        a vocabulary -> which of its tokens begin a word
   span_targets            a batch's span targets, from a stateless seed
   permutation_lm_features a batch of blocks + a stateless seed -> model inputs and targets
+  two_segment_features    the same for two-segment records, with their segment ids
   permutation_lm_dataset  LM blocks from data_prep/create_lm_data.py -> those, seeded per batch
 Shapes: B batch, S block length, P predicted positions per block.
 """
@@ -36,7 +45,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from data_prep import lm_data
+from data_prep import lm_data, xlnet_data
 
 # Span-based prediction: lengths 1 .. MAX_SPAN tokens, drawn with probability proportional to
 # 1 / length (XLNet's release, max_gram 5).
@@ -183,6 +192,47 @@ def permutation_lm_features(input_ids, seed, num_predict: int, is_target=None) -
     }
 
 
+def two_segment_targets(segment_ids, seed, num_predict: int, reuse_len: int):
+    """bool (B, S): num_predict - num_predict // 2 positions drawn uniformly among the first
+    reuse_len of each row and num_predict // 2 among the rest, never a functional one (<cls>,
+    segment 2, or a <sep>, the last position of segment 0 or 1). seed: int (2,), stateless."""
+    seg = tf.cast(segment_ids, tf.int32)
+    s = tf.shape(seg)[1]
+    functional = tf.logical_or(
+        tf.equal(seg, 2),
+        tf.concat([tf.not_equal(seg[:, :-1], seg[:, 1:]), tf.zeros_like(seg[:, :1], tf.bool)], 1),
+    )
+    reused = tf.range(s)[None, :] < reuse_len
+    keys = tf.random.stateless_uniform(tf.shape(seg), seed=tf.cast(seed, tf.int64))
+
+    def drawn(eligible, k):
+        top = tf.math.top_k(tf.where(eligible, keys, -1.0), k).indices  # (B, k)
+        return tf.reduce_any(tf.cast(tf.one_hot(top, s), tf.bool), axis=1)
+
+    rest = num_predict // 2
+    first = drawn(tf.logical_and(reused, tf.logical_not(functional)), num_predict - rest)
+    if not rest:
+        return first
+    second = drawn(tf.logical_and(tf.logical_not(reused), tf.logical_not(functional)), rest)
+    return tf.logical_or(first, second)
+
+
+def two_segment_features(input_ids, segment_ids, seed, num_predict: int, reuse_len: int) -> dict:
+    """permutation_lm_features of two-segment records (module docstring), with their int32
+    segment_ids (B, S) added. The targets are drawn with a seed folded from `seed`, so they do
+    not follow the order's own draw."""
+    seed = tf.cast(seed, tf.int64)
+    is_target = two_segment_targets(
+        segment_ids, tf.random.experimental.stateless_fold_in(seed, 1), num_predict, reuse_len
+    )
+    out = permutation_lm_features(input_ids, seed, num_predict, is_target)
+    position = tf.range(tf.shape(out["input_ids"])[1])
+    forward = tf.logical_and(position[:, None] < reuse_len, position[None, :] >= reuse_len)
+    out["perm_mask"] = tf.maximum(out["perm_mask"], tf.cast(forward, tf.float32)[None])
+    out["segment_ids"] = tf.cast(segment_ids, tf.int32)
+    return out
+
+
 def permutation_lm_dataset(
     files: Sequence[str],
     batch_size: int,
@@ -196,6 +246,7 @@ def permutation_lm_dataset(
     mask_alpha: int = 6,
     mask_beta: int = 1,
     streams: bool = False,
+    reuse_len: int = 0,
 ) -> tf.data.Dataset:
     """lm_data.lm_dataset's batches with permutation_lm_features applied; batch n of shard k
     draws its orders with the stateless seed (seed, n * num_shards + k), so evaluation sees the
@@ -203,22 +254,32 @@ def permutation_lm_dataset(
     checkpoint continues the same sequence. word_starts (word_start_table's, indexed by id):
     span-based targets (span_targets with mask_alpha / mask_beta), drawn with the same pair.
     streams: training batches whose rows continue the rows before (lm_data.stream_dataset), for
-    the segment memory; evaluation is the plain one pass either way."""
+    the segment memory; evaluation is the plain one pass either way. reuse_len > 0: the files
+    hold two-segment records with that reused part (two_segment_features)."""
     if not 1 <= num_predict <= block_size:
         raise ValueError(
             f"num_predict: expected 1 .. {block_size} (the block size), found {num_predict}"
         )
+    if reuse_len and word_starts is not None:
+        raise ValueError("span targets in two-segment records: not supported")
+    spec = xlnet_data.feature_spec(block_size) if reuse_len else None
     if streams and is_training:
-        blocks = lm_data.stream_dataset(files, batch_size, block_size, num_shards, shard_index)
+        blocks = lm_data.stream_dataset(
+            files, batch_size, block_size, num_shards, shard_index, spec
+        )
     else:
         blocks = lm_data.lm_dataset(
-            files, batch_size, block_size, is_training, seed, num_shards, shard_index
+            files, batch_size, block_size, is_training, seed, num_shards, shard_index, spec
         )
     table = None if word_starts is None else tf.constant(np.asarray(word_starts, bool))
 
     def features(n, batch):
         draw = tf.cast(n, tf.int64) * num_shards + shard_index
         pair = tf.stack([tf.constant(seed, tf.int64), draw])
+        if reuse_len:
+            return two_segment_features(
+                batch["input_ids"], batch["segment_ids"], pair, num_predict, reuse_len
+            )
         is_target = None
         if word_starts is not None:
             starts = tf.gather(table, tf.clip_by_value(batch["input_ids"], 0, len(word_starts) - 1))

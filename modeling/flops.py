@@ -265,11 +265,12 @@ def xlnet_flops(config, s, rows, p=None, segments: bool = False, m=0):
     return config.n_layer * per_layer + r * h
 
 
-def xlnet_pretraining_flops(config, s, p, rows, m=0):
+def xlnet_pretraining_flops(config, s, p, rows, m=0, segments: bool = False):
     """Forward FLOPs of an XLNetPretrainer over `rows` sequences of s tokens with p targets and
-    a memory of m slots: both streams (no segments: pretraining reads none), and the tied
-    decoder to the vocabulary at the p targets."""
-    return xlnet_flops(config, s, rows, p, m=m) + rows * 2 * p * config.d_model * config.n_token
+    a memory of m slots: both streams (with `segments`: two-segment records' segment terms),
+    and the tied decoder to the vocabulary at the p targets."""
+    decoder = rows * 2 * p * config.d_model * config.n_token
+    return xlnet_flops(config, s, rows, p, segments, m) + decoder
 
 
 def xlnet_classifier_flops(config, s, rows, outputs: int, segments: bool = True):

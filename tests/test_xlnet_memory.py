@@ -1,7 +1,9 @@
 """XLNet's segment recurrence in pretraining: stream batches (row j continues row j), the
 SegmentMemory a training step reads and leaves (equal to the model given that memory by hand,
-on one device and Mirrored over two CPUs), and run_pretraining --mem_len saving and resuming it.
-The model's memory against transformers: tests/test_xlnet_convert.py."""
+on one device and Mirrored over two CPUs), run_pretraining --mem_len saving and resuming it;
+and the release's two-segment records (data_prep/xlnet_data.py, create_lm_data --reuse_len)
+with their targets and masks. The model's memory against transformers:
+tests/test_xlnet_convert.py."""
 
 import dataclasses
 import json
@@ -12,10 +14,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep import lm_data, permutation
+from data_prep import lm_data, permutation, spiece, xlnet_data
 from data_prep.errors import InputError
 from modeling import xlnet
 from tests import helpers
+from tests.conftest import ROOT
 from tests.test_xlnet import TINY, tiny_pretrainer
 from training import optimization, plm_tasks
 from training.trainer import EXTRA_COLUMNS, Trainer, slice_for_replica
@@ -212,3 +215,155 @@ def test_a_task_that_carries_state_refuses_split_batches(split):
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with pytest.raises(ValueError, match="carries state from step to step"):
         Trainer(strategy, task, keras.optimizers.Adam(), **{split: 2})
+
+
+SEP, CLS, EOD = 90, 91, 92
+
+
+def sentences_corpus(rng, documents=12):
+    """Documents of 2-5 sentences of 1-6 ids each, every id distinct: an id tells its place."""
+    counter = iter(range(100, 10**6))
+    return [
+        [[next(counter) for _ in range(rng.integers(1, 7))] for _ in range(rng.integers(2, 6))]
+        for _ in range(documents)
+    ]
+
+
+def test_sentence_stream_flips_at_sentences_and_glues_eod_to_the_last():
+    ids, sentence_ids = xlnet_data.sentence_stream([[[1, 2], [3]], [[4, 5, 6]]], EOD)
+    assert ids.tolist() == [1, 2, 3, EOD, 4, 5, 6, EOD]
+    assert sentence_ids.tolist() == [True, True, False, False, True, True, True, True]
+
+
+def test_two_segment_records_follow_the_release_layout():
+    """Record t: the stream's ids from t x R, then A (the ids from t x R + R), <sep>, B
+    (consecutive ids from a sentence start: label 1 the sentence right after A's, whose right
+    end may be cut to fit; label 0 one elsewhere), <sep>, <cls>; segment ids 0 .. 0 1 .. 1 2.
+    Both labels occur; the same seed gives the same records, another seed others."""
+    rng = np.random.default_rng(0)
+    ids, sentence_ids = xlnet_data.sentence_stream(sentences_corpus(rng, 40), EOD)
+    seq_len, reuse = 16, 5
+    records = list(xlnet_data.two_segment_records(ids, sentence_ids, seq_len, reuse, SEP, CLS, 3))
+    assert len(records) > 20
+    where = {int(v): i for i, v in enumerate(ids) if v != EOD}
+    starts = {i for i in range(1, len(ids)) if sentence_ids[i] != sentence_ids[i - 1]}
+    labels = []
+    for t, r in enumerate(records):
+        x, seg = r["input_ids"], r["segment_ids"]
+        assert len(x) == len(seg) == seq_len and r["reuse_len"].tolist() == [reuse]
+        assert x[:reuse].tolist() == ids[t * reuse : t * reuse + reuse].tolist()
+        seps = np.flatnonzero(x == SEP)
+        assert len(seps) == 2 and seps[1] == seq_len - 2 and x[-1] == CLS
+        a, b = x[reuse : seps[0]], x[seps[0] + 1 : seps[1]]
+        assert seg.tolist() == [0] * (seps[0] + 1) + [1] * (len(b) + 1) + [2]
+        assert len(a) >= 1 and a.tolist() == ids[t * reuse + reuse :][: len(a)].tolist()
+        label = int(r["next_sentence_labels"][0])
+        labels.append(label)
+        b_start = where[int(b[0])]  # B starts at a sentence, so not at an <eod>
+        assert b[1:].tolist() == ids[b_start + 1 : b_start + len(b)].tolist()
+        assert b_start in starts or b_start == 0
+        if label == 1:  # a sentence start after A's, within the segments' room
+            a_start = t * reuse + reuse
+            assert a_start + len(a) <= b_start <= a_start + seq_len - reuse - 3
+    assert 0 < sum(labels) < len(labels)
+    again = list(xlnet_data.two_segment_records(ids, sentence_ids, seq_len, reuse, SEP, CLS, 3))
+    other = list(xlnet_data.two_segment_records(ids, sentence_ids, seq_len, reuse, SEP, CLS, 4))
+    same = [np.array_equal(a["input_ids"], b["input_ids"]) for a, b in zip(records, again)]
+    assert all(same)
+    assert not all(np.array_equal(a["input_ids"], b["input_ids"]) for a, b in zip(records, other))
+    with pytest.raises(ValueError, match="reuse_len"):
+        next(xlnet_data.two_segment_records(ids, sentence_ids, seq_len, 13, SEP, CLS, 3))
+
+
+def test_two_segment_targets_and_masks():
+    """P - P // 2 targets in the reused part, P // 2 in the rest, none at <sep> or <cls>; no
+    reused position sees one after the reused part (both streams); the rest sees the reused
+    context; segment ids go with the features."""
+    rng = np.random.default_rng(1)
+    ids, sentence_ids = xlnet_data.sentence_stream(sentences_corpus(rng, 30), EOD)
+    seq_len, reuse, p = 16, 6, 5
+    records = list(xlnet_data.two_segment_records(ids, sentence_ids, seq_len, reuse, SEP, CLS, 0))
+    batch = {k: np.stack([r[k] for r in records[:8]]) for k in ("input_ids", "segment_ids")}
+    out = permutation.two_segment_features(
+        batch["input_ids"], batch["segment_ids"], [5, 0], p, reuse
+    )
+    positions = np.asarray(out["target_mapping"]).argmax(-1)  # (B, P)
+    assert ((positions < reuse).sum(1) == p - p // 2).all()
+    targets = np.take_along_axis(batch["input_ids"], positions, 1)
+    assert not np.isin(targets, [SEP, CLS]).any()
+    np.testing.assert_array_equal(out["target_ids"], targets)
+    np.testing.assert_array_equal(out["segment_ids"], batch["segment_ids"])
+    hidden = np.asarray(out["perm_mask"])  # 1: i may not see j
+    assert (hidden[:, :reuse, reuse:] == 1).all()
+    is_target = np.zeros(batch["input_ids"].shape, bool)
+    np.put_along_axis(is_target, positions, True, 1)
+    for row in range(8):
+        context = np.flatnonzero(~is_target[row])
+        reused_context = context[context < reuse]
+        assert (hidden[row][np.ix_(np.arange(reuse, seq_len), reused_context)] == 0).all()
+    # Another seed draws other targets.
+    other = permutation.two_segment_features(
+        batch["input_ids"], batch["segment_ids"], [6, 0], p, reuse
+    )
+    assert not np.array_equal(other["target_mapping"], out["target_mapping"])
+
+
+def test_two_segment_records_pretrain_with_memory_end_to_end(tmp_path):
+    """create_lm_data.py --reuse_len with an XLNet spiece.model writes the release's records
+    (record t + 1 starts with record t's segment A, as far as the reused part reaches), and
+    run_pretraining trains on them with --mem_len (segment ids read, only the reused part
+    cached); blocks mixed in, span prediction and too many targets are refused."""
+    model = ROOT / "tests" / "fixtures" / "xlnet_tiny" / "spiece.model"
+    corpus = tmp_path / "corpus.txt"
+    rng = np.random.default_rng(0)
+    words = "the cat sat on a mat while birds sang over green hills and rivers".split()
+    corpus.write_text("\n\n".join(
+        "\n".join(" ".join(rng.choice(words, rng.integers(3, 9))) + "." for _ in range(4))
+        for _ in range(30)
+    ) + "\n")  # fmt: skip
+    records = [str(tmp_path / f"xl-{i:05d}-of-00002.tfrecord") for i in range(2)]
+    r = helpers.run_main("data_prep/create_lm_data.py", [
+        f"--input_file={corpus}", f"--output_file={','.join(records)}", f"--vocab_file={model}",
+        "--block_size=24", "--reuse_len=8", "--num_workers=1",
+    ])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "two-segment records (reuse_len 8) of 24 ids" in r.stdout
+    spec = xlnet_data.feature_spec(24)
+    read = [
+        {k: v.numpy() for k, v in tf.io.parse_single_example(x, spec).items()}
+        for x in lm_data.corpus_order(records)
+    ]
+    assert len(read) > 40
+    pieces = spiece.SentencePieceTokenizer(model)
+    sep, cls = pieces.vocab["<sep>"], pieces.vocab["<cls>"]
+    for before, after in zip(read, read[1:]):
+        a_len = int(np.flatnonzero(before["input_ids"] == sep)[0]) - 8
+        n = min(8, a_len)
+        assert after["input_ids"][:n].tolist() == before["input_ids"][8 : 8 + n].tolist()
+        assert before["input_ids"][-1] == cls and before["segment_ids"][-1] == 2
+    config = tmp_path / "xlnet_config.json"
+    config.write_text(json.dumps(dict(TINY, n_token=300)))
+    args = [
+        f"--bert_config_file={config}", f"--input_file={tmp_path}/xl-*", "--max_seq_length=24",
+        "--max_predictions_per_seq=4", "--train_batch_size=4", "--eval_batch_size=4",
+        "--num_warmup_steps=1", "--save_checkpoints_steps=3", "--iterations_per_loop=3",
+        "--max_eval_steps=1", "--do_train", "--do_eval", "--mem_len=12", "--num_train_steps=3",
+    ]  # fmt: skip
+    out = tmp_path / "out"
+    r = helpers.run_main("run_pretraining.py", [*args, f"--output_dir={out}"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "two-segment records (reuse_len 8) of 24, 4 predicted each" in r.stderr
+    reader = tf.train.load_checkpoint(str(out / "ckpt-3"))
+    assert reader.get_tensor("task_state/1/.ATTRIBUTES/VARIABLE_VALUE") == 12  # 3 x 8, cut
+    assert "perplexity" in (out / "eval_results.txt").read_text()
+    blocks = tmp_path / "xl-blocks.tfrecord"
+    lm_data.write_lm_tfrecords([np.arange(24) % 50 for _ in range(4)], [str(blocks)])
+    r = helpers.run_main("run_pretraining.py", [*args, f"--output_dir={tmp_path / 'mixed'}"])
+    assert r.returncode == 1 and "two-segment records, reuse_len 8" in r.stderr
+    blocks.unlink()
+    r = helpers.run_main("run_pretraining.py", [*args, f"--output_dir={tmp_path / 'p'}",
+                                                "--max_predictions_per_seq=17"])  # fmt: skip
+    assert r.returncode == 1 and "predict 9 of the reused part's 8 positions" in r.stderr
+    spans = ["--xlnet_span_prediction", f"--vocab_file={model}"]
+    r = helpers.run_main("run_pretraining.py", [*args, f"--output_dir={tmp_path / 's'}", *spans])
+    assert r.returncode == 1 and "not with two-segment records yet" in r.stderr

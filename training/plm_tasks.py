@@ -18,6 +18,9 @@ class SegmentMemory:
     layer read for a batch row's last mem_len positions, read by the same row of the next batch
     (its stream continues the text: lm_data.stream_dataset). Create under the strategy's scope.
 
+    reuse_len: with two-segment records (data_prep/xlnet_data.py), only each record's first
+    reuse_len positions are kept: the next record continues the text from there.
+
     The state is the whole global batch's, float32 (L, rows, mem_len, H), plus how many of the
     last slots hold something (0 at the start: the first batch reads an empty memory, as the
     released code's first step). Each replica reads its rows (replica r: rows r x b .. r x b + b,
@@ -27,10 +30,10 @@ class SegmentMemory:
     variables the same way; the all-gather costs one memory's size a step in communication.
     """
 
-    def __init__(self, config: xlnet.XLNetConfig, rows: int, mem_len: int):
+    def __init__(self, config: xlnet.XLNetConfig, rows: int, mem_len: int, reuse_len: int = 0):
         if mem_len < 1 or rows < 1:
             raise ValueError(f"SegmentMemory: mem_len {mem_len} and rows {rows} must be >= 1")
-        self.mem_len = mem_len
+        self.mem_len, self.reuse_len = mem_len, reuse_len
         shape = (config.n_layer, rows, mem_len, config.d_model)
         # ONLY_FIRST_REPLICA: every replica assigns the same gathered value, copied from the first.
         once = tf.VariableAggregation.ONLY_FIRST_REPLICA
@@ -55,20 +58,24 @@ class SegmentMemory:
 
     def write(self, mems: list, encoder_outputs: list, length) -> None:
         """Keeps the memory for the next batch: xlnet.cache_mems of this replica's `mems` (read)
-        and the layers' inputs over its block of `length` positions, gathered over replicas."""
-        new = tf.cast(tf.stack(xlnet.cache_mems(mems, encoder_outputs, self.mem_len)), tf.float32)
+        and the layers' inputs over its block of `length` positions (the first reuse_len of
+        them with a reuse_len), gathered over replicas."""
+        kept = xlnet.cache_mems(mems, encoder_outputs, self.mem_len, self.reuse_len)
+        new = tf.cast(tf.stack(kept), tf.float32)
         ctx = tf.distribute.get_replica_context()
         if ctx.num_replicas_in_sync > 1:
             new = ctx.all_gather(new, axis=1)
         self.states.assign(new)
-        self.filled.assign(tf.minimum(self.filled + tf.cast(length, tf.int32), self.mem_len))
+        added = self.reuse_len or tf.cast(length, tf.int32)
+        self.filled.assign(tf.minimum(self.filled + added, self.mem_len))
 
 
 def permutation_lm_task(model, memory: SegmentMemory | None = None) -> Task:
     """XLNet's objective with partial prediction (Yang et al. 2019, sec. 2.3, eq. 5): the mean
     cross-entropy of the predicted tokens given the content of the positions before them in the
     sampled order. `model` an xlnet.XLNetPretrainer; batches from
-    data_prep/permutation.permutation_lm_features. Perplexity is exp(plm_loss).
+    data_prep/permutation.permutation_lm_features (or two_segment_features: their segment_ids
+    go to the model too). Perplexity is exp(plm_loss).
 
     memory: a SegmentMemory: every training step also reads the memory its rows' streams left
     and updates it (the task's state, in the training checkpoints); evaluation reads none. Each
@@ -76,7 +83,7 @@ def permutation_lm_task(model, memory: SegmentMemory | None = None) -> Task:
     their parts would each move the memory)."""
 
     def sums_fn(batch, training):
-        inputs = {k: batch[k] for k in PLM_INPUTS}
+        inputs = {k: batch[k] for k in (*PLM_INPUTS, "segment_ids") if k in batch}
         remember = training and memory is not None
         if remember:
             mems, mem_mask = memory.read(tf.shape(batch["input_ids"])[0])
@@ -90,10 +97,11 @@ def permutation_lm_task(model, memory: SegmentMemory | None = None) -> Task:
 
     def flops_fn(batch):
         """3 forward passes (modeling/flops.py) of the batch: target_mapping (B, P, S), each
-        row reading the memory's mem_len slots."""
+        row reading the memory's mem_len slots, with segment terms where it has segment_ids."""
         b, p, s = tf.unstack(float_shape(batch, "target_mapping"))
         m = 0 if memory is None else memory.mem_len
-        return 3.0 * flops.xlnet_pretraining_flops(model.config, s, p, b, m)
+        segments = "segment_ids" in batch
+        return 3.0 * flops.xlnet_pretraining_flops(model.config, s, p, b, m, segments)
 
     return Task(
         model=model,
