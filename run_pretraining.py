@@ -198,8 +198,9 @@ flags.DEFINE_integer(
     "layer also attends to what it read for the last --mem_len positions of its batch row's "
     "stream, so row j of every training batch is the block that follows row j of the batch "
     "before (the blocks of one create_lm_data.py output, --input_file its shards in order, cut "
-    "into --train_batch_size streams; no shuffling). Evaluation reads no memory. 0: none, "
-    "shuffled blocks.",
+    "into --train_batch_size streams; no shuffling). Evaluation runs over --eval_batch_size "
+    "streams of the eval files the same way, from an empty memory each time. 0: none, shuffled "
+    "blocks.",
 )
 flags.DEFINE_integer("mask_beta", 1, "XLNet span prediction: the divisor of --mask_alpha.")
 flags.DEFINE_string(
@@ -987,8 +988,11 @@ def pretrain_permutation_lm(config) -> None:
     def make_task(model):
         if not memory:
             return plm_tasks.permutation_lm_task(model)
-        state = plm_tasks.SegmentMemory(config, FLAGS.train_batch_size, FLAGS.mem_len, reuse_len)
-        return plm_tasks.permutation_lm_task(model, state)
+        state, eval_state = (
+            plm_tasks.SegmentMemory(config, rows, FLAGS.mem_len, reuse_len)
+            for rows in (FLAGS.train_batch_size, FLAGS.eval_batch_size)
+        )
+        return plm_tasks.permutation_lm_task(model, state, eval_state)
 
     def make_dataset(files, batch_size, is_training, *shard):
         try:

@@ -198,14 +198,15 @@ def stream_dataset(
     num_shards: int = 1,
     shard_index: int = 0,
     spec: dict | None = None,
+    repeat: bool = True,
 ) -> tf.data.Dataset:
-    """Training batches for a model with segment recurrence (XLNet's memory): row j of batch t+1
+    """Batches for a model with segment recurrence (XLNet's memory): row j of batch t+1
     is the block that follows row j of batch t in the corpus, as the released XLNet data's
     bsz_per_host streams and Transformer-XL's batchify. The N blocks of `files` (corpus_order)
     make batch_size x num_shards streams of n = N // (batch_size x num_shards) consecutive
     blocks (the rest dropped); this shard's batches hold streams shard_index x batch_size onward,
-    repeated from the start of each stream every n batches, without shuffling. `spec`: the
-    records' features (lm_dataset's).
+    repeated from the start of each stream every n batches (one pass of n without `repeat`),
+    without shuffling. `spec`: the records' features (lm_dataset's).
 
     Reading: every epoch each stream skips to its start through the records before it, so a
     pass costs about batch_size / 2 reads of the shard's part of the files (record framing
@@ -230,4 +231,5 @@ def stream_dataset(
         block_length=1,
         deterministic=True,
     )
-    return parsed_blocks(rows.repeat().batch(batch_size, drop_remainder=True), block_size, spec)
+    rows = rows.repeat() if repeat else rows
+    return parsed_blocks(rows.batch(batch_size, drop_remainder=True), block_size, spec)

@@ -253,8 +253,8 @@ def permutation_lm_dataset(
     same orders every time, workers draw different ones, and a training iterator restored from a
     checkpoint continues the same sequence. word_starts (word_start_table's, indexed by id):
     span-based targets (span_targets with mask_alpha / mask_beta), drawn with the same pair.
-    streams: training batches whose rows continue the rows before (lm_data.stream_dataset), for
-    the segment memory; evaluation is the plain one pass either way. reuse_len > 0: the files
+    streams: batches whose rows continue the rows before (lm_data.stream_dataset), for the
+    segment memory; training repeats them, evaluation is one pass. reuse_len > 0: the files
     hold two-segment records with that reused part (two_segment_features)."""
     if not 1 <= num_predict <= block_size:
         raise ValueError(
@@ -263,9 +263,9 @@ def permutation_lm_dataset(
     if reuse_len and word_starts is not None:
         raise ValueError("span targets in two-segment records: not supported")
     spec = xlnet_data.feature_spec(block_size) if reuse_len else None
-    if streams and is_training:
+    if streams:
         blocks = lm_data.stream_dataset(
-            files, batch_size, block_size, num_shards, shard_index, spec
+            files, batch_size, block_size, num_shards, shard_index, spec, repeat=is_training
         )
     else:
         blocks = lm_data.lm_dataset(

@@ -78,7 +78,7 @@ def test_training_steps_read_the_memory_the_step_before_left():
     """S = 4, a memory of 6: the first step reads an empty memory (the same loss as no memory),
     the second the first block's layer inputs (4 slots filled), the third the last 6 of both
     (xlnet.cache_mems), each equal to the model given that memory by hand; Mirrored over two
-    CPUs (2 rows a replica, gathered) equals one device. Evaluation reads no memory."""
+    CPUs (2 rows a replica, gathered) equals one device."""
     model = tiny_pretrainer()
     weights = model.get_weights()
     rng = np.random.default_rng(0)
@@ -105,6 +105,31 @@ def test_training_steps_read_the_memory_the_step_before_left():
     mirrored, mirrored_states = memory_steps(helpers.mirrored_strategy(), weights, batches)
     np.testing.assert_allclose(mirrored, losses, rtol=1e-5)
     np.testing.assert_allclose(mirrored_states[-1][0], states[-1][0], atol=1e-6)
+
+
+def test_evaluation_carries_its_own_memory_emptied_before_each_evaluation():
+    """With an eval memory, eval steps read the memory earlier eval batches left (the second
+    batch's loss is the training path's second), the training memory untouched; eval_start
+    empties it, so an evaluation repeated gives the same losses."""
+    model = tiny_pretrainer()
+    rng = np.random.default_rng(0)
+    batches = [
+        permutation.permutation_lm_features(rng.integers(0, 29, (B, S)), [1, t], P)
+        for t in range(2)
+    ]
+    train, evaluation = (plm_tasks.SegmentMemory(model.config, B, MEM_LEN) for _ in range(2))
+    task = plm_tasks.permutation_lm_task(model, train, evaluation)
+
+    def losses(training):
+        return [float(task.sums_fn(b, training=training)["loss_sum"]) for b in batches]
+
+    first = losses(False)
+    assert int(train.filled.numpy()) == 0 and int(evaluation.filled.numpy()) == MEM_LEN
+    task.eval_start()
+    np.testing.assert_allclose(losses(False), first, rtol=1e-6)
+    np.testing.assert_allclose(losses(True), first, rtol=1e-6)  # dropout off: the same path
+    assert abs(first[1] - float(plm_tasks.permutation_lm_task(model).sums_fn(
+        batches[1], training=False)["loss_sum"])) > 1e-3  # fmt: skip
 
 
 def trained_with_memory(strategy, weights, files, use_xla=False):

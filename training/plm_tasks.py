@@ -48,6 +48,10 @@ class SegmentMemory:
     def variables(self) -> list:
         return [self.states, self.filled]
 
+    def reset(self) -> None:
+        """Empties the memory (the next read sees no slot)."""
+        self.filled.assign(0)
+
     def read(self, rows) -> tuple[list, tf.Tensor]:
         """This replica's memory for its `rows` batch rows: L float32 (rows, M, H), and the
         mem_mask int32 (rows, M) of XLNetModel (1 at the filled slots, the last ones)."""
@@ -70,7 +74,9 @@ class SegmentMemory:
         self.filled.assign(tf.minimum(self.filled + added, self.mem_len))
 
 
-def permutation_lm_task(model, memory: SegmentMemory | None = None) -> Task:
+def permutation_lm_task(
+    model, memory: SegmentMemory | None = None, eval_memory: SegmentMemory | None = None
+) -> Task:
     """XLNet's objective with partial prediction (Yang et al. 2019, sec. 2.3, eq. 5): the mean
     cross-entropy of the predicted tokens given the content of the positions before them in the
     sampled order. `model` an xlnet.XLNetPretrainer; batches from
@@ -78,19 +84,21 @@ def permutation_lm_task(model, memory: SegmentMemory | None = None) -> Task:
     go to the model too). Perplexity is exp(plm_loss).
 
     memory: a SegmentMemory: every training step also reads the memory its rows' streams left
-    and updates it (the task's state, in the training checkpoints); evaluation reads none. Each
-    step must see its whole batch at once (no gradient accumulation or parallel micro-batches:
-    their parts would each move the memory)."""
+    and updates it (the task's state, in the training checkpoints). Each step must see its
+    whole batch at once (no gradient accumulation or parallel micro-batches: their parts would
+    each move the memory). eval_memory: the same for evaluation batches (Transformer-XL's
+    evaluation over streams), emptied before every evaluation; without it evaluation reads
+    none."""
 
     def sums_fn(batch, training):
         inputs = {k: batch[k] for k in (*PLM_INPUTS, "segment_ids") if k in batch}
-        remember = training and memory is not None
-        if remember:
-            mems, mem_mask = memory.read(tf.shape(batch["input_ids"])[0])
+        state = memory if training else eval_memory
+        if state is not None:
+            mems, mem_mask = state.read(tf.shape(batch["input_ids"])[0])
             inputs |= {"mems": mems, "mem_mask": mem_mask}
         out = model(inputs, training=training)
-        if remember:
-            memory.write(mems, out["encoder_outputs"], tf.shape(batch["input_ids"])[1])
+        if state is not None:
+            state.write(mems, out["encoder_outputs"], tf.shape(batch["input_ids"])[1])
         return losses.masked_lm_sums(
             out["plm_logits"], batch["target_ids"], batch["target_weights"]
         )
@@ -110,4 +118,5 @@ def permutation_lm_task(model, memory: SegmentMemory | None = None) -> Task:
         metrics={"plm_loss": ("loss_sum", "weight"), "plm_accuracy": ("correct", "weight")},
         flops_fn=flops_fn,
         state=[] if memory is None else memory.variables,
+        eval_start=None if eval_memory is None else eval_memory.reset,
     )

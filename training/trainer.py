@@ -66,6 +66,9 @@ class Task:
     state: variables outside the model that the task's training steps carry from one step to
     the next (XLNet's segment memory, training/plm_tasks.py); saved in the training checkpoints
     with the model, so a resume continues from them.
+
+    eval_start: optional `() -> None`, run before every evaluation (XLNet: empty the memory its
+    eval steps carry from batch to batch).
     """
 
     model: object
@@ -75,6 +78,7 @@ class Task:
     denominators_fn: Callable | None = None
     flops_fn: Callable | None = None
     state: list = dataclasses.field(default_factory=list)
+    eval_start: Callable | None = None
 
 
 @dataclasses.dataclass
@@ -598,6 +602,8 @@ class Trainer:
             self._eval_fn = eval_fn
         total = np.zeros(len(self.sum_keys))
         steps = 0
+        if self.task.eval_start is not None:
+            self.task.eval_start()
         # Once around the loop, not per batch: only a call that traces registers anything.
         with layers.custom_gradients_released():  # the losses' custom gradients
             for batch in dataset.take(max_steps):
