@@ -191,6 +191,7 @@ flags.DEFINE_bool(
     "order, every position following the order.",
 )
 flags.DEFINE_integer("mask_alpha", 6, "XLNet span prediction: context tokens per span token.")
+flags.DEFINE_integer("mask_beta", 1, "XLNet span prediction: the divisor of --mask_alpha.")
 flags.DEFINE_integer(
     "mem_len",
     0,
@@ -202,7 +203,6 @@ flags.DEFINE_integer(
     "streams of the eval files the same way, from an empty memory each time. 0: none, shuffled "
     "blocks.",
 )
-flags.DEFINE_integer("mask_beta", 1, "XLNet span prediction: the divisor of --mask_alpha.")
 flags.DEFINE_string(
     "vocab_file",
     None,

@@ -130,7 +130,7 @@ def check_lm_files(files: Sequence[str], block_size: int) -> int:
             reuse = feats["reuse_len"].int64_list.value[0] if "reuse_len" in feats else 0
             kinds.setdefault(reuse, path)
             if len(kinds) > 1:
-                first, kind = next(iter(kinds.items()))[::-1]
+                kind, first = next(iter(kinds.items()))
                 raise input_error(
                     path, f"records like {first}'s ({_kind(kind)})", f"{_kind(reuse)}"
                 )
@@ -220,7 +220,7 @@ def stream_dataset(
     if n < 1:
         raise input_error(
             files[0],
-            f"at least {streams} blocks (--train_batch_size streams of consecutive blocks)",
+            f"at least {streams} blocks (one for each of the batch's {streams} streams)",
             f"{total} blocks in {len(files)} file(s)",
         )
     first = shard_index * batch_size

@@ -229,7 +229,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         i = ops.arange(s)[:, None]
         j = ops.arange(ops.shape(k)[1])[None, :]
         index = ops.broadcast_to((s - 1 - i + j)[None, None], ops.shape(content))
-        position = ops.take_along_axis(by_distance, index, axis=-1)  # (B, N, S, S)
+        position = ops.take_along_axis(by_distance, index, axis=-1)  # (B, N, S, K)
         scores = content + position
         if seg_mat is not None:
             by_segment = ops.einsum("bind,end->bnie", q + r_s_bias, seg_embed)  # (B, N, S, 2)
