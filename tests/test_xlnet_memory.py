@@ -392,3 +392,36 @@ def test_two_segment_records_pretrain_with_memory_end_to_end(tmp_path):
     spans = ["--xlnet_span_prediction", f"--vocab_file={model}"]
     r = helpers.run_main("run_pretraining.py", [*args, f"--output_dir={tmp_path / 's'}", *spans])
     assert r.returncode == 1 and "not with two-segment records yet" in r.stderr
+
+
+def test_the_memory_lets_a_block_copy_the_one_before(tmp_path):
+    """A corpus of random 16-id blocks each followed by its copy: with --mem_len=16 the model
+    predicts the copies from the memory (held-out accuracy near the half of the targets that
+    are copies, the other half at chance); without a memory it stays at chance (1 in 45)."""
+    rng = np.random.default_rng(0)
+
+    def pairs(count):
+        return [b for b in rng.integers(5, 50, (count, 16)).astype(np.int32) for b in (b, b)]
+
+    train, heldout = str(tmp_path / "train.tfrecord"), str(tmp_path / "heldout.tfrecord")
+    lm_data.write_lm_tfrecords(pairs(600), [train])
+    lm_data.write_lm_tfrecords(pairs(64), [heldout])
+    config = tmp_path / "xlnet_config.json"
+    config.write_text(json.dumps(dict(TINY, d_model=64, d_head=16, n_head=4, d_inner=128,
+                                      n_token=50)))  # fmt: skip
+    accuracy = {}
+    for arm, more in (("plain", []), ("memory", ["--mem_len=16"])):
+        out = tmp_path / arm
+        r = helpers.run_main("run_pretraining.py", [
+            f"--bert_config_file={config}", f"--input_file={train}",
+            f"--eval_input_file={heldout}", f"--output_dir={out}", "--do_train", "--do_eval",
+            "--max_seq_length=16", "--max_predictions_per_seq=4", "--train_batch_size=16",
+            "--eval_batch_size=16", "--num_train_steps=400", "--num_warmup_steps=40",
+            "--learning_rate=3e-3", "--max_eval_steps=8", "--save_checkpoints_steps=400",
+            "--iterations_per_loop=100", *more,
+        ])  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        lines = (out / "eval_results.txt").read_text().splitlines()
+        accuracy[arm] = float(dict(line.split(" = ") for line in lines)["plm_accuracy"])
+    # 400 steps gave 0.021 and 0.520 (the 64th session)
+    assert accuracy["plain"] < 0.1 and accuracy["memory"] > 0.35
