@@ -17,6 +17,7 @@ import tensorflow as tf
 from data_prep import lm_data, permutation, spiece, xlnet_data
 from data_prep.errors import InputError
 from modeling import xlnet
+from modeling.losses import masked_lm_sums
 from tests import helpers
 from tests.conftest import ROOT
 from tests.test_xlnet import TINY, tiny_pretrainer
@@ -52,13 +53,37 @@ def test_stream_batches_continue_every_row_across_shards_and_epochs(tmp_path):
         lm_data.stream_dataset(files, 12, S, num_shards=2)
 
 
+def pretrainer_with(weights):
+    """The tiny XLNetPretrainer without dropout, holding `weights` (built in the caller's
+    strategy scope)."""
+    model = xlnet.XLNetPretrainer(xlnet.XLNetConfig(**TINY, dropout=0.0, dropatt=0.0))
+    model.build()
+    model.set_weights(weights)
+    return model
+
+
+def random_batches(count):
+    """`count` permutation-LM batches of random (B, S) blocks, batch t drawn with seed (1, t)."""
+    rng = np.random.default_rng(0)
+    return [
+        permutation.permutation_lm_features(rng.integers(0, 29, (B, S)), [1, t], P)
+        for t in range(count)
+    ]
+
+
+def loss_sum(model, batch, mems=None) -> float:
+    """The permutation-LM loss sum of `batch` by the model itself, given `mems` by hand."""
+    inputs = {k: batch[k] for k in plm_tasks.PLM_INPUTS} | ({"mems": mems} if mems else {})
+    logits = model(inputs)["plm_logits"]
+    sums = masked_lm_sums(logits, batch["target_ids"], batch["target_weights"])
+    return float(sums["loss_sum"])
+
+
 def memory_steps(strategy, weights, batches):
     """Three training-mode passes of the permutation-LM task with a SegmentMemory under
     `strategy` (no update): each step's summed loss, and the memory after each."""
     with strategy.scope():
-        model = xlnet.XLNetPretrainer(xlnet.XLNetConfig(**TINY, dropout=0.0, dropatt=0.0))
-        model.build()
-        model.set_weights(weights)
+        model = pretrainer_with(weights)
         memory = plm_tasks.SegmentMemory(model.config, B, MEM_LEN)
         task = plm_tasks.permutation_lm_task(model, memory)
 
@@ -81,29 +106,19 @@ def test_training_steps_read_the_memory_the_step_before_left():
     CPUs (2 rows a replica, gathered) equals one device."""
     model = tiny_pretrainer()
     weights = model.get_weights()
-    rng = np.random.default_rng(0)
-    batches = [
-        permutation.permutation_lm_features(rng.integers(0, 29, (B, S)), [1, t], P)
-        for t in range(3)
-    ]
-    losses, states = memory_steps(tf.distribute.OneDeviceStrategy("/cpu:0"), weights, batches)
+    batches = random_batches(3)
+    sums, states = memory_steps(tf.distribute.OneDeviceStrategy("/cpu:0"), weights, batches)
     assert [filled for _, filled in states] == [4, 6, 6]
     mems, want = None, []
     for batch in batches:
+        want.append(loss_sum(model, batch, mems))
         inputs = {k: batch[k] for k in plm_tasks.PLM_INPUTS} | ({"mems": mems} if mems else {})
-        out = model(inputs)
-        sums = plm_tasks.losses.masked_lm_sums(
-            out["plm_logits"], batch["target_ids"], batch["target_weights"]
-        )
-        want.append(float(sums["loss_sum"]))
-        mems = xlnet.cache_mems(mems, out["encoder_outputs"], MEM_LEN)
-    np.testing.assert_allclose(losses, want, rtol=1e-5)
+        mems = xlnet.cache_mems(mems, model.encoder(inputs)["encoder_outputs"], MEM_LEN)
+    np.testing.assert_allclose(sums, want, rtol=1e-5)
     np.testing.assert_allclose(states[-1][0], np.stack(mems), atol=1e-6)
-    assert abs(losses[1] - float(plm_tasks.losses.masked_lm_sums(
-        model({k: batches[1][k] for k in plm_tasks.PLM_INPUTS})["plm_logits"],
-        batches[1]["target_ids"], batches[1]["target_weights"])["loss_sum"])) > 1e-3  # fmt: skip
+    assert abs(sums[1] - loss_sum(model, batches[1])) > 1e-3  # the memory is read
     mirrored, mirrored_states = memory_steps(helpers.mirrored_strategy(), weights, batches)
-    np.testing.assert_allclose(mirrored, losses, rtol=1e-5)
+    np.testing.assert_allclose(mirrored, sums, rtol=1e-5)
     np.testing.assert_allclose(mirrored_states[-1][0], states[-1][0], atol=1e-6)
 
 
@@ -112,11 +127,7 @@ def test_evaluation_carries_its_own_memory_emptied_before_each_evaluation():
     batch's loss is the training path's second), the training memory untouched; eval_start
     empties it, so an evaluation repeated gives the same losses."""
     model = tiny_pretrainer()
-    rng = np.random.default_rng(0)
-    batches = [
-        permutation.permutation_lm_features(rng.integers(0, 29, (B, S)), [1, t], P)
-        for t in range(2)
-    ]
+    batches = random_batches(2)
     train, evaluation = (plm_tasks.SegmentMemory(model.config, B, MEM_LEN) for _ in range(2))
     task = plm_tasks.permutation_lm_task(model, train, evaluation)
 
@@ -128,17 +139,14 @@ def test_evaluation_carries_its_own_memory_emptied_before_each_evaluation():
     task.eval_start()
     np.testing.assert_allclose(losses(False), first, rtol=1e-6)
     np.testing.assert_allclose(losses(True), first, rtol=1e-6)  # dropout off: the same path
-    assert abs(first[1] - float(plm_tasks.permutation_lm_task(model).sums_fn(
-        batches[1], training=False)["loss_sum"])) > 1e-3  # fmt: skip
+    assert abs(first[1] - loss_sum(model, batches[1])) > 1e-3  # the memory is read
 
 
 def trained_with_memory(strategy, weights, files, use_xla=False):
     """Three Trainer steps (AdamW, updates applied) with a SegmentMemory on stream batches of
     `files`: the rows, the weights and the memory after."""
     with strategy.scope():
-        model = xlnet.XLNetPretrainer(xlnet.XLNetConfig(**TINY, dropout=0.0, dropatt=0.0))
-        model.build()
-        model.set_weights(weights)
+        model = pretrainer_with(weights)
         task = plm_tasks.permutation_lm_task(
             model, plm_tasks.SegmentMemory(model.config, B, MEM_LEN)
         )
