@@ -187,8 +187,9 @@ flags.DEFINE_bool(
     "XLNet: predict spans of 1-5 tokens starting at words, each in a context of --mask_alpha / "
     "--mask_beta times its length, and let the context tokens see each other (the release's "
     "partial prediction, sec. A.1; data_prep/permutation.py). Needs --vocab_file, the records' "
-    "vocabulary, to tell word starts. Default: the last --max_predictions_per_seq tokens of each "
-    "order, every position following the order.",
+    "vocabulary, to tell word starts. With two-segment records (create_lm_data --reuse_len) "
+    "each of the reused part and the rest gets its half of the spans. Default: the last "
+    "--max_predictions_per_seq tokens of each order, every position following the order.",
 )
 flags.DEFINE_integer("mask_alpha", 6, "XLNet span prediction: context tokens per span token.")
 flags.DEFINE_integer("mask_beta", 1, "XLNet span prediction: the divisor of --mask_alpha.")
@@ -945,11 +946,6 @@ def pretrain_permutation_lm(config) -> None:
             f"run_pretraining: {e} (make blocks with data_prep/create_lm_data.py)"
         ) from None
     if reuse_len:
-        if FLAGS.xlnet_span_prediction:
-            raise app.UsageError(
-                "--xlnet_span_prediction: not with two-segment records yet (their targets are "
-                "drawn uniformly in the reused part and the rest)"
-            )
         if p - p // 2 > reuse_len or p // 2 > s - reuse_len - 3:
             raise app.UsageError(
                 f"--max_predictions_per_seq={p}: two-segment records predict {p - p // 2} of "

@@ -23,7 +23,8 @@ target, follows z strictly.
 
 Two-segment records (data_prep/xlnet_data.py, create_lm_data.py --reuse_len): as the release's
 parser, P - P // 2 targets are drawn among the reused part's positions and P // 2 among the
-rest's, never at <sep> or <cls>; the targets follow z and the other tokens are context (as with
+rest's, never at <sep> or <cls> (with span prediction: spans, each part walked on its own, as
+the release samples them); the targets follow z and the other tokens are context (as with
 spans); and no position of the reused part sees one after it, so the states a model with memory
 caches there hold nothing of the text the next record predicts. The release also orders <sep>
 and <cls> in z as targets without a loss; here they are context, seen by all (they carry no
@@ -50,6 +51,11 @@ from data_prep import lm_data, xlnet_data
 # Span-based prediction: lengths 1 .. MAX_SPAN tokens, drawn with probability proportional to
 # 1 / length (XLNet's release, max_gram 5).
 MAX_SPAN = 5
+
+
+def fold(seed, data: int):
+    """A stateless seed derived from `seed` (int64 (2,)) and `data`."""
+    return tf.random.experimental.stateless_fold_in(seed, data)
 
 
 def num_predict_for_k(length: int, k: float) -> int:
@@ -85,7 +91,9 @@ def word_start_table(vocab_file) -> np.ndarray:
     return table
 
 
-def span_targets(word_start, num_predict: int, seed, mask_alpha: int = 6, mask_beta: int = 1):
+def span_targets(
+    word_start, num_predict: int, seed, mask_alpha: int = 6, mask_beta: int = 1, allowed=None
+):
     """bool (B, S): exactly num_predict targets in each row, from span sampling over the rows'
     word starts (word_start bool (B, S): True where a token begins a word). Each row walks its
     block left to right: draw a span length L in 1 .. MAX_SPAN (probability proportional to 1 / L,
@@ -93,6 +101,8 @@ def span_targets(word_start, num_predict: int, seed, mask_alpha: int = 6, mask_b
     tokens, start the span at a random offset below C moved on to the next word start, mark its
     L tokens and skip the rest of the context; a span that would reach the block's end stops the
     walk, and random single tokens then make up num_predict (XLNet's release, sec. A.1).
+    allowed: None, or bool (B, S) with at least num_predict True per row: only those positions
+    become targets (a span covering another is passed over and the walk goes on).
 
     Pure TensorFlow with stateless random ops keyed by `seed` (int (2,)), the row and the step:
     the same inputs give the same targets, and it can sit in a tf.data pipeline whose iterator
@@ -104,8 +114,12 @@ def span_targets(word_start, num_predict: int, seed, mask_alpha: int = 6, mask_b
     logits = tf.math.log(1.0 / tf.range(1, MAX_SPAN + 1, dtype=tf.float32))[None]  # (1, 5)
     p = tf.constant(num_predict, tf.int32)
 
+    if allowed is None:
+        allowed = tf.ones_like(word_start)
+    allowed = tf.cast(tf.convert_to_tensor(allowed), tf.bool)
+
     def row(args):
-        starts, index = args
+        starts, free, index = args
         key = tf.random.experimental.stateless_fold_in(seed, index)
 
         def more(cursor, count, mask, step, stop):
@@ -118,14 +132,15 @@ def span_targets(word_start, num_predict: int, seed, mask_alpha: int = 6, mask_b
             context = tf.maximum(1, n * mask_alpha // mask_beta)
             offset = tf.random.experimental.stateless_fold_in(draw, 1)
             left = tf.random.stateless_uniform([], offset, 0, context, tf.int32)
-            candidates = tf.logical_and(starts, positions >= cursor + left)
+            candidates = tf.logical_and(tf.logical_and(starts, free), positions >= cursor + left)
             begin = tf.cast(tf.argmax(tf.cast(candidates, tf.int32)), tf.int32)
-            fits = tf.logical_and(tf.reduce_any(candidates), begin + n < s)
+            inside = tf.logical_and(tf.reduce_any(candidates), begin + n < s)
             covered = tf.logical_and(positions >= begin, positions < begin + n)
+            fits = tf.logical_and(inside, tf.reduce_all(tf.logical_or(free, ~covered)))
             mask = tf.where(fits, tf.logical_or(mask, covered), mask)
             count = tf.where(fits, count + n, count)
             cursor = begin + n + context - left
-            return cursor, count, mask, step + 1, tf.logical_not(fits)
+            return cursor, count, mask, step + 1, tf.logical_not(inside)
 
         zero = tf.constant(0, tf.int32)
         state = (zero, zero, tf.zeros([s], tf.bool), zero, tf.constant(False))
@@ -133,12 +148,13 @@ def span_targets(word_start, num_predict: int, seed, mask_alpha: int = 6, mask_b
         # Top up with random free positions: the p - count smallest keys among them.
         top_up = tf.random.experimental.stateless_fold_in(key, 1 << 30)  # no step reaches it
         keys = tf.random.stateless_uniform([s], top_up)
-        keys = tf.where(mask, 2.0, keys)
+        keys = tf.where(tf.logical_or(mask, ~free), 2.0, keys)
         _, extra = tf.math.top_k(-keys, p - count)
         return tf.logical_or(mask, tf.reduce_any(positions[:, None] == extra[None, :], axis=1))
 
     rows = tf.range(tf.shape(word_start)[0], dtype=tf.int64)
-    return tf.map_fn(row, (word_start, rows), fn_output_signature=tf.TensorSpec([None], tf.bool))
+    out = tf.TensorSpec([None], tf.bool)
+    return tf.map_fn(row, (word_start, allowed, rows), fn_output_signature=out)
 
 
 def permutation_lm_features(input_ids, seed, num_predict: int, is_target=None) -> dict:
@@ -192,16 +208,30 @@ def permutation_lm_features(input_ids, seed, num_predict: int, is_target=None) -
     }
 
 
-def two_segment_targets(segment_ids, seed, num_predict: int, reuse_len: int):
+def two_segment_targets(
+    segment_ids, seed, num_predict: int, reuse_len: int, word_start=None, **span_args
+):
     """bool (B, S): num_predict - num_predict // 2 positions drawn uniformly among the first
     reuse_len of each row and num_predict // 2 among the rest, never a functional one (<cls>,
-    segment 2, or a <sep>, the last position of segment 0 or 1). seed: int (2,), stateless."""
+    segment 2, or a <sep>, the last position of segment 0 or 1). seed: int (2,), stateless.
+    word_start: None, or bool (B, S) as span_targets': the two parts' targets are spans, each
+    part walked on its own (as the release samples the reused part and the rest apart), with
+    span_args (mask_alpha, mask_beta) and the seed folded with 0 and 1."""
     seg = tf.cast(segment_ids, tf.int32)
     s = tf.shape(seg)[1]
     functional = tf.logical_or(
         tf.equal(seg, 2),
         tf.concat([tf.not_equal(seg[:, :-1], seg[:, 1:]), tf.zeros_like(seg[:, :1], tf.bool)], 1),
     )
+    rest = num_predict // 2
+    if word_start is not None:
+        seed, free = tf.cast(seed, tf.int64), tf.logical_not(functional)
+        word_start = tf.cast(word_start, tf.bool)
+        first = span_targets(word_start[:, :reuse_len], num_predict - rest, fold(seed, 0),
+                             allowed=free[:, :reuse_len], **span_args)  # fmt: skip
+        second = span_targets(word_start[:, reuse_len:], rest, fold(seed, 1),
+                              allowed=free[:, reuse_len:], **span_args)  # fmt: skip
+        return tf.concat([first, second], axis=1)
     reused = tf.range(s)[None, :] < reuse_len
     keys = tf.random.stateless_uniform(tf.shape(seg), seed=tf.cast(seed, tf.int64))
 
@@ -209,7 +239,6 @@ def two_segment_targets(segment_ids, seed, num_predict: int, reuse_len: int):
         top = tf.math.top_k(tf.where(eligible, keys, -1.0), k).indices  # (B, k)
         return tf.reduce_any(tf.cast(tf.one_hot(top, s), tf.bool), axis=1)
 
-    rest = num_predict // 2
     first = drawn(tf.logical_and(reused, tf.logical_not(functional)), num_predict - rest)
     if not rest:
         return first
@@ -217,13 +246,16 @@ def two_segment_targets(segment_ids, seed, num_predict: int, reuse_len: int):
     return tf.logical_or(first, second)
 
 
-def two_segment_features(input_ids, segment_ids, seed, num_predict: int, reuse_len: int) -> dict:
+def two_segment_features(
+    input_ids, segment_ids, seed, num_predict: int, reuse_len: int, word_start=None, **span_args
+) -> dict:
     """permutation_lm_features of two-segment records (module docstring), with their int32
     segment_ids (B, S) added. The targets are drawn with a seed folded from `seed`, so they do
-    not follow the order's own draw."""
+    not follow the order's own draw; word_start and span_args: span targets
+    (two_segment_targets)."""
     seed = tf.cast(seed, tf.int64)
     is_target = two_segment_targets(
-        segment_ids, tf.random.experimental.stateless_fold_in(seed, 1), num_predict, reuse_len
+        segment_ids, fold(seed, 1), num_predict, reuse_len, word_start, **span_args
     )
     out = permutation_lm_features(input_ids, seed, num_predict, is_target)
     position = tf.range(tf.shape(out["input_ids"])[1])
@@ -260,8 +292,6 @@ def permutation_lm_dataset(
         raise ValueError(
             f"num_predict: expected 1 .. {block_size} (the block size), found {num_predict}"
         )
-    if reuse_len and word_starts is not None:
-        raise ValueError("span targets in two-segment records: not supported")
     spec = xlnet_data.feature_spec(block_size) if reuse_len else None
     if streams:
         blocks = lm_data.stream_dataset(
@@ -276,13 +306,16 @@ def permutation_lm_dataset(
     def features(n, batch):
         draw = tf.cast(n, tf.int64) * num_shards + shard_index
         pair = tf.stack([tf.constant(seed, tf.int64), draw])
-        if reuse_len:
-            return two_segment_features(
-                batch["input_ids"], batch["segment_ids"], pair, num_predict, reuse_len
-            )
-        is_target = None
+        starts = None
         if word_starts is not None:
             starts = tf.gather(table, tf.clip_by_value(batch["input_ids"], 0, len(word_starts) - 1))
+        if reuse_len:
+            return two_segment_features(
+                batch["input_ids"], batch["segment_ids"], pair, num_predict, reuse_len, starts,
+                mask_alpha=mask_alpha, mask_beta=mask_beta,
+            )  # fmt: skip
+        is_target = None
+        if starts is not None:
             is_target = span_targets(starts, num_predict, pair, mask_alpha, mask_beta)
         return permutation_lm_features(batch["input_ids"], pair, num_predict, is_target)
 

@@ -153,6 +153,20 @@ def test_span_targets_are_topped_up_to_exactly_p():
     assert (none.sum(1) == 5).all()
 
 
+def test_span_targets_keep_to_the_allowed_positions_and_walk_past_the_others():
+    """allowed: no target at a position it forbids, none of the spans covers one (a span that
+    would is passed over and the walk goes on: the targets stay near the row's start, where
+    top-ups alone would spread over all of it), still exactly p per row."""
+    word_start = np.ones((20, 300), bool)
+    allowed = np.broadcast_to(np.arange(300) % 5 != 4, (20, 300))
+    masks = tf.function(permutation.span_targets)(word_start, 20, [3, 1], allowed=allowed).numpy()
+    assert (masks.sum(1) == 20).all() and not masks[~allowed].any()
+    found = [run for mask in masks for run in runs(mask)]
+    assert max(n for _, n in found) == 4  # spans of up to 4 fit between two forbidden ones
+    ends = [max(start + n for start, n in runs(mask)) for mask in masks]
+    assert np.mean(ends) < 220, ends
+
+
 def test_span_masks_let_every_position_see_the_context_and_targets_follow_z():
     """With given targets: the targets are exactly them, ascending; a context position is seen
     by every position and sees no target; a target sees the targets before it in z (not

@@ -18,7 +18,7 @@ from data_prep import lm_data, permutation, spiece, xlnet_data
 from data_prep.errors import InputError
 from modeling import xlnet
 from modeling.losses import masked_lm_sums
-from tests import helpers
+from tests import helpers, test_permutation
 from tests.conftest import ROOT
 from tests.test_xlnet import TINY, tiny_pretrainer
 from training import optimization, plm_tasks
@@ -341,6 +341,42 @@ def test_two_segment_targets_and_masks():
     assert not np.array_equal(other["target_mapping"], out["target_mapping"])
 
 
+def test_two_segment_span_targets_walk_each_part_apart():
+    """With word starts: P - P // 2 targets in the reused part and P // 2 in the rest, never at
+    <sep> or <cls> though they count as word starts here; the spans start at word starts (half
+    the ids are, and nearly all runs of targets start at one where uniform draws would start
+    half); the same seed gives the same targets."""
+    rng = np.random.default_rng(2)
+    ids, sentence_ids = xlnet_data.sentence_stream(sentences_corpus(rng, 300), EOD)
+    seq_len, reuse, p = 200, 96, 8
+    records = list(xlnet_data.two_segment_records(ids, sentence_ids, seq_len, reuse, SEP, CLS, 0))
+    batch = {k: np.stack([r[k] for r in records[:16]]) for k in ("input_ids", "segment_ids")}
+    table = rng.random(int(ids.max()) + 1) < 0.5
+    table[[SEP, CLS]] = True
+    word_start = table[batch["input_ids"]]
+
+    def targets(seed, starts=word_start):
+        return permutation.two_segment_targets(
+            batch["segment_ids"], seed, p, reuse, starts, mask_alpha=6, mask_beta=1
+        ).numpy()
+
+    is_target = targets([4, 0])
+    assert (is_target[:, :reuse].sum(1) == p - p // 2).all()
+    assert (is_target[:, reuse:].sum(1) == p // 2).all()
+    assert not np.isin(batch["input_ids"][is_target], [SEP, CLS]).any()
+    at_word = [word_start[row, start] for row, mask in enumerate(is_target)
+               for start, _ in test_permutation.runs(mask)]  # fmt: skip
+    assert np.mean(at_word) > 0.9, np.mean(at_word)
+    np.testing.assert_array_equal(targets([4, 0]), is_target)
+    assert (targets([4, 1]) != is_target).any()
+    out = permutation.two_segment_features(
+        batch["input_ids"], batch["segment_ids"], [4, 0], p, reuse, word_start
+    )
+    chosen = np.asarray(out["target_mapping"]).argmax(-1)
+    want = np.stack([np.flatnonzero(row) for row in targets(permutation.fold([4, 0], 1))])
+    np.testing.assert_array_equal(chosen, want)
+
+
 def test_two_segment_records_pretrain_with_memory_end_to_end(tmp_path):
     """create_lm_data.py --reuse_len with an XLNet spiece.model writes the release's records
     (record t + 1 starts with record t's segment A, as far as the reused part reaches), and
@@ -397,9 +433,10 @@ def test_two_segment_records_pretrain_with_memory_end_to_end(tmp_path):
     r = helpers.run_main("run_pretraining.py", [*args, f"--output_dir={tmp_path / 'p'}",
                                                 "--max_predictions_per_seq=17"])  # fmt: skip
     assert r.returncode == 1 and "predict 9 of the reused part's 8 positions" in r.stderr
-    spans = ["--xlnet_span_prediction", f"--vocab_file={model}"]
+    spans = ["--xlnet_span_prediction", f"--vocab_file={model}", "--num_train_steps=1"]
     r = helpers.run_main("run_pretraining.py", [*args, f"--output_dir={tmp_path / 's'}", *spans])
-    assert r.returncode == 1 and "not with two-segment records yet" in r.stderr
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "two-segment records (reuse_len 8) of 24, 4 predicted each (spans)" in r.stderr
 
 
 def test_the_memory_lets_a_block_copy_the_one_before(tmp_path):
