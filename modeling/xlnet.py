@@ -13,8 +13,9 @@ in the factorisation order and of i itself; the query stream g_i sees the conten
 positions before i but never x_i, and starts from a learned vector (mask_emb) so it carries only
 the position i (through the relative encoding). The query stream of the last layer predicts x_i.
 
-Left out: Transformer-XL's segment recurrence (memory `mems` across consecutive blocks, sec. 2.4)
-and bidirectional data (bi_data); every block is modelled on its own. Segment encoding (relative,
+Transformer-XL's segment recurrence (sec. 2.5) is the optional `mems` input (cache_mems makes
+the next one), and the release's bidirectional data (bi_data) the optional `backward` input: rows
+that read their text backward, whose relative distances are negated. Segment encoding (relative,
 sec. 2.5) is there and optional: without segment_ids every token is in segment 0.
 
 Shapes: B batch, S length, P predicted positions, H d_model, N n_head, D d_head, I d_inner,
@@ -157,7 +158,8 @@ def relative_positional_encoding(
     """Transformer-XL's sinusoid encoding (Dai et al. 2019, sec. 3.3) of the relative distances
     between a query i of the block and a key j of the memory (M slots) and the block, i + M - j:
     row k holds distance K - 1 - k (K = M + S), so rows run from K - 1 down to -(S - 1).
-    Returns float (R, H), R = K + S - 1: sines then cosines."""
+    Returns float (R, H), R = K + S - 1: sines then cosines. Negated distances (the release's
+    bi_data backward rows) are these with the sines negated."""
     freq = ops.arange(0, d_model, 2, dtype="float32")  # (H/2,)
     inv_freq = 1.0 / ops.power(10000.0, freq / d_model)
     distance = ops.arange(length + mem_length - 1, -length, -1, dtype="float32")  # (R,)
@@ -189,7 +191,8 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
 
     call(h, pos, biases, content_mask, g=None, query_mask=None, target_mapping=None,
          seg_mat=None, training=False, mem=None):
-      h: float (B, S, H) content stream. pos: float (R, H) relative encoding.
+      h: float (B, S, H) content stream. pos: float (R, H) relative encoding, or (2, R, H) the
+        forward and the backward rows' with `backward`.
       biases: (r_w_bias, r_r_bias, r_s_bias, seg_embed) float (N, D), (N, D), (N, D), (2, N, D).
       content_mask, query_mask: bool (B, S, K) from attention_masks.
       g: float (B, P, H) query stream of the predicted positions; target_mapping float (B, P, S)
@@ -197,6 +200,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
       seg_mat: None or bool (B, S, K), True where i and j are in different segments.
       mem: None or float (B, M, H), this layer's memory (the content stream it read for earlier
         segments): keys and values are then its M slots followed by h's S positions (K = M + S).
+      backward: None or int (B,), 1 for the rows that take pos[1] (bi_data's backward rows).
     Returns (attention output for h (B, S, H), for g (B, P, H) or None), before the residual.
     """
 
@@ -217,12 +221,14 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
 
     def _attend(self, q, k, v, pos_k, biases, allowed, seg_mat, training):
         """q float (B, S, N, D); k, v float (B, K, N, D), the memory's M slots then the block's
-        S positions (K = S without memory); pos_k float (R, N, D); allowed bool (B, S, K).
+        S positions (K = S without memory); pos_k float (R, N, D), or (B, R, N, D) one for each
+        row; allowed bool (B, S, K).
         Returns float (B, S, N, D)."""
         r_w_bias, r_r_bias, r_s_bias, seg_embed = biases
         s = ops.shape(q)[1]
         content = ops.einsum("bind,bjnd->bnij", q + r_w_bias, k)  # (B, N, S, K)
-        by_distance = ops.einsum("bind,rnd->bnir", q + r_r_bias, pos_k)  # (B, N, S, R)
+        rows = "rnd" if len(pos_k.shape) == 3 else "brnd"
+        by_distance = ops.einsum(f"bind,{rows}->bnir", q + r_r_bias, pos_k)  # (B, N, S, R)
         # Key j is at distance i + M - j from query i, at row K - 1 - (i + M - j) = S - 1 - i + j
         # (relative_positional_encoding). A gather rather than Transformer-XL's pad-and-reshape
         # "rel_shift": the same numbers, and readable; memory is S x K either way.
@@ -260,11 +266,15 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         seg_mat=None,
         training=False,
         mem=None,
+        backward=None,
     ):
         kv = h if mem is None else ops.concatenate([ops.cast(mem, h.dtype), h], axis=1)
         k = ops.einsum("bih,hnd->bind", kv, self.k)  # (B, K, N, D)
         v = ops.einsum("bih,hnd->bind", kv, self.v)
-        pos_k = ops.einsum("rh,hnd->rnd", pos, self.r)  # (R, N, D)
+        if backward is None:
+            pos_k = ops.einsum("rh,hnd->rnd", pos, self.r)  # (R, N, D)
+        else:  # projected once per direction, then picked for each row: (B, R, N, D)
+            pos_k = ops.take(ops.einsum("trh,hnd->trnd", pos, self.r), backward, axis=0)
         q_h = ops.einsum("bih,hnd->bind", h, self.q)
         out_h = self._attend(q_h, k, v, pos_k, biases, content_mask, seg_mat, training)
         out_h = ops.einsum("bind,hnd->bih", out_h, self.o)  # (B, S, H)
@@ -294,8 +304,9 @@ class XLNetLayer(keras.layers.Layer):
     through the same weights.
 
     call(h, pos, biases, content_mask, g=None, query_mask=None, target_mapping=None,
-         seg_mat=None, training=False, mem=None) -> (h float (B, S, H), g float (B, P, H) or
-         None); mem: this layer's memory (TwoStreamRelativeAttention).
+         seg_mat=None, training=False, mem=None, backward=None) -> (h float (B, S, H), g float
+         (B, P, H) or None); mem: this layer's memory, backward: bi_data's backward rows
+         (TwoStreamRelativeAttention).
     """
 
     def __init__(self, config: XLNetConfig | dict, **kwargs):
@@ -338,6 +349,7 @@ class XLNetLayer(keras.layers.Layer):
         seg_mat=None,
         training=False,
         mem=None,
+        backward=None,
     ):
         a_h, a_g = self.rel_attn(
             h,
@@ -350,6 +362,7 @@ class XLNetLayer(keras.layers.Layer):
             seg_mat=seg_mat,
             training=training,
             mem=mem,
+            backward=backward,
         )
         h_out = self._post(h, a_h, training)
         return h_out, (None if g is None else self._post(g, a_g, training))
@@ -373,7 +386,10 @@ class XLNetModel(keras.Model):
     and for the segment recurrence `mems`, L float (B, M, H) tensors: what each layer read for
     the segments before (cache_mems of their encoder_outputs), seen by every position as
     segment 0 at distances M + i - m (Transformer-XL's relative positions), optionally with
-    `mem_mask` (B, M), 1 at the slots that hold something (0: hidden from both streams).
+    `mem_mask` (B, M), 1 at the slots that hold something (0: hidden from both streams); and
+    for the release's bidirectional data `backward` int (B,) (or (B, 1)), 1 for the rows whose
+    ids run backward through the text: their relative distances are negated (as its bi_data
+    relative encoding, which puts those rows in the second half of the batch).
     Returns a dict: sequence_output float (B, S, H), the last content stream; encoder_outputs,
     the L + 1 content streams (embeddings, then every layer); with perm_mask also query_output
     float (B, P, H) and query_outputs, the L + 1 query streams (mask_emb, then every layer).
@@ -436,8 +452,13 @@ class XLNetModel(keras.Model):
             seg_mat = ops.not_equal(seg[:, :, None], keys[:, None, :])  # (B, S, M + S)
         h = layers.lookup_rows(self.word_embedding, ids, self.compute_dtype)  # (B, S, H)
         h = self.drop(h, training=training)
-        pos = relative_positional_encoding(s, c.d_model, c.clamp_len, h.dtype, m)
-        pos = self.drop(pos, training=training)  # (R, H)
+        pos = relative_positional_encoding(s, c.d_model, c.clamp_len, h.dtype, m)  # (R, H)
+        backward = inputs.get("backward")
+        if backward is not None:  # (2, R, H): the forward rows', the backward rows' (negated)
+            backward = ops.reshape(ops.cast(backward, "int32"), (-1,))
+            sines, cosines = ops.split(pos, 2, axis=-1)
+            pos = ops.stack([pos, ops.concatenate([-sines, cosines], axis=-1)])
+        pos = self.drop(pos, training=training)
         g = target_mapping = None
         if perm_mask is not None:
             target_mapping = ops.cast(inputs["target_mapping"], h.dtype)
@@ -459,6 +480,7 @@ class XLNetModel(keras.Model):
                 seg_mat=seg_mat,
                 training=training,
                 mem=None if mems is None else mems[i],
+                backward=backward,
             )
             content.append(h)
             query.append(g)

@@ -80,13 +80,18 @@ def test_converted_xlnet_computes_what_transformers_computes(converted, golden):
     assert np.abs(plm[sees == 0] - golden["plm_logits"][sees == 0]).max() > 1e-2
 
 
-def test_segment_recurrence_computes_what_transformers_computes(converted):
+@pytest.mark.parametrize("prefix", ["", "bi_"])
+def test_segment_recurrence_computes_what_transformers_computes(converted, prefix):
     """Three segments run one after another, each reading the memory the ones before left
     (tests/make_xlnet_mems_golden.py: mem_len 6, the first 5 positions of a segment cached, so
     the third reads a memory cut to its last 6 slots), the last with segment ids, a padded
     position and a two-stream pass: every layer, the memory and both streams' logits within
-    1e-5 of transformers. With memory no query sees nothing, so every query is compared."""
+    1e-5 of transformers. With memory no query sees nothing, so every query is compared.
+    bi_: with bi_data, the batch's second row backward (`backward` input [0, 1]); its states
+    differ from the forward run's, the first row's do not (within the tolerance)."""
     g = dict(np.load(FIXTURE / "mems_golden.npz"))
+    if prefix:
+        g |= {k[len(prefix) :]: v for k, v in g.items() if k.startswith(prefix)}
     config = xlnet.XLNetConfig.from_json_file(converted / "bert_config.json")
     model, _ = checkpoints.load_whole(xlnet.XLNetPretrainer(config), converted)
     table = model.encoder.word_embedding.numpy()
@@ -94,6 +99,8 @@ def test_segment_recurrence_computes_what_transformers_computes(converted):
     mems = None
     for n in range(len(g["input_ids"])):
         inputs = {"input_ids": g["input_ids"][n].astype("int32")}
+        if prefix:
+            inputs["backward"] = np.array([0, 1], "int32")
         if n == len(g["input_ids"]) - 1:
             inputs |= {k: g[k].astype("int32") for k in ("segment_ids", "input_mask")}
         out = model.encoder(inputs | ({} if mems is None else {"mems": mems}))
@@ -115,6 +122,10 @@ def test_segment_recurrence_computes_what_transformers_computes(converted):
     # Without its memory the last segment computes something else: the memory is read.
     alone = model.encoder(inputs)["sequence_output"]
     assert np.abs(np.asarray(alone) - g["hidden_states_2"][-1])[real].max() > 1e-2
+    if prefix:  # the backward row is not the forward run's, the forward row is
+        forward = np.load(FIXTURE / "mems_golden.npz")["hidden_states_2"]
+        differ = np.abs(forward - g["hidden_states_2"]).max(axis=(0, 2, 3))
+        assert differ[0] < TOLERANCE and differ[1] > 1e-3, differ
 
 
 def test_cloze_to_hf_round_trips_bit_for_bit(converted, tmp_path):
