@@ -204,6 +204,14 @@ flags.DEFINE_integer(
     "streams of the eval files the same way, from an empty memory each time. 0: none, shuffled "
     "blocks.",
 )
+flags.DEFINE_bool(
+    "bi_data",
+    False,
+    "XLNet: the release's bidirectional data. Needs records made with create_lm_data.py "
+    "--bi_data (forward ones, then the corpus read backward); half of every batch's rows read "
+    "backward, with their relative distances negated (modeling/xlnet.py), and with --mem_len "
+    "each backward row is a stream of its own. --train_batch_size and --eval_batch_size even.",
+)
 flags.DEFINE_string(
     "vocab_file",
     None,
@@ -384,8 +392,8 @@ def main(argv):
     from modeling import bart, elmo, gpt, t5, xlnet
 
     values = bert.read_config_json(FLAGS.bert_config_file, "a model config JSON file")
-    xlnet_only = [f"--{n}" for n in ("xlnet_span_prediction", "mask_alpha", "mask_beta", "mem_len")
-                  if FLAGS[n].present]  # fmt: skip
+    xlnet_only = [f"--{n}" for n in ("xlnet_span_prediction", "mask_alpha", "mask_beta", "mem_len",
+                                     "bi_data") if FLAGS[n].present]  # fmt: skip
     if xlnet_only and not xlnet.is_xlnet_config(values):
         raise app.UsageError(f"{', '.join(xlnet_only)}: XLNet's permutation LM only")
     if bart.is_bart_config(values):
@@ -664,6 +672,7 @@ def _train_and_evaluate(fit, train_dataset_fn, eval_fn, init_fn, config_json, cu
                             "precision",
                             "xlnet_span_prediction",
                             "mem_len",
+                            "bi_data",
                         )  # fmt: skip
                     }
                 ),
@@ -940,11 +949,21 @@ def pretrain_permutation_lm(config) -> None:
     features_files = sorted(set(train_files + eval_files))
     check_input_files(features_files, lm_data.lm_feature_spec(s))
     try:
-        reuse_len = lm_data.check_lm_files(features_files, s)
+        kind = lm_data.check_lm_files(features_files, s, xlnet=True)
     except InputError as e:
         raise SystemExit(
             f"run_pretraining: {e} (make blocks with data_prep/create_lm_data.py)"
         ) from None
+    reuse_len = kind.reuse_len
+    if kind.bi_data != FLAGS.bi_data:
+        raise app.UsageError(
+            f"--bi_data={FLAGS.bi_data}: the records are {kind} ({features_files[0]}); "
+            + ("give --bi_data" if kind.bi_data else "make them with create_lm_data.py --bi_data")
+        )
+    odd = [f"--{n}={FLAGS[n].value}" for n in ("train_batch_size", "eval_batch_size")
+           if FLAGS[n].value % 2]  # fmt: skip
+    if FLAGS.bi_data and odd:
+        raise app.UsageError(f"--bi_data: {', '.join(odd)}: expected even (half of it backward)")
     if reuse_len:
         if p - p // 2 > reuse_len or p // 2 > s - reuse_len - 3:
             raise app.UsageError(
@@ -976,9 +995,9 @@ def pretrain_permutation_lm(config) -> None:
     if FLAGS.mem_len < 0:
         raise app.UsageError(f"--mem_len={FLAGS.mem_len}: expected >= 0")
     memory = FLAGS.mem_len > 0
-    logging.info("XLNet, %s of %d, %d predicted each%s%s",
+    logging.info("XLNet, %s of %d, %d predicted each%s%s%s",
                  f"two-segment records (reuse_len {reuse_len})" if reuse_len else "blocks", s, p,
-                 " (spans)" if spans else "",
+                 " (spans)" if spans else "", ", half backward (bi_data)" if FLAGS.bi_data else "",
                  f", a memory of {FLAGS.mem_len} (streams)" if memory else "")  # fmt: skip
 
     def make_task(model):
@@ -991,10 +1010,15 @@ def pretrain_permutation_lm(config) -> None:
         return plm_tasks.permutation_lm_task(model, state, eval_state)
 
     def make_dataset(files, batch_size, is_training, *shard):
+        if FLAGS.bi_data and batch_size % 2:
+            raise SystemExit(
+                f"run_pretraining: --bi_data: {batch_size} rows a worker, expected even (give "
+                "batch sizes that are even multiples of the worker count)"
+            )
         try:
             return permutation.permutation_lm_dataset(
                 files, batch_size, s, p, is_training, *shard, **spans, streams=memory,
-                reuse_len=reuse_len,
+                reuse_len=reuse_len, bi_data=FLAGS.bi_data,
             )  # fmt: skip
         except InputError as e:  # too few blocks for the streams
             raise SystemExit(f"run_pretraining: {e}") from None

@@ -25,6 +25,10 @@ text after A, or half of the time sentences from elsewhere, drawn with --random_
 <sep> <sep> <cls> ([SEP] [SEP] [CLS] for WordPiece). As the release's data_utils.py, the
 corpus's ids are held in memory (about 5 bytes a token), not streamed.
 
+With --bi_data (XLNet's bidirectional data), the records of the corpus read backward follow the
+forward ones (lm_data.bidirectional), each flagged `backward`; run_pretraining --bi_data
+reads them. The corpus's ids are then held in memory in either case.
+
 Documents are tokenized on --num_workers processes (data_prep/parallel.map_texts: batches of about
 a quarter of a million characters, at most two per worker in flight, results in corpus order), and
 the records are written without TensorFlow, so the workers are forked; the output does not depend
@@ -66,6 +70,14 @@ flags.DEFINE_integer(
     "used 256 of 512. 0: plain blocks.",
 )
 flags.DEFINE_integer("random_seed", 12345, "--reuse_len: the seed of the segments' draws.")
+flags.DEFINE_bool(
+    "bi_data",
+    False,
+    "XLNet's bidirectional data (the release's bi_data, for run_pretraining --bi_data): the "
+    "records (blocks, or with --reuse_len two-segment records) of the corpus, then those of the "
+    "corpus read backward (documents last to first, each one's ids reversed), every record "
+    "flagged `backward` 0 or 1. Holds the corpus's ids in memory.",
+)
 flags.DEFINE_integer(
     "num_workers",
     None,
@@ -157,17 +169,28 @@ def main(argv):
                 logging.info("%d documents, %d tokens, %.0f tokens/s", *stats.values(), rate)
             yield ids
 
-    def write(tmp):
+    def records(docs):
         if not FLAGS.reuse_len:
-            return lm_data.write_lm_tfrecords(
-                lm_data.pack_blocks(documents(), FLAGS.block_size, eot), tmp
-            )
-        ids, sentence_ids = xlnet_data.sentence_stream(documents(), eot)
-        records = xlnet_data.two_segment_records(
+            for block in lm_data.pack_blocks(docs, FLAGS.block_size, eot):
+                yield {"input_ids": block}
+            return
+        ids, sentence_ids = xlnet_data.sentence_stream(docs, eot)
+        yield from xlnet_data.two_segment_records(
             ids, sentence_ids, FLAGS.block_size, FLAGS.reuse_len, sep_id, cls_id,
             FLAGS.random_seed,
         )  # fmt: skip
-        return write_round_robin(records, xlnet_data.serialize_records, tmp, lm_data.WRITE_BATCH)
+
+    def write(tmp):
+        if not FLAGS.bi_data:
+            if not FLAGS.reuse_len:  # streamed: one block in memory
+                return lm_data.write_lm_tfrecords(
+                    lm_data.pack_blocks(documents(), FLAGS.block_size, eot), tmp
+                )
+            out = records(documents())
+        else:
+            docs = list(documents())
+            out = lm_data.bidirectional(records(docs), records(lm_data.backward_documents(docs)))
+        return write_round_robin(out, lm_data.serialize_records, tmp, lm_data.WRITE_BATCH)
 
     # Written under temporary names and renamed at the end: a failed run leaves no partial file.
     try:
@@ -182,6 +205,8 @@ def main(argv):
             f"for one block, found {stats['tokens']}"
         )
     kind = f"two-segment records (reuse_len {FLAGS.reuse_len})" if FLAGS.reuse_len else "blocks"
+    if FLAGS.bi_data:
+        kind += ", forward then backward (bi_data),"
     print(
         f"wrote {blocks} {kind} of {FLAGS.block_size} ids ({stats['documents']} documents, "
         f"{stats['tokens']} tokens, {time.time() - t0:.1f}s, {num_workers} worker(s)) to "

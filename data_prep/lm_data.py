@@ -20,7 +20,7 @@ tf.io.TFRecordWriter, tested), so create_lm_data.py forks its tokenizing workers
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -32,6 +32,21 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 WRITE_BATCH = 512  # blocks serialized together: packed_varints works on a whole batch at once
+# XLNet's bidirectional data (the release's bi_data): 1 on the records made from the text read
+# backward, 0 on the others; create_lm_data.py --bi_data writes the forward records, then these.
+BACKWARD = "backward"
+
+
+class LMKind(NamedTuple):
+    """What check_lm_files found: reuse_len > 0 for XLNet's two-segment records (0: blocks);
+    bi_data for records in both directions (each with its BACKWARD flag)."""
+
+    reuse_len: int = 0
+    bi_data: bool = False
+
+    def __str__(self) -> str:
+        kind = f"two-segment records, reuse_len {self.reuse_len}" if self.reuse_len else "blocks"
+        return kind + (" in both directions (bi_data)" if self.bi_data else "")
 
 
 def read_lm_documents(
@@ -89,6 +104,33 @@ def serialize_lm_examples(blocks: np.ndarray) -> list[bytes]:
     return [int64_example({"input_ids": ids}) for ids in packed_varints(blocks)]
 
 
+def serialize_records(records: Sequence[dict]) -> list[bytes]:
+    """Records (dicts of non-negative int arrays, every record with the first one's keys) as
+    tf.train.Examples of int64 features."""
+    packed = {k: packed_varints(np.stack([r[k] for r in records])) for k in records[0]}
+    return [int64_example({k: v[i] for k, v in packed.items()}) for i in range(len(records))]
+
+
+def bidirectional(forward: Iterable[dict], backward: Iterable[dict]) -> Iterator[dict]:
+    """XLNet's bidirectional data: the forward records, then the backward ones (made from the
+    corpus read backward: backward_documents), each with its BACKWARD flag. One write keeps
+    that order in the files (block n in file n mod the file count), which stream_dataset reads."""
+    for flag, records in enumerate((forward, backward)):
+        for record in records:
+            yield {**record, BACKWARD: np.array([flag], np.int32)}
+
+
+def backward_documents(documents: Sequence[Sequence]) -> Iterator[list]:
+    """The corpus read backward: the documents last to first, each one's ids reversed (a
+    document of sentences: the sentences last to first, each one's ids reversed), so the
+    separator written after each still ends it in the reading direction."""
+    for doc in reversed(documents):
+        if len(doc) and isinstance(doc[0], Sequence | np.ndarray):
+            yield [list(sentence)[::-1] for sentence in reversed(doc)]
+        else:
+            yield list(doc)[::-1]
+
+
 def lm_feature_spec(block_size: int) -> dict:
     import tensorflow as tf
 
@@ -103,16 +145,12 @@ def write_lm_tfrecords(blocks: Iterable[np.ndarray], output_files: Sequence[str]
     )
 
 
-def _kind(reuse_len: int) -> str:
-    return f"two-segment records, reuse_len {reuse_len}" if reuse_len else "blocks"
-
-
-def check_lm_files(files: Sequence[str], block_size: int) -> int:
-    """Reads each file's first record and checks it is an LM block of block_size ids, or
-    XLNet's two-segment record of that many (data_prep/xlnet_data.py) in every file alike;
-    raises InputError naming the file (masked BERT records, another length or a mix of kinds are
-    refused here, not as a shape error deep in tf.data). Returns the records' reuse_len: 0 for
-    blocks."""
+def check_lm_files(files: Sequence[str], block_size: int, xlnet: bool = False) -> LMKind:
+    """Reads each file's first record and checks it is an LM block of block_size ids, or with
+    `xlnet` also XLNet's two-segment record of that many (data_prep/xlnet_data.py) or a record
+    of its bidirectional data, in every file alike; raises InputError naming the file (masked
+    BERT records, another length, XLNet's records for another model or a mix of kinds are
+    refused here, not as a shape error deep in tf.data). Returns the records' LMKind."""
     import tensorflow as tf
 
     kinds = {}
@@ -128,16 +166,17 @@ def check_lm_files(files: Sequence[str], block_size: int) -> int:
             if found != block_size:
                 raise input_error(path, f"blocks of {block_size} ids (n_ctx)", f"{found} ids")
             reuse = feats["reuse_len"].int64_list.value[0] if "reuse_len" in feats else 0
-            kinds.setdefault(reuse, path)
+            kind = LMKind(reuse, BACKWARD in feats)
+            if kind != LMKind() and not xlnet:
+                raise input_error(path, "language-model blocks (feature input_ids only)", str(kind))
+            kinds.setdefault(kind, path)
             if len(kinds) > 1:
-                kind, first = next(iter(kinds.items()))
-                raise input_error(
-                    path, f"records like {first}'s ({_kind(kind)})", f"{_kind(reuse)}"
-                )
+                first_kind, first = next(iter(kinds.items()))
+                raise input_error(path, f"records like {first}'s ({first_kind})", str(kind))
             break
         else:
             raise input_error(path, "at least one record", "an empty file")
-    return next(iter(kinds), 0)
+    return next(iter(kinds))
 
 
 def lm_dataset(
@@ -199,6 +238,7 @@ def stream_dataset(
     shard_index: int = 0,
     spec: dict | None = None,
     repeat: bool = True,
+    bi_data: bool = False,
 ) -> tf.data.Dataset:
     """Batches for a model with segment recurrence (XLNet's memory): row j of batch t+1
     is the block that follows row j of batch t in the corpus, as the released XLNet data's
@@ -206,7 +246,10 @@ def stream_dataset(
     make batch_size x num_shards streams of n = N // (batch_size x num_shards) consecutive
     blocks (the rest dropped); this shard's batches hold streams shard_index x batch_size onward,
     repeated from the start of each stream every n batches (one pass of n without `repeat`),
-    without shuffling. `spec`: the records' features (lm_dataset's).
+    without shuffling. `spec`: the records' features (lm_dataset's). bi_data: the files hold
+    forward records, then backward ones (lm_data.bidirectional); each direction makes
+    batch_size / 2 x num_shards streams of n = min(forward, backward) // that many, and every
+    batch holds this shard's forward streams, then its backward ones.
 
     Reading: every epoch each stream skips to its start through the records before it, so a
     pass costs about batch_size / 2 reads of the shard's part of the files (record framing
@@ -214,18 +257,25 @@ def stream_dataset(
     import tensorflow as tf
 
     ordered = corpus_order(files)
-    total = int(ordered.reduce(0, lambda count, _: count + 1))
-    streams = batch_size * num_shards
+    if bi_data:
+        if batch_size % 2:
+            raise ValueError(f"bi_data: expected an even batch size, found {batch_size}")
+        forward, backward = direction_counts(ordered, files)
+        per_direction, offsets, each = batch_size // 2, (0, forward), " each way"
+        total = min(forward, backward)
+        found = f"{forward} forward and {backward} backward blocks in {len(files)} file(s)"
+    else:
+        total = int(ordered.reduce(0, lambda count, _: count + 1))
+        per_direction, offsets, each = batch_size, (0,), ""
+        found = f"{total} blocks in {len(files)} file(s)"
+    streams = per_direction * num_shards
     n = total // streams
     if n < 1:
-        raise input_error(
-            files[0],
-            f"at least {streams} blocks (one for each of the batch's {streams} streams)",
-            f"{total} blocks in {len(files)} file(s)",
-        )
-    first = shard_index * batch_size
-    starts = tf.data.Dataset.range(first, first + batch_size).map(lambda g: g * n)
-    rows = starts.interleave(
+        where = f"one for each of the batch's {streams} streams{each}"
+        raise input_error(files[0], f"at least {streams} blocks{each} ({where})", found)
+    first = shard_index * per_direction
+    starts = [offset + g * n for offset in offsets for g in range(first, first + per_direction)]
+    rows = tf.data.Dataset.from_tensor_slices(tf.constant(starts, tf.int64)).interleave(
         lambda start: ordered.skip(start).take(n),
         cycle_length=batch_size,
         block_length=1,
@@ -233,3 +283,30 @@ def stream_dataset(
     )
     rows = rows.repeat() if repeat else rows
     return parsed_blocks(rows.batch(batch_size, drop_remainder=True), block_size, spec)
+
+
+def direction_counts(ordered: tf.data.Dataset, files: Sequence[str]) -> tuple[int, int]:
+    """(forward, backward) records of bidirectional data in corpus order (their BACKWARD
+    flags); raises InputError naming the first file if a forward record follows a backward one
+    (bidirectional's order, which stream_dataset's streams rely on)."""
+    import tensorflow as tf
+
+    spec = {BACKWARD: tf.io.FixedLenFeature([1], tf.int64)}
+    flags = ordered.batch(4096).map(lambda x: tf.io.parse_example(x, spec)[BACKWARD][:, 0])
+
+    def count(state, flag):
+        forward, backward, misplaced = state
+        turns = tf.reduce_sum(tf.cast(flag[1:] < flag[:-1], tf.int64))  # a 0 after a 1
+        late = tf.cast(backward > 0, tf.int64) * tf.reduce_sum(1 - flag)  # a 0 after earlier 1s
+        n = tf.reduce_sum(flag)
+        return forward + tf.size(flag, tf.int64) - n, backward + n, misplaced + turns + late
+
+    zero = tf.constant(0, tf.int64)
+    forward, backward, misplaced = (int(v) for v in flags.reduce((zero, zero, zero), count))
+    if misplaced:
+        raise input_error(
+            files[0],
+            "forward records, then backward ones (create_lm_data.py --bi_data's order)",
+            "a forward record after a backward one",
+        )
+    return forward, backward

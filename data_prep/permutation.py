@@ -92,7 +92,13 @@ def word_start_table(vocab_file) -> np.ndarray:
 
 
 def span_targets(
-    word_start, num_predict: int, seed, mask_alpha: int = 6, mask_beta: int = 1, allowed=None
+    word_start,
+    num_predict: int,
+    seed,
+    mask_alpha: int = 6,
+    mask_beta: int = 1,
+    allowed=None,
+    backward=None,
 ):
     """bool (B, S): exactly num_predict targets in each row, from span sampling over the rows'
     word starts (word_start bool (B, S): True where a token begins a word). Each row walks its
@@ -103,6 +109,9 @@ def span_targets(
     walk, and random single tokens then make up num_predict (XLNet's release, sec. A.1).
     allowed: None, or bool (B, S) with at least num_predict True per row: only those positions
     become targets (a span covering another is passed over and the walk goes on).
+    backward: None, or int (B,) 1 for rows whose ids run backward through the text (XLNet's
+    bi_data): those are walked turned around, as the release samples them, so their spans too
+    start at a word start and cover its word's pieces in reading order.
 
     Pure TensorFlow with stateless random ops keyed by `seed` (int (2,)), the row and the step:
     the same inputs give the same targets, and it can sit in a tf.data pipeline whose iterator
@@ -117,6 +126,12 @@ def span_targets(
     if allowed is None:
         allowed = tf.ones_like(word_start)
     allowed = tf.cast(tf.convert_to_tensor(allowed), tf.bool)
+    flip = None if backward is None else tf.cast(tf.reshape(backward, (-1, 1)), tf.bool)
+
+    def turn(x):  # the backward rows turned around (and back)
+        return x if flip is None else tf.where(flip, tf.reverse(x, [1]), x)
+
+    word_start, allowed = turn(word_start), turn(allowed)
 
     def row(args):
         starts, free, index = args
@@ -154,7 +169,7 @@ def span_targets(
 
     rows = tf.range(tf.shape(word_start)[0], dtype=tf.int64)
     out = tf.TensorSpec([None], tf.bool)
-    return tf.map_fn(row, (word_start, allowed, rows), fn_output_signature=out)
+    return turn(tf.map_fn(row, (word_start, allowed, rows), fn_output_signature=out))
 
 
 def permutation_lm_features(input_ids, seed, num_predict: int, is_target=None) -> dict:
@@ -216,7 +231,7 @@ def two_segment_targets(
     segment 2, or a <sep>, the last position of segment 0 or 1). seed: int (2,), stateless.
     word_start: None, or bool (B, S) as span_targets': the two parts' targets are spans, each
     part walked on its own (as the release samples the reused part and the rest apart), with
-    span_args (mask_alpha, mask_beta) and the seed folded with 0 and 1."""
+    span_args (mask_alpha, mask_beta, backward) and the seed folded with 0 and 1."""
     seg = tf.cast(segment_ids, tf.int32)
     s = tf.shape(seg)[1]
     functional = tf.logical_or(
@@ -279,6 +294,7 @@ def permutation_lm_dataset(
     mask_beta: int = 1,
     streams: bool = False,
     reuse_len: int = 0,
+    bi_data: bool = False,
 ) -> tf.data.Dataset:
     """lm_data.lm_dataset's batches with permutation_lm_features applied; batch n of shard k
     draws its orders with the stateless seed (seed, n * num_shards + k), so evaluation sees the
@@ -287,15 +303,19 @@ def permutation_lm_dataset(
     span-based targets (span_targets with mask_alpha / mask_beta), drawn with the same pair.
     streams: batches whose rows continue the rows before (lm_data.stream_dataset), for the
     segment memory; training repeats them, evaluation is one pass. reuse_len > 0: the files
-    hold two-segment records with that reused part (two_segment_features)."""
+    hold two-segment records with that reused part (two_segment_features). bi_data: the files
+    hold XLNet's bidirectional data (lm_data.bidirectional): the batches carry `backward` int32
+    (B,), for the model and for turning those rows' spans around (span_targets)."""
     if not 1 <= num_predict <= block_size:
         raise ValueError(
             f"num_predict: expected 1 .. {block_size} (the block size), found {num_predict}"
         )
-    spec = xlnet_data.feature_spec(block_size) if reuse_len else None
+    spec = xlnet_data.feature_spec(block_size) if reuse_len else lm_data.lm_feature_spec(block_size)
+    if bi_data:
+        spec[lm_data.BACKWARD] = tf.io.FixedLenFeature([1], tf.int64)
     if streams:
         blocks = lm_data.stream_dataset(
-            files, batch_size, block_size, num_shards, shard_index, spec, repeat=is_training
+            files, batch_size, block_size, num_shards, shard_index, spec, is_training, bi_data
         )
     else:
         blocks = lm_data.lm_dataset(
@@ -307,16 +327,21 @@ def permutation_lm_dataset(
         draw = tf.cast(n, tf.int64) * num_shards + shard_index
         pair = tf.stack([tf.constant(seed, tf.int64), draw])
         starts = None
+        backward = batch[lm_data.BACKWARD][:, 0] if bi_data else None
         if word_starts is not None:
             starts = tf.gather(table, tf.clip_by_value(batch["input_ids"], 0, len(word_starts) - 1))
         if reuse_len:
-            return two_segment_features(
+            out = two_segment_features(
                 batch["input_ids"], batch["segment_ids"], pair, num_predict, reuse_len, starts,
-                mask_alpha=mask_alpha, mask_beta=mask_beta,
+                mask_alpha=mask_alpha, mask_beta=mask_beta, backward=backward,
             )  # fmt: skip
-        is_target = None
-        if starts is not None:
-            is_target = span_targets(starts, num_predict, pair, mask_alpha, mask_beta)
-        return permutation_lm_features(batch["input_ids"], pair, num_predict, is_target)
+        else:
+            is_target = None
+            if starts is not None:
+                is_target = span_targets(
+                    starts, num_predict, pair, mask_alpha, mask_beta, backward=backward
+                )
+            out = permutation_lm_features(batch["input_ids"], pair, num_predict, is_target)
+        return out if backward is None else out | {lm_data.BACKWARD: backward}
 
     return blocks.enumerate().map(features, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

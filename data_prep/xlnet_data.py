@@ -11,8 +11,9 @@ follow A, label 1, otherwise a random run of sentences elsewhere in the stream, 
 over B and its `<sep>`, 2 at `<cls>`. Written as `input_ids`, `segment_ids` and
 `next_sentence_labels` (BERT's feature names) and `reuse_len` (the release's flag; every record
 says how much of it continues the record before, so a reader cannot take another value), in
-corpus order over the output files as the language-model blocks are (data_prep/lm_data.py), so
-lm_data.stream_dataset cuts them into streams whose rows continue each other.
+corpus order over the output files as the language-model blocks are (data_prep/lm_data.py:
+serialize_records, and bidirectional for the release's bi_data), so lm_data.stream_dataset cuts
+them into streams whose rows continue each other.
 
 Pure: the same ids, sentence ids and seed give the same records (a random.Random of the seed
 draws what the release's module-level `random` drew).
@@ -25,9 +26,6 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from data_prep.pretraining_shards import int64_example, packed_varints
-
-FEATURES = ("input_ids", "segment_ids", "next_sentence_labels", "reuse_len")
 FUNCTIONAL_SEGMENT = 2  # the segment id of <cls>
 SPECIAL_POSITIONS = 3  # <sep>, <sep>, <cls>
 
@@ -137,12 +135,6 @@ def two_segment_records(
             "reuse_len": np.array([reuse_len], np.int32),
         }
         i += reuse_len
-
-
-def serialize_records(records: Sequence[dict]) -> list[bytes]:
-    """Records as tf.train.Examples of their int64 FEATURES."""
-    packed = {k: packed_varints(np.stack([r[k] for r in records])) for k in FEATURES}
-    return [int64_example({k: packed[k][i] for k in FEATURES}) for i in range(len(records))]
 
 
 def feature_spec(seq_len: int) -> dict:

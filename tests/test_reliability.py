@@ -541,6 +541,7 @@ def test_toggling_span_boundary_objective_is_refused_naming_the_flag(tmp_path):
         "precision": "fp32",
         "xlnet_span_prediction": False,
         "mem_len": 0,
+        "bi_data": False,
     }
     toggled = helpers.run_main("run_pretraining.py", [*common, "--num_train_steps=4"])
     assert toggled.returncode == 1

@@ -81,7 +81,7 @@ def permutation_lm_task(
     cross-entropy of the predicted tokens given the content of the positions before them in the
     sampled order. `model` an xlnet.XLNetPretrainer; batches from
     data_prep/permutation.permutation_lm_features (or two_segment_features: their segment_ids
-    go to the model too). Perplexity is exp(plm_loss).
+    go to the model too, as the bidirectional data's `backward` flags). Perplexity is exp(plm_loss).
 
     memory: a SegmentMemory: every training step also reads the memory its rows' streams left
     and updates it (the task's state, in the training checkpoints). Each step must see its
@@ -91,7 +91,7 @@ def permutation_lm_task(
     none."""
 
     def sums_fn(batch, training):
-        inputs = {k: batch[k] for k in (*PLM_INPUTS, "segment_ids") if k in batch}
+        inputs = {k: batch[k] for k in (*PLM_INPUTS, "segment_ids", "backward") if k in batch}
         state = memory if training else eval_memory
         if state is not None:
             mems, mem_mask = state.read(tf.shape(batch["input_ids"])[0])
