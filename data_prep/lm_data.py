@@ -251,9 +251,9 @@ def stream_dataset(
     batch_size / 2 x num_shards streams of n = min(forward, backward) // that many, and every
     batch holds this shard's forward streams, then its backward ones.
 
-    Reading: every epoch each stream skips to its start through the records before it, so a
-    pass costs about batch_size / 2 reads of the shard's part of the files (record framing
-    only; no parsing)."""
+    Reading: every epoch each stream skips to its start, which TFRecordDataset does by its
+    record headers alone (skipping 200,000 records of 128 ids through corpus_order's interleave
+    took 0.1 s, 67th session); the files are counted once per build, in batches."""
     import tensorflow as tf
 
     ordered = corpus_order(files)
@@ -265,7 +265,7 @@ def stream_dataset(
         total = min(forward, backward)
         found = f"{forward} forward and {backward} backward blocks in {len(files)} file(s)"
     else:
-        total = int(ordered.reduce(0, lambda count, _: count + 1))
+        total = count_records(ordered)
         per_direction, offsets, each = batch_size, (0,), ""
         found = f"{total} blocks in {len(files)} file(s)"
     streams = per_direction * num_shards
@@ -283,6 +283,18 @@ def stream_dataset(
     )
     rows = rows.repeat() if repeat else rows
     return parsed_blocks(rows.batch(batch_size, drop_remainder=True), block_size, spec)
+
+
+def count_records(records: tf.data.Dataset) -> int:
+    """How many elements `records` (serialized records) holds, read in batches: a reduce over
+    single records costs about 50 us each in tf.data's loop (200,000 records of 128 ids: 9.3 s
+    against 0.7 s in batches of 8,192, 67th session)."""
+    import tensorflow as tf
+
+    def add(count, batch):
+        return count + tf.shape(batch, out_type=tf.int64)[0]
+
+    return int(records.batch(8192).reduce(tf.constant(0, tf.int64), add))
 
 
 def direction_counts(ordered: tf.data.Dataset, files: Sequence[str]) -> tuple[int, int]:

@@ -132,3 +132,12 @@ def test_create_lm_data_forks_its_workers_without_tensorflow_and_equals_one_proc
     theirs = [tmp_path / "ta.tfrecord", tmp_path / "tb.tfrecord"]
     tensorflow_records(lm_data.pack_blocks(ids, 64, tok.encoder["<|endoftext|>"]), theirs)
     assert [open(f, "rb").read() for f in outputs] == [f.read_bytes() for f in theirs]
+
+
+@pytest.mark.parametrize("n", [0, 1, 8192, 2 * 8192 + 5])
+def test_count_records_counts_every_record_across_batches(n):
+    """count_records reads in batches of 8,192: empty, one, exactly a batch and a part batch."""
+    import tensorflow as tf
+
+    records = tf.data.Dataset.range(n).map(tf.strings.as_string)
+    assert lm_data.count_records(records) == n
