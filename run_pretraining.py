@@ -109,7 +109,7 @@ flags.DEFINE_integer(
     "Run the encoder's layers (BERT, RoBERTa, SpanBERT, ALBERT, ELECTRA) as this many independent "
     "row slices of each batch, joined after the last layer: the same outputs up to float "
     "rounding and dropout masks, the slices' ops interleaved on the cores, the embeddings and "
-    "heads run once. On 2 CPU cores 2 made the small fp32 step 1.04-1.08x faster; not bf16, "
+    "heads run once. On 2 CPU cores 2 made the small fp32 step 1.03-1.09x faster; not bf16, "
     "--use_xla or BERT-base steps (README); on accelerators it is unmeasured.",
 )
 flags.DEFINE_bool(
@@ -130,7 +130,8 @@ flags.DEFINE_bool(
     "matmul runs these products slowly at small widths: on 2 AVX2 cores with oneDNN on the "
     "L4/H256 step was 1.13-1.22x faster, BERT-base's 0.97-1.08x; with oneDNN off it was slower "
     "(0.9x; bench/HISTORY.md); on an Intel AVX-512 host, whose oneDNN weight gradients run at "
-    "full rate, 1.01x / 0.99x; unmeasured on AMD AVX-512 hosts and accelerators. "
+    "full rate, 1.01x / 0.99x; on an AMD Zen 4 AVX-512 host 0.99x / 1.01x; unmeasured on "
+    "accelerators. "
     "--precision=fp32 only; nothing changes under --use_xla.",
 )
 flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, dropout and shuffling.")
