@@ -168,7 +168,9 @@ def run_measured(cmd, env=None, cwd=None, work_marker: str | None = None) -> dic
 def count_records(path) -> int:
     import tensorflow as tf
 
-    return int(tf.data.TFRecordDataset(str(path)).reduce(0, lambda n, _: n + 1).numpy())
+    from data_prep import lm_data
+
+    return lm_data.count_records(tf.data.TFRecordDataset(str(path)))
 
 
 def records_equal(a, b, seq: int, predictions: int) -> dict:
