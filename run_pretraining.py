@@ -105,12 +105,15 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_integer(
     "encoder_branches",
-    1,
+    None,
     "Run the encoder's layers (BERT, RoBERTa, SpanBERT, ALBERT, ELECTRA) as this many independent "
-    "row slices of each batch, joined after the last layer: the same outputs up to float "
-    "rounding and dropout masks, the slices' ops interleaved on the cores, the embeddings and "
-    "heads run once. On 2 CPU cores 2 made the small fp32 step 1.03-1.09x faster; not bf16, "
-    "--use_xla or BERT-base steps (README); on accelerators it is unmeasured.",
+    "row slices of each batch, joined after the last layer: the same outputs and dropout masks "
+    "up to float rounding, the slices' ops interleaved on the cores, the embeddings and heads "
+    "run once. On 2 CPU cores 2 made the L4/H256 fp32 step 1.03-1.23x faster, BERT-base's "
+    "1.00-1.07x and the default run's 1.05-1.08x; not bf16 or --use_xla steps (README); on "
+    "accelerators it is unmeasured. Default: 2 for an fp32 step on CPUs of an encoder at least "
+    "128 wide with 2+ rows per replica and micro-batch, without --use_xla, --remove_padding or "
+    "--parallel_micro_batches, else 1 (logged; bert.auto_encoder_branches).",
 )
 flags.DEFINE_bool(
     "remove_padding",
@@ -597,6 +600,22 @@ def build_model(strategy, make_model):
             model.build()
         from modeling import bert
 
+        if FLAGS.encoder_branches is None:
+            rows = FLAGS.train_batch_size // (
+                strategy.num_replicas_in_sync
+                * FLAGS.gradient_accumulation_steps
+                * FLAGS.parallel_micro_batches
+            )
+            FLAGS.encoder_branches, why = bert.auto_encoder_branches(
+                model,
+                strategy.extended.worker_devices,
+                FLAGS.precision,
+                FLAGS.use_xla,
+                FLAGS.remove_padding,
+                FLAGS.parallel_micro_batches,
+                rows,
+            )
+            logging.info("--encoder_branches=%d by default (%s)", FLAGS.encoder_branches, why)
         try:  # a TPUStrategy's scope refuses --remove_padding too
             bert.set_execution_options(
                 model,

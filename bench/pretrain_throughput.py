@@ -384,16 +384,18 @@ def build_trainers(
     use_xla: bool,
     seed: int = 12345,
     parallel_micro_batches: int = 1,
-    encoder_branches: int = 1,
+    encoder_branches: int | None = 1,
     xla_weight_gradients: bool = False,
+    rows: int = 8,
 ) -> dict:
     """{"cloze": Trainer, "keras_hub": Trainer} of `config`, built seeded under `precision`,
     both with the same Trainer settings (use_xla, parallel_micro_batches). Cloze's options,
     which keras-hub's backbone has no counterpart of: `encoder_branches`, its encoder's layers
-    in that many row slices (bert.run_layer_stack), and `xla_weight_gradients`, its dense
-    layers' kernel gradients as XLA dots (layers.set_xla_weight_gradients). With either, a
-    third trainer, "cloze_plain", is Cloze without them (same weights), so one run measures the
-    options' own gain with the host's load alike for all three."""
+    in that many row slices (bert.run_layer_stack; None: run_pretraining's default for this
+    step, bert.auto_encoder_branches with `rows` rows a batch), and `xla_weight_gradients`,
+    its dense layers' kernel gradients as XLA dots (layers.set_xla_weight_gradients). With
+    either, a third trainer, "cloze_plain", is Cloze without them (same weights), so one run
+    measures the options' own gain with the host's load alike for all three."""
     import keras
 
     from modeling import bert, layers
@@ -405,6 +407,16 @@ def build_trainers(
         keras.utils.set_random_seed(seed)
         cloze = bert.BertPretrainer(config, "nsp")
         cloze.build()
+        if encoder_branches is None:
+            encoder_branches, _ = bert.auto_encoder_branches(
+                cloze,
+                strategy.extended.worker_devices,
+                precision,
+                use_xla,
+                False,
+                parallel_micro_batches,
+                rows // parallel_micro_batches,
+            )
         bert.set_encoder_branches(cloze, encoder_branches)
         if xla_weight_gradients:
             layers.set_xla_weight_gradients(cloze)
@@ -533,7 +545,7 @@ def run(
     vocab_size: int = 30522,
     round_peak: dict | None = None,
     parallel_micro_batches: int = 1,
-    encoder_branches: int = 1,
+    encoder_branches: int | None = 1,
     precision_peak: dict | None = None,
     xla_weight_gradients: bool = False,
     extra_peers=(),
@@ -548,7 +560,9 @@ def run(
     matmul_peak_flops measured before every round (ROUND_PEAK when None; see the module
     docstring). `parallel_micro_batches`: the Trainer option, on both sides alike.
     `encoder_branches`, `xla_weight_gradients`: Cloze's options (build_trainers), on Cloze's
-    side only. `extra_peers`: names of WORKER_PEERS (hf_torch, model_garden) also timed in the same
+    side only; encoder_branches None is run_pretraining's default, resolved per size (each
+    row says the count it ran, `encoder_branches`, and `encoder_branches_default`: true).
+    `extra_peers`: names of WORKER_PEERS (hf_torch, model_garden) also timed in the same
     alternating rounds (WorkerPeer; under `peer_python` when given).
     """
     from bench import flops
@@ -580,7 +594,9 @@ def run(
             parallel_micro_batches=parallel_micro_batches,
             encoder_branches=encoder_branches,
             xla_weight_gradients=xla_weight_gradients,
+            rows=batch,
         )
+        encoder = trainers["cloze"].task.model.encoder
         data = synthetic_batch(batch, seq, predictions, vocab_size)
         try:
             for kind in extra_peers:
@@ -618,7 +634,14 @@ def run(
             "hf_torch": flops.bert_pretraining_flops(config, batch, seq, seq),
             "model_garden": bert_flops,
         }
-        row = {"size": spec, "flops_per_step": bert_flops, "steps_per_round": n}
+        row = {
+            "size": spec,
+            "flops_per_step": bert_flops,
+            "steps_per_round": n,
+            "encoder_branches": encoder.parallel_branches,
+        }
+        if encoder_branches is None:
+            row["encoder_branches_default"] = True
         for name, t in times.items():
             best = min(t)
             row[name] = {

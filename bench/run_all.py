@@ -92,9 +92,12 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_integer(
     "encoder_branches",
-    1,
+    None,
     "Cloze's encoder runs its layers in this many row slices of each batch (run_pretraining's and "
-    "convert_checkpoint's flag), in the pretrain and inference benchmarks; Cloze's side only.",
+    "convert_checkpoint's flag), in the pretrain and inference benchmarks; Cloze's side only. "
+    "Default: each's own, run_pretraining's in pretrain (2 for fp32 steps on CPUs of encoders "
+    "128 wide or more: bert.auto_encoder_branches; Cloze with one branch is then timed in the "
+    "same rounds too), 1 in inference (convert_checkpoint's).",
 )
 flags.DEFINE_bool(
     "xla_weight_gradients",
@@ -276,7 +279,7 @@ def run_benchmarks(
     use_xla: bool = False,
     quick: bool = False,
     parallel_micro_batches: int = 1,
-    encoder_branches: int = 1,
+    encoder_branches: int | None = None,
     extra_peers=(),
     peer_python: str | None = None,
     xla_weight_gradients: bool = False,
@@ -384,7 +387,7 @@ def run_benchmarks(
         results["inference"] = inference.run(
             use_xla=use_xla,
             work_dir=work,
-            encoder_branches=encoder_branches,
+            encoder_branches=encoder_branches or 1,
             extra_peers=tuple(extra_peers),
             peer_python=peer_python,
             **s["inference"],
@@ -441,12 +444,15 @@ def rounds(ratios) -> str:
     return ", ".join(f"{x:.2f}" for x in ratios)
 
 
-def cloze_options(p: dict) -> str:
+def cloze_options(p: dict, row: dict | None = None) -> str:
     """Cloze's options in a pretrain or finetune result, in words ("" without any): what its
-    sides ran with and its `cloze_plain` side without."""
+    sides ran with and its `cloze_plain` side without. `row`: a pretrain size's, whose own
+    encoder_branches (run_pretraining's default there) outranks the result's."""
     said = []
-    if p.get("encoder_branches", 1) > 1:
-        said.append(f"in {p['encoder_branches']} encoder branches")
+    branches = (row or {}).get("encoder_branches", p.get("encoder_branches") or 1)
+    if branches > 1:
+        default = (row or {}).get("encoder_branches_default")
+        said.append(f"in {branches} encoder branches" + (" (its default)" if default else ""))
     if p.get("xla_weight_gradients"):
         said.append("with XLA weight gradients")
     return " and ".join(said)
@@ -500,7 +506,7 @@ def table(results: dict) -> str:
                     if p.get("parallel_micro_batches", 1) > 1
                     else ""
                 )
-                + (f", Cloze {options}" if (options := cloze_options(p)) else "")
+                + (f", Cloze {options}" if (options := cloze_options(p, r)) else "")
                 + " tokens/s "
                 f"(MFU) | {c['tokens_per_s']:,.0f} ({mfu['c']}) | keras-hub "
                 f"{k['tokens_per_s']:,.0f} ({mfu['k']}) | {r['ratio']:.2f} |"

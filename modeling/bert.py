@@ -10,6 +10,7 @@ P predictions per sequence, V vocab, L layers.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -339,6 +340,24 @@ def split_rows(x, sizes: list) -> list:
     return tf.split(x, tf.stack(sizes), num=len(sizes), axis=0)
 
 
+def run_branch(stack, x, mask, queries, training, remove_padding):
+    """run_layer_stack on one row slice: every layer's outputs in order."""
+    unpadded = layers.Unpadded(mask) if remove_padding else None
+    if unpadded is not None:
+        x = unpadded.rows(x)  # (b, S, H) -> (1, R, H)
+    outs = []
+    for i, layer in enumerate(stack):
+        last = i == len(stack) - 1
+        outs.extend(layer(x, mask, training, queries if last else None, unpadded))
+        x = outs[-1]
+    if unpadded is not None:
+        # Back to (b, S, H), but for the last layer's output at the query positions, which is
+        # (b, Q, H) already.
+        n = len(outs) - 1 if queries is not None and outs else len(outs)
+        outs = [unpadded.positions(o) for o in outs[:n]] + outs[n:]
+    return outs
+
+
 def run_layer_stack(
     stack, x, mask, queries, training, branches: int = 1, remove_padding: bool = False
 ):
@@ -355,13 +374,15 @@ def run_layer_stack(
 
     branches K > 1 cuts the batch into K row slices (branch_sizes) and runs the whole stack on
     each, then joins each layer's outputs again. Every row's computation is the one it has in
-    the whole batch, so the outputs are the same up to float rounding (and dropout masks, drawn
-    per slice). Why: the K chains of ops are independent in the graph, and TensorFlow's
-    executor interleaves them, filling the core time one chain leaves idle between its
-    dependent ops. Measured on 2 AVX-512 cores (README, fifteenth session): inference of
-    L4/H256 at batch 32 1.06-1.16x, the L4/H256 fp32 pretraining step at batch 8 1.04-1.08x;
-    nothing under bf16, under XLA (one XLA program has no independent ops to interleave) or at
-    BERT-base (its large matmuls keep both cores busy). The gradient of the split is a concat."""
+    the whole batch, so the outputs are the same up to float rounding, dropout included: each
+    slice draws its rows of the masks one pass draws (layers.RowSlice; on the real tokens'
+    rows each slice draws masks of its own, as one pass there has no row order). Why: the K
+    chains of ops are independent in the graph, and TensorFlow's executor interleaves them,
+    filling the core time one chain leaves idle between its dependent ops. Measured on 2
+    AVX-512 cores (README, fifteenth session): inference of L4/H256 at batch 32 1.06-1.16x,
+    the L4/H256 fp32 pretraining step at batch 8 1.04-1.08x; nothing under bf16, under XLA
+    (one XLA program has no independent ops to interleave) or at BERT-base (its large matmuls
+    keep both cores busy). The gradient of the split is a concat."""
     if remove_padding:
         check_remove_padding(mask)
     n_rows = ops.shape(x)[0]
@@ -370,20 +391,14 @@ def run_layer_stack(
         split_rows(t, sizes) if t is not None else [None] * len(sizes) for t in (x, mask, queries)
     ]
     per_branch = []
-    for xb, mb, qb in zip(*slices):
-        unpadded = layers.Unpadded(mb) if remove_padding else None
-        if unpadded is not None:
-            xb = unpadded.rows(xb)  # (b, S, H) -> (1, R, H)
-        outs = []
-        for i, layer in enumerate(stack):
-            last = i == len(stack) - 1
-            outs.extend(layer(xb, mb, training, qb if last else None, unpadded))
-            xb = outs[-1]
-        if unpadded is not None:
-            # Back to (b, S, H), but for the last layer's output at the query positions, which
-            # is (b, Q, H) already.
-            n = len(outs) - 1 if queries is not None and outs else len(outs)
-            outs = [unpadded.positions(o) for o in outs[:n]] + outs[n:]
+    seeds = {}  # the dropout seeds the slices share (layers.RowSlice)
+    offsets = [0, *itertools.accumulate(sizes)]
+    for b, (xb, mb, qb) in enumerate(zip(*slices)):
+        # Each slice draws its rows of the whole batch's dropout masks; on the real tokens'
+        # rows (remove_padding) each draws masks of its own.
+        in_slice = len(sizes) > 1 and not remove_padding
+        with layers.RowSlice(offsets[b], sizes[b], seeds) if in_slice else contextlib.nullcontext():
+            outs = run_branch(stack, xb, mb, qb, training, remove_padding)
         per_branch.append(outs)
     if len(per_branch) == 1:
         outputs = per_branch[0]
@@ -428,6 +443,55 @@ def set_encoder_branches(model, branches: int) -> list:
     for m in found:
         m.parallel_branches = branches
     return [m.name for m in found]
+
+
+# auto_encoder_branches' smallest encoder width: below it 2 branches measured 1.00-1.03x (L2/H32
+# and L2/H64 on an AMD Zen 5 AVX-512 host, 68th session), where the graph's op count, which two
+# branches double, is what the step's time goes to (and the tests' tiny models trace it).
+AUTO_BRANCHES_MIN_HIDDEN = 128
+
+
+def auto_encoder_branches(
+    model,
+    devices,
+    precision: str,
+    use_xla: bool,
+    remove_padding: bool,
+    parallel_micro_batches: int,
+    rows: int,
+) -> tuple[int, str]:
+    """The entrypoints' --encoder_branches where it is not given: (K, why), K = 2 for an fp32
+    step on CPUs of an encoder at least AUTO_BRANCHES_MIN_HIDDEN wide whose micro-batch has
+    `rows` >= 2 rows per replica, else 1. `devices`: the strategy's worker devices.
+
+    Why 2 there: with each slice drawing its rows of one pass' dropout masks (run_layer_stack),
+    the branches change no result beyond float rounding, and on every CPU measured they made
+    the fp32 step faster: L4/H256 pretraining at batch 8 1.03-1.09x on AMD Zen 4 and Intel
+    AVX-512 hosts and an AVX2 host with oneDNN off, 1.12-1.23x on an AMD Zen 5 host (1.07x
+    there with oneDNN off), BERT-base 1.00-1.07x, the default run's L2/H128 at batch 32
+    1.05-1.08x (README, bench/HISTORY.md). Why 1 elsewhere: nothing gained under bf16 (1.01x)
+    or XLA (0.997x: one XLA program has no independent ops to interleave), slower together
+    with --parallel_micro_batches (0.89x), unmeasured on accelerators, and on the real tokens'
+    rows (remove_padding) each slice draws dropout masks of its own."""
+    found = [m for m in model._flatten_layers() if hasattr(m, "parallel_branches")]
+    if not found:
+        return 1, "no encoder that runs in branches"
+    if not devices or any("CPU" not in str(d).upper() for d in devices):
+        return 1, "not measured on accelerators"
+    reasons = [
+        (precision != "fp32", f"--precision={precision}"),
+        (use_xla, "--use_xla"),
+        (remove_padding, "--remove_padding"),
+        (parallel_micro_batches > 1, f"--parallel_micro_batches={parallel_micro_batches}"),
+        (rows < 2, f"{rows} row(s) per replica and micro-batch"),
+    ]
+    for hit, why in reasons:
+        if hit:
+            return 1, why
+    width = max(m.config.hidden_size for m in found)
+    if width < AUTO_BRANCHES_MIN_HIDDEN:
+        return 1, f"hidden_size {width} < {AUTO_BRANCHES_MIN_HIDDEN}"
+    return 2, f"an fp32 step on CPUs, hidden_size {width}, {rows} rows per replica"
 
 
 def check_remove_padding(mask) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import threading
 
 import keras
 from absl import logging
@@ -470,6 +471,99 @@ def keep_mask(shape, rate: float, seed, rng_alg: str = "philox"):
     return tf.reshape(bits, shape) >= tf.constant(threshold, tf.uint16)
 
 
+def philox_key_counter(seed):
+    """The Philox key (1,) and the counter's high word (a uint64 scalar) that
+    tf.random.stateless_uniform(..., alg="philox") derives from an int32 seed pair: the same
+    scramble (4 Philox words under a fixed key; the counter's low word starts at 0). With them,
+    keep_mask_rows draws any stretch of the stream that seed draws from its start. Raw ops
+    because TensorFlow keeps its own derivation private (tests/test_step_speed checks that the
+    stream equals stateless_uniform's)."""
+    import tensorflow as tf
+
+    mix = tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=[4],
+        key=tf.constant([0x02461E293EC8F720], tf.uint64),
+        counter=tf.cast(seed, tf.uint64),
+        alg=tf.random.Algorithm.PHILOX.value,
+        dtype=tf.uint32,
+    )
+    m = tf.cast(mix, tf.uint64)
+    high = tf.constant(32, tf.uint64)
+    key = tf.reshape(tf.bitwise.bitwise_or(m[0], tf.bitwise.left_shift(m[1], high)), [1])
+    return key, tf.bitwise.bitwise_or(m[2], tf.bitwise.left_shift(m[3], high))
+
+
+def keep_mask_rows(shape, rate: float, key_counter, offset, rows):
+    """Rows [offset, offset + rows) of the keep mask keep_mask draws for the whole batch from
+    the seed of `key_counter` (philox_key_counter): `shape` is the slice's, whose leading
+    `rows` rows (or its flattening in row order) are the batch's rows from `offset` on. The
+    whole batch's mask takes 16 bits per element from the seed's stream in order, and Philox
+    gives 4 words (8 elements) per counter step, so the slice is drawn from the counter step
+    its first element falls in and cut from there."""
+    import tensorflow as tf
+
+    key, counter_high = key_counter
+    shape = tf.convert_to_tensor(shape, tf.int32)
+    count = tf.cast(tf.reduce_prod(shape), tf.int64)
+    per_row = count // tf.maximum(tf.cast(rows, tf.int64), 1)
+    start = tf.cast(offset, tf.int64) * per_row  # the slice's first element in the batch's mask
+    skip = start % 8
+    words = tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=tf.reshape((count + 8) // 2, [1]),  # a fixed count: skip is 0 to 7
+        key=key,
+        counter=tf.stack([tf.cast(start // 8, tf.uint64), counter_high]),
+        alg=tf.random.Algorithm.PHILOX.value,
+        dtype=tf.uint32,
+    )
+    bits = tf.slice(tf.reshape(tf.bitcast(words, tf.uint16), [-1]), [skip], [count])
+    threshold = min(max(round(rate * 65536), 0), 65535)
+    return tf.reshape(bits, shape) >= tf.constant(threshold, tf.uint16)
+
+
+_ROW_SLICES = threading.local()  # per thread: MirroredStrategy traces each replica in its own
+
+
+class RowSlice:
+    """Rows [offset, offset + rows) of a batch whose layers run one row slice at a time
+    (bert.run_layer_stack's branches). Inside `with RowSlice(...)`, layers.Dropout and
+    residual_layer_norm (through dropout_keep) draw the slice's rows of the masks the whole
+    batch would draw in one pass, from seeds the slices of one batch share: `seeds`, one dict
+    for all of them, where the first slice to make a dropout layer's k-th call draws that call's
+    seed from the layer's generator. So dropout in slices is the one pass' dropout: the same
+    masks, and every seed generator advanced once per call of the layer as in one pass."""
+
+    def __init__(self, offset, rows, seeds: dict):
+        self.offset, self.rows, self.seeds = offset, rows, seeds
+        self.calls = {}
+
+    def key_counter(self, dropout):
+        k = self.calls.get(id(dropout), 0)
+        self.calls[id(dropout)] = k + 1
+        drawn = self.seeds.setdefault(id(dropout), [])
+        if k == len(drawn):
+            drawn.append(philox_key_counter(dropout_seed(dropout)))
+        return drawn[k]
+
+    def __enter__(self):
+        if not hasattr(_ROW_SLICES, "stack"):
+            _ROW_SLICES.stack = []
+        _ROW_SLICES.stack.append(self)
+        return self
+
+    def __exit__(self, *exc_info):
+        _ROW_SLICES.stack.pop()
+
+
+def dropout_keep(dropout, shape):
+    """The keep mask of `shape` for one call of the Dropout layer `dropout`: keep_mask from its
+    generator's next seed, or inside a RowSlice, that slice's rows of the whole batch's mask."""
+    stack = getattr(_ROW_SLICES, "stack", None)
+    if not stack:
+        return keep_mask(shape, dropout.rate, dropout_seed(dropout))
+    s = stack[-1]
+    return keep_mask_rows(shape, dropout.rate, s.key_counter(dropout), s.offset, s.rows)
+
+
 def apply_keep_mask(y, keep, rate: float):
     """Dropout's output from its keep mask: y * (1 / (1 - rate)) in y's dtype where `keep` is
     set, else 0 (as TensorFlow's dropout scales and selects); y itself at rate 0."""
@@ -505,12 +599,11 @@ class Dropout(keras.layers.Dropout):
             or keras.backend.backend() != "tensorflow"
         ):
             return super().call(inputs, training=training)
-        rng_alg = _dropout_rng_alg()
-        if rng_alg is None:
+        if _dropout_rng_alg() is None:
             return super().call(inputs, training=training)
         import tensorflow as tf
 
-        keep = keep_mask(tf.shape(inputs), self.rate, dropout_seed(self), rng_alg)
+        keep = dropout_keep(self, tf.shape(inputs))
         return apply_keep_mask(inputs, keep, self.rate)
 
 
@@ -624,7 +717,7 @@ def residual_layer_norm(norm, x, y=None, dropout=None, training=False):
         norm.compute_dtype,
     )
     if has_dropout:
-        keep = keep_mask(tf.shape(y2), dropout.rate, dropout_seed(dropout))
+        keep = dropout_keep(dropout, tf.shape(y2))
     else:
         keep = tf.zeros([], tf.bool)
 

@@ -701,6 +701,31 @@ def test_encoder_branches_apply_to_clozes_side_only():
     assert {name: t.parallel for name, t in trainers.items()} == dict.fromkeys(trainers, 1)
 
 
+def test_encoder_branches_default_to_run_pretrainings_per_size(monkeypatch):
+    # encoder_branches None (run_all's default): each size takes run_pretraining's default
+    # (bert.auto_encoder_branches), 2 on this CPU for the 128-wide encoder and 1 for the 12-wide
+    # one; where it is 2, Cloze in one branch is timed in the same rounds, and the table names
+    # the default.
+    monkeypatch.setattr(flops, "matmul_peak_flops", lambda **_: {"flops_per_s": 1e9, "by_size": {}})
+    monkeypatch.setattr(pretrain_throughput, "print", lambda *_: None, raising=False)
+    result = pretrain_throughput.run(
+        ("L1/H128/A2/I32", "L1/H12/A3/I17"), 4, 7, 2, 1, 1, peak={"flops_per_s": 1e9},
+        vocab_size=53, round_peak={}, encoder_branches=None,
+    )  # fmt: skip
+    wide, narrow = result["sizes"]
+    assert result["encoder_branches"] is None
+    assert wide["encoder_branches"] == 2 and wide["encoder_branches_default"] is True
+    assert "cloze_plain" in wide and wide["options_gain"] > 0
+    assert narrow["encoder_branches"] == 1 and "cloze_plain" not in narrow
+    with helpers.entrypoint_module("bench/run_all.py") as run_all:
+        lines = run_all.table({"pretrain": result}).splitlines()
+    named = [x for x in lines if "Cloze in 2 encoder branches (its default)" in x]
+    assert len(named) == 2 and "L1/H128/A2/I32 b4 s7 fp32" in named[0]
+    assert "against without" in named[1]
+    (line,) = [x for x in lines if "L1/H12/A3/I17" in x]
+    assert "branches" not in line
+
+
 def test_xla_weight_gradients_apply_to_clozes_side_only():
     # Cloze's dense layers alone; Cloze without the option beside it, same weights.
     from modeling import layers

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -70,6 +71,8 @@ def test_train_eval_writes_everything_and_resumes(setup, tmp_path):
         ]
     )
     assert "examples/s" in result.stderr and "ETA" in result.stderr  # progress line
+    # The tiny encoder keeps one pass (bert.auto_encoder_branches; the 128-wide case below).
+    assert "--encoder_branches=1 by default (hidden_size 12 < 128)" in result.stderr
     # ... with the token throughput: S positions an example, fewer of them not padding; and the
     # FLOP/s of modeling/flops.py's count (3 passes an example) with its share of the peak.
     speeds = re.findall(
@@ -454,6 +457,34 @@ def test_sigterm_checkpoints_exits_42_and_resume_matches_an_uninterrupted_run(se
 
 # ---------------------------------------------------------------------------------------------
 # Speed flags and the original's two-phase 128 -> 512 recipe, on tiny sizes
+
+
+def test_encoder_branches_default_to_two_for_wide_cpu_steps_and_train_as_one(setup, tmp_path):
+    # --encoder_branches unset, an encoder 128 wide, fp32 on the CPU, 6 rows a step: 2 branches
+    # (bert.auto_encoder_branches, logged), which train as --encoder_branches=1 does with
+    # dropout on (0.1; each slice draws its rows of one pass' masks): the same losses within
+    # 1e-5 relative and the same final checkpoint values within 1e-4.
+    d, _ = setup
+    config = tmp_path / "bert_config.json"
+    dropout = dict(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    wide = helpers.tiny_config(hidden_size=128, num_attention_heads=2, intermediate_size=256)
+    config.write_text(wide.replace(**dropout).to_json_string())
+    auto = run([*common(d, config, tmp_path / "auto", 3), "--do_train"])
+    assert "--encoder_branches=2 by default (an fp32 step on CPUs, hidden_size 128" in auto.stderr
+    one = run([*common(d, config, tmp_path / "one", 3), "--do_train", "--encoder_branches=1"])
+    assert "by default" not in one.stderr
+    logs = [
+        [json.loads(x)["loss"] for x in (tmp_path / n / "train_log.jsonl").read_text().splitlines()]
+        for n in ("auto", "one")
+    ]
+    assert len(logs[0]) == 3
+    np.testing.assert_allclose(logs[0], logs[1], rtol=1e-5)
+    a, b = (tf.train.load_checkpoint(str(tmp_path / n)) for n in ("auto", "one"))
+    names = [n for n in a.get_variable_to_shape_map() if n.endswith("/VARIABLE_VALUE")]
+    assert any(n.startswith("seed_states/") for n in names)  # the dropout generators' too
+    for name in names:
+        np.testing.assert_allclose(a.get_tensor(name), b.get_tensor(name), rtol=1e-4,
+                                   atol=1e-6, err_msg=name)  # fmt: skip
 
 
 def test_speed_flags_train_and_log(setup, tmp_path):

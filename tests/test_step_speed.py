@@ -1081,10 +1081,11 @@ def test_fused_mlm_terms_under_bfloat16_equal_the_logits_path(monkeypatch, fused
             np.testing.assert_allclose(mine, theirs, atol=1e-2 * scale, err_msg=v.path)
 
 
-def full_and_sparse_encoders():
+def full_and_sparse_encoders(dropout=0.0):
     """(name, encoder) of each encoder family with output_positions, at odd tiny sizes: ALBERT
     with two blocks in its one shared group (the query positions go to the group's last block
-    of the last layer only), ELECTRA with an embedding width of its own."""
+    of the last layer only), ELECTRA with an embedding width of its own. `dropout`: the hidden
+    and attention dropout rates."""
     from modeling import albert, electra
 
     common = dict(
@@ -1094,8 +1095,8 @@ def full_and_sparse_encoders():
         num_attention_heads=3,
         intermediate_size=17,
         hidden_act="gelu",
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
         max_position_embeddings=16,
         type_vocab_size=2,
         initializer_range=0.2,
@@ -1243,6 +1244,38 @@ def test_keep_mask_keeps_at_the_rate_with_independent_halves(rate):
     # A rate that rounds to 0 of 65536 keeps everything; the shape comes back as asked.
     mask = layers.keep_mask([3, 5, 7], 1e-9, tf.constant([1, 2], tf.int32))
     assert mask.shape == (3, 5, 7) and bool(tf.reduce_all(mask))
+
+
+def test_keep_mask_rows_are_the_rows_of_the_whole_batch_mask():
+    # layers.keep_mask_rows: rows [offset, offset + rows) of keep_mask's mask for the whole
+    # batch from the same seed, for every offset and row count (slices starting off Philox's
+    # 8-element blocks, odd element counts, empty slices), eagerly, with the offset a tensor,
+    # and under jit_compile. Its key and counter give the stream tf.random.stateless_uniform
+    # draws (TensorFlow's own Philox seed derivation, which keep_mask uses).
+    seed = tf.constant([5, -9], tf.int32)
+    key_counter = layers.philox_key_counter(seed)
+    stream = tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=[64], key=key_counter[0], counter=tf.stack([tf.constant(0, tf.uint64),
+        key_counter[1]]), alg=tf.random.Algorithm.PHILOX.value, dtype=tf.uint32,
+    )  # fmt: skip
+    expected = tf.random.stateless_uniform(
+        [64], seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
+    )
+    np.testing.assert_array_equal(stream, expected)
+    compiled = tf.function(layers.keep_mask_rows, jit_compile=True)
+    for shape in [(7, 3, 5), (6, 4), (5, 2, 3, 3), (3, 1)]:
+        whole = layers.keep_mask(shape, 0.3, seed).numpy()
+        assert 0 < whole.mean() < 1
+        for offset in range(shape[0]):
+            for rows in range(shape[0] - offset + 1):
+                what = f"{shape}, rows {offset} to {offset + rows}"
+                part = (rows, *shape[1:])
+                got = layers.keep_mask_rows(part, 0.3, key_counter, offset, rows)
+                np.testing.assert_array_equal(got, whole[offset : offset + rows], err_msg=what)
+                got = layers.keep_mask_rows(part, 0.3, key_counter, tf.constant(offset), rows)
+                np.testing.assert_array_equal(got, whole[offset : offset + rows], err_msg=what)
+        got = compiled((2, *shape[1:]), 0.3, key_counter, shape[0] - 2, 2)
+        np.testing.assert_array_equal(got, whole[-2:], err_msg=f"{shape} under XLA")
 
 
 def xla_calls(graph) -> list:
@@ -1547,6 +1580,90 @@ def test_encoder_branches_equal_one_pass_with_their_gradients(branches):
                 assert mine.shape == theirs.shape, what
                 scale = max(np.abs(theirs).max(), 1e-3)
                 np.testing.assert_allclose(mine, theirs, atol=1e-5 * scale, err_msg=what)
+
+
+def seed_states(model) -> list:
+    """The state variables of `model`'s dropout seed generators."""
+    return [v for v in model.non_trainable_variables if "seed_generator" in v.path]
+
+
+@pytest.mark.parametrize("branches,fused", [(2, False), (3, False), (2, True)])
+def test_encoder_branches_draw_the_one_pass_dropout(branches, fused, monkeypatch):
+    # The same with dropout on (0.3, hidden and attention): each slice draws its rows of the
+    # masks one pass draws (layers.RowSlice), so the outputs and gradients are one pass' again,
+    # and every seed generator ends in the state one pass leaves (one draw per call, ALBERT's
+    # shared blocks once per layer). A draw from other seeds gives other outputs: the test would
+    # see slices drawing masks of their own. `fused`: the residual LayerNorms as their XLA
+    # kernels (layers.residual_layer_norm, whose masks are drawn on (rows x S, H)) at this size.
+    from modeling import layers
+
+    if fused:
+        monkeypatch.setattr(layers, "FUSED_NORM_MIN_SIZE", 0)
+        calls = []
+        kernels = layers._fused_norm_kernels
+        monkeypatch.setattr(
+            layers, "_fused_norm_kernels", lambda *a: calls.append(a) or kernels(*a)
+        )
+    batch = pretrain_throughput.synthetic_batch(BATCH, SEQ, PREDICTIONS, VOCAB, seed=9)
+    batch["input_mask"][1, 4:] = 0
+    positions = np.array([[3, 3, 1], [0, 5, 2], [6, 1, 4]], np.int32)
+    for name, encoder in full_and_sparse_encoders(dropout=0.3):
+        for pos in (None, positions):
+            what = f"{name}, output_positions {pos is not None}"
+            states = seed_states(encoder)
+            start = [v.numpy() for v in states]
+            ref_out, ref_grads = outputs_and_gradients(encoder, batch, pos, 1)
+            after = [v.numpy() for v in states]
+            assert all((a != b).any() for a, b in zip(after, start)), what  # dropout drew
+            other_out, _ = outputs_and_gradients(encoder, batch, pos, 1)  # the next seeds
+            assert not np.allclose(other_out[-1], ref_out[-1], atol=1e-3), what
+            for v, value in zip(states, start):
+                v.assign(value)
+            out, grads = outputs_and_gradients(encoder, batch, pos, branches)
+            for v, value in zip(states, after):
+                np.testing.assert_array_equal(v.numpy(), value, err_msg=what)
+            for mine, theirs in [*zip(out, ref_out), *zip(grads, ref_grads)]:
+                scale = max(np.abs(theirs).max(), 1e-3)
+                np.testing.assert_allclose(mine, theirs, atol=1e-5 * scale, err_msg=what)
+    if fused:
+        assert any(rate == 0.3 for _, rate, *_ in calls)  # the blocks' residuals
+
+
+def test_auto_encoder_branches_are_two_for_wide_fp32_cpu_steps_only():
+    # --encoder_branches' default (bert.auto_encoder_branches): 2 for an fp32 step on CPUs of an
+    # encoder 128 wide or more with 2+ rows per replica, else 1 with the reason: GPU or TPU
+    # devices, bf16, XLA, the real tokens' rows, parallel micro-batches, one row, a narrow
+    # encoder (ELECTRA: its widest, the discriminator's), a model without such an encoder.
+    from modeling import electra, gpt
+
+    cpu = ["/job:localhost/replica:0/task:0/device:CPU:0"]
+    sizes = dict(vocab_size=VOCAB, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=32, max_position_embeddings=16)  # fmt: skip
+    wide = bert.BertPretrainer(bert.BertConfig(**sizes, hidden_size=128))
+    plain = dict(precision="fp32", use_xla=False, remove_padding=False,
+                 parallel_micro_batches=1, rows=4)  # fmt: skip
+    k, why = bert.auto_encoder_branches(wide, cpu, **plain)
+    assert (k, why) == (2, "an fp32 step on CPUs, hidden_size 128, 4 rows per replica")
+    for devices, changes, reason in [
+        (["/job:worker/replica:0/task:0/device:GPU:0"], {}, "not measured on accelerators"),
+        (["/job:worker/replica:0/task:0/device:TPU:0"], {}, "not measured on accelerators"),
+        (cpu, {"precision": "bf16"}, "--precision=bf16"),
+        (cpu, {"use_xla": True}, "--use_xla"),
+        (cpu, {"remove_padding": True}, "--remove_padding"),
+        (cpu, {"parallel_micro_batches": 2}, "--parallel_micro_batches=2"),
+        (cpu, {"rows": 1}, "1 row(s) per replica and micro-batch"),
+    ]:
+        assert bert.auto_encoder_branches(wide, devices, **{**plain, **changes}) == (1, reason)
+    narrow = bert.BertPretrainer(bert.BertConfig(**sizes, hidden_size=64))
+    assert bert.auto_encoder_branches(narrow, cpu, **plain) == (1, "hidden_size 64 < 128")
+    # ELECTRA's generator a quarter as wide (32): its discriminator's 128 counts.
+    pair = electra.ElectraPretrainer(
+        electra.ElectraConfig(**sizes, hidden_size=128, embedding_size=16)
+    )
+    assert [m.config.hidden_size for m in (pair.encoder, pair.generator)] == [128, 32]
+    assert bert.auto_encoder_branches(pair, cpu, **plain)[0] == 2
+    lm = gpt.GptLM(gpt.GptConfig(n_vocab=VOCAB, n_ctx=16, n_embd=128, n_head=2, n_layer=1))
+    assert bert.auto_encoder_branches(lm, cpu, **plain) == (1, "no encoder that runs in branches")
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])

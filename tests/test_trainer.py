@@ -854,7 +854,7 @@ def test_parallel_micro_batches_equal_the_whole_batch(data_file, reference, wher
 @pytest.mark.parametrize("where", ["one_device", "mirrored", "xla", "accumulation"])
 def test_encoder_branches_train_as_one_pass(data_file, reference, where, monkeypatch):
     # The encoder's layers in K = 4 row slices of each batch (bert.run_layer_stack): the same
-    # rows and weights as one pass (dropout off: the slices draw other masks). Uneven slices on
+    # rows and weights as one pass (dropout off here; with it below). Uneven slices on
     # one device and under XLA (6 rows: 2, 2, 1, 1), Mirrored over two CPUs (3 per replica: 1,
     # 1, 1), and micro-batches of 2 whose size is known only when the step runs (1, 1, 0, 0: two
     # empty slices). Each block really runs once per slice, at the slice's size.
@@ -882,6 +882,19 @@ def test_encoder_branches_train_as_one_pass(data_file, reference, where, monkeyp
     else:
         assert set(count) == {2, 1} and count[2] == count[1], count
         assert count[2] % (2 * layers_n) == 0, count
+
+
+@pytest.mark.parametrize("where", ["one_device", "mirrored", "accumulation"])
+def test_encoder_branches_train_as_one_pass_with_dropout(data_file, where):
+    # The same with dropout on (0.2, hidden and attention): the K = 4 slices draw their rows of
+    # one pass' masks (layers.RowSlice), so the steps' rows and the weights are one pass' again,
+    # on one device, Mirrored over two CPUs (each replica traced in a thread of its own), and in
+    # micro-batches whose slices' sizes and offsets are known only when the step runs (under
+    # XLA: tests/test_step_speed's keep_mask_rows test).
+    config = helpers.tiny_config(hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.2)
+    whole = train(build(strategy_for(where), config, **where_args(where)), data_file)
+    split = train(build(strategy_for(where), config, branches=4, **where_args(where)), data_file)
+    assert_train_alike(split, whole, rows_rtol=1e-4)
 
 
 @pytest.mark.parametrize("where", ["one_device", "mirrored", "xla", "accumulation"])
