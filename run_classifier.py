@@ -100,8 +100,8 @@ flags.DEFINE_integer(
     "encoder_branches",
     1,
     "Run the encoder's layers (BERT, RoBERTa, ALBERT, ELECTRA) as this many independent row "
-    "slices of each batch, as run_pretraining's flag: the same outputs up to float rounding and "
-    "dropout masks. On 2 CPU cores 2 made an L4/H256 classifier's fine-tuning step at batch 32 "
+    "slices of each batch, as run_pretraining's flag: the same outputs and dropout masks up to "
+    "float rounding. On 2 CPU cores 2 made an L4/H256 classifier's fine-tuning step at batch 32 "
     "1.05x faster and the encoder's inference 1.06-1.16x; BERT-base's not (README).",
 )
 flags.DEFINE_bool(

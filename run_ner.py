@@ -145,7 +145,7 @@ flags.DEFINE_integer(
     1,
     "Run the Transformer encoder's layers (BERT, ALBERT, ELECTRA; also when it computes "
     "--feature_cache) as this many independent row slices of each batch, as run_pretraining's "
-    "flag: the same outputs up to float rounding and dropout masks (README). Not for ELMo.",
+    "flag: the same outputs and dropout masks up to float rounding (README). Not for ELMo.",
 )
 flags.DEFINE_bool(
     "xla_weight_gradients",

@@ -467,12 +467,12 @@ def auto_encoder_branches(
     Why 2 there: with each slice drawing its rows of one pass' dropout masks (run_layer_stack),
     the branches change no result beyond float rounding, and on every CPU measured they made
     the fp32 step faster: L4/H256 pretraining at batch 8 1.03-1.09x on AMD Zen 4 and Intel
-    AVX-512 hosts and an AVX2 host with oneDNN off, 1.12-1.23x on an AMD Zen 5 host (1.07x
-    there with oneDNN off), BERT-base 1.00-1.07x, the default run's L2/H128 at batch 32
-    1.05-1.08x (README, bench/HISTORY.md). Why 1 elsewhere: nothing gained under bf16 (1.01x)
-    or XLA (0.997x: one XLA program has no independent ops to interleave), slower together
-    with --parallel_micro_batches (0.89x), unmeasured on accelerators, and on the real tokens'
-    rows (remove_padding) each slice draws dropout masks of its own."""
+    AVX-512 hosts and an AVX2 host with oneDNN off, 1.03-1.23x on an AMD Zen 5 host (1.07x
+    there with oneDNN off), BERT-base 1.00-1.11x, the default run's L2/H128 at batch 32
+    1.05-1.08x without XLA (README, bench/HISTORY.md). Why 1 elsewhere: nothing gained under
+    bf16 (1.01x) or XLA (0.997x: one XLA program has no independent ops to interleave), slower
+    together with --parallel_micro_batches (0.89x), unmeasured on accelerators, and on the real
+    tokens' rows (remove_padding) each slice draws dropout masks of its own."""
     found = [m for m in model._flatten_layers() if hasattr(m, "parallel_branches")]
     if not found:
         return 1, "no encoder that runs in branches"
