@@ -393,10 +393,10 @@ def run_layer_stack(
     per_branch = []
     seeds = {}  # the dropout seeds the slices share (layers.RowSlice)
     offsets = [0, *itertools.accumulate(sizes)]
+    # Each slice draws its rows of the whole batch's dropout masks; on the real tokens' rows
+    # (remove_padding) each draws masks of its own.
+    in_slice = len(sizes) > 1 and not remove_padding
     for b, (xb, mb, qb) in enumerate(zip(*slices)):
-        # Each slice draws its rows of the whole batch's dropout masks; on the real tokens'
-        # rows (remove_padding) each draws masks of its own.
-        in_slice = len(sizes) > 1 and not remove_padding
         with layers.RowSlice(offsets[b], sizes[b], seeds) if in_slice else contextlib.nullcontext():
             outs = run_branch(stack, xb, mb, qb, training, remove_padding)
         per_branch.append(outs)

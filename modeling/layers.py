@@ -467,6 +467,14 @@ def keep_mask(shape, rate: float, seed, rng_alg: str = "philox"):
         [(count + 1) // 2], seed, minval=None, maxval=None, dtype=tf.uint32, alg=rng_alg
     )
     bits = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:count]  # (count,); no copy if even
+    return _keep_from_bits(bits, shape, rate)
+
+
+def _keep_from_bits(bits, shape, rate: float):
+    """keep_mask's mask from its 16-bit draws `bits` (count,): kept where at or above
+    round(rate * 65536)."""
+    import tensorflow as tf
+
     threshold = min(max(round(rate * 65536), 0), 65535)
     return tf.reshape(bits, shape) >= tf.constant(threshold, tf.uint16)
 
@@ -516,8 +524,7 @@ def keep_mask_rows(shape, rate: float, key_counter, offset, rows):
         dtype=tf.uint32,
     )
     bits = tf.slice(tf.reshape(tf.bitcast(words, tf.uint16), [-1]), [skip], [count])
-    threshold = min(max(round(rate * 65536), 0), 65535)
-    return tf.reshape(bits, shape) >= tf.constant(threshold, tf.uint16)
+    return _keep_from_bits(bits, shape, rate)
 
 
 _ROW_SLICES = threading.local()  # per thread: MirroredStrategy traces each replica in its own
