@@ -509,7 +509,17 @@ def table(results: dict) -> str:
                 + (f", Cloze {options}" if (options := cloze_options(p, r)) else "")
                 + " tokens/s "
                 f"(MFU) | {c['tokens_per_s']:,.0f} ({mfu['c']}) | keras-hub "
-                f"{k['tokens_per_s']:,.0f} ({mfu['k']}) | {r['ratio']:.2f} |"
+                f"{k['tokens_per_s']:,.0f} ({mfu['k']}) | {r['ratio']:.2f}"
+                # The best rounds' ratio, then the median of the round pairs' ratios (the two
+                # sides' r-th rounds ran back to back): one lucky round of either side moves
+                # the first alone (the 70th session read 1.16 best-of against 1.26 per round).
+                + (
+                    f" (median of rounds {statistics.median(r['ratio_rounds']):.2f}: "
+                    f"{rounds(r['ratio_rounds'])})"
+                    if r.get("ratio_rounds")
+                    else ""
+                )
+                + " |"
             )
             for kind, peer in pretrain_throughput.WORKER_PEERS.items():
                 if kind not in r:

@@ -620,6 +620,13 @@ def test_pretrain_run_measures_the_peak_before_every_round(monkeypatch):
         [k / c for c, k in zip(row["cloze"]["step_s_rounds"], row["keras_hub"]["step_s_rounds"])]
     )
     assert len(logged) == 3 and "ETA" in logged[-1]
+    # The table gives the best rounds' ratio, then the median of the round pairs' and each.
+    with helpers.entrypoint_module("bench/run_all.py") as run_all:
+        lines = run_all.table({"pretrain": result}).splitlines()
+    (line,) = [line for line in lines if line.startswith("| pretrain L1/H12/A3/I17")]
+    pairs = ", ".join(f"{x:.2f}" for x in row["ratio_rounds"])
+    median = f"{float(np.median(row['ratio_rounds'])):.2f}"
+    assert line.endswith(f"| {row['ratio']:.2f} (median of rounds {median}: {pairs}) |"), line
 
 
 @pytest.mark.parametrize("precision, dtype", [("bf16", "bfloat16"), ("fp16", "float16")])
