@@ -110,7 +110,8 @@ flags.DEFINE_integer(
     "row slices of each batch, joined after the last layer: the same outputs and dropout masks "
     "up to float rounding, the slices' ops interleaved on the cores, the embeddings and heads "
     "run once. On 2 CPU cores 2 made the L4/H256 fp32 step 1.03-1.23x faster, BERT-base's "
-    "1.00-1.11x and the default run's model 1.05-1.08x; not bf16 or --use_xla steps (README); on "
+    "1.00-1.11x and the default run's model 1.05-1.08x (3 or 4: 0.92-0.95x of one pass at "
+    "L4/H256); not bf16 or --use_xla steps (README); on "
     "accelerators it is unmeasured. Default: 2 for an fp32 step on CPUs of an encoder at least "
     "128 wide with 2+ rows per replica and micro-batch, without --use_xla, --remove_padding or "
     "--parallel_micro_batches, else 1 (logged; bert.auto_encoder_branches).",

@@ -27,7 +27,13 @@ from training import optimization, tasks, trainer
 
 
 def build(
-    config, precision="fp32", use_xla=False, split_xla=False, remove_padding=False, seed=12345
+    config,
+    precision="fp32",
+    use_xla=False,
+    split_xla=False,
+    remove_padding=False,
+    encoder_branches=1,
+    seed=12345,
 ):
     keras.utils.set_random_seed(seed)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -36,6 +42,7 @@ def build(
             model = bert.BertPretrainer(config)
             model.build()
             bert.set_remove_padding(model, remove_padding)
+            bert.set_encoder_branches(model, encoder_branches)
         opt = optimization.with_loss_scaling(
             optimization.create_optimizer(1e-4, 10000, 100), precision
         )
@@ -59,6 +66,11 @@ SETTINGS = {
     "bf16_xla": {"precision": "bf16", "use_xla": True},
     # The records' padding skipped by the encoder's layers (--remove_padding)
     "remove_padding": {"remove_padding": True},
+    # The encoder's layers in K row slices (--encoder_branches; fp32 above is one pass, and
+    # run_pretraining's default on CPUs is 2: bert.auto_encoder_branches, which 3 and 4 check)
+    "branches2": {"encoder_branches": 2},
+    "branches3": {"encoder_branches": 3},
+    "branches4": {"encoder_branches": 4},
 }
 
 
