@@ -513,13 +513,8 @@ def table(results: dict) -> str:
                 # The best rounds' ratio, then the median of the round pairs' ratios (the two
                 # sides' r-th rounds ran back to back): one lucky round of either side moves
                 # the first alone (the 70th session read 1.16 best-of against 1.26 per round).
-                + (
-                    f" (median of rounds {statistics.median(r['ratio_rounds']):.2f}: "
-                    f"{rounds(r['ratio_rounds'])})"
-                    if r.get("ratio_rounds")
-                    else ""
-                )
-                + " |"
+                f" (median of rounds {statistics.median(r['ratio_rounds']):.2f}: "
+                f"{rounds(r['ratio_rounds'])}) |"
             )
             for kind, peer in pretrain_throughput.WORKER_PEERS.items():
                 if kind not in r:
