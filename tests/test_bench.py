@@ -131,7 +131,7 @@ def test_speed_features_time_each_setting_against_fp32_on_padded_records(tmp_pat
     path = str(tmp_path / "r.tfrecord")
     helpers.write_synthetic_pretraining_file(path, 8, 11, 3, helpers.TINY["vocab_size"])
     config = helpers.tiny_config()
-    names = ["bf16", "branches3"]
+    names = ["bf16", "branches2"]
     result = speed_features.run(config, path, names, seq=11, preds=3, batch=4, steps=1, rounds=2)
     assert list(result) == ["fp32", *names, "padding_fraction"]
     assert result["fp32"]["ratio_to_fp32"] == 1.0
@@ -142,7 +142,7 @@ def test_speed_features_time_each_setting_against_fp32_on_padded_records(tmp_pat
     with pytest.raises(ValueError, match=r"unknown \['fp8'\]"):
         speed_features.run(config, path, ["fp8"])
     # The branch settings run the encoder in that many row slices; fp32 is one pass.
-    for name, k in (("fp32", 1), ("branches2", 2), ("branches4", 4)):
+    for name, k in (("fp32", 1), ("branches2", 2), ("branches3", 3), ("branches4", 4)):
         model = speed_features.build(config, **speed_features.SETTINGS[name]).task.model
         assert model.encoder.parallel_branches == k, name
     # The command line, one setting and fp32, JSON out.
