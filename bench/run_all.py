@@ -1,4 +1,5 @@
-"""Runs Cloze's benchmarks against their peers, writes results.json and prints a table of ratios.
+"""Runs Cloze's benchmarks against their peers, writes results.json and prints a table of ratios,
+also drawn with each row's rounds in ratios.png.
 
 By default the four of issue #9 (pretrain, tokenize, create_data, inference), a few minutes on
 2 cores; --benchmarks=all also finetune and generation, tens of minutes each (measured times in
@@ -659,6 +660,88 @@ def table(results: dict) -> str:
     return "\n".join(rows)
 
 
+# Issue #9's targets, by the start of a table row's first column: the row's ratio is met at or
+# above it. Rows of other benchmarks have no target (above 1 is Cloze the faster).
+RATIO_TARGETS = {
+    "pretrain ": 1.3,
+    "WordPiece tokens/s": 1.0,
+    "GPT-2 BPE tokens/s, ids": 1.0,
+    "create_pretraining_data ": 10.0,
+}
+
+
+def table_ratios(table_text: str) -> list:
+    """The rows of `table_text` (table's) that carry a ratio, as (label, peer, ratio, rounds,
+    target): the first column, the peer column's words before its figure ("keras-hub", "Cloze
+    without"), the last column's first number, the per-round ratios it names after "rounds"
+    (after the colon of "median of rounds M: ...", up to a ";" that adds another figure), and
+    the row's RATIO_TARGETS entry or None. Read off the printed table, so the plot shows what
+    the table says, row for row."""
+    import re
+
+    number = r"\d+(?:\.\d+)?"
+    found = []
+    for line in table_text.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        last = cells[-1]
+        if not re.match(number, last):
+            continue  # a figure without a peer (the matmul peak, the padding fraction)
+        ratio = float(re.match(number, last).group())
+        spread = re.search(r"\((?:median of )?rounds(?: " + number + r":)? ([^);]*)[);]", last)
+        per_round = [float(x) for x in spread.group(1).split(",")] if spread else []
+        target = next((t for start, t in RATIO_TARGETS.items() if cells[0].startswith(start)), None)
+        peer = re.match(r"[^\d]*", cells[2]).group().strip()
+        found.append((cells[0], peer, ratio, per_round, target))
+    return found
+
+
+def plot_ratios(table_text: str, path: Path, title: str = "") -> int:
+    """Writes `path`, a PNG of table_ratios(table_text): one line per row (its peer named), the
+    ratio as a diamond with its value (red where below the row's target), its rounds as dots
+    (the spread a noisy host gives), parity (1) as a grey line and the row's issue target as a
+    red tick, on a log axis (data creation's 10-20x beside 1.1x), under `title`. Returns the
+    rows drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    rows = table_ratios(table_text)
+    if not rows:
+        return 0
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(rows) + 1.2))
+    for y, (_, _, ratio, per_round, target) in enumerate(rows):
+        ax.scatter(per_round, [y] * len(per_round), s=14, color="tab:gray", alpha=0.6, zorder=2)
+        met = target is None or ratio >= target
+        ax.scatter([ratio], [y], marker="D", s=40, zorder=3, color="tab:blue" if met else "tab:red")
+        ax.annotate(
+            f"{ratio:.2f}", (ratio, y), xytext=(0, 6), textcoords="offset points", fontsize=7
+        )
+        if target is not None:
+            ax.plot([target, target], [y - 0.35, y + 0.35], color="tab:red", lw=1.5, zorder=1)
+    ax.axvline(1.0, color="black", lw=0.8, alpha=0.5)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(
+        [
+            (label if len(label) < 80 else label[:77] + "...") + (f"  [vs {peer}]" if peer else "")
+            for label, peer, *_ in rows
+        ]
+    )
+    ax.tick_params(axis="y", labelsize=7)
+    ax.invert_yaxis()  # the table's order, top down
+    ax.set_xlabel("Cloze / peer (log scale; > 1: Cloze faster); dots: rounds; red tick: target")
+    ax.grid(axis="x", alpha=0.3, which="both")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(str(path) + ".tmp", dpi=100, format="png")  # whole or not at all
+    plt.close(fig)
+    Path(str(path) + ".tmp").replace(path)
+    return len(rows)
+
+
 def lm_training_rows(t: dict) -> list:
     """The table's rows of the lm_training benchmark: per size, Cloze against keras-hub's task
     model, and Cloze's loss terms against its own logits."""
@@ -842,10 +925,16 @@ def main(argv):
         FLAGS.peer_python,
         FLAGS.xla_weight_gradients,
     )
-    print(table(results))
+    text = table(results)
+    print(text)
     spent = ", ".join(f"{k} {v:,.0f} s" for k, v in results["seconds"].items())
     print(f"wall time per benchmark: {spent}")
     print(f"wrote {Path(FLAGS.output_dir) / 'results.json'}")
+    plot = Path(FLAGS.output_dir) / "ratios.png"
+    machine = results["machine"]
+    title = f"bench/run_all.py, {results['date']}, {machine['cpus']} x {machine['cpu_model']}"
+    if plot_ratios(text, plot, title + (f", GPUs {machine['gpus']}" if machine["gpus"] else "")):
+        print(f"wrote {plot} (each ratio row with its rounds)")
 
 
 if __name__ == "__main__":

@@ -445,6 +445,58 @@ def test_run_all_quick_writes_every_figure(tmp_path):
     assert "GPT-2 BPE tokens/s, one process |" in result.stdout
     assert "cloze_keras" in result.stdout and "saved_model" in result.stdout
 
+    # ratios.png: every ratio row of the printed table, drawn (the file whole, a PNG).
+    printed = "\n".join(line for line in result.stdout.splitlines() if line.startswith("|"))
+    with helpers.entrypoint_module("bench/run_all.py") as run_all:
+        drawn = run_all.table_ratios(printed)
+    assert len(drawn) > 20 and f"wrote {out / 'ratios.png'} (each ratio row" in result.stdout
+    assert (out / "ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "ratios.png.tmp").exists()
+    (wordpiece,) = [row for row in drawn if row[0].startswith("WordPiece tokens/s")]
+    want = r["tokenize_wordpiece"]
+    assert wordpiece[1:] == ("HF tokenizers", round(want["ratio"], 2), [
+        round(x, 2) for x in want["round_ratios"]], 1.0)  # fmt: skip
+
+
+# The last columns the table prints (run_all.table), each with what table_ratios reads off it.
+_TABLE = """| benchmark | Cloze | peer | Cloze / peer |
+|---|---|---|---|
+| pretrain L4/H256/A4/I1024 b8 s128 fp32, oneDNN tokens/s (MFU) | 5,229 (46%) | keras-hub 4,154 (37%) | 1.26 (median of rounds 1.37: 1.26, 1.37, 1.43) |
+| the same, Cloze in 2 encoder branches against without, tokens/s | 5,229 | Cloze without 4,380 | 1.17 (rounds 1.19, 1.17, 1.09) |
+| fp32 matmul peak, GFLOP/s | 305 | | |
+| padding fraction of train.tfrecord | 9.9% | | |
+| GPT-2 BPE tokens/s, ids identical (71,716 lines, 2 worker processes) | 1,192,400 | HF tokenizers 844,407 | 1.41 (rounds 1.51, 2.26) |
+| GPT-2 BPE tokens/s, one process | 1,044,660 | | 1.24 |
+| WordPiece | skipped: no corpus | | |
+| create_pretraining_data 1x (0.5 MB), instances/s (peak RSS) | 1,871 (55 MB) | original 172 (821 MB) | 10.91 |
+| create_pretraining_data 10x (5.1 MB), instances/s (peak RSS) | 12,194 (68 MB) | | |
+| the same, Cloze with --remove_padding (the same cut) | 2,000 | Cloze without 1,100 | 1.73 (rounds 1.17, 1.59, 1.86; 2.60x keras-hub) |
+| the same, Cloze with --group_by_length | 3,000 | Cloze ungrouped 900 | 3.20 (2.13x Cloze's ungrouped) |
+"""  # noqa: E501
+
+
+def test_the_ratio_plot_reads_each_ratio_row_of_the_table(tmp_path):
+    with helpers.entrypoint_module("bench/run_all.py") as run_all:
+        rows = run_all.table_ratios(_TABLE)
+        assert [row[1:] for row in rows] == [
+            ("keras-hub", 1.26, [1.26, 1.37, 1.43], 1.3),  # the median's figure is not a round
+            ("Cloze without", 1.17, [1.19, 1.17, 1.09], None),
+            ("HF tokenizers", 1.41, [1.51, 2.26], 1.0),
+            ("", 1.24, [], None),  # not the issue's BPE figure: no target
+            ("original", 10.91, [], 10.0),
+            ("Cloze without", 1.73, [1.17, 1.59, 1.86], None),  # up to the ";"
+            ("Cloze ungrouped", 3.2, [], None),
+        ]
+        assert rows[0][0].startswith("pretrain L4/H256") and rows[4][0].startswith("create_")
+        path = tmp_path / "ratios.png"
+        assert run_all.plot_ratios(_TABLE, path, title="a title") == 7
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+        # A table without a ratio row draws nothing and writes no file.
+        bare = "\n".join(_TABLE.splitlines()[:2] + [_TABLE.splitlines()[4]])
+        assert run_all.table_ratios(bare) == []
+        assert run_all.plot_ratios(bare, tmp_path / "none.png") == 0
+        assert not (tmp_path / "none.png").exists()
+
 
 def _side(instances, seconds, work_seconds, cpu_seconds, rss):
     return {
