@@ -700,7 +700,8 @@ def plot_ratios(table_text: str, path: Path, title: str = "") -> int:
     ratio as a diamond with its value (red where below the row's target), its rounds as dots
     (the spread a noisy host gives), parity (1) as a grey line and the row's issue target as a
     red tick, on a log axis (data creation's 10-20x beside 1.1x), under `title`. Returns the
-    rows drawn."""
+    rows drawn; without any, `path` is removed, so no earlier run's plot stands beside this
+    run's results.json."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -709,6 +710,7 @@ def plot_ratios(table_text: str, path: Path, title: str = "") -> int:
 
     rows = table_ratios(table_text)
     if not rows:
+        Path(path).unlink(missing_ok=True)
         return 0
     fig, ax = plt.subplots(figsize=(11, 0.45 * len(rows) + 1.2))
     for y, (_, _, ratio, per_round, target) in enumerate(rows):
