@@ -684,9 +684,10 @@ def table_ratios(table_text: str) -> list:
     for line in table_text.splitlines()[2:]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         last = cells[-1]
-        if not re.match(number, last):
-            continue  # a figure without a peer (the matmul peak, the padding fraction)
-        ratio = float(re.match(number, last).group())
+        first = re.match(number, last)
+        if not first:
+            continue  # a figure without a peer (the matmul peak, the padding fraction), a skip
+        ratio = float(first.group())
         spread = re.search(r"\((?:median of )?rounds(?: " + number + r":)? ([^);]*)[);]", last)
         per_round = [float(x) for x in spread.group(1).split(",")] if spread else []
         target = next((t for start, t in RATIO_TARGETS.items() if cells[0].startswith(start)), None)
@@ -738,9 +739,10 @@ def plot_ratios(table_text: str, path: Path, title: str = "") -> int:
     ax.grid(axis="x", alpha=0.3, which="both")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(str(path) + ".tmp", dpi=100, format="png")  # whole or not at all
+    tmp = Path(f"{path}.tmp")
+    fig.savefig(tmp, dpi=100, format="png")  # whole or not at all
     plt.close(fig)
-    Path(str(path) + ".tmp").replace(path)
+    tmp.replace(path)
     return len(rows)
 
 
